@@ -1,0 +1,413 @@
+"""Decoding: a step-by-step greedy decoder with a KV cache, batched greedy, beam search.
+
+Every function runs the model in eval mode (restoring the caller's mode afterwards) and
+without gradients. Attention shown for a decoded sequence is recorded while the tokens are
+produced, from the cached forward passes that produced them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from . import masks
+from .errors import InputError
+from .model import Transformer
+from .record import AttentionRecord, Trace, record
+
+#: What the decoders keep per step (values and head outputs are not needed for display).
+STEP_FIELDS = ("scores", "mask", "weights")
+
+
+@contextmanager
+def _inference(model: Transformer) -> Iterator[None]:
+    """Eval mode and no grad for the block; a model already in eval mode is not touched."""
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _as_batch(src: Tensor, name: str = "src") -> Tensor:
+    if not isinstance(src, Tensor):
+        src = torch.as_tensor(src, dtype=torch.long)
+    if src.dim() == 1:
+        src = src.unsqueeze(0)
+    if src.dim() != 2:
+        raise InputError(f"{name} must be token ids [Ts] or [B, Ts], got shape {list(src.shape)}")
+    return src
+
+
+def _pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
+    """The caller's mask, else PAD positions of ``src`` (None when there are none)."""
+    if src_pad_mask is not None:
+        return src_pad_mask
+    pad = masks.padding_mask(src, model.config.pad_id)
+    return pad if bool(pad.any()) else None
+
+
+def _default_max_len(model: Transformer, src_len: int, max_len: int | None) -> int:
+    limit = model.config.max_len - 1  # BOS takes position 0
+    if max_len is None:
+        return min(limit, 2 * src_len + 16)
+    if max_len < 1:
+        raise InputError(f"max_len must be at least 1, got {max_len}")
+    return min(limit, max_len)
+
+
+def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRecord]]) -> Trace:
+    """Full attention matrices of a decoded sequence from per-step records.
+
+    Args:
+        encoder: trace of the encoder pass (``"encoder_self"`` records, batch 1).
+        steps: one dict per decoding step of ``(kind, layer) -> record`` with ``Tq = 1``.
+    Returns:
+        A :class:`Trace` with batch 1 whose ``"decoder_self"`` matrices are ``[1, H, T, T]``
+        (weights 0, mask True and scores NaN above the diagonal: those scores were never
+        computed) and ``"cross"`` matrices ``[1, H, T, Ts]``, T = ``len(steps)``.
+    """
+    trace = Trace()
+    for kind, layer in encoder.keys():
+        if kind == "encoder_self":
+            trace._add(encoder.get(kind, layer))
+    if not steps:
+        return trace
+    t_total = len(steps)
+    for kind, layer in steps[0]:
+        name = steps[0][kind, layer].name
+        rows = [s[kind, layer] for s in steps]
+        rec = AttentionRecord(kind, layer, name)
+        for f in STEP_FIELDS:
+            parts = [getattr(r, f) for r in rows]
+            if kind == "decoder_self":  # row t has t + 1 keys: pad the future
+                fill = {"scores": math.nan, "mask": True, "weights": 0.0}[f]
+                parts = [
+                    torch.cat([p, p.new_full((*p.shape[:-1], t_total - p.shape[-1]), fill)], dim=-1)
+                    for p in parts
+                ]
+            setattr(rec, f, torch.cat(parts, dim=2))  # [1, H|1, T, Tk]
+        trace._add(rec)
+    return trace
+
+
+def _step_records(trace: Trace) -> dict[tuple[str, int], AttentionRecord]:
+    return {key: trace.get(*key) for key in trace.keys()}
+
+
+@dataclass
+class StepResult:
+    """One greedy step.
+
+    Attributes:
+        step: index of the produced token (0 = first token after BOS).
+        token: the token id chosen (argmax unless forced).
+        prob: its probability.
+        probs: next-token distribution ``[V]`` (float32, CPU).
+        logits: ``[V]`` (float32, CPU).
+        attention: ``(kind, layer) -> [H, Tk]`` weights of this step's query row for
+            ``"decoder_self"`` (Tk = step + 1) and ``"cross"`` (Tk = Ts).
+        done: EOS produced or the length limit reached.
+    """
+
+    step: int
+    token: int
+    prob: float
+    probs: Tensor
+    logits: Tensor
+    attention: dict[tuple[str, int], Tensor]
+    done: bool
+
+
+class GreedyStepper:
+    """Greedy decoding of one sequence, one token per :meth:`step`.
+
+    The encoder runs once; cross-attention keys/values are computed once per layer and
+    self-attention keys/values are cached, so a step costs one decoder position. The stepper
+    can go back to an earlier step (:meth:`back`) or to the start (:meth:`reset`) without
+    running the encoder again, and :meth:`trace` rebuilds the full attention matrices.
+
+    Args:
+        model: the Transformer (not modified; run in eval mode).
+        src_ids: source ids ``[Ts]`` or ``[1, Ts]``.
+        bos_id, eos_id: special ids; ``eos_id=None`` decodes until ``max_len``.
+        max_len: most tokens to produce (default ``2 * Ts + 16``, within the model's max_len).
+        src_pad_mask: ``[1, Ts]`` bool, default from ``config.pad_id``.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_ids: Tensor,
+        bos_id: int,
+        eos_id: int | None,
+        max_len: int | None = None,
+        src_pad_mask: Tensor | None = None,
+    ):
+        src = _as_batch(src_ids, "src_ids")
+        if src.shape[0] != 1:
+            raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
+        self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
+        self.src = src.to(next(model.parameters()).device)
+        self.max_len = _default_max_len(model, src.shape[1], max_len)
+        pad = _pad_mask(model, self.src, src_pad_mask)
+        with _inference(model), record(model, capture=STEP_FIELDS) as enc_trace:
+            memory = model.encode(self.src, pad)
+            self._cache = model.init_cache(memory, pad, capacity=self.max_len)
+        self.encoder_trace = enc_trace
+        self.memory = memory  # [1, Ts, D]
+        self._steps: list[StepResult] = []
+        self._records: list[dict[tuple[str, int], AttentionRecord]] = []
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        """Tokens produced so far (BOS excluded)."""
+        return [s.token for s in self._steps]
+
+    @property
+    def steps(self) -> list[StepResult]:
+        return list(self._steps)
+
+    @property
+    def position(self) -> int:
+        """Number of steps taken."""
+        return len(self._steps)
+
+    @property
+    def done(self) -> bool:
+        if not self._steps:
+            return False
+        last = self._steps[-1].token
+        return (self.eos_id is not None and last == self.eos_id) or self.position >= self.max_len
+
+    # -- moving ------------------------------------------------------------------------------
+    def step(self, token: int | None = None) -> StepResult:
+        """Produce the next token (or feed ``token`` instead of the argmax).
+
+        Returns:
+            The :class:`StepResult` of this step.
+        """
+        if self.done:
+            raise InputError("decoding is finished; call back() or reset() to step again")
+        prev = self.bos_id if not self._steps else self._steps[-1].token
+        ids = torch.tensor([[prev]], device=self.src.device)
+        with _inference(self.model), record(self.model, capture=STEP_FIELDS) as trace:
+            logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
+        probs = torch.softmax(logits, dim=-1)
+        chosen = int(logits.argmax()) if token is None else int(token)
+        if not 0 <= chosen < logits.shape[0]:
+            raise InputError(f"token {chosen} is outside the vocabulary 0..{logits.shape[0] - 1}")
+        recs = _step_records(trace)
+        attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
+        result = StepResult(
+            step=len(self._steps),
+            token=chosen,
+            prob=float(probs[chosen]),
+            probs=probs.cpu(),
+            logits=logits.cpu(),
+            attention=attention,
+            done=False,
+        )
+        self._steps.append(result)
+        self._records.append(recs)
+        result.done = self.done
+        return result
+
+    def run(self) -> list[int]:
+        """Step until EOS or ``max_len``; returns all tokens produced."""
+        while not self.done:
+            self.step()
+        return self.tokens
+
+    def back(self, position: int) -> None:
+        """Return to ``position`` steps taken (0 = nothing decoded); the encoder is not rerun."""
+        if not 0 <= position <= len(self._steps):
+            raise InputError(f"position must be in 0..{len(self._steps)}, got {position}")
+        del self._steps[position:]
+        del self._records[position:]
+        self._cache.truncate(position)
+
+    def reset(self) -> None:
+        """Back to the start, keeping the encoder output and cross-attention keys/values."""
+        self.back(0)
+
+    def trace(self, upto: int | None = None) -> Trace:
+        """Full attention matrices of the first ``upto`` steps (default: all), batch 1."""
+        upto = len(self._records) if upto is None else upto
+        if not 0 <= upto <= len(self._records):
+            raise InputError(f"upto must be in 0..{len(self._records)}, got {upto}")
+        return assemble_trace(self.encoder_trace, self._records[:upto])
+
+
+def greedy_decode(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int | None,
+    max_len: int | None = None,
+    src_pad_mask: Tensor | None = None,
+) -> Tensor:
+    """Batched greedy decoding with a KV cache; each row stops at its own EOS.
+
+    Args:
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
+        max_len: most tokens per row (default ``2 * Ts + 16``).
+        src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
+    Returns:
+        ``[B, T]`` ids without BOS; a row ends with EOS followed by PAD (``config.pad_id``),
+        or is cut at ``max_len``. T is the longest row.
+    """
+    src = _as_batch(src).to(next(model.parameters()).device)
+    n_max = _default_max_len(model, src.shape[1], max_len)
+    pad_id = model.config.pad_id
+    with _inference(model):
+        pad = _pad_mask(model, src, src_pad_mask)
+        cache = model.init_cache(model.encode(src, pad), pad, capacity=n_max)
+        b = src.shape[0]
+        prev = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+        out = []
+        for _ in range(n_max):
+            nxt = model.decode(prev, None, cache=cache)[:, -1].argmax(-1)  # [B]
+            nxt = nxt.masked_fill(finished, pad_id)
+            out.append(nxt)
+            if eos_id is not None:
+                finished |= nxt == eos_id
+                if bool(finished.all()):
+                    break
+            prev = nxt.unsqueeze(1)
+    return torch.stack(out, dim=1)
+
+
+@dataclass
+class BeamResult:
+    """Best hypothesis of a beam search.
+
+    Attributes:
+        tokens: ids without BOS (ending with EOS unless cut at ``max_len``).
+        score: sum of log-probabilities of ``tokens``.
+        normalized_score: ``score / len(tokens) ** length_penalty`` (what ranks hypotheses).
+        trace: attention the model used for this hypothesis (``return_attention=True``).
+    """
+
+    tokens: list[int]
+    score: float
+    normalized_score: float
+    trace: Trace | None = None
+
+
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 1.0,
+    src_pad_mask: Tensor | None = None,
+    return_attention: bool = False,
+) -> list[BeamResult]:
+    """Beam search, one source sequence at a time.
+
+    Each step keeps the best ``beam_size - finished`` extensions of the live hypotheses; an
+    extension ending in EOS is finished and leaves the beam, so with ``beam_size=1`` this is
+    exactly greedy decoding. Hypotheses are ranked by ``score / length ** length_penalty``.
+
+    Args:
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids.
+        return_attention: also return each best hypothesis's attention, recorded during the
+            search and followed back through the beam's reordering.
+    Returns:
+        One :class:`BeamResult` per source row.
+    """
+    if beam_size < 1:
+        raise InputError(f"beam_size must be at least 1, got {beam_size}")
+    src = _as_batch(src).to(next(model.parameters()).device)
+    pad = _pad_mask(model, src, src_pad_mask)
+    results = []
+    for i in range(src.shape[0]):
+        row_pad = None if pad is None else pad[i : i + 1]
+        results.append(
+            _beam_one(model, src[i : i + 1], row_pad, bos_id, eos_id, beam_size, max_len, length_penalty, return_attention)
+        )
+    return results
+
+
+def _beam_one(
+    model: Transformer,
+    src: Tensor,
+    pad: Tensor | None,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int,
+    max_len: int | None,
+    length_penalty: float,
+    return_attention: bool,
+) -> BeamResult:
+    n_max = _default_max_len(model, src.shape[1], max_len)
+    capture = STEP_FIELDS if return_attention else ()
+    device = src.device
+    with _inference(model):
+        with record(model, capture=capture) as enc_trace:
+            memory = model.encode(src, pad)  # [1, Ts, D]
+        cache = model.init_cache(memory, pad, capacity=n_max)
+        tokens: list[list[int]] = [[]]  # live hypotheses, BOS excluded
+        history: list[list[dict]] = [[]]  # per live hypothesis: per-step records
+        scores = torch.zeros(1, device=device)  # [n_live]
+        finished: list[tuple[list[int], float, list[dict]]] = []
+        prev = torch.full((1, 1), bos_id, dtype=torch.long, device=device)
+        for _ in range(n_max):
+            with record(model, capture=capture) as trace:
+                logits = model.decode(prev, None, cache=cache)[:, -1].float()  # [n, V]
+            vocab = logits.shape[-1]
+            cand = scores[:, None] + torch.log_softmax(logits, dim=-1)  # [n, V]
+            top = cand.flatten().topk(min(beam_size - len(finished), cand.numel()))
+            step_recs = _step_records(trace)
+            keep, new_tokens, new_history, new_scores = [], [], [], []
+            for score, flat in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                beam, tok = divmod(flat, vocab)
+                hist = history[beam]
+                if return_attention:
+                    hist = hist + [{k: _row(r, beam) for k, r in step_recs.items()}]
+                if tok == eos_id:
+                    finished.append((tokens[beam] + [tok], score, hist))
+                else:
+                    keep.append(beam)
+                    new_tokens.append(tokens[beam] + [tok])
+                    new_history.append(hist)
+                    new_scores.append(score)
+            if not keep:
+                break
+            index = torch.tensor(keep, device=device)
+            cache.select(index)
+            tokens, history = new_tokens, new_history
+            scores = torch.tensor(new_scores, device=device)
+            prev = torch.tensor([[t[-1]] for t in tokens], device=device)
+        else:  # length limit: the live hypotheses count as finished
+            finished += [(t, s, h) for t, s, h in zip(tokens, scores.tolist(), history, strict=True)]
+
+    def normalized(entry: tuple) -> float:
+        return entry[1] / max(len(entry[0]), 1) ** length_penalty
+
+    best = max(finished, key=normalized)
+    trace = assemble_trace(enc_trace, best[2]) if return_attention else None
+    return BeamResult(tokens=best[0], score=best[1], normalized_score=normalized(best), trace=trace)
+
+
+def _row(rec: AttentionRecord, beam: int) -> AttentionRecord:
+    """One hypothesis's slice of a batched step record (batch 1 again)."""
+    out = AttentionRecord(rec.kind, rec.layer, rec.name)
+    for f in STEP_FIELDS:
+        value = getattr(rec, f)
+        setattr(out, f, value[beam : beam + 1])
+    return out

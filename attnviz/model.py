@@ -1,0 +1,449 @@
+"""The encoder-decoder Transformer, written out by hand.
+
+Shape legend: B batch, H heads, Tq/Tk query/key length, Ts/Tt source/target length,
+D model width, Dh head width (D / H), V vocabulary.
+
+Attention has two paths chosen by one ``if`` in :meth:`MultiHeadAttention.forward`: the fused
+``F.scaled_dot_product_attention`` kernel, and the explicit math that hands scores, mask and
+weights to a recorder. The recorder is per call: :func:`attnviz.record` puts it in the
+context variable :data:`ACTIVE_RECORDER` for the duration of a ``with`` block, so two threads
+never see each other's recorder, and this module never keeps attention on itself.
+"""
+
+from __future__ import annotations
+
+import math
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import masks
+from .config import ModelConfig
+from .errors import InputError
+
+KINDS = ("encoder_self", "decoder_self", "cross")
+
+
+class AttentionHook(Protocol):
+    """What a recorder hands an attention module for one call (see ``attnviz.record``)."""
+
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple: ...
+    def edit_weights(self, weights: Tensor) -> Tensor: ...
+    def edit_heads(self, head_output: Tensor) -> Tensor: ...
+    def save(self, **tensors: Tensor | None) -> None: ...
+
+
+class Recorder(Protocol):
+    def hook_for(self, module: MultiHeadAttention) -> AttentionHook | None: ...
+
+
+#: The recorder of the current thread/task, set only inside ``attnviz.record``.
+ACTIVE_RECORDER: ContextVar[Recorder | None] = ContextVar("attnviz_recorder", default=None)
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """Sinusoidal position table of the paper: sin on even dims, cos on odd dims.
+
+    Returns:
+        ``[max_len, D]`` float32.
+    """
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # [max_len, 1]
+    div = torch.exp(-torch.arange(0, d_model, 2, dtype=torch.float32) * math.log(10000.0) / d_model)
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div[: d_model // 2])
+    return table
+
+
+class KVBuffer:
+    """Growing self-attention keys/values of one decoder layer, preallocated to ``capacity``."""
+
+    def __init__(self, batch: int, n_heads: int, capacity: int, head_dim: int, like: Tensor):
+        shape = (batch, n_heads, capacity, head_dim)
+        self.k = like.new_zeros(shape)  # [B, H, capacity, Dh]
+        self.v = like.new_zeros(shape)
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``[B, H, Tnew, Dh]`` keys/values; return all of them, ``[B, H, Tk, Dh]``."""
+        end = self.length + k.shape[2]
+        if end > self.k.shape[2]:
+            raise InputError(f"decoder cache holds {self.k.shape[2]} positions; step {end} is past it")
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (in that order), e.g. surviving beams."""
+        self.k, self.v = self.k[index], self.v[index]
+
+
+@dataclass
+class DecoderCache:
+    """State for incremental decoding: per-layer self-attention K/V and cross-attention K/V.
+
+    Built by :meth:`Transformer.init_cache`; :meth:`Transformer.decode` with ``cache=`` feeds
+    only the new target tokens and appends to it.
+    """
+
+    self_kv: list[KVBuffer]
+    cross_kv: list[tuple[Tensor, Tensor]]  # per layer, each [B, H, Ts, Dh]
+    src_pad_mask: Tensor | None  # [B, Ts]
+
+    @property
+    def length(self) -> int:
+        """Target positions already fed."""
+        return self.self_kv[0].length
+
+    def truncate(self, length: int) -> None:
+        """Forget positions ``length`` and later (moving back to an earlier step)."""
+        if not 0 <= length <= self.length:
+            raise InputError(f"cannot truncate a cache of length {self.length} to {length}")
+        for buf in self.self_kv:
+            buf.length = length
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reorders and drops hypotheses)."""
+        for buf in self.self_kv:
+            buf.select(index)
+        self.cross_kv = [(k[index], v[index]) for k, v in self.cross_kv]
+        if self.src_pad_mask is not None:
+            self.src_pad_mask = self.src_pad_mask[index]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention with the ``nn.MultiheadAttention`` layout.
+
+    ``in_proj_weight`` stacks the Q, K and V projections (``[3D, D]``), so self-attention is one
+    matmul and imported ``nn.Transformer`` weights copy over unchanged.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, kind: str, layer: int):
+        super().__init__()
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.kind, self.layer = kind, layer
+        self.dropout = dropout
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.attn_dropout = nn.Dropout(dropout)
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
+
+    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``context`` ``[B, Tk, D]`` -> two ``[B, H, Tk, Dh]``."""
+        d = self.d_model
+        kv = F.linear(context, self.in_proj_weight[d:], self.in_proj_bias[d:])  # [B, Tk, 2D]
+        k, v = kv.chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        kv: tuple[Tensor, Tensor] | None = None,
+        cache: KVBuffer | None = None,
+    ) -> Tensor:
+        """Attend from ``x`` to ``context`` (or to ``x`` itself).
+
+        Args:
+            x: queries' hidden states ``[B, Tq, D]``.
+            context: keys' hidden states ``[B, Tk, D]``; None for self-attention.
+            key_padding_mask: ``[B, Tk]`` bool, True = blocked.
+            attn_mask: ``[Tq, Tk]`` bool, True = blocked (the causal mask).
+            kv: precomputed keys/values ``[B, H, Tk, Dh]`` (cross-attention while decoding).
+            cache: self-attention buffer; new keys/values are appended and all are attended.
+        Returns:
+            ``[B, Tq, D]``.
+        """
+        b, tq, d = x.shape
+        if context is None and kv is None:
+            q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+            q, k, v = self._split(q), self._split(k), self._split(v)  # [B, H, T, Dh]
+            if cache is not None:
+                k, v = cache.append(k, v)  # [B, H, Tk, Dh]
+        else:
+            q = self._split(F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d]))
+            k, v = kv if kv is not None else self.project_kv(context)
+
+        recorder = ACTIVE_RECORDER.get()
+        hook = recorder.hook_for(self) if recorder is not None else None
+        if hook is None:
+            allowed, dead = masks.sdpa_mask(masks.combine(key_padding_mask, attn_mask))
+            p = self.dropout if self.training else 0.0
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+            if dead is not None:
+                z = z.masked_fill(dead, 0.0)  # [B, H, Tq, Dh]
+        else:
+            key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
+            mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Tq, Tk]
+            weights = hook.edit_weights(masks.masked_softmax(scores, mask))
+            z = self.attn_dropout(weights) @ v  # [B, H, Tq, Dh]
+            z = hook.edit_heads(z)
+            hook.save(scores=scores, mask=mask, weights=weights, values=v, head_output=z)
+        z = z.transpose(1, 2).reshape(b, tq, d)  # [B, Tq, D]
+        return self.out_proj(z)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward block: ``linear2(dropout(act(linear1(x))))``."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.act = F.gelu if activation == "gelu" else F.relu
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.act(self.linear1(x))))  # [B, T, D]
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block (post- or pre-norm)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        d = cfg.d_model
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "encoder_self", layer)
+        self.ff = FeedForward(d, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:
+        """``x [B, Ts, D]``, ``pad_mask [B, Ts]`` -> ``[B, Ts, D]``."""
+        if self.norm_first:
+            x = x + self.dropout1(self.self_attn(self.norm1(x), key_padding_mask=pad_mask))
+            return x + self.dropout2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, key_padding_mask=pad_mask)))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention, feed-forward; each a residual block."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        d = cfg.d_model
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "decoder_self", layer)
+        self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "cross", layer)
+        self.ff = FeedForward(d, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+        self.dropout3 = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        tgt_pad_mask: Tensor | None,
+        src_pad_mask: Tensor | None,
+        causal: Tensor | None,
+        self_cache: KVBuffer | None = None,
+        cross_kv: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """``x [B, Tt, D]``, ``memory [B, Ts, D]`` -> ``[B, Tt, D]``."""
+
+        def self_block(h: Tensor) -> Tensor:
+            out = self.self_attn(h, key_padding_mask=tgt_pad_mask, attn_mask=causal, cache=self_cache)
+            return self.dropout1(out)
+
+        def cross_block(h: Tensor) -> Tensor:
+            out = self.cross_attn(h, memory, key_padding_mask=src_pad_mask, kv=cross_kv)
+            return self.dropout2(out)
+
+        if self.norm_first:
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            return x + self.dropout3(self.ff(self.norm3(x)))
+        x = self.norm1(x + self_block(x))
+        x = self.norm2(x + cross_block(x))
+        return self.norm3(x + self.dropout3(self.ff(x)))
+
+
+class Stack(nn.Module):
+    """A list of layers plus an optional final LayerNorm (``nn.Transformer`` has one)."""
+
+    def __init__(self, layers: list[nn.Module], cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else None
+
+    def finish(self, x: Tensor) -> Tensor:
+        return x if self.norm is None else self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer ("Attention Is All You Need"), every part written out.
+
+    ``model(src, tgt)`` gives logits ``[B, Tt, V]``; :meth:`encode` and :meth:`decode` run the
+    halves separately, and :meth:`decode` with a :class:`DecoderCache` takes one new token at a
+    time. Masks follow :mod:`attnviz.masks` (bool, True = blocked); the causal mask of the
+    decoder is built here and is always on.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        cfg = self.config = config
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_embed = (
+            self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        )
+        self.register_buffer("pe", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False)
+        self.emb_dropout = nn.Dropout(cfg.dropout)
+        self.encoder = Stack([EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)], cfg)
+        self.decoder = Stack([DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)], cfg)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+        self._reset_parameters()
+        if cfg.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def _reset_parameters(self) -> None:
+        # Xavier on every matrix, as nn.Transformer and the Annotated Transformer do; keeps the
+        # sqrt(D)-scaled embeddings in the same range as the positional encoding.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    # -- names -----------------------------------------------------------------------------
+    def attention_modules(self) -> dict[str, MultiHeadAttention]:
+        """Every attention module by its stable path name, in forward order.
+
+        e.g. ``"encoder.layers.0.self_attn"``, ``"decoder.layers.1.cross_attn"``.
+        """
+        return {n: m for n, m in self.named_modules() if isinstance(m, MultiHeadAttention)}
+
+    # -- input checks ----------------------------------------------------------------------
+    def _check_ids(self, ids: Tensor, name: str, vocab: int, start: int = 0) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            got = list(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise InputError(f"{name} must be token ids of shape [B, T], got {got}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise InputError(f"{name} must be an integer tensor (token ids), got {ids.dtype}")
+        if ids.shape[1] == 0:
+            raise InputError(f"{name} is empty: give at least one token")
+        if start + ids.shape[1] > self.config.max_len:
+            raise InputError(
+                f"{name} reaches position {start + ids.shape[1]}, past this model's "
+                f"max_len={self.config.max_len}"
+            )
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab:
+            raise InputError(f"{name} holds id {lo if lo < 0 else hi}, outside the vocabulary 0..{vocab - 1}")
+
+    def _embed(self, table: nn.Embedding, ids: Tensor, start: int = 0) -> Tensor:
+        x = table(ids) * math.sqrt(self.config.d_model)  # [B, T, D]
+        return self.emb_dropout(x + self.pe[start : start + ids.shape[1]].to(x.dtype))
+
+    # -- forward ---------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_pad_mask: Tensor | None = None) -> Tensor:
+        """Run the encoder.
+
+        Args:
+            src: ``[B, Ts]`` source ids.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD (or a float additive mask).
+        Returns:
+            memory ``[B, Ts, D]``.
+        """
+        self._check_ids(src, "src", self.config.src_vocab_size)
+        pad = masks.as_bool_mask(src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]")
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder.layers:
+            x = layer(x, pad)
+        return self.encoder.finish(x)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        src_pad_mask: Tensor | None = None,
+        tgt_pad_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Run the decoder and the output projection.
+
+        Args:
+            tgt: ``[B, Tt]`` target ids (with a cache: only the new ones).
+            memory: encoder output ``[B, Ts, D]``; unused (may be None) with a cache.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD; with a cache it comes from the cache.
+            tgt_pad_mask: ``[B, Tt]`` bool, True at PAD; not supported with a cache.
+            cache: from :meth:`init_cache`; keys/values of earlier positions are reused.
+        Returns:
+            logits ``[B, Tt, V]``.
+        """
+        start = 0 if cache is None else cache.length
+        self._check_ids(tgt, "tgt", self.config.tgt_vocab_size, start)
+        b, t = tgt.shape
+        if cache is None:
+            if memory is None:
+                raise InputError("decode() needs the encoder memory when no cache is given")
+            src_shape = tuple(memory.shape[:2])
+            src_pad = masks.as_bool_mask(src_pad_mask, src_shape, "src_pad_mask", "[B, Ts]")
+            tgt_pad = masks.as_bool_mask(tgt_pad_mask, (b, t), "tgt_pad_mask", "[B, Tt]")
+        else:
+            if tgt_pad_mask is not None:
+                raise InputError("tgt_pad_mask is not supported with a decoder cache")
+            src_pad, tgt_pad = cache.src_pad_mask, None
+        causal = masks.causal_mask(t, start + t, device=tgt.device)  # [Tt, start + Tt]
+        x = self._embed(self.tgt_embed, tgt, start)
+        for i, layer in enumerate(self.decoder.layers):
+            self_cache = cache.self_kv[i] if cache is not None else None
+            cross_kv = cache.cross_kv[i] if cache is not None else None
+            x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv)
+        return self.generator(self.decoder.finish(x))
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_pad_mask: Tensor | None = None,
+        tgt_pad_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced pass: ``src [B, Ts]``, ``tgt [B, Tt]`` -> logits ``[B, Tt, V]``."""
+        memory = self.encode(src, src_pad_mask)
+        return self.decode(tgt, memory, src_pad_mask, tgt_pad_mask)
+
+    def init_cache(
+        self, memory: Tensor, src_pad_mask: Tensor | None = None, capacity: int | None = None
+    ) -> DecoderCache:
+        """Cache for incremental decoding: cross-attention K/V computed once, here.
+
+        Args:
+            memory: encoder output ``[B, Ts, D]``.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD.
+            capacity: most target positions to be fed (default ``config.max_len``).
+        """
+        cfg = self.config
+        src_pad = masks.as_bool_mask(src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]")
+        capacity = min(capacity or cfg.max_len, cfg.max_len)
+        b = memory.shape[0]
+        return DecoderCache(
+            self_kv=[KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim, memory) for _ in self.decoder.layers],
+            cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.decoder.layers],
+            src_pad_mask=src_pad,
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.to_dict().items())
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, shared ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+

@@ -1,0 +1,372 @@
+"""Recording and editing attention inside the real forward pass.
+
+``with attnviz.record(model) as trace: model(src, tgt)`` captures, for every attention module
+of ``model`` that runs inside the block, the raw scores (q·kᵀ/√Dh, before masking), the mask
+applied (bool, True = blocked), the weights (after softmax, before dropout), the values and
+the per-head outputs. Edits (:class:`ZeroHeads`, :class:`ReplaceWeights`, :class:`DropMask`)
+passed to :func:`record` change that same forward pass, so an ablation runs the real model.
+
+The recorder lives in a context variable for the duration of the ``with`` block: it is per
+call, per thread and per asyncio task, and is gone on exit even after an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import EditError
+from .model import ACTIVE_RECORDER, KINDS, MultiHeadAttention, Transformer
+
+#: What a record can hold, in hook-point order.
+FIELDS = ("scores", "mask", "weights", "values", "head_output")
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """The one place tensors become display arrays: CPU, float32 (bool masks stay bool)."""
+    t = t.detach()
+    if t.dtype != torch.bool:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+@dataclass
+class AttentionRecord:
+    """What one attention module computed in one call.
+
+    Attributes:
+        kind, layer, name: which module (``"cross"``, 1, ``"decoder.layers.1.cross_attn"``).
+        scores: ``[B, H, Tq, Tk]`` raw q·kᵀ/√Dh before masking.
+        mask: ``[B, 1, Tq, Tk]`` bool, True = blocked (all False when nothing was masked).
+        weights: ``[B, H, Tq, Tk]`` after softmax (and any edit), before dropout.
+        values: ``[B, H, Tk, Dh]`` or None.
+        head_output: ``[B, H, Tq, Dh]`` per-head output (after any head edit) or None.
+    """
+
+    kind: str
+    layer: int
+    name: str
+    scores: Tensor | None = None
+    mask: Tensor | None = None
+    weights: Tensor | None = None
+    values: Tensor | None = None
+    head_output: Tensor | None = None
+
+
+class Trace:
+    """Attention captured by :func:`record`, by kind and layer.
+
+    A module that runs several times inside one ``record`` block (e.g. once per decoding
+    step) has several calls; accessors take ``call=-1`` (the last) by default.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[str, int], list[AttentionRecord]] = {}
+
+    def _add(self, rec: AttentionRecord) -> None:
+        self._calls.setdefault((rec.kind, rec.layer), []).append(rec)
+
+    # -- listing -----------------------------------------------------------------------------
+    def keys(self) -> list[tuple[str, int]]:
+        """``(kind, layer)`` pairs held, encoder self, decoder self, cross; layers ascending."""
+        return sorted(self._calls, key=lambda k: (KINDS.index(k[0]), k[1]))
+
+    def kinds(self) -> list[str]:
+        return [k for k in KINDS if any(kind == k for kind, _ in self._calls)]
+
+    def layers(self, kind: str) -> list[int]:
+        return sorted(layer for k, layer in self._calls if k == kind)
+
+    def n_calls(self, kind: str, layer: int) -> int:
+        return len(self._calls.get((kind, layer), ()))
+
+    def names(self) -> list[str]:
+        """Hook-point names held, e.g. ``"decoder.layers.0.cross_attn.weights"``."""
+        out = []
+        for key in self.keys():
+            rec = self._calls[key][-1]
+            out += [f"{rec.name}.{f}" for f in FIELDS if getattr(rec, f) is not None]
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._calls
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __repr__(self) -> str:
+        parts = [f"{k}[{layer}]x{len(v)}" for (k, layer), v in sorted(self._calls.items())]
+        return f"Trace({', '.join(parts)})"
+
+    # -- access ------------------------------------------------------------------------------
+    def get(self, kind: str, layer: int, call: int = -1) -> AttentionRecord:
+        """The record of one module call; a clear error names what the trace holds."""
+        calls = self._calls.get((kind, layer))
+        if not calls:
+            held = ", ".join(f"{k}/{i}" for k, i in self.keys()) or "nothing"
+            raise KeyError(f"trace holds no {kind!r} layer {layer}; it holds {held}")
+        return calls[call]
+
+    def _field(self, kind: str, layer: int, name: str, call: int) -> Tensor:
+        value = getattr(self.get(kind, layer, call), name)
+        if value is None:
+            raise KeyError(f"{name!r} was not captured for {kind!r} layer {layer}")
+        return value
+
+    def weights(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Post-softmax weights ``[B, H, Tq, Tk]``: masked cells exactly 0."""
+        return self._field(kind, layer, "weights", call)
+
+    def scores(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Raw scores q·kᵀ/√Dh ``[B, H, Tq, Tk]``, before the mask."""
+        return self._field(kind, layer, "scores", call)
+
+    def mask(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Mask applied, bool True = blocked, ``[B, 1, Tq, Tk]``."""
+        return self._field(kind, layer, "mask", call)
+
+    def values(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Values ``[B, H, Tk, Dh]``."""
+        return self._field(kind, layer, "values", call)
+
+    def head_output(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Per-head outputs ``weights @ values`` ``[B, H, Tq, Dh]`` (before merging heads)."""
+        return self._field(kind, layer, "head_output", call)
+
+    def numpy(self, kind: str, layer: int, what: str = "weights", call: int = -1) -> np.ndarray:
+        """One captured tensor as a CPU float32 numpy array (a bool array for ``mask``)."""
+        if what not in FIELDS:
+            raise KeyError(f"what must be one of {FIELDS}, got {what!r}")
+        return to_numpy(self._field(kind, layer, what, call))
+
+    def to_numpy(self) -> dict[str, np.ndarray]:
+        """Every captured tensor of the last call of each module, keyed by hook-point name."""
+        out = {}
+        for key in self.keys():
+            rec = self._calls[key][-1]
+            for f in FIELDS:
+                value = getattr(rec, f)
+                if value is not None:
+                    out[f"{rec.name}.{f}"] = to_numpy(value)
+        return out
+
+
+# -- edits -------------------------------------------------------------------------------------
+def _check_site(model: Transformer, kind: str, layer: int | None) -> None:
+    if kind not in KINDS:
+        raise EditError(f"kind must be one of {KINDS}, got {kind!r}")
+    n = model.config.n_encoder_layers if kind == "encoder_self" else model.config.n_decoder_layers
+    if layer is not None and not (isinstance(layer, int) and 0 <= layer < n):
+        raise EditError(f"{kind} has layers 0..{n - 1}, got {layer!r}")
+
+
+def _check_heads(model: Transformer, heads: Iterable[int]) -> tuple[int, ...]:
+    heads = tuple(heads)
+    h = model.config.n_heads
+    bad = [i for i in heads if not (isinstance(i, int) and 0 <= i < h)]
+    if bad:
+        raise EditError(f"the model has heads 0..{h - 1}, got {bad}")
+    return heads
+
+
+@dataclass(frozen=True)
+class ZeroHeads:
+    """Zero the outputs of ``heads`` in one attention module (head ablation)."""
+
+    kind: str
+    layer: int
+    heads: Sequence[int]
+
+    def validate(self, model: Transformer) -> None:
+        _check_site(model, self.kind, self.layer)
+        _check_heads(model, self.heads)
+
+    def matches(self, kind: str, layer: int) -> bool:
+        return (kind, layer) == (self.kind, self.layer)
+
+
+@dataclass(frozen=True)
+class ReplaceWeights:
+    """Replace attention weights of one module after the softmax, before they meet the values.
+
+    ``weights`` is a tensor broadcastable to ``[B, Tq, Tk]`` for one ``head`` (or to
+    ``[B, H, Tq, Tk]`` when ``head`` is None), or a callable mapping the computed weights of
+    that head (``[B, Tq, Tk]``) or of all heads (``[B, H, Tq, Tk]``) to new ones.
+    """
+
+    kind: str
+    layer: int
+    weights: Tensor | Callable[[Tensor], Tensor]
+    head: int | None = None
+
+    def validate(self, model: Transformer) -> None:
+        _check_site(model, self.kind, self.layer)
+        if self.head is not None:
+            _check_heads(model, [self.head])
+
+    def matches(self, kind: str, layer: int) -> bool:
+        return (kind, layer) == (self.kind, self.layer)
+
+    def apply(self, weights: Tensor) -> Tensor:
+        """``weights [B, H, Tq, Tk]`` -> edited copy."""
+        target = weights if self.head is None else weights[:, self.head]
+        new = self.weights(target) if callable(self.weights) else self.weights
+        new = torch.as_tensor(new, dtype=weights.dtype, device=weights.device)
+        try:
+            new = new.expand_as(target)
+        except RuntimeError:
+            raise EditError(
+                f"replacement weights of shape {list(new.shape)} do not fit {self.kind} layer "
+                f"{self.layer}, which has {list(target.shape)} here"
+            ) from None
+        if self.head is None:
+            return new.clone()
+        out = weights.clone()
+        out[:, self.head] = new
+        return out
+
+
+@dataclass(frozen=True)
+class DropMask:
+    """Switch a mask off: ``which`` is ``"causal"``, ``"padding"`` or ``"both"``.
+
+    ``kinds`` (default: every kind that has that mask) and ``layers`` (default: all) choose
+    where. The causal mask exists only in ``"decoder_self"``.
+    """
+
+    which: str = "causal"
+    kinds: Sequence[str] | None = None
+    layers: Sequence[int] | None = None
+
+    def validate(self, model: Transformer) -> None:
+        if self.which not in ("causal", "padding", "both"):
+            raise EditError(f"which must be 'causal', 'padding' or 'both', got {self.which!r}")
+        for kind in self.kinds or ():
+            for layer in self.layers or (None,):
+                _check_site(model, kind, layer)
+            if self.which == "causal" and kind != "decoder_self":
+                raise EditError(f"{kind} has no causal mask; only decoder_self has one")
+
+    def matches(self, kind: str, layer: int) -> bool:
+        return (self.kinds is None or kind in self.kinds) and (
+            self.layers is None or layer in self.layers
+        )
+
+
+Edit = ZeroHeads | ReplaceWeights | DropMask
+
+
+@dataclass
+class _Hook:
+    """Edits and capture for one module in one ``record`` block (model.AttentionHook)."""
+
+    kind: str
+    layer: int
+    name: str
+    trace: Trace
+    capture: frozenset[str]
+    detach: bool
+    edits: list = field(default_factory=list)
+
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
+        for e in self.edits:
+            if isinstance(e, DropMask):
+                if e.which in ("padding", "both"):
+                    key_padding_mask = None
+                if e.which in ("causal", "both"):
+                    attn_mask = None
+        return key_padding_mask, attn_mask
+
+    def edit_weights(self, weights: Tensor) -> Tensor:
+        for e in self.edits:
+            if isinstance(e, ReplaceWeights):
+                weights = e.apply(weights)
+        return weights
+
+    def edit_heads(self, head_output: Tensor) -> Tensor:
+        heads = [h for e in self.edits if isinstance(e, ZeroHeads) for h in e.heads]
+        if not heads:
+            return head_output
+        keep = torch.ones(head_output.shape[1], 1, 1, dtype=head_output.dtype, device=head_output.device)
+        keep[heads] = 0
+        return head_output * keep  # [B, H, Tq, Dh]
+
+    def save(self, **tensors: Tensor | None) -> None:
+        if not self.capture:
+            return
+        rec = AttentionRecord(self.kind, self.layer, self.name)
+        for name, value in tensors.items():
+            if name not in self.capture:
+                continue
+            if name == "mask":
+                value = _full_mask(value, tensors["weights"])
+            if value is not None and self.detach:
+                value = value.detach()
+            setattr(rec, name, value)
+        self.trace._add(rec)
+
+
+def _full_mask(mask: Tensor | None, weights: Tensor) -> Tensor:
+    """Mask as stored in a trace: ``[B, 1, Tq, Tk]`` bool, all False when nothing was masked."""
+    b, _, tq, tk = weights.shape
+    if mask is None:
+        return torch.zeros(b, 1, tq, tk, dtype=torch.bool, device=weights.device)
+    return mask.expand(b, 1, tq, tk)
+
+
+class _Recorder:
+    """Maps the attention modules of one model to their hooks (model.Recorder)."""
+
+    def __init__(self, model: Transformer, edits: Sequence[Edit], capture: frozenset[str], detach: bool):
+        self.trace = Trace()
+        self._hooks: dict[int, _Hook] = {}
+        for name, module in model.attention_modules().items():
+            mine = [e for e in edits if e.matches(module.kind, module.layer)]
+            if capture or mine:
+                self._hooks[id(module)] = _Hook(
+                    module.kind, module.layer, name, self.trace, capture, detach, mine
+                )
+
+    def hook_for(self, module: MultiHeadAttention) -> _Hook | None:
+        return self._hooks.get(id(module))
+
+
+@contextmanager
+def record(
+    model: Transformer,
+    edits: Sequence[Edit] = (),
+    *,
+    capture: Iterable[str] | None = FIELDS,
+    detach: bool = True,
+) -> Iterator[Trace]:
+    """Capture (and optionally edit) the attention of ``model`` for the calls inside the block.
+
+    Args:
+        model: the :class:`attnviz.Transformer` to watch; other models are left alone.
+        edits: :class:`ZeroHeads`, :class:`ReplaceWeights`, :class:`DropMask` applied inside
+            the forward pass.
+        capture: which of ``FIELDS`` to keep (None or empty: edit only, keep nothing).
+        detach: store detached tensors (False keeps the autograd graph, for attribution).
+    Yields:
+        The :class:`Trace`, filled as the model runs.
+    """
+    edits = list(edits)
+    for e in edits:
+        if not isinstance(e, ZeroHeads | ReplaceWeights | DropMask):
+            raise EditError(f"unknown edit {e!r}; use ZeroHeads, ReplaceWeights or DropMask")
+        e.validate(model)
+    capture = frozenset(capture or ())
+    unknown = capture - set(FIELDS)
+    if unknown:
+        raise EditError(f"capture may name {FIELDS}, got {sorted(unknown)}")
+    recorder = _Recorder(model, edits, capture, detach)
+    token = ACTIVE_RECORDER.set(recorder)
+    try:
+        yield recorder.trace
+    finally:
+        ACTIVE_RECORDER.reset(token)

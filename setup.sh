@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up attnviz in ./.venv: a CPU build of torch unless told otherwise, then attnviz with
+# its test extra. Safe to run again; it only installs what is missing.
+#
+#   ATTNVIZ_TORCH_INDEX=https://download.pytorch.org/whl/cu128 bash setup.sh   # CUDA build
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON="${PYTHON:-python3}"
+TORCH_VERSION="${ATTNVIZ_TORCH_VERSION:-2.13.0}"
+
+if [ ! -x .venv/bin/python ]; then
+    echo "attnviz: creating .venv with $("$PYTHON" --version)"
+    "$PYTHON" -m venv .venv
+fi
+PY=.venv/bin/python
+"$PY" -m pip install --quiet --upgrade pip
+
+# torch first and pinned, so that nothing later resolves an unpinned torch to the multi-GB
+# CUDA build on a machine without a GPU.
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    if [ -n "${ATTNVIZ_TORCH_INDEX:-}" ]; then
+        echo "attnviz: installing torch==$TORCH_VERSION from $ATTNVIZ_TORCH_INDEX"
+        "$PY" -m pip install --quiet "torch==$TORCH_VERSION" --index-url "$ATTNVIZ_TORCH_INDEX"
+    else
+        echo "attnviz: installing torch==$TORCH_VERSION"
+        "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
+    fi
+fi
+
+echo "attnviz: installing attnviz and its test tools"
+"$PY" -m pip install --quiet -e ".[test]"
+"$PY" -c "import torch, attnviz; print(f'attnviz {attnviz.__version__} ready (torch {torch.__version__}, cuda available: {torch.cuda.is_available()})')"
