@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny random models and a small trained reversal model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.cli import train_reversal
+
+
+def make_model(seed: int = 0, **overrides) -> attnviz.Transformer:
+    """A tiny random model in eval mode with dropout off."""
+    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=24, n_heads=4,
+                n_encoder_layers=2, n_decoder_layers=2, d_ff=40, dropout=0.0, max_len=200)
+    base.update(overrides)
+    torch.manual_seed(seed)
+    return attnviz.Transformer(attnviz.ModelConfig(**base)).eval()
+
+
+def random_batch(model: attnviz.Transformer, b: int = 3, ts: int = 7, tt: int = 6, seed: int = 1):
+    """Source/target ids (ids >= 3) with PAD (0) at the end of some source and target rows."""
+    g = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    src = torch.randint(3, cfg.src_vocab_size, (b, ts), generator=g)
+    tgt = torch.randint(3, cfg.tgt_vocab_size, (b, tt), generator=g)
+    if b > 1:
+        src[1, ts - 3 :] = cfg.pad_id
+        tgt[1, tt - 2 :] = cfg.pad_id
+    return src, tgt, src == cfg.pad_id, tgt == cfg.pad_id
+
+
+@pytest.fixture
+def model() -> attnviz.Transformer:
+    return make_model()
+
+
+@pytest.fixture(scope="session")
+def reverse_model() -> attnviz.Transformer:
+    """A small model trained on reversing a-z strings of length 1-8 (ids: PAD 0, BOS 1, EOS 2)."""
+    return train_reversal(steps=500, seed=0, max_len=8, progress=False)
