@@ -59,15 +59,22 @@ def reversal_batch(n: int, min_len: int, max_len: int, generator: torch.Generato
     return src, tgt_in, tgt_out
 
 
-def train_reversal(steps: int, seed: int = 0, max_len: int = 10, progress: bool = True) -> Transformer:
+def train_reversal(
+    steps: int, seed: int = 0, max_len: int = 10, progress: bool = True
+) -> Transformer:
     """Train a tiny model on string reversal (the demo; ``attnviz train`` is the full tool)."""
     from tqdm import tqdm
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     cfg = ModelConfig(
-        src_vocab_size=_OFFSET + len(LETTERS), tgt_vocab_size=_OFFSET + len(LETTERS),
-        d_model=64, n_heads=4, d_ff=128, dropout=0.0, max_len=64,
+        src_vocab_size=_OFFSET + len(LETTERS),
+        tgt_vocab_size=_OFFSET + len(LETTERS),
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        dropout=0.0,
+        max_len=64,
     )
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -98,8 +105,10 @@ def _demo(args: argparse.Namespace) -> int:
         cross = res.attention["cross", model.config.n_decoder_layers - 1].mean(0)  # [Ts]
         src_pos = int(cross.argmax())
         shown = "<eos>" if res.token == EOS else decode_letters([res.token])
-        print(f"  step {res.step:2d}: {shown:5s} p={res.prob:.2f}  looks most at input "
-              f"position {src_pos} ({args.text[src_pos]!r})")
+        print(
+            f"  step {res.step:2d}: {shown:5s} p={res.prob:.2f}  looks most at input "
+            f"position {src_pos} ({args.text[src_pos]!r})"
+        )
         if res.done:
             break
     print(f"output: {decode_letters(stepper.tokens)}")

@@ -338,7 +338,17 @@ def beam_search(
     for i in range(src.shape[0]):
         row_pad = None if pad is None else pad[i : i + 1]
         results.append(
-            _beam_one(model, src[i : i + 1], row_pad, bos_id, eos_id, beam_size, max_len, length_penalty, return_attention)
+            _beam_one(
+                model,
+                src[i : i + 1],
+                row_pad,
+                bos_id,
+                eos_id,
+                beam_size,
+                max_len,
+                length_penalty,
+                return_attention,
+            )
         )
     return results
 
@@ -394,7 +404,9 @@ def _beam_one(
             scores = torch.tensor(new_scores, device=device)
             prev = torch.tensor([[t[-1]] for t in tokens], device=device)
         else:  # length limit: the live hypotheses count as finished
-            finished += [(t, s, h) for t, s, h in zip(tokens, scores.tolist(), history, strict=True)]
+            finished += [
+                (t, s, h) for t, s, h in zip(tokens, scores.tolist(), history, strict=True)
+            ]
 
     def normalized(entry: tuple) -> float:
         return entry[1] / max(len(entry[0]), 1) ** length_penalty

@@ -63,7 +63,12 @@ def _map_key(key: str, prefix: str) -> str | None:
     if not key.startswith(prefix):
         return None
     inner = key[len(prefix) :]
-    if inner in ("encoder.norm.weight", "encoder.norm.bias", "decoder.norm.weight", "decoder.norm.bias"):
+    if inner in (
+        "encoder.norm.weight",
+        "encoder.norm.bias",
+        "decoder.norm.weight",
+        "decoder.norm.bias",
+    ):
         return inner
     m = _LAYER_KEY.match(inner)
     if m and m.group(3) in _LAYER:
@@ -113,7 +118,9 @@ def from_torch_state_dict(
     Raises:
         InteropError: unknown or missing keys (listed), or shapes that do not fit together.
     """
-    if not isinstance(state_dict, Mapping) or not all(isinstance(v, Tensor) for v in state_dict.values()):
+    if not isinstance(state_dict, Mapping) or not all(
+        isinstance(v, Tensor) for v in state_dict.values()
+    ):
         raise InteropError("state_dict must map parameter names to tensors")
     keys = list(state_dict)
     prefix = _find_prefix(keys)
@@ -122,7 +129,9 @@ def from_torch_state_dict(
         raise InteropError(f"unknown keys in state dict: {', '.join(unknown)}")
     for needed in (*_OUTER, _POS):
         if needed not in state_dict:
-            raise InteropError(f"missing keys in state dict: {needed} (and the model needs all of {', '.join([*_OUTER, _POS])})")
+            raise InteropError(
+                f"missing keys in state dict: {needed} (and the model needs all of {', '.join([*_OUTER, _POS])})"
+            )
 
     src_emb = state_dict["src_tok_emb.embedding.weight"]
     tgt_emb = state_dict["tgt_tok_emb.embedding.weight"]
@@ -130,9 +139,10 @@ def from_torch_state_dict(
     if pos.dim() == 3:  # the tutorial's [max_len, 1, D]
         pos = pos[:, 0]
     d_model = src_emb.shape[1]
-    ff_w = state_dict[f"{prefix}encoder.layers.0.linear1.weight"] if f"{prefix}encoder.layers.0.linear1.weight" in state_dict else None
-    if ff_w is None:
-        raise InteropError(f"missing keys in state dict: {prefix}encoder.layers.0.linear1.weight")
+    ff_key = f"{prefix}encoder.layers.0.linear1.weight"
+    if ff_key not in state_dict:
+        raise InteropError(f"missing keys in state dict: {ff_key}")
+    ff_w = state_dict[ff_key]
     try:
         config = ModelConfig(
             src_vocab_size=src_emb.shape[0],

@@ -51,7 +51,9 @@ def causal_mask(tq: int, tk: int | None = None, device: torch.device | str | Non
     return k_pos > q_pos
 
 
-def as_bool_mask(mask: Tensor | None, shape: tuple[int, ...], name: str, dims: str) -> Tensor | None:
+def as_bool_mask(
+    mask: Tensor | None, shape: tuple[int, ...], name: str, dims: str
+) -> Tensor | None:
     """Validate a user-given mask and convert it to the bool, True = blocked convention.
 
     Args:
@@ -68,7 +70,9 @@ def as_bool_mask(mask: Tensor | None, shape: tuple[int, ...], name: str, dims: s
         return None
     expected = f"{dims} = {list(shape)}"
     if not isinstance(mask, Tensor):
-        raise MaskError(f"{name} must be a torch.Tensor of shape {expected}, got {type(mask).__name__}")
+        raise MaskError(
+            f"{name} must be a torch.Tensor of shape {expected}, got {type(mask).__name__}"
+        )
     if tuple(mask.shape) != tuple(shape):
         raise MaskError(f"{name} must have shape {expected}, got {list(mask.shape)}")
     if mask.dtype == torch.bool:

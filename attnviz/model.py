@@ -72,7 +72,9 @@ class KVBuffer:
         """Add ``[B, H, Tnew, Dh]`` keys/values; return all of them, ``[B, H, Tk, Dh]``."""
         end = self.length + k.shape[2]
         if end > self.k.shape[2]:
-            raise InputError(f"decoder cache holds {self.k.shape[2]} positions; step {end} is past it")
+            raise InputError(
+                f"decoder cache holds {self.k.shape[2]} positions; step {end} is past it"
+            )
         self.k[:, :, self.length : end] = k
         self.v[:, :, self.length : end] = v
         self.length = end
@@ -262,7 +264,9 @@ class DecoderLayer(nn.Module):
         """``x [B, Tt, D]``, ``memory [B, Ts, D]`` -> ``[B, Tt, D]``."""
 
         def self_block(h: Tensor) -> Tensor:
-            out = self.self_attn(h, key_padding_mask=tgt_pad_mask, attn_mask=causal, cache=self_cache)
+            out = self.self_attn(
+                h, key_padding_mask=tgt_pad_mask, attn_mask=causal, cache=self_cache
+            )
             return self.dropout1(out)
 
         def cross_block(h: Tensor) -> Tensor:
@@ -304,7 +308,9 @@ class Transformer(nn.Module):
         cfg = self.config = config
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = (
-            self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+            self.src_embed
+            if cfg.share_embeddings
+            else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         )
         self.register_buffer("pe", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False)
         self.emb_dropout = nn.Dropout(cfg.dropout)
@@ -346,7 +352,9 @@ class Transformer(nn.Module):
             )
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab:
-            raise InputError(f"{name} holds id {lo if lo < 0 else hi}, outside the vocabulary 0..{vocab - 1}")
+            raise InputError(
+                f"{name} holds id {lo if lo < 0 else hi}, outside the vocabulary 0..{vocab - 1}"
+            )
 
     def _embed(self, table: nn.Embedding, ids: Tensor, start: int = 0) -> Tensor:
         x = table(ids) * math.sqrt(self.config.d_model)  # [B, T, D]
@@ -431,11 +439,16 @@ class Transformer(nn.Module):
             capacity: most target positions to be fed (default ``config.max_len``).
         """
         cfg = self.config
-        src_pad = masks.as_bool_mask(src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]")
+        src_pad = masks.as_bool_mask(
+            src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]"
+        )
         capacity = min(capacity or cfg.max_len, cfg.max_len)
         b = memory.shape[0]
         return DecoderCache(
-            self_kv=[KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim, memory) for _ in self.decoder.layers],
+            self_kv=[
+                KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim, memory)
+                for _ in self.decoder.layers
+            ],
             cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.decoder.layers],
             src_pad_mask=src_pad,
         )
@@ -446,4 +459,3 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Trainable parameters, shared ones counted once."""
         return sum(p.numel() for p in self.parameters())
-

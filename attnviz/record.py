@@ -292,7 +292,9 @@ class _Hook:
         heads = [h for e in self.edits if isinstance(e, ZeroHeads) for h in e.heads]
         if not heads:
             return head_output
-        keep = torch.ones(head_output.shape[1], 1, 1, dtype=head_output.dtype, device=head_output.device)
+        keep = torch.ones(
+            head_output.shape[1], 1, 1, dtype=head_output.dtype, device=head_output.device
+        )
         keep[heads] = 0
         return head_output * keep  # [B, H, Tq, Dh]
 
@@ -322,7 +324,9 @@ def _full_mask(mask: Tensor | None, weights: Tensor) -> Tensor:
 class _Recorder:
     """Maps the attention modules of one model to their hooks (model.Recorder)."""
 
-    def __init__(self, model: Transformer, edits: Sequence[Edit], capture: frozenset[str], detach: bool):
+    def __init__(
+        self, model: Transformer, edits: Sequence[Edit], capture: frozenset[str], detach: bool
+    ):
         self.trace = Trace()
         self._hooks: dict[int, _Hook] = {}
         for name, module in model.attention_modules().items():

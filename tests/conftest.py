@@ -11,8 +11,17 @@ from attnviz.cli import train_reversal
 
 def make_model(seed: int = 0, **overrides) -> attnviz.Transformer:
     """A tiny random model in eval mode with dropout off."""
-    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=24, n_heads=4,
-                n_encoder_layers=2, n_decoder_layers=2, d_ff=40, dropout=0.0, max_len=200)
+    base = dict(
+        src_vocab_size=23,
+        tgt_vocab_size=19,
+        d_model=24,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=40,
+        dropout=0.0,
+        max_len=200,
+    )
     base.update(overrides)
     torch.manual_seed(seed)
     return attnviz.Transformer(attnviz.ModelConfig(**base)).eval()

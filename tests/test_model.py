@@ -36,7 +36,9 @@ def test_recorded_weights_reproduce_every_module_output(model):
     src, tgt, sp, tp = random_batch(model)
     outputs = {}
     handles = [
-        m.register_forward_hook(lambda mod, args, kw_out, name=name: outputs.__setitem__(name, kw_out))
+        m.register_forward_hook(
+            lambda mod, args, kw_out, name=name: outputs.__setitem__(name, kw_out)
+        )
         for name, m in model.attention_modules().items()
     ]
     try:
@@ -131,14 +133,21 @@ def test_options_change_the_structure():
     assert len(deep.encoder.layers) == 3 and len(deep.decoder.layers) == 1
     # every layer has its own weights
     layers = deep.encoder.layers
-    assert layers[0].self_attn.in_proj_weight.data_ptr() != layers[1].self_attn.in_proj_weight.data_ptr()
+    assert (
+        layers[0].self_attn.in_proj_weight.data_ptr()
+        != layers[1].self_attn.in_proj_weight.data_ptr()
+    )
 
 
 def test_positional_encoding_matches_the_paper():
     pe = attnviz.model.sinusoidal_positions(50, 6)
     pos, i = 7, 1
-    assert pe[pos, 2 * i].item() == pytest.approx(torch.sin(torch.tensor(pos / 10000 ** (2 * i / 6))).item(), abs=1e-6)
-    assert pe[pos, 2 * i + 1].item() == pytest.approx(torch.cos(torch.tensor(pos / 10000 ** (2 * i / 6))).item(), abs=1e-6)
+    assert pe[pos, 2 * i].item() == pytest.approx(
+        torch.sin(torch.tensor(pos / 10000 ** (2 * i / 6))).item(), abs=1e-6
+    )
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(
+        torch.cos(torch.tensor(pos / 10000 ** (2 * i / 6))).item(), abs=1e-6
+    )
 
 
 def test_every_parameter_gets_a_gradient():
@@ -153,14 +162,18 @@ def test_every_parameter_gets_a_gradient():
 def test_tiny_model_overfits_reversal(norm_first):
     """Gradients flow through every part: a fixed batch of reversed strings is learned."""
     torch.manual_seed(0)
-    cfg = attnviz.ModelConfig(29, 29, d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm_first=norm_first)
+    cfg = attnviz.ModelConfig(
+        29, 29, d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm_first=norm_first
+    )
     model = attnviz.Transformer(cfg)
     src, tgt_in, tgt_out = reversal_batch(16, 3, 8, torch.Generator().manual_seed(0))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD)
     first = None
     for _ in range(250):
-        loss = loss_fn(model(src, tgt_in, src == PAD, tgt_in == PAD).flatten(0, 1), tgt_out.flatten())
+        loss = loss_fn(
+            model(src, tgt_in, src == PAD, tgt_in == PAD).flatten(0, 1), tgt_out.flatten()
+        )
         first = first if first is not None else loss.item()
         opt.zero_grad()
         loss.backward()

@@ -30,9 +30,12 @@ def test_hook_names_and_recorded_keys_are_pinned(model):
     with attnviz.record(model) as trace:
         model(src, tgt, sp, tp)
     assert trace.keys() == [
-        ("encoder_self", 0), ("encoder_self", 1),
-        ("decoder_self", 0), ("decoder_self", 1),
-        ("cross", 0), ("cross", 1),
+        ("encoder_self", 0),
+        ("encoder_self", 1),
+        ("decoder_self", 0),
+        ("decoder_self", 1),
+        ("cross", 0),
+        ("cross", 1),
     ]
     expected = [f"{m}.{f}" for m in (PINNED_MODULES[i] for i in (0, 1, 2, 4, 3, 5)) for f in FIELDS]
     assert trace.names() == expected
@@ -49,9 +52,16 @@ def test_parameter_names_are_pinned():
     assert names[:2] == ["src_embed.weight", "tgt_embed.weight"]
     assert "decoder.layers.0.cross_attn.in_proj_weight" in names
     assert "encoder.layers.0.ff.linear1.weight" in names
-    assert names[-4:] == ["decoder.norm.weight", "decoder.norm.bias", "generator.weight", "generator.bias"]
+    assert names[-4:] == [
+        "decoder.norm.weight",
+        "decoder.norm.bias",
+        "generator.weight",
+        "generator.bias",
+    ]
     assert "pe" not in names  # derived from the config, not stored
-    assert len(names) == 2 + 12 + 2 + 18 + 2 + 2  # embeds, enc layer, enc norm, dec layer, dec norm, out
+    assert (
+        len(names) == 2 + 12 + 2 + 18 + 2 + 2
+    )  # embeds, enc layer, enc norm, dec layer, dec norm, out
 
 
 def test_capture_subset_and_detach(model):
@@ -72,7 +82,10 @@ def test_capture_subset_and_detach(model):
 def test_recorder_is_gone_after_an_exception(model):
     src, tgt, sp, tp = random_batch(model)
     clean = model(src, tgt, sp, tp)
-    with pytest.raises(RuntimeError, match="boom"), attnviz.record(model, [attnviz.ZeroHeads("cross", 0, [0, 1, 2, 3])]):
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        attnviz.record(model, [attnviz.ZeroHeads("cross", 0, [0, 1, 2, 3])]),
+    ):
         model(src, tgt, sp, tp)
         raise RuntimeError("boom")
     assert ACTIVE_RECORDER.get() is None
@@ -151,13 +164,18 @@ def test_replace_weights_is_what_meets_the_values(model):
     assert torch.allclose(w[:, 2], uniform.expand(3, 6, 7))
     assert torch.allclose(trace.head_output("cross", 0), w @ trace.values("cross", 0), atol=1e-6)
     # a callable edit sees the computed weights of all heads
-    with attnviz.record(model, [attnviz.ReplaceWeights("encoder_self", 1, lambda w: w.flip(-1))]) as t2:
+    with attnviz.record(
+        model, [attnviz.ReplaceWeights("encoder_self", 1, lambda w: w.flip(-1))]
+    ) as t2:
         model(src, tgt, sp, tp)
     with attnviz.record(model) as base:
         model(src, tgt, sp, tp)
-    assert torch.allclose(t2.weights("encoder_self", 1), base.weights("encoder_self", 1).flip(-1), atol=1e-6)
-    with pytest.raises(attnviz.EditError, match=r"do not fit cross layer 0"), attnviz.record(
-        model, [attnviz.ReplaceWeights("cross", 0, torch.ones(5, 5), head=0)]
+    assert torch.allclose(
+        t2.weights("encoder_self", 1), base.weights("encoder_self", 1).flip(-1), atol=1e-6
+    )
+    with (
+        pytest.raises(attnviz.EditError, match=r"do not fit cross layer 0"),
+        attnviz.record(model, [attnviz.ReplaceWeights("cross", 0, torch.ones(5, 5), head=0)]),
     ):
         model(src, tgt, sp, tp)
 

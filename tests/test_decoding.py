@@ -1,0 +1,165 @@
+"""Decoding: cached steps == recomputing the prefix, stepping back, batched greedy, beam."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.cli import BOS, EOS, PAD, decode_letters, encode_letters
+from tests.conftest import make_model
+
+
+def recompute(model, src, prefix):
+    """Full teacher-forced pass over ``prefix``: last-row logits and every attention row."""
+    with attnviz.record(model) as trace:
+        logits = model(src, torch.tensor([prefix]))[0, -1]
+    return logits, trace
+
+
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(norm_first=True, final_norm=True, n_decoder_layers=3)]
+)
+def test_cached_steps_equal_recomputing_the_prefix(overrides):
+    model = make_model(**overrides)
+    src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
+    stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=120)
+    prefix = [BOS]
+    for t in range(120):
+        res = stepper.step()
+        logits, trace = recompute(model, src, prefix)
+        assert res.token == int(logits.argmax())
+        assert torch.allclose(res.logits, logits, atol=1e-5), f"step {t}"
+        for layer in range(model.config.n_decoder_layers):
+            full_self = trace.weights("decoder_self", layer)[0, :, t]  # [H, t + 1]
+            assert torch.allclose(res.attention["decoder_self", layer], full_self, atol=1e-5)
+            full_cross = trace.weights("cross", layer)[0, :, t]
+            assert torch.allclose(res.attention["cross", layer], full_cross, atol=1e-5)
+        prefix.append(res.token)
+    assert stepper.done and len(stepper.tokens) == 120
+    # the rebuilt matrices are the teacher-forced ones
+    rebuilt = stepper.trace()
+    _, trace = recompute(model, src, prefix[:-1])
+    for key in trace.keys():
+        assert torch.allclose(rebuilt.weights(*key), trace.weights(*key), atol=1e-5), key
+    assert torch.equal(rebuilt.mask("decoder_self", 0), trace.mask("decoder_self", 0))
+    allowed = ~trace.mask("decoder_self", 0).expand_as(trace.scores("decoder_self", 0))
+    assert torch.allclose(
+        rebuilt.scores("decoder_self", 0)[allowed],
+        trace.scores("decoder_self", 0)[allowed],
+        atol=1e-4,
+    )
+    assert torch.isnan(rebuilt.scores("decoder_self", 0)[~allowed]).all()  # never computed
+
+
+def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
+    model = make_model()
+    src = torch.randint(3, 23, (9,), generator=torch.Generator().manual_seed(4))
+    calls = []
+    original = model.encode
+    monkeypatch.setattr(model, "encode", lambda *a, **k: calls.append(1) or original(*a, **k))
+    stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=20)
+    first = [stepper.step() for _ in range(12)]
+    stepper.back(5)
+    assert stepper.position == 5 and stepper.tokens == [r.token for r in first[:5]]
+    again = [stepper.step() for _ in range(7)]
+    for a, b in zip(first[5:], again, strict=True):
+        assert a.token == b.token and torch.allclose(a.logits, b.logits, atol=1e-6)
+    stepper.reset()
+    assert stepper.tokens == [] and stepper.step().token == first[0].token
+    assert stepper.trace(upto=1).weights("cross", 0).shape == (1, 4, 1, 9)
+    assert len(calls) == 1
+    with pytest.raises(attnviz.InputError, match="position must be in 0..1"):
+        stepper.back(3)
+
+
+def test_stepper_forced_tokens_and_finish(reverse_model):
+    ids = torch.tensor(encode_letters("abcde"))
+    stepper = attnviz.GreedyStepper(reverse_model, ids, BOS, EOS)
+    assert decode_letters(stepper.run()) == "edcba" and stepper.tokens[-1] == EOS
+    with pytest.raises(attnviz.InputError, match="finished"):
+        stepper.step()
+    stepper.reset()
+    forced = stepper.step(token=encode_letters("z")[0])
+    assert forced.token == encode_letters("z")[0] and forced.prob < 0.5
+    assert 0.99 < float(forced.probs.sum()) < 1.01
+    with pytest.raises(attnviz.InputError, match="one sequence"):
+        attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, BOS, EOS)
+
+
+def test_batched_greedy_stops_each_row_at_its_eos(reverse_model):
+    words = ["a", "hello", "xyzzyab", "qq"]
+    width = max(map(len, words))
+    src = torch.tensor([encode_letters(w) + [PAD] * (width - len(w)) for w in words])
+    out = attnviz.greedy_decode(reverse_model, src, BOS, EOS)
+    assert out.shape == (4, width + 1)
+    for row, w in zip(out.tolist(), words, strict=True):
+        n = len(w)
+        assert decode_letters(row[:n]) == w[::-1]
+        assert row[n] == EOS and all(t == PAD for t in row[n + 1 :])
+    # the batch gives the same tokens as one-at-a-time stepping
+    for row, w in zip(out.tolist(), words, strict=True):
+        alone = attnviz.GreedyStepper(
+            reverse_model, torch.tensor(encode_letters(w)), BOS, EOS
+        ).run()
+        assert row[: len(alone)] == alone
+
+
+def test_beam_one_is_greedy():
+    model = make_model()
+    src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))
+    src[2, 6:] = PAD
+    eos = 7
+    greedy = attnviz.greedy_decode(model, src, BOS, eos, max_len=30)
+    beams = attnviz.beam_search(model, src, BOS, eos, beam_size=1, max_len=30)
+    for row, beam in zip(greedy.tolist(), beams, strict=True):
+        end = row.index(eos) + 1 if eos in row else len(row)
+        assert beam.tokens == row[:end]
+
+
+def test_beam_score_and_attention_are_the_models(reverse_model):
+    src = torch.tensor(encode_letters("reverse"))
+    best = attnviz.beam_search(reverse_model, src, BOS, EOS, beam_size=4, return_attention=True)[0]
+    assert decode_letters(best.tokens) == "esrever" and best.tokens[-1] == EOS
+    tgt_in = torch.tensor([[BOS] + best.tokens[:-1]])
+    with torch.no_grad(), attnviz.record(reverse_model) as trace:
+        logits = reverse_model(src[None], tgt_in)
+    logp = torch.log_softmax(logits[0], -1).gather(1, torch.tensor(best.tokens)[:, None]).sum()
+    assert best.score == pytest.approx(float(logp), abs=1e-4)
+    assert best.normalized_score == pytest.approx(best.score / len(best.tokens))
+    for key in trace.keys():
+        assert torch.allclose(best.trace.weights(*key), trace.weights(*key), atol=1e-5), key
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_wide_beam_finds_the_exhaustive_best(length_penalty):
+    """A beam wider than every hypothesis set is exact search: compare with enumeration."""
+    model = make_model(seed=2, tgt_vocab_size=5)
+    src = torch.randint(3, 23, (1, 6), generator=torch.Generator().manual_seed(6))
+    eos, n = 2, 3
+
+    @torch.no_grad()
+    def score(seq):
+        logits = model(src, torch.tensor([[BOS] + seq[:-1]]))[0]
+        return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(seq)[:, None]).sum())
+
+    candidates = [
+        list(seq)
+        for length in range(1, n + 1)
+        for seq in itertools.product(range(5), repeat=length)
+        if eos not in seq[:-1] and (seq[-1] == eos or length == n)
+    ]
+    best = max(candidates, key=lambda s: score(s) / len(s) ** length_penalty)
+    found = attnviz.beam_search(
+        model, src, BOS, eos, beam_size=200, max_len=n, length_penalty=length_penalty
+    )[0]
+    assert found.tokens == best
+    assert found.score == pytest.approx(score(best), abs=1e-4)
+
+
+def test_decoding_restores_training_mode():
+    model = make_model().train()
+    attnviz.greedy_decode(model, torch.tensor([[4, 5, 6]]), BOS, EOS, max_len=3)
+    assert model.training
