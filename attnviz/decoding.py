@@ -164,7 +164,6 @@ class GreedyStepper:
             memory = model.encode(self.src, pad)
             self._cache = model.init_cache(memory, pad, capacity=self.max_len)
         self.encoder_trace = enc_trace
-        self.memory = memory  # [1, Ts, D]
         self._steps: list[StepResult] = []
         self._records: list[dict[tuple[str, int], AttentionRecord]] = []
 
