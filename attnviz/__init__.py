@@ -14,6 +14,7 @@ from .errors import (
     InputError,
     InteropError,
     MaskError,
+    TraceLookupError,
 )
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record, to_numpy
@@ -38,6 +39,7 @@ __all__ = [
     "ReplaceWeights",
     "StepResult",
     "Trace",
+    "TraceLookupError",
     "Transformer",
     "ZeroHeads",
     "__version__",

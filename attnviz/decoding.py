@@ -8,7 +8,7 @@ produced, from the cached forward passes that produced them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -18,7 +18,7 @@ from torch import Tensor
 from . import masks
 from .errors import InputError
 from .model import Transformer
-from .record import AttentionRecord, Trace, record
+from .record import AttentionRecord, Edit, Trace, record
 
 #: What the decoders keep per step (values and head outputs are not needed for display).
 STEP_FIELDS = ("scores", "mask", "weights")
@@ -51,7 +51,7 @@ def _as_batch(src: Tensor, name: str = "src") -> Tensor:
 def _pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
     """The caller's mask, else PAD positions of ``src`` (None when there are none)."""
     if src_pad_mask is not None:
-        return src_pad_mask
+        return src_pad_mask.to(src.device)
     pad = masks.padding_mask(src, model.config.pad_id)
     return pad if bool(pad.any()) else None
 
@@ -142,6 +142,8 @@ class GreedyStepper:
         bos_id, eos_id: special ids; ``eos_id=None`` decodes until ``max_len``.
         max_len: most tokens to produce (default ``2 * Ts + 16``, within the model's max_len).
         src_pad_mask: ``[1, Ts]`` bool, default from ``config.pad_id``.
+        edits: attention edits (``ZeroHeads``, ``DropMask``, ...) applied to every pass,
+            the encoder's included, so the whole decode runs the edited model.
     """
 
     def __init__(
@@ -152,15 +154,17 @@ class GreedyStepper:
         eos_id: int | None,
         max_len: int | None = None,
         src_pad_mask: Tensor | None = None,
+        edits: Sequence[Edit] = (),
     ):
         src = _as_batch(src_ids, "src_ids")
         if src.shape[0] != 1:
             raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
+        self.edits = tuple(edits)
         self.src = src.to(next(model.parameters()).device)
         self.max_len = _default_max_len(model, src.shape[1], max_len)
         pad = _pad_mask(model, self.src, src_pad_mask)
-        with _inference(model), record(model, capture=STEP_FIELDS) as enc_trace:
+        with _inference(model), record(model, self.edits, capture=STEP_FIELDS) as enc_trace:
             memory = model.encode(self.src, pad)
             self._cache = model.init_cache(memory, pad, capacity=self.max_len)
         self.encoder_trace = enc_trace
@@ -200,12 +204,13 @@ class GreedyStepper:
             raise InputError("decoding is finished; call back() or reset() to step again")
         prev = self.bos_id if not self._steps else self._steps[-1].token
         ids = torch.tensor([[prev]], device=self.src.device)
-        with _inference(self.model), record(self.model, capture=STEP_FIELDS) as trace:
+        vocab = self.model.config.tgt_vocab_size
+        if token is not None and not (isinstance(token, int) and 0 <= token < vocab):
+            raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
+        with _inference(self.model), record(self.model, self.edits, capture=STEP_FIELDS) as trace:
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)
-        chosen = int(logits.argmax()) if token is None else int(token)
-        if not 0 <= chosen < logits.shape[0]:
-            raise InputError(f"token {chosen} is outside the vocabulary 0..{logits.shape[0] - 1}")
+        chosen = int(logits.argmax()) if token is None else token
         recs = _step_records(trace)
         attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
         result = StepResult(
@@ -255,6 +260,7 @@ def greedy_decode(
     eos_id: int | None,
     max_len: int | None = None,
     src_pad_mask: Tensor | None = None,
+    edits: Sequence[Edit] = (),
 ) -> Tensor:
     """Batched greedy decoding with a KV cache; each row stops at its own EOS.
 
@@ -262,6 +268,7 @@ def greedy_decode(
         src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
         max_len: most tokens per row (default ``2 * Ts + 16``).
         src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
+        edits: attention edits applied to every pass (see :func:`attnviz.record`).
     Returns:
         ``[B, T]`` ids without BOS; a row ends with EOS followed by PAD (``config.pad_id``),
         or is cut at ``max_len``. T is the longest row.
@@ -269,7 +276,7 @@ def greedy_decode(
     src = _as_batch(src).to(next(model.parameters()).device)
     n_max = _default_max_len(model, src.shape[1], max_len)
     pad_id = model.config.pad_id
-    with _inference(model):
+    with _inference(model), record(model, edits, capture=None):
         pad = _pad_mask(model, src, src_pad_mask)
         cache = model.init_cache(model.encode(src, pad), pad, capacity=n_max)
         b = src.shape[0]
@@ -315,6 +322,7 @@ def beam_search(
     length_penalty: float = 1.0,
     src_pad_mask: Tensor | None = None,
     return_attention: bool = False,
+    edits: Sequence[Edit] = (),
 ) -> list[BeamResult]:
     """Beam search, one source sequence at a time.
 
@@ -326,6 +334,7 @@ def beam_search(
         src: ``[B, Ts]`` (or ``[Ts]``) source ids.
         return_attention: also return each best hypothesis's attention, recorded during the
             search and followed back through the beam's reordering.
+        edits: attention edits applied to every pass (see :func:`attnviz.record`).
     Returns:
         One :class:`BeamResult` per source row.
     """
@@ -334,21 +343,11 @@ def beam_search(
     src = _as_batch(src).to(next(model.parameters()).device)
     pad = _pad_mask(model, src, src_pad_mask)
     results = []
-    for i in range(src.shape[0]):
-        row_pad = None if pad is None else pad[i : i + 1]
-        results.append(
-            _beam_one(
-                model,
-                src[i : i + 1],
-                row_pad,
-                bos_id,
-                eos_id,
-                beam_size,
-                max_len,
-                length_penalty,
-                return_attention,
-            )
-        )
+    with record(model, edits, capture=None):  # the search's own record blocks nest inside
+        for i in range(src.shape[0]):
+            row_pad = None if pad is None else pad[i : i + 1]
+            args = (bos_id, eos_id, beam_size, max_len, length_penalty, return_attention)
+            results.append(_beam_one(model, src[i : i + 1], row_pad, *args))
     return results
 
 

@@ -23,3 +23,7 @@ class InteropError(AttnvizError, ValueError):
 
 class EditError(AttnvizError, ValueError):
     """An attention edit (ablation, replacement, mask drop) that does not fit the model."""
+
+
+class TraceLookupError(AttnvizError, LookupError):
+    """A trace was asked for attention it did not capture."""

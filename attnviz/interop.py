@@ -135,7 +135,8 @@ def from_torch_state_dict(
 
     src_emb = state_dict["src_tok_emb.embedding.weight"]
     tgt_emb = state_dict["tgt_tok_emb.embedding.weight"]
-    pos = state_dict[_POS].float()
+    pos = state_dict[_POS].detach().float().cpu()
+    pos_atol = 1e-5 if state_dict[_POS].dtype == torch.float32 else 1e-2  # half precision rounds
     if pos.dim() == 3:  # the tutorial's [max_len, 1, D]
         pos = pos[:, 0]
     d_model = src_emb.shape[1]
@@ -143,6 +144,12 @@ def from_torch_state_dict(
     if ff_key not in state_dict:
         raise InteropError(f"missing keys in state dict: {ff_key}")
     ff_w = state_dict[ff_key]
+    final_norms = [f"{prefix}{stack}.norm.weight" in state_dict for stack in ("encoder", "decoder")]
+    if final_norms[0] != final_norms[1]:
+        raise InteropError(
+            "only one of encoder.norm and decoder.norm is present; attnviz models have a final "
+            "LayerNorm after both stacks or after neither"
+        )
     try:
         config = ModelConfig(
             src_vocab_size=src_emb.shape[0],
@@ -155,7 +162,7 @@ def from_torch_state_dict(
             dropout=dropout,
             activation=activation,
             norm_first=norm_first,
-            final_norm=f"{prefix}encoder.norm.weight" in state_dict,
+            final_norm=final_norms[0],
             max_len=pos.shape[0],
             pad_id=pad_id,
             layer_norm_eps=layer_norm_eps,
@@ -163,7 +170,7 @@ def from_torch_state_dict(
     except AttnvizError as exc:
         raise InteropError(f"the state dict does not give a valid model: {exc}") from None
     if tuple(pos.shape) != (config.max_len, d_model) or not torch.allclose(
-        pos, sinusoidal_positions(config.max_len, d_model), atol=1e-5
+        pos, sinusoidal_positions(config.max_len, d_model), atol=pos_atol
     ):
         raise InteropError(
             f"{_POS} is not the sinusoidal table of the paper (shape {list(state_dict[_POS].shape)}); "

@@ -6,7 +6,8 @@ True at PAD; the causal mask is ``[Tq, Tk]``. Float additive masks (0 = allowed,
 large negative number = blocked), as made by ``nn.Transformer.generate_square_subsequent_mask``,
 are accepted at the public boundary and converted here, once.
 
-A query row whose keys are all blocked gets all-zero weights and a zero output, never NaN.
+A query row whose keys are all blocked gets all-zero weights and all-zero head outputs (the
+output projection then adds only its bias), never NaN.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ def causal_mask(tq: int, tk: int | None = None, device: torch.device | str | Non
 
 
 def as_bool_mask(
-    mask: Tensor | None, shape: tuple[int, ...], name: str, dims: str
+    mask: Tensor | None,
+    shape: tuple[int, ...],
+    name: str,
+    dims: str,
+    device: torch.device | None = None,
 ) -> Tensor | None:
     """Validate a user-given mask and convert it to the bool, True = blocked convention.
 
@@ -61,6 +66,7 @@ def as_bool_mask(
         shape: the exact shape expected, e.g. ``(B, T)``.
         name: argument name for the error message, e.g. ``"src_pad_mask"``.
         dims: symbolic shape for the error message, e.g. ``"[B, Ts]"``.
+        device: where the mask must be (that of the ids it goes with).
     Returns:
         None or a bool tensor of ``shape``.
     Raises:
@@ -75,6 +81,10 @@ def as_bool_mask(
         )
     if tuple(mask.shape) != tuple(shape):
         raise MaskError(f"{name} must have shape {expected}, got {list(mask.shape)}")
+    if device is not None and mask.device != device:
+        raise MaskError(
+            f"{name} is on {mask.device} but the token ids are on {device}; move it there"
+        )
     if mask.dtype == torch.bool:
         return mask
     if mask.is_floating_point():
@@ -126,10 +136,10 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
         ``[B, H, Tq, Tk]`` weights; rows sum to 1 where any key is allowed.
     """
     if mask is None:
-        return torch.softmax(scores, dim=-1)
+        return torch.softmax(scores, dim=-1)  # [B, H, Tq, Tk]
     dead = dead_rows(mask)
     weights = torch.softmax(scores.masked_fill(mask & ~dead, float("-inf")), dim=-1)
-    return weights.masked_fill(dead, 0.0)
+    return weights.masked_fill(dead, 0.0)  # [B, H, Tq, Tk]
 
 
 def sdpa_mask(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:

@@ -60,21 +60,26 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
 
 
 class KVBuffer:
-    """Growing self-attention keys/values of one decoder layer, preallocated to ``capacity``."""
+    """Growing self-attention keys/values of one decoder layer, room for ``capacity`` positions.
 
-    def __init__(self, batch: int, n_heads: int, capacity: int, head_dim: int, like: Tensor):
-        shape = (batch, n_heads, capacity, head_dim)
-        self.k = like.new_zeros(shape)  # [B, H, capacity, Dh]
-        self.v = like.new_zeros(shape)
+    Storage is allocated at the first append, in that step's dtype (bf16 under autocast).
+    """
+
+    def __init__(self, batch: int, n_heads: int, capacity: int, head_dim: int):
+        self.shape = (batch, n_heads, capacity, head_dim)
+        self.k: Tensor | None = None  # [B, H, capacity, Dh]
+        self.v: Tensor | None = None
         self.length = 0
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``[B, H, Tnew, Dh]`` keys/values; return all of them, ``[B, H, Tk, Dh]``."""
         end = self.length + k.shape[2]
-        if end > self.k.shape[2]:
+        if end > self.shape[2]:
             raise InputError(
-                f"decoder cache holds {self.k.shape[2]} positions; step {end} is past it"
+                f"decoder cache holds {self.shape[2]} positions; step {end} is past it"
             )
+        if self.k is None:
+            self.k, self.v = k.new_zeros(self.shape), v.new_zeros(self.shape)
         self.k[:, :, self.length : end] = k
         self.v[:, :, self.length : end] = v
         self.length = end
@@ -82,7 +87,9 @@ class KVBuffer:
 
     def select(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (in that order), e.g. surviving beams."""
-        self.k, self.v = self.k[index], self.v[index]
+        self.shape = (len(index), *self.shape[1:])
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
 
 
 @dataclass
@@ -189,7 +196,9 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
             mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Tq, Tk]
-            weights = hook.edit_weights(masks.masked_softmax(scores, mask))
+            # softmax in float32 even under autocast; the weights used are these, cast to V's dtype
+            weights = masks.masked_softmax(scores.float(), mask).to(v.dtype)
+            weights = hook.edit_weights(weights)
             z = self.attn_dropout(weights) @ v  # [B, H, Tq, Dh]
             z = hook.edit_heads(z)
             hook.save(scores=scores, mask=mask, weights=weights, values=v, head_output=z)
@@ -371,7 +380,9 @@ class Transformer(nn.Module):
             memory ``[B, Ts, D]``.
         """
         self._check_ids(src, "src", self.config.src_vocab_size)
-        pad = masks.as_bool_mask(src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]")
+        pad = masks.as_bool_mask(
+            src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]", src.device
+        )
         x = self._embed(self.src_embed, src)
         for layer in self.encoder.layers:
             x = layer(x, pad)
@@ -402,12 +413,22 @@ class Transformer(nn.Module):
         if cache is None:
             if memory is None:
                 raise InputError("decode() needs the encoder memory when no cache is given")
+            if memory.shape[0] != b:
+                raise InputError(f"tgt has batch {b} but memory has batch {memory.shape[0]}")
             src_shape = tuple(memory.shape[:2])
-            src_pad = masks.as_bool_mask(src_pad_mask, src_shape, "src_pad_mask", "[B, Ts]")
-            tgt_pad = masks.as_bool_mask(tgt_pad_mask, (b, t), "tgt_pad_mask", "[B, Tt]")
+            src_pad = masks.as_bool_mask(
+                src_pad_mask, src_shape, "src_pad_mask", "[B, Ts]", tgt.device
+            )
+            tgt_pad = masks.as_bool_mask(
+                tgt_pad_mask, (b, t), "tgt_pad_mask", "[B, Tt]", tgt.device
+            )
         else:
             if tgt_pad_mask is not None:
                 raise InputError("tgt_pad_mask is not supported with a decoder cache")
+            if cache.self_kv[0].shape[0] != b:
+                raise InputError(
+                    f"tgt has batch {b} but the cache has batch {cache.self_kv[0].shape[0]}"
+                )
             src_pad, tgt_pad = cache.src_pad_mask, None
         causal = masks.causal_mask(t, start + t, device=tgt.device)  # [Tt, start + Tt]
         x = self._embed(self.tgt_embed, tgt, start)
@@ -440,15 +461,12 @@ class Transformer(nn.Module):
         """
         cfg = self.config
         src_pad = masks.as_bool_mask(
-            src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]"
+            src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]", memory.device
         )
         capacity = min(capacity or cfg.max_len, cfg.max_len)
         b = memory.shape[0]
         return DecoderCache(
-            self_kv=[
-                KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim, memory)
-                for _ in self.decoder.layers
-            ],
+            self_kv=[KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim) for _ in self.decoder.layers],
             cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.decoder.layers],
             src_pad_mask=src_pad,
         )

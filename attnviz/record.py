@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import EditError
+from .errors import EditError, TraceLookupError
 from .model import ACTIVE_RECORDER, KINDS, MultiHeadAttention, Transformer
 
 #: What a record can hold, in hook-point order.
@@ -109,13 +109,13 @@ class Trace:
         calls = self._calls.get((kind, layer))
         if not calls:
             held = ", ".join(f"{k}/{i}" for k, i in self.keys()) or "nothing"
-            raise KeyError(f"trace holds no {kind!r} layer {layer}; it holds {held}")
+            raise TraceLookupError(f"trace holds no {kind!r} layer {layer}; it holds {held}")
         return calls[call]
 
     def _field(self, kind: str, layer: int, name: str, call: int) -> Tensor:
         value = getattr(self.get(kind, layer, call), name)
         if value is None:
-            raise KeyError(f"{name!r} was not captured for {kind!r} layer {layer}")
+            raise TraceLookupError(f"{name!r} was not captured for {kind!r} layer {layer}")
         return value
 
     def weights(self, kind: str, layer: int, call: int = -1) -> Tensor:
@@ -141,7 +141,7 @@ class Trace:
     def numpy(self, kind: str, layer: int, what: str = "weights", call: int = -1) -> np.ndarray:
         """One captured tensor as a CPU float32 numpy array (a bool array for ``mask``)."""
         if what not in FIELDS:
-            raise KeyError(f"what must be one of {FIELDS}, got {what!r}")
+            raise TraceLookupError(f"what must be one of {FIELDS}, got {what!r}")
         return to_numpy(self._field(kind, layer, what, call))
 
     def to_numpy(self) -> dict[str, np.ndarray]:
@@ -165,6 +165,26 @@ def _check_site(model: Transformer, kind: str, layer: int | None) -> None:
         raise EditError(f"{kind} has layers 0..{n - 1}, got {layer!r}")
 
 
+_A = {int: "an int", str: "a str"}
+
+
+def _as_tuple(value, name: str, item_type: type) -> tuple | None:
+    """An int/str or a sequence of them as a tuple (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, item_type):
+        return (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise EditError(
+            f"{name} must be {_A[item_type]} or a list of them, got {value!r}"
+        ) from None
+    if not all(isinstance(i, item_type) for i in items):
+        raise EditError(f"{name} must be {_A[item_type]} or a list of them, got {value!r}")
+    return items
+
+
 def _check_heads(model: Transformer, heads: Iterable[int]) -> tuple[int, ...]:
     heads = tuple(heads)
     h = model.config.n_heads
@@ -180,7 +200,10 @@ class ZeroHeads:
 
     kind: str
     layer: int
-    heads: Sequence[int]
+    heads: Sequence[int] | int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", _as_tuple(self.heads, "heads", int))
 
     def validate(self, model: Transformer) -> None:
         _check_site(model, self.kind, self.layer)
@@ -240,13 +263,18 @@ class DropMask:
     """
 
     which: str = "causal"
-    kinds: Sequence[str] | None = None
-    layers: Sequence[int] | None = None
+    kinds: Sequence[str] | str | None = None
+    layers: Sequence[int] | int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kinds", _as_tuple(self.kinds, "kinds", str))
+        object.__setattr__(self, "layers", _as_tuple(self.layers, "layers", int))
 
     def validate(self, model: Transformer) -> None:
         if self.which not in ("causal", "padding", "both"):
             raise EditError(f"which must be 'causal', 'padding' or 'both', got {self.which!r}")
-        for kind in self.kinds or ():
+        default = ("decoder_self",) if self.which == "causal" else KINDS
+        for kind in self.kinds or default:
             for layer in self.layers or (None,):
                 _check_site(model, kind, layer)
             if self.which == "causal" and kind != "decoder_self":
@@ -309,6 +337,8 @@ class _Hook:
                 value = _full_mask(value, tensors["weights"])
             if value is not None and self.detach:
                 value = value.detach()
+            if name == "values" and value is not None:
+                value = value.clone()  # may be a view of a KV cache that later steps overwrite
             setattr(rec, name, value)
         self.trace._add(rec)
 
@@ -321,12 +351,43 @@ def _full_mask(mask: Tensor | None, weights: Tensor) -> Tensor:
     return mask.expand(b, 1, tq, tk)
 
 
+@dataclass
+class _Chain:
+    """An outer and an inner hook on the same module: edits compose, both traces record."""
+
+    outer: _Hook | _Chain
+    inner: _Hook
+
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
+        return self.inner.edit_masks(*self.outer.edit_masks(key_padding_mask, attn_mask))
+
+    def edit_weights(self, weights: Tensor) -> Tensor:
+        return self.inner.edit_weights(self.outer.edit_weights(weights))
+
+    def edit_heads(self, head_output: Tensor) -> Tensor:
+        return self.inner.edit_heads(self.outer.edit_heads(head_output))
+
+    def save(self, **tensors: Tensor | None) -> None:
+        self.outer.save(**tensors)
+        self.inner.save(**tensors)
+
+
 class _Recorder:
-    """Maps the attention modules of one model to their hooks (model.Recorder)."""
+    """Maps the attention modules of one model to their hooks (model.Recorder).
+
+    A ``record`` block inside another keeps the outer one working: both apply their edits
+    (outer first) and both traces record.
+    """
 
     def __init__(
-        self, model: Transformer, edits: Sequence[Edit], capture: frozenset[str], detach: bool
+        self,
+        model: Transformer,
+        edits: Sequence[Edit],
+        capture: frozenset[str],
+        detach: bool,
+        outer: _Recorder | None,
     ):
+        self.outer = outer
         self.trace = Trace()
         self._hooks: dict[int, _Hook] = {}
         for name, module in model.attention_modules().items():
@@ -336,8 +397,12 @@ class _Recorder:
                     module.kind, module.layer, name, self.trace, capture, detach, mine
                 )
 
-    def hook_for(self, module: MultiHeadAttention) -> _Hook | None:
-        return self._hooks.get(id(module))
+    def hook_for(self, module: MultiHeadAttention) -> _Hook | _Chain | None:
+        mine = self._hooks.get(id(module))
+        outer = self.outer.hook_for(module) if self.outer is not None else None
+        if outer is None or mine is None:
+            return mine or outer
+        return _Chain(outer, mine)
 
 
 @contextmanager
@@ -358,6 +423,9 @@ def record(
         detach: store detached tensors (False keeps the autograd graph, for attribution).
     Yields:
         The :class:`Trace`, filled as the model runs.
+
+    Blocks nest: decoding helpers open their own ``record`` inside yours, and your edits
+    still apply and your trace still records.
     """
     edits = list(edits)
     for e in edits:
@@ -368,7 +436,7 @@ def record(
     unknown = capture - set(FIELDS)
     if unknown:
         raise EditError(f"capture may name {FIELDS}, got {sorted(unknown)}")
-    recorder = _Recorder(model, edits, capture, detach)
+    recorder = _Recorder(model, edits, capture, detach, ACTIVE_RECORDER.get())
     token = ACTIVE_RECORDER.set(recorder)
     try:
         yield recorder.trace

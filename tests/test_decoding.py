@@ -60,6 +60,12 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
     calls = []
     original = model.encode
     monkeypatch.setattr(model, "encode", lambda *a, **k: calls.append(1) or original(*a, **k))
+    kv_calls = []
+    for layer in model.decoder.layers:
+        orig_kv = layer.cross_attn.project_kv
+        monkeypatch.setattr(
+            layer.cross_attn, "project_kv", lambda m, f=orig_kv: kv_calls.append(1) or f(m)
+        )
     stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=20)
     first = [stepper.step() for _ in range(12)]
     stepper.back(5)
@@ -71,6 +77,7 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
     assert stepper.tokens == [] and stepper.step().token == first[0].token
     assert stepper.trace(upto=1).weights("cross", 0).shape == (1, 4, 1, 9)
     assert len(calls) == 1
+    assert len(kv_calls) == model.config.n_decoder_layers  # cross K/V once per layer, ever
     with pytest.raises(attnviz.InputError, match="position must be in 0..1"):
         stepper.back(3)
 
@@ -85,6 +92,11 @@ def test_stepper_forced_tokens_and_finish(reverse_model):
     forced = stepper.step(token=encode_letters("z")[0])
     assert forced.token == encode_letters("z")[0] and forced.prob < 0.5
     assert 0.99 < float(forced.probs.sum()) < 1.01
+    # a bad forced token is refused before the model runs: the stepper stays usable
+    stepper.reset()
+    with pytest.raises(attnviz.InputError, match="outside the vocabulary 0..28"):
+        stepper.step(token=99)
+    assert decode_letters(stepper.run()) == "edcba"
     with pytest.raises(attnviz.InputError, match="one sequence"):
         attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, BOS, EOS)
 
@@ -111,12 +123,15 @@ def test_beam_one_is_greedy():
     model = make_model()
     src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))
     src[2, 6:] = PAD
-    eos = 7
+    free = attnviz.greedy_decode(model, src, BOS, None, max_len=30)
+    eos = int(free[0, 4])  # a token the model does produce: rows end at different steps
     greedy = attnviz.greedy_decode(model, src, BOS, eos, max_len=30)
+    assert eos in greedy[0].tolist()
     beams = attnviz.beam_search(model, src, BOS, eos, beam_size=1, max_len=30)
     for row, beam in zip(greedy.tolist(), beams, strict=True):
         end = row.index(eos) + 1 if eos in row else len(row)
         assert beam.tokens == row[:end]
+    assert beams[0].tokens[-1] == eos  # the EOS bookkeeping was exercised
 
 
 def test_beam_score_and_attention_are_the_models(reverse_model):
@@ -159,7 +174,28 @@ def test_wide_beam_finds_the_exhaustive_best(length_penalty):
     assert found.score == pytest.approx(score(best), abs=1e-4)
 
 
-def test_decoding_restores_training_mode():
-    model = make_model().train()
-    attnviz.greedy_decode(model, torch.tensor([[4, 5, 6]]), BOS, EOS, max_len=3)
+def test_decoding_runs_in_eval_mode_and_restores_training_mode():
+    model = make_model(dropout=0.5)
+    src = torch.randint(3, 23, (4, 9), generator=torch.Generator().manual_seed(8))
+    expected = attnviz.greedy_decode(model.eval(), src, BOS, None, max_len=15)
+    model.train()
+    for _ in range(3):  # dropout would make these differ
+        assert torch.equal(attnviz.greedy_decode(model, src, BOS, None, max_len=15), expected)
     assert model.training
+
+
+def test_stepper_under_bf16_autocast():
+    model = make_model()
+    src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=12)
+        results = [stepper.step() for _ in range(12)]
+    assert all(torch.isfinite(r.logits).all() for r in results)
+    rows = results[-1].attention["decoder_self", 1]  # [H, 12]
+    assert torch.allclose(rows.float().sum(-1), torch.ones(4), atol=1e-2)
+
+
+def test_decode_checks_batches_and_devices(model):
+    memory = model.encode(torch.randint(3, 23, (2, 5)))
+    with pytest.raises(attnviz.InputError, match="tgt has batch 3 but memory has batch 2"):
+        model.decode(torch.randint(3, 19, (3, 4)), memory)

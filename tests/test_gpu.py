@@ -32,3 +32,11 @@ def test_cached_decoding_matches_cpu():
     cpu = attnviz.GreedyStepper(model, src, BOS, None, max_len=40).run()
     gpu = attnviz.GreedyStepper(model.cuda(), src.cuda(), BOS, None, max_len=40).run()
     assert cpu == gpu
+
+
+def test_decoders_move_a_cpu_mask_to_the_model():
+    model = make_model().cuda()
+    src = torch.randint(3, 23, (2, 7))
+    src[1, 5:] = 0
+    out = attnviz.greedy_decode(model, src, BOS, None, max_len=5, src_pad_mask=src == 0)
+    assert out.is_cuda and out.shape == (2, 5)

@@ -164,7 +164,11 @@ def test_logits_match_the_original_module(c, padded):
     assert (ours - expected).abs().max() <= 1e-5
     assert (recorded - expected).abs().max() <= 1e-5
     # decoding helpers build the padding mask from the imported PAD index
-    assert attnviz.greedy_decode(model, src, 2, 3, max_len=4).shape[0] == 4
+    assert cfg.pad_id == PAD_IDX
+    auto = attnviz.greedy_decode(model, src, 2, 3, max_len=6)
+    assert torch.equal(
+        auto, attnviz.greedy_decode(model, src, 2, 3, max_len=6, src_pad_mask=src == PAD_IDX)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +216,16 @@ def test_other_refusals(tutorial_state):
     with pytest.raises(attnviz.InteropError, match="generator.weight"):
         from_torch_state_dict(wrong, n_heads=2)
     assert isinstance(attnviz.InteropError("x"), attnviz.AttnvizError)
+
+
+def test_half_precision_state_dict_imports(tutorial_state):
+    half = {k: v.to(torch.bfloat16) for k, v in tutorial_state.items()}
+    model = from_torch_state_dict(half, n_heads=2)
+    assert next(model.parameters()).dtype == torch.float32
+    assert torch.equal(model.src_embed.weight, half["src_tok_emb.embedding.weight"].float())
+
+
+def test_one_final_norm_only_is_refused(tutorial_state):
+    bad = {k: v for k, v in tutorial_state.items() if not k.startswith("transformer.encoder.norm.")}
+    with pytest.raises(attnviz.InteropError, match="only one of encoder.norm and decoder.norm"):
+        from_torch_state_dict(bad, n_heads=2)

@@ -104,3 +104,13 @@ def test_attention_invariants(case):
     assert torch.all(w[dead] == 0) and torch.all(z[dead] == 0)  # fully blocked rows: zero
     assert torch.allclose(fast, slow, atol=1e-5)  # fused path == recording path
     assert torch.allclose(w @ trace.values("cross", 0), z, atol=1e-6)
+
+
+def test_mask_on_another_device_is_named(model):
+    src = torch.randint(3, 20, (2, 6))
+    tgt = torch.randint(3, 19, (2, 4))
+    elsewhere = torch.zeros(2, 6, dtype=torch.bool, device="meta")
+    with pytest.raises(
+        attnviz.MaskError, match="src_pad_mask is on meta but the token ids are on cpu"
+    ):
+        model(src, tgt, elsewhere)

@@ -69,9 +69,9 @@ def test_capture_subset_and_detach(model):
     with attnviz.record(model, capture=["weights"]) as trace:
         model(src, tgt, sp, tp)
     assert trace.names()[0] == "encoder.layers.0.self_attn.weights"
-    with pytest.raises(KeyError, match="'scores' was not captured"):
+    with pytest.raises(attnviz.TraceLookupError, match="'scores' was not captured"):
         trace.scores("cross", 0)
-    with pytest.raises(KeyError, match="holds no 'cross' layer 5"):
+    with pytest.raises(attnviz.TraceLookupError, match="holds no 'cross' layer 5"):
         trace.weights("cross", 5)
     model.train()
     with attnviz.record(model, detach=False) as trace:
@@ -194,6 +194,55 @@ def test_drop_causal_mask_only_where_asked(model):
     assert not torch.allclose(dropped, model(src, tgt, sp, tp), atol=1e-4)
 
 
+def test_scores_are_raw_before_masking(model):
+    """Layer 0 sees the same inputs with or without masks, so its raw scores must agree."""
+    src, tgt, sp, tp = random_batch(model)
+    with attnviz.record(model) as masked:
+        model(src, tgt, sp, tp)
+    with attnviz.record(model, [attnviz.DropMask("both")]) as unmasked:
+        model(src, tgt, sp, tp)
+    for kind in ("encoder_self", "decoder_self"):
+        assert masked.mask(kind, 0).any() and not unmasked.mask(kind, 0).any()
+        assert torch.allclose(masked.scores(kind, 0), unmasked.scores(kind, 0), atol=1e-6)
+    # and they are q·kᵀ/√Dh of the recorded projections
+    m = model.encoder.layers[0].self_attn
+    x = model._embed(model.src_embed, src)
+    q = m._split(torch.nn.functional.linear(x, m.in_proj_weight[:24], m.in_proj_bias[:24]))
+    k, _ = m.project_kv(x)
+    assert torch.allclose(
+        masked.scores("encoder_self", 0), q @ k.transpose(-2, -1) / 6**0.5, atol=1e-5
+    )
+
+
+def test_nested_record_blocks_compose(model):
+    """An outer block keeps editing and recording while decoding helpers open their own."""
+    src = torch.randint(3, 23, (1, 8), generator=torch.Generator().manual_seed(9))
+    ablate = [attnviz.ZeroHeads("cross", layer, [0, 1, 2, 3]) for layer in (0, 1)]
+    edited = attnviz.greedy_decode(model, src, 1, None, max_len=10, edits=ablate)
+    assert not torch.equal(edited, attnviz.greedy_decode(model, src, 1, None, max_len=10))
+    with attnviz.record(model, ablate) as outer:
+        stepped = attnviz.GreedyStepper(model, src, 1, None, max_len=10).run()
+        beamed = attnviz.beam_search(model, src, 1, 2, beam_size=1, max_len=10)[0].tokens
+    assert stepped == edited[0].tolist()
+    assert beamed == edited[0].tolist()[: len(beamed)]
+    assert outer.n_calls("cross", 0) == 10 + len(beamed)  # the outer trace saw every step
+    assert torch.all(outer.head_output("cross", 1) == 0)
+    assert attnviz.GreedyStepper(model, src, 1, None, max_len=10, edits=ablate).run() == stepped
+
+
+def test_recorded_values_survive_cache_rewrites(model):
+    src = torch.randint(3, 23, (1, 6), generator=torch.Generator().manual_seed(2))
+    with attnviz.record(model, capture=["values"]) as trace:
+        stepper = attnviz.GreedyStepper(model, src, 1, None, max_len=8)
+        stepper.run()
+    before = trace.values("decoder_self", 0, call=3).clone()
+    with attnviz.record(model, capture=["values"]):
+        stepper.back(2)
+        stepper.step(token=5)
+        stepper.step(token=6)
+    assert torch.equal(trace.values("decoder_self", 0, call=3), before)
+
+
 def test_drop_padding_mask(model):
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model, [attnviz.DropMask("padding", kinds=["encoder_self"])]) as trace:
@@ -210,9 +259,20 @@ def test_drop_padding_mask(model):
         (attnviz.ZeroHeads("decoder_self", 2, [0]), "layers 0..1, got 2"),
         (attnviz.DropMask("causal", kinds=["cross"]), "cross has no causal mask"),
         (attnviz.DropMask("future"), "which must be"),
+        (attnviz.DropMask("causal", layers=[7]), "decoder_self has layers 0..1, got 7"),
+        (attnviz.DropMask("padding", layers=2), "encoder_self has layers 0..1, got 2"),
         ("zero head 1", "unknown edit"),
     ],
 )
 def test_bad_edits_are_refused_before_running(model, edit, message):
     with pytest.raises(attnviz.EditError, match=message), attnviz.record(model, [edit]):
         pass
+
+
+def test_single_values_are_accepted_where_lists_are():
+    assert attnviz.ZeroHeads("cross", 0, 2).heads == (2,)
+    assert attnviz.DropMask("padding", kinds="cross", layers=1) == attnviz.DropMask(
+        "padding", kinds=["cross"], layers=[1]
+    )
+    with pytest.raises(attnviz.EditError, match="heads must be an int or a list"):
+        attnviz.ZeroHeads("cross", 0, "all")
