@@ -8,6 +8,7 @@ produced, from the cached forward passes that produced them.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -205,8 +206,13 @@ class GreedyStepper:
         prev = self.bos_id if not self._steps else self._steps[-1].token
         ids = torch.tensor([[prev]], device=self.src.device)
         vocab = self.model.config.tgt_vocab_size
-        if token is not None and not (isinstance(token, int) and 0 <= token < vocab):
-            raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
+        if token is not None:  # checked before the model runs, so a refusal leaves no trace
+            try:
+                token = operator.index(token)  # int, numpy or 0-d tensor ints
+            except TypeError:
+                raise InputError(f"token must be an integer id, got {token!r}") from None
+            if not 0 <= token < vocab:
+                raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
         with _inference(self.model), record(self.model, self.edits, capture=STEP_FIELDS) as trace:
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)

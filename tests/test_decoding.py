@@ -96,6 +96,10 @@ def test_stepper_forced_tokens_and_finish(reverse_model):
     stepper.reset()
     with pytest.raises(attnviz.InputError, match="outside the vocabulary 0..28"):
         stepper.step(token=99)
+    with pytest.raises(attnviz.InputError, match="integer id"):
+        stepper.step(token="e")
+    assert stepper.step(token=torch.tensor(encode_letters("e")[0])).token == encode_letters("e")[0]
+    stepper.reset()
     assert decode_letters(stepper.run()) == "edcba"
     with pytest.raises(attnviz.InputError, match="one sequence"):
         attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, BOS, EOS)
