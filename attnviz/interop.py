@@ -127,11 +127,10 @@ def from_torch_state_dict(
     unknown = sorted(k for k in keys if k != _POS and _map_key(k, prefix) is None)
     if unknown:
         raise InteropError(f"unknown keys in state dict: {', '.join(unknown)}")
-    for needed in (*_OUTER, _POS):
-        if needed not in state_dict:
-            raise InteropError(
-                f"missing keys in state dict: {needed} (and the model needs all of {', '.join([*_OUTER, _POS])})"
-            )
+    ff_key = f"{prefix}encoder.layers.0.linear1.weight"  # gives d_ff
+    absent = [k for k in (*_OUTER, _POS, ff_key) if k not in state_dict]
+    if absent:
+        raise InteropError(f"missing keys in state dict: {', '.join(absent)}")
 
     src_emb = state_dict["src_tok_emb.embedding.weight"]
     tgt_emb = state_dict["tgt_tok_emb.embedding.weight"]
@@ -140,9 +139,6 @@ def from_torch_state_dict(
     if pos.dim() == 3:  # the tutorial's [max_len, 1, D]
         pos = pos[:, 0]
     d_model = src_emb.shape[1]
-    ff_key = f"{prefix}encoder.layers.0.linear1.weight"
-    if ff_key not in state_dict:
-        raise InteropError(f"missing keys in state dict: {ff_key}")
     ff_w = state_dict[ff_key]
     final_norms = [f"{prefix}{stack}.norm.weight" in state_dict for stack in ("encoder", "decoder")]
     if final_norms[0] != final_norms[1]:

@@ -177,10 +177,8 @@ def _as_tuple(value, name: str, item_type: type) -> tuple | None:
     try:
         items = tuple(value)
     except TypeError:
-        raise EditError(
-            f"{name} must be {_A[item_type]} or a list of them, got {value!r}"
-        ) from None
-    if not all(isinstance(i, item_type) for i in items):
+        items = None
+    if items is None or not all(isinstance(i, item_type) for i in items):
         raise EditError(f"{name} must be {_A[item_type]} or a list of them, got {value!r}")
     return items
 
