@@ -4,11 +4,13 @@ The attention shown is the attention the model used: weights are recorded inside
 forward pass (:func:`record`), never recomputed beside it.
 """
 
-from . import interop, masks
+from . import interop, masks, tasks
+from .checkpoint import Checkpoint, Prediction, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .decoding import BeamResult, GreedyStepper, StepResult, beam_search, greedy_decode
 from .errors import (
     AttnvizError,
+    CheckpointError,
     ConfigError,
     EditError,
     InputError,
@@ -18,6 +20,7 @@ from .errors import (
 )
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record, to_numpy
+from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
 
@@ -26,18 +29,23 @@ __all__ = [
     "AttentionRecord",
     "AttnvizError",
     "BeamResult",
+    "Checkpoint",
+    "CheckpointError",
     "ConfigError",
     "DecoderCache",
     "DropMask",
     "EditError",
+    "Encoding",
     "GreedyStepper",
     "InputError",
     "InteropError",
     "MaskError",
     "ModelConfig",
     "MultiHeadAttention",
+    "Prediction",
     "ReplaceWeights",
     "StepResult",
+    "Tokenizer",
     "Trace",
     "TraceLookupError",
     "Transformer",
@@ -46,7 +54,10 @@ __all__ = [
     "beam_search",
     "greedy_decode",
     "interop",
+    "load_checkpoint",
     "masks",
     "record",
+    "save_checkpoint",
+    "tasks",
     "to_numpy",
 ]

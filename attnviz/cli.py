@@ -6,6 +6,8 @@ Errors a user can cause are printed as one line on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shlex
 import string
 import sys
 import time
@@ -115,10 +117,90 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from .train import TrainOptions, train
+
+    fields = {f.name for f in dataclasses.fields(TrainOptions)}
+    opts = TrainOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    metrics = train(opts, progress=not args.quiet)
+    if metrics and opts.out:
+        print(
+            f"saved {opts.out}: step {metrics['step']}, validation exact match "
+            f"{metrics['val_exact_match']:.4f}, token accuracy {metrics['val_token_acc']:.4f}, "
+            f"{metrics['elapsed_s']:.0f}s"
+        )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .train import exact_match_by_length
+
+    results = exact_match_by_length(args.checkpoint, per_length=args.per_length, split=args.split)
+    right = sum(r for r, _ in results.values())
+    total = sum(n for _, n in results.values())
+    for length, (r, n) in results.items():
+        print(f"length {length:3d}: {r}/{n} = {r / max(n, 1):.4f}")
+    print(f"exact match on {args.split}: {right}/{total} = {right / max(total, 1):.4f}")
+    worst = min(r / n for r, n in results.values() if n)
+    print(f"worst length: {worst:.4f}")
+    return 0
+
+
+def _add_train_parser(sub) -> None:
+    from .tasks import TASKS
+
+    p = sub.add_parser(
+        "train",
+        help="train a model on a built-in task and save a checkpoint folder",
+        description="Train on a built-in task. Unset options come from the saved run (with "
+        "--resume), else the task's defaults. Runs under `torchrun --nproc_per_node N` with "
+        "DistributedDataParallel as well.",
+    )
+    p.add_argument(
+        "--task",
+        required=True,
+        choices=sorted(TASKS),
+        help="; ".join(f"{n}: {t.description}" for n, t in sorted(TASKS.items())),
+    )
+    p.add_argument("--out", help="checkpoint folder to write (created; rewritten at each eval)")
+    add = p.add_argument
+    add("--steps", type=int, help="optimiser steps")
+    add("--batch-size", type=int, help="examples per step (per process under torchrun)")
+    add("--lr", type=float, help="peak learning rate (AdamW)")
+    add("--warmup", type=int, help="linear warm-up steps before cosine decay")
+    add("--weight-decay", type=float, help="AdamW weight decay (default 0.01)")
+    add("--label-smoothing", type=float, help="default 0")
+    add("--clip", type=float, help="gradient-norm clipping (default 1.0)")
+    add("--d-model", type=int)
+    add("--n-heads", "--heads", dest="n_heads", type=int)
+    add("--n-encoder-layers", "--encoder-layers", dest="n_encoder_layers", type=int)
+    add("--n-decoder-layers", "--decoder-layers", dest="n_decoder_layers", type=int)
+    add("--d-ff", type=int)
+    add("--dropout", type=float)
+    add("--norm-first", action="store_true", default=None, help="pre-norm residual blocks")
+    add("--activation", choices=("relu", "gelu"))
+    add("--max-len", type=int, help="longest sequence the model accepts")
+    add("--eval-every", type=int, help="validate and save every N steps (default 250)")
+    add("--eval-size", type=int, help="validation examples (default 500)")
+    add("--snapshot-every", type=int, help="record probe attention every N steps (default 100)")
+    add("--target-exact-match", type=float, help="stop once validation exact match reaches this")
+    add("--seed", type=int, help="default 0")
+    add("--device", default="auto", help="auto (CUDA if available), cpu or cuda")
+    add("--resume", action="store_true", help="continue the run saved in --out")
+    add("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
+
+    e = sub.add_parser("evaluate", help="greedy exact match of a checkpoint per input length")
+    e.add_argument("checkpoint")
+    e.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    e.add_argument("--per-length", type=int, default=200, help="examples per length (default 200)")
+    e.set_defaults(func=_evaluate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)
     for name, help_text in (
         ("demo", "train a tiny string-reversal model and decode an example step by step"),
         ("app", "open the attention inspector (for now: the demo, until the app lands)"),
@@ -128,11 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
         p.add_argument("--seed", type=int, default=0)
         p.set_defaults(func=_demo)
+    _add_train_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command = "attnviz " + shlex.join(argv)
     try:
         return args.func(args)
     except AttnvizError as exc:

@@ -57,7 +57,8 @@ def _pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> T
     return pad if bool(pad.any()) else None
 
 
-def _default_max_len(model: Transformer, src_len: int, max_len: int | None) -> int:
+def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
+    """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`."""
     limit = model.config.max_len - 1  # BOS takes position 0
     if max_len is None:
         return min(limit, 2 * src_len + 16)
@@ -163,7 +164,7 @@ class GreedyStepper:
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
         self.edits = tuple(edits)
         self.src = src.to(next(model.parameters()).device)
-        self.max_len = _default_max_len(model, src.shape[1], max_len)
+        self.max_len = default_max_len(model, src.shape[1], max_len)
         pad = _pad_mask(model, self.src, src_pad_mask)
         with _inference(model), record(model, self.edits, capture=STEP_FIELDS) as enc_trace:
             memory = model.encode(self.src, pad)
@@ -280,7 +281,7 @@ def greedy_decode(
         or is cut at ``max_len``. T is the longest row.
     """
     src = _as_batch(src).to(next(model.parameters()).device)
-    n_max = _default_max_len(model, src.shape[1], max_len)
+    n_max = default_max_len(model, src.shape[1], max_len)
     pad_id = model.config.pad_id
     with _inference(model), record(model, edits, capture=None):
         pad = _pad_mask(model, src, src_pad_mask)
@@ -368,7 +369,7 @@ def _beam_one(
     length_penalty: float,
     return_attention: bool,
 ) -> BeamResult:
-    n_max = _default_max_len(model, src.shape[1], max_len)
+    n_max = default_max_len(model, src.shape[1], max_len)
     capture = STEP_FIELDS if return_attention else ()
     device = src.device
     with _inference(model):

@@ -27,3 +27,7 @@ class EditError(AttnvizError, ValueError):
 
 class TraceLookupError(AttnvizError, LookupError):
     """A trace was asked for attention it did not capture."""
+
+
+class CheckpointError(AttnvizError, ValueError):
+    """A checkpoint folder or file that cannot be loaded (missing, truncated, wrong format)."""

@@ -1,0 +1,322 @@
+"""Checkpoints: a folder with ``model.safetensors`` and ``config.json``; never pickle.
+
+``model.safetensors`` holds the weights and, in its header, the complete metadata as JSON
+(model config, both tokenizers, task, metrics history, training command, attnviz version).
+``config.json`` is a readable copy of that metadata. Because the weights file carries its own
+metadata and is replaced in one ``os.replace``, a run killed at any moment leaves either the
+old or the new checkpoint, never a mix; where the two files disagree, the header wins (it
+was written with the weights). A plain safetensors file without the header entry is read
+with ``config.json`` instead, so a checkpoint can also be written by hand.
+
+Loading validates every tensor name and shape against the config and raises
+:class:`~attnviz.errors.CheckpointError` with one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from .config import ModelConfig
+from .decoding import default_max_len, greedy_decode
+from .errors import AttnvizError, CheckpointError, InputError
+from .model import Transformer
+from .tokenizer import BOS, EOS, PAD, Encoding, Tokenizer
+
+FORMAT = "attnviz-checkpoint/1"
+WEIGHTS = "model.safetensors"
+METADATA = "config.json"
+_HEADER_KEY = "attnviz"
+# What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle.
+_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+# -- files ----------------------------------------------------------------------------------
+def _replace_atomically(path: Path, write) -> None:
+    """Write via ``write(tmp_path)``, flush to disk, then rename over ``path`` in one step."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # the writer may create it private; a checkpoint is a plain file
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_tensors(path: str | Path, tensors: dict[str, Tensor], meta: dict | None = None) -> None:
+    """Save tensors (and JSON ``meta`` in the header) to a safetensors file, atomically."""
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    header = {_HEADER_KEY: json.dumps(meta)} if meta is not None else None
+    _replace_atomically(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Write JSON atomically (temp file + rename)."""
+    _replace_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
+
+
+def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
+    """Read a safetensors file without unpickling anything.
+
+    Returns:
+        ``(tensors, meta)`` where ``meta`` is the JSON stored by :func:`write_tensors`, or
+        None when the header has none.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(_PICKLE_MAGIC):
+        raise CheckpointError(
+            f"{path} is a pickle (a torch.save/.pt file), not safetensors; attnviz never "
+            "unpickles files. Load it yourself where you trust it and save the state dict "
+            "with safetensors.torch.save_file"
+        )
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({exc})") from None
+    meta = None
+    if _HEADER_KEY in header:
+        try:
+            meta = json.loads(header[_HEADER_KEY])
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"{path}: metadata in the header is not JSON ({exc})") from None
+    return tensors, meta
+
+
+def unique_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
+    """The state dict with tied tensors stored once (the first name wins)."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in model.state_dict().items():
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            out[name] = t
+    return out
+
+
+# -- save / load ----------------------------------------------------------------------------
+def save_checkpoint(
+    path: str | Path,
+    model: Transformer,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    meta: dict | None = None,
+) -> Path:
+    """Save a checkpoint folder (created if needed). ``meta``: task, metrics, command, ...
+
+    Returns:
+        the folder.
+    """
+    from . import __version__
+
+    cfg = model.config
+    _check_vocab(cfg, src_tokenizer, tgt_tokenizer, CheckpointError)
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        **(meta or {}),
+        "format": FORMAT,
+        "attnviz_version": __version__,
+        "config": cfg.to_dict(),
+        "src_tokenizer": src_tokenizer.to_dict(),
+        "tgt_tokenizer": tgt_tokenizer.to_dict(),
+    }
+    write_tensors(folder / WEIGHTS, unique_state_dict(model), doc)
+    write_json(folder / METADATA, doc)
+    return folder
+
+
+def _check_vocab(cfg: ModelConfig, src: Tokenizer, tgt: Tokenizer, error: type) -> None:
+    for side, tok, size in (
+        ("source", src, cfg.src_vocab_size),
+        ("target", tgt, cfg.tgt_vocab_size),
+    ):
+        if len(tok) != size:
+            raise error(f"the {side} tokenizer has {len(tok)} tokens but the model expects {size}")
+
+
+def _locate(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_file() and path.suffix == ".safetensors":
+        return path
+    if path.is_dir():
+        return path / WEIGHTS
+    if path.is_file():
+        return path  # let read_tensors name what it is (a pickle, say)
+    raise CheckpointError(
+        f"no checkpoint at {path}: expected a folder with {WEIGHTS} and {METADATA}"
+    )
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """Load a checkpoint folder (or its ``model.safetensors``) into an eval-mode model.
+
+    Raises:
+        CheckpointError: missing or truncated file, a pickle, bad metadata, or tensors whose
+            names or shapes do not match the config.
+    """
+    weights = _locate(path)
+    tensors, meta = read_tensors(weights)
+    if meta is None:
+        meta_file = weights.with_name(METADATA)
+        if not meta_file.is_file():
+            raise CheckpointError(f"{meta_file} is missing and {weights} carries no metadata")
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{meta_file} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or "config" not in meta:
+        raise CheckpointError(f"{weights}: the metadata has no model 'config'")
+    try:
+        config = ModelConfig.from_dict(meta["config"])
+        src_tok = Tokenizer.from_dict(meta.get("src_tokenizer"))
+        tgt_tok = Tokenizer.from_dict(meta.get("tgt_tokenizer"))
+    except AttnvizError as exc:
+        raise CheckpointError(f"{weights}: {exc}") from None
+    _check_vocab(config, src_tok, tgt_tok, CheckpointError)
+    model = Transformer(config)
+    _load_weights(model, tensors, weights)
+    return Checkpoint(model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent)
+
+
+def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
+    expected = unique_state_dict(model)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [
+        f"{k} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
+        for k in expected
+        if k in tensors and tensors[k].shape != expected[k].shape
+    ]
+    not_float = [k for k in tensors if k in expected and not tensors[k].is_floating_point()]
+    for label, names in (
+        ("missing tensors", missing),
+        ("unexpected tensors", unexpected),
+        ("shapes that do not match the config", wrong),
+        ("non-float tensors", not_float),
+    ):
+        if names:
+            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+            raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
+    with torch.no_grad():
+        for k, t in expected.items():
+            t.copy_(tensors[k].to(t.dtype))
+    bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"{where}: NaN or inf in {', '.join(bad[:4])}")
+
+
+# -- using a checkpoint ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prediction:
+    """A greedy prediction with everything the app shows beside it.
+
+    Attributes:
+        text: the decoded output.
+        source: the encoded input (pieces, ids, unknown pieces).
+        tokens: output ids, without BOS; EOS included when the model emitted it.
+    """
+
+    text: str
+    source: Encoding
+    tokens: list[int]
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: ``.model`` (eval mode), tokenizers, ``.config``, ``.meta``."""
+
+    model: Transformer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    config: ModelConfig
+    meta: dict
+    path: Path
+
+    @property
+    def task(self) -> str | None:
+        return self.meta.get("task")
+
+    def encode_source(self, text: str) -> Encoding:
+        """Tokenize an input; empty or over-long input raises :class:`InputError`.
+
+        Unknown characters/words become UNK and are listed in ``Encoding.unknown``.
+        """
+        enc = self.src_tokenizer.encode(text)
+        if not enc.ids:
+            raise InputError("the input is empty: type something to run the model on")
+        limit = self.config.max_len
+        if len(enc.ids) > limit:
+            raise InputError(
+                f"the input has {len(enc.ids)} tokens; this model takes at most {limit}"
+            )
+        return enc
+
+    def predict_details(self, text: str, max_len: int | None = None) -> Prediction:
+        """Greedy-decode one input; see :class:`Prediction`."""
+        enc = self.encode_source(text)
+        src = torch.tensor([enc.ids], device=self.device)
+        out = greedy_decode(self.model, src, BOS, EOS, max_len=max_len)[0].tolist()
+        tokens = out[: out.index(EOS) + 1] if EOS in out else [t for t in out if t != PAD]
+        return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
+
+    def predict(self, text: str, max_len: int | None = None) -> str:
+        """Greedy-decode one input to text (unknown pieces run as UNK)."""
+        return self.predict_details(text, max_len).text
+
+    def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
+        """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""
+        return greedy_texts(self.model, self.src_tokenizer, self.tgt_tokenizer, texts, batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
+    """Id lists -> ``[B, T]`` tensor padded with PAD at the end."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), PAD, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out.to(device)
+
+
+def greedy_texts(
+    model: Transformer,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 512,
+) -> list[str]:
+    """Batched greedy decoding of texts to texts; the same outputs as one at a time.
+
+    Inputs are sorted by length to waste less padding; each row is cut at its own length
+    limit (:func:`~attnviz.decoding.default_max_len`), not the padded batch's.
+    """
+    device = next(model.parameters()).device
+    order = sorted(range(len(texts)), key=lambda i: len(src_tokenizer.split(texts[i])))
+    out: list[str] = [""] * len(texts)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
+        src = pad_batch(ids, device)
+        decoded = greedy_decode(model, src, BOS, EOS, src_pad_mask=src == PAD)
+        for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
+            out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own))])
+    return out

@@ -1,0 +1,516 @@
+"""Training: ``attnviz train --task reverse --out models/reverse``.
+
+AdamW with linear warm-up then cosine decay, optional label smoothing, gradient clipping,
+bf16 autocast on CUDA, a tqdm bar with loss and token accuracy, and a validation pass every
+``eval_every`` steps (teacher-forced loss and token accuracy, and exact-match accuracy of
+greedy decoding). After each validation the checkpoint folder is rewritten atomically:
+
+- ``model.safetensors`` + ``config.json``: the model (see :mod:`attnviz.checkpoint`), with
+  the metrics history, the task and the exact command in its metadata;
+- ``train_state.safetensors``: model, AdamW moments, step and elapsed time in one file, what
+  ``--resume`` reads (one file, so a kill can never pair weights with another step's state);
+- ``snapshots.safetensors``: the attention of every layer and head on the task's fixed probe
+  input, taken every ``snapshot_every`` steps, for playing back how attention formed.
+
+The batch at each step depends only on (seed, rank, step), so a resumed run sees exactly the
+data it would have seen. Under ``torchrun --nproc_per_node N`` the same command trains with
+DistributedDataParallel (NCCL on GPUs, gloo on CPU): each rank draws its own shard of every
+step's data, rank 0 alone evaluates, logs and saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from .checkpoint import (
+    greedy_texts,
+    load_checkpoint,
+    pad_batch,
+    read_tensors,
+    save_checkpoint,
+    write_tensors,
+)
+from .config import ModelConfig
+from .errors import CheckpointError, InputError
+from .model import Transformer
+from .record import record
+from .tasks import Example, Task, get_task
+from .tokenizer import BOS, EOS, PAD, Tokenizer
+
+TRAIN_STATE = "train_state.safetensors"
+SNAPSHOTS = "snapshots.safetensors"
+MODEL_FIELDS = (
+    "d_model",
+    "n_heads",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "dropout",
+    "norm_first",
+    "activation",
+    "max_len",
+)
+
+
+_DEFAULTS = dict(
+    weight_decay=0.01,
+    label_smoothing=0.0,
+    clip=1.0,
+    eval_every=250,
+    eval_size=500,
+    snapshot_every=100,
+    seed=0,
+)
+
+
+@dataclass
+class TrainOptions:
+    """Everything that defines a training run.
+
+    ``None`` means: on ``--resume``, the saved run's value; otherwise the task's default
+    (:attr:`attnviz.tasks.Task.training` / ``.model``), else a global default
+    (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250 steps on 500
+    examples, a snapshot every 100 steps, seed 0).
+    """
+
+    task: str
+    out: str | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float | None = None
+    label_smoothing: float | None = None
+    clip: float | None = None
+    d_model: int | None = None
+    n_heads: int | None = None
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
+    d_ff: int | None = None
+    dropout: float | None = None
+    norm_first: bool | None = None
+    activation: str | None = None
+    max_len: int | None = None
+    eval_every: int | None = None
+    eval_size: int | None = None
+    snapshot_every: int | None = None
+    target_exact_match: float | None = None
+    seed: int | None = None
+    device: str = "auto"
+    resume: bool = False
+    command: str = ""
+
+    def resolved(self, task: Task, saved: dict | None = None) -> TrainOptions:
+        """A copy with every ``None`` filled: saved run, then task defaults, then globals.
+
+        Raises:
+            InputError: a bad value, or (with ``saved``) a model size that differs from the
+                saved run's (a resumed run keeps its model).
+        """
+        saved = saved or {}
+        if saved and saved.get("task") != self.task:
+            raise InputError(f"the saved run is a {saved.get('task')!r} run, not {self.task!r}")
+        clash = [
+            k
+            for k in MODEL_FIELDS
+            if getattr(self, k) is not None and getattr(self, k) != saved.get(k, getattr(self, k))
+        ]
+        if clash:
+            raise InputError(
+                f"--resume keeps the saved model; these options differ from it: {', '.join(clash)}"
+            )
+        layers = [
+            {k: v for k, v in saved.items() if v is not None},
+            task.training,
+            task.model,
+            _DEFAULTS,
+        ]
+        fill = {}
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is None:
+                fill[f.name] = next((d[f.name] for d in layers if f.name in d), None)
+        out = dataclasses.replace(self, **fill)
+        for name in ("steps", "batch_size", "eval_every", "eval_size", "snapshot_every", "warmup"):
+            if getattr(out, name) is None or getattr(out, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1")
+        if out.lr is None or out.lr <= 0:
+            raise InputError("--lr must be positive")
+        return out
+
+
+def model_config(task: Task, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
+    """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
+    sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
+    sizes.setdefault("max_len", 2 * max(task.lengths) + 24)
+    return ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=PAD, **sizes)
+
+
+def lr_at(step: int, opts: TrainOptions) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to 0 at ``steps``."""
+    if step < opts.warmup:
+        return opts.lr * (step + 1) / opts.warmup
+    progress = (step - opts.warmup) / max(1, opts.steps - opts.warmup)
+    return opts.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for, but no CUDA GPU is available")
+    if name not in ("cpu",) and not name.startswith("cuda"):
+        raise InputError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def tensorize(
+    examples: Sequence[Example], src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Examples -> ``src [B, Ts]``, ``tgt_in [B, Tt]`` (BOS + target), ``tgt_out`` (target + EOS)."""
+    src = pad_batch([src_tok.encode(e.src).ids for e in examples], device)
+    tgt = [tgt_tok.encode(e.tgt).ids for e in examples]
+    return (
+        src,
+        pad_batch([[BOS, *t] for t in tgt], device),
+        pad_batch([[*t, EOS] for t in tgt], device),
+    )
+
+
+def batch_at(task: Task, step: int, opts: TrainOptions, rank: int) -> list[Example]:
+    """The training examples of one step on one rank (a pure function of seed, rank, step)."""
+    stream = task.stream("train", seed=f"{opts.seed}/{rank}/{step}")
+    return [next(stream) for _ in range(opts.batch_size)]
+
+
+def _loss_and_hits(
+    model: torch.nn.Module, batch: tuple[Tensor, Tensor, Tensor], smoothing: float
+) -> tuple[Tensor, int, int]:
+    src, tgt_in, tgt_out = batch
+    logits = model(src, tgt_in, src == PAD, tgt_in == PAD)  # [B, Tt, V]
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD, label_smoothing=smoothing
+    )
+    real = tgt_out != PAD
+    hits = int(((logits.argmax(-1) == tgt_out) & real).sum())
+    return loss, hits, int(real.sum())
+
+
+@torch.no_grad()
+def evaluate(
+    model: Transformer,
+    examples: Sequence[Example],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    batch_size: int = 500,
+) -> dict:
+    """Teacher-forced loss and token accuracy, and greedy exact-match accuracy.
+
+    Returns:
+        ``{"val_loss", "val_token_acc", "val_exact_match", "n"}``.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    loss_sum = hits = total = 0
+    for i in range(0, len(examples), batch_size):
+        part = examples[i : i + batch_size]
+        loss, h, n = _loss_and_hits(model, tensorize(part, src_tok, tgt_tok, device), 0.0)
+        loss_sum, hits, total = loss_sum + float(loss) * n, hits + h, total + n
+    outputs = greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size)
+    exact = sum(o == e.tgt for o, e in zip(outputs, examples, strict=True))
+    model.train(was_training)
+    return {
+        "val_loss": round(loss_sum / total, 5),
+        "val_token_acc": round(hits / total, 5),
+        "val_exact_match": round(exact / len(examples), 5),
+        "n": len(examples),
+    }
+
+
+# -- attention snapshots --------------------------------------------------------------------
+class Snapshots:
+    """Attention on the probe input over training: ``weights[(kind, layer)]`` is ``[S, H, Tq, Tk]``.
+
+    Stored as float16 in ``snapshots.safetensors`` (tensor ``"{kind}.{layer}"``), with the
+    probe tokens, the steps, and the probe's greedy output and loss at each step in the header.
+    """
+
+    def __init__(self, probe_src: list[str], probe_tgt: list[str]):
+        self.probe_src, self.probe_tgt = probe_src, probe_tgt
+        self.steps: list[int] = []
+        self.outputs: list[str] = []
+        self.losses: list[float] = []
+        self.weights: dict[tuple[str, int], list[Tensor]] = {}
+
+    @torch.no_grad()
+    def take(
+        self, step: int, model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer, probe: Example
+    ) -> None:
+        """Record the probe's teacher-forced attention and greedy output at ``step``."""
+        was_training = model.training
+        model.eval()
+        batch = tensorize([probe], src_tok, tgt_tok, next(model.parameters()).device)
+        with record(model, capture=("weights",)) as trace:
+            loss, _, _ = _loss_and_hits(model, batch, 0.0)
+        for kind, layer in trace.keys():
+            self.weights.setdefault((kind, layer), []).append(
+                trace.weights(kind, layer)[0].half().cpu()
+            )
+        self.steps.append(step)
+        self.outputs.append(greedy_texts(model, src_tok, tgt_tok, [probe.src])[0])
+        self.losses.append(round(float(loss), 5))
+        model.train(was_training)
+
+    def truncate(self, step: int) -> None:
+        """Forget snapshots taken after ``step`` (a resumed run takes them again)."""
+        keep = sum(s <= step for s in self.steps)
+        self.steps, self.outputs, self.losses = (
+            self.steps[:keep],
+            self.outputs[:keep],
+            self.losses[:keep],
+        )
+        self.weights = {k: v[:keep] for k, v in self.weights.items()}
+
+    def save(self, path: Path) -> None:
+        tensors = {f"{k}.{layer}": torch.stack(v) for (k, layer), v in self.weights.items()}
+        meta = {
+            "probe_src": self.probe_src,
+            "probe_tgt": self.probe_tgt,
+            "steps": self.steps,
+            "outputs": self.outputs,
+            "losses": self.losses,
+        }
+        write_tensors(path, tensors, meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Snapshots:
+        """Read ``snapshots.safetensors`` (a folder or the file)."""
+        path = Path(path)
+        tensors, meta = read_tensors(path / SNAPSHOTS if path.is_dir() else path)
+        if not meta or "steps" not in meta:
+            raise CheckpointError(f"{path}: not an attention snapshot file")
+        snaps = cls(meta["probe_src"], meta["probe_tgt"])
+        snaps.steps, snaps.outputs, snaps.losses = meta["steps"], meta["outputs"], meta["losses"]
+        for name, t in tensors.items():
+            kind, layer = name.rsplit(".", 1)
+            snaps.weights[(kind, int(layer))] = list(t.float())
+        return snaps
+
+
+# -- the run --------------------------------------------------------------------------------
+def _dist_setup(device: torch.device) -> tuple[int, int, torch.device]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, device
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    return dist.get_rank(), world, device
+
+
+def _save_train_state(
+    path: Path, model: Transformer, opt: torch.optim.Optimizer, info: dict
+) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(st[name]).float()
+    # tied parameters share storage; safetensors stores each tensor once, so clone ties
+    seen: set[int] = set()
+    for k, v in tensors.items():
+        if v.data_ptr() in seen:
+            tensors[k] = v.clone()
+        seen.add(v.data_ptr())
+    write_tensors(path, tensors, info)
+
+
+def _load_train_state(
+    tensors: dict, path: Path, model: Transformer, opt: torch.optim.Optimizer
+) -> None:
+    own = model.state_dict()
+    try:
+        model.load_state_dict({k: tensors[f"model.{k}"] for k in own})
+        state = opt.state_dict()
+        for i in range(len(state["param_groups"][0]["params"])):
+            if f"opt.{i}.step" in tensors:
+                state["state"][i] = {
+                    n: tensors[f"opt.{i}.{n}"] for n in ("exp_avg", "exp_avg_sq", "step")
+                }
+        opt.load_state_dict(state)
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path} does not match this model and optimiser ({exc})") from None
+
+
+def train(opts: TrainOptions, progress: bool = True) -> dict:
+    """Run (or resume) training; returns the final metrics (rank 0; other ranks get ``{}``).
+
+    Raises:
+        InputError: a bad option (unknown task, no GPU for ``--device cuda``, ...).
+    """
+    from tqdm import tqdm
+
+    task = get_task(opts.task)
+    out = Path(opts.out) if opts.out else None
+    state = None
+    if opts.resume:
+        if out is None or not (out / TRAIN_STATE).is_file():
+            raise InputError(f"--resume: no {TRAIN_STATE} in {out}; start without --resume")
+        state = read_tensors(out / TRAIN_STATE)
+        if not state[1] or "step" not in state[1]:
+            raise CheckpointError(f"{out / TRAIN_STATE}: not an attnviz training state")
+    elif out is not None and (out / TRAIN_STATE).is_file():
+        raise InputError(
+            f"{out} already holds a training run; add --resume or choose another --out"
+        )
+    opts = opts.resolved(task, state[1]["options"] if state else None)
+    rank, world, device = _dist_setup(resolve_device(opts.device))
+    src_tok, tgt_tok = task.tokenizers()
+    cfg = model_config(task, opts, src_tok, tgt_tok)
+    torch.manual_seed(opts.seed)
+    model = Transformer(cfg).to(device)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay, betas=(0.9, 0.98)
+    )
+    probe = Example(task.probe, task.target(task.probe))
+    snaps = Snapshots(src_tok.split(probe.src), tgt_tok.split(probe.tgt))
+    step, elapsed, history = 0, 0.0, []
+    if state is not None:
+        _load_train_state(state[0], out / TRAIN_STATE, model, opt)
+        info = state[1]
+        step, elapsed, history = info["step"], info["elapsed"], info["history"]
+        if (out / SNAPSHOTS).is_file():
+            snaps = Snapshots.load(out)
+            snaps.truncate(step)
+        torch.manual_seed(opts.seed + step)  # dropout noise; the data depend on the step alone
+    if out is not None and rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob(".*.tmp*"):  # left by a run killed in the middle of a write
+            stale.unlink(missing_ok=True)
+    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    val = task.examples("validation", opts.eval_size, seed=0)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    meta = {
+        "task": task.name,
+        "command": opts.command,
+        "world_size": world,
+        "options": dataclasses.asdict(opts),
+    }
+    last: dict = {}
+
+    def checkpoint(step: int) -> dict:
+        nonlocal last
+        metrics = evaluate(model, val, src_tok, tgt_tok)
+        last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
+        history.append(last)
+        if out is not None:
+            _save_train_state(
+                out / TRAIN_STATE,
+                model,
+                opt,
+                {
+                    "step": step,
+                    "elapsed": last["elapsed_s"],
+                    "history": history,
+                    "options": meta["options"],
+                },
+            )
+            save_checkpoint(
+                out,
+                model,
+                src_tok,
+                tgt_tok,
+                {**meta, "step": step, "metrics": last, "history": history},
+            )
+            snaps.save(out / SNAPSHOTS)
+        return last
+
+    model.train()
+    bar = tqdm(
+        total=opts.steps, initial=step, desc=f"train {task.name}", disable=not progress or rank != 0
+    )
+    if rank == 0 and step == 0:
+        snaps.take(0, model, src_tok, tgt_tok, probe)
+    start = time.perf_counter() - elapsed  # wall time, evaluation included, across resumes
+    while step < opts.steps:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, opts)
+        batch = tensorize(batch_at(task, step, opts, rank), src_tok, tgt_tok, device)
+        with autocast:
+            loss, hits, n = _loss_and_hits(net, batch, opts.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), opts.clip)
+        opt.step()
+        step += 1
+        elapsed = time.perf_counter() - start
+        bar.update(1)
+        bar.set_postfix(
+            loss=f"{float(loss):.3f}", acc=f"{hits / n:.3f}", lr=f"{lr_at(step - 1, opts):.1e}"
+        )
+        done = step == opts.steps
+        if rank == 0 and (step % opts.snapshot_every == 0 or done):
+            snaps.take(step, model, src_tok, tgt_tok, probe)
+        stop = False
+        if step % opts.eval_every == 0 or done:
+            if rank == 0:
+                m = checkpoint(step)
+                bar.write(
+                    f"step {step}: val loss {m['val_loss']:.4f}  token acc "
+                    f"{m['val_token_acc']:.4f}  exact match {m['val_exact_match']:.4f}  "
+                    f"({elapsed:.0f}s)"
+                )
+                stop = (
+                    opts.target_exact_match is not None
+                    and m["val_exact_match"] >= opts.target_exact_match
+                )
+            if world > 1:
+                flag = torch.tensor([float(stop)], device=device)
+                dist.broadcast(flag, 0)
+                stop = bool(flag.item())
+            if stop:
+                if rank == 0:
+                    bar.write(
+                        f"reached exact match {last['val_exact_match']:.4f} >= "
+                        f"{opts.target_exact_match} at step {step}; stopping"
+                    )
+                break
+    bar.close()
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return last
+
+
+def load_for_eval(path: str | Path):
+    """The checkpoint and its registered task (for evaluation on the task's test split)."""
+    ckpt = load_checkpoint(path)
+    if not ckpt.task:
+        raise CheckpointError(f"{path}: the metadata names no task")
+    return ckpt, get_task(ckpt.task)
+
+
+def exact_match_by_length(
+    path: str | Path, per_length: int = 200, split: str = "test", seed: int = 0
+) -> dict[int, tuple[int, int]]:
+    """Greedy exact matches per source length on a task's split: ``{length: (right, n)}``."""
+    ckpt, task = load_for_eval(path)
+    out = {}
+    for length in task.lengths:
+        exs = task.examples(split, per_length, seed=seed, length=length)
+        preds = ckpt.predict_batch([e.src for e in exs])
+        out[length] = (sum(p == e.tgt for p, e in zip(preds, exs, strict=True)), len(exs))
+    return out

@@ -1,0 +1,210 @@
+"""Checkpoints: exact round trip, atomic writes, and one clear error for every bad file."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+from conftest import make_model
+
+import attnviz
+from attnviz.checkpoint import (
+    METADATA,
+    WEIGHTS,
+    _replace_atomically,
+    read_tensors,
+    write_tensors,
+)
+from attnviz.errors import CheckpointError, InputError
+from attnviz.tokenizer import Tokenizer
+
+
+def _tokenizers(model):
+    cfg = model.config
+    src = Tokenizer("word", [f"s{i}" for i in range(cfg.src_vocab_size - 4)])
+    tgt = Tokenizer("word", [f"t{i}" for i in range(cfg.tgt_vocab_size - 4)])
+    return src, tgt
+
+
+def _save(tmp_path, **overrides):
+    model = make_model(**overrides)
+    src, tgt = _tokenizers(model)
+    folder = attnviz.save_checkpoint(tmp_path / "ck", model, src, tgt, {"task": None, "note": "x"})
+    return model, folder
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_output": True, "tgt_vocab_size": 23, "share_embeddings": True},
+        {"norm_first": True, "final_norm": True},
+    ],
+)
+def test_round_trip_gives_identical_logits(tmp_path, overrides):
+    model, folder = _save(tmp_path, **overrides)
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.config == model.config
+    assert ckpt.meta["note"] == "x" and ckpt.meta["attnviz_version"] == attnviz.__version__
+    assert not ckpt.model.training
+    src = torch.randint(4, model.config.src_vocab_size, (2, 5))
+    tgt = torch.randint(4, model.config.tgt_vocab_size, (2, 4))
+    torch.testing.assert_close(ckpt.model(src, tgt), model(src, tgt), rtol=0, atol=0)
+    if model.config.tie_output:
+        assert ckpt.model.generator.weight is ckpt.model.tgt_embed.weight
+    assert json.loads((folder / METADATA).read_text())["config"] == model.config.to_dict()
+    assert attnviz.load_checkpoint(folder / WEIGHTS).config == model.config
+
+
+def test_header_metadata_wins_and_plain_safetensors_use_config_json(tmp_path):
+    model, folder = _save(tmp_path)
+    doc = json.loads((folder / METADATA).read_text())
+    (folder / METADATA).write_text(json.dumps({**doc, "note": "stale"}))
+    assert attnviz.load_checkpoint(folder).meta["note"] == "x"
+    tensors, _ = read_tensors(folder / WEIGHTS)
+    write_tensors(folder / WEIGHTS, tensors, None)  # a hand-made checkpoint
+    assert attnviz.load_checkpoint(folder).meta["note"] == "stale"
+
+
+def _one_line(exc_info) -> str:
+    msg = str(exc_info.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_folder_and_missing_files(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at") as e:
+        attnviz.load_checkpoint(tmp_path / "nothing")
+    _one_line(e)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="model.safetensors is missing"):
+        attnviz.load_checkpoint(tmp_path / "empty")
+    _, folder = _save(tmp_path)
+    tensors, _ = read_tensors(folder / WEIGHTS)
+    write_tensors(folder / WEIGHTS, tensors, None)
+    (folder / METADATA).unlink()
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        attnviz.load_checkpoint(folder)
+
+
+def test_truncated_weights(tmp_path):
+    _, folder = _save(tmp_path)
+    data = (folder / WEIGHTS).read_bytes()
+    (folder / WEIGHTS).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="not a readable safetensors file") as e:
+        attnviz.load_checkpoint(folder)
+    _one_line(e)
+
+
+class _Boom:
+    def __reduce__(self):  # would run on unpickling
+        return (exec, ("raise SystemExit('unpickled!')",))
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle"])
+def test_pickles_are_refused_without_being_unpickled(tmp_path, how):
+    _, folder = _save(tmp_path)
+    if how == "torch.save":
+        torch.save({"x": _Boom()}, folder / WEIGHTS)
+    else:
+        (folder / WEIGHTS).write_bytes(pickle.dumps(_Boom()))
+    with pytest.raises(CheckpointError, match="never unpickles") as e:
+        attnviz.load_checkpoint(folder)
+    _one_line(e)
+    evil = tmp_path / "model.pt"
+    evil.write_bytes((folder / WEIGHTS).read_bytes())
+    with pytest.raises(CheckpointError, match="never unpickles"):
+        attnviz.load_checkpoint(evil)
+
+
+def _rewrite(folder, tensors=None, meta_change=None):
+    tensors_now, meta = read_tensors(folder / WEIGHTS)
+    if meta_change:
+        meta_change(meta)
+    write_tensors(folder / WEIGHTS, tensors if tensors is not None else tensors_now, meta)
+    return tensors_now
+
+
+def test_shapes_and_names_are_checked_against_the_config(tmp_path):
+    _, folder = _save(tmp_path)
+    _rewrite(folder, meta_change=lambda m: m["config"].update(d_ff=41))
+    with pytest.raises(
+        CheckpointError,
+        match=r"do not match the config: .*linear1.weight \[40, 24\] \(config wants \[41, 24\]\)",
+    ) as e:
+        attnviz.load_checkpoint(folder)
+    _one_line(e)
+
+    _, folder = _save(tmp_path / "b")
+    tensors = _rewrite(folder)
+    del tensors["generator.bias"]
+    tensors["extra.weight"] = torch.zeros(2)
+    _rewrite(folder, tensors)
+    with pytest.raises(CheckpointError, match="missing tensors: generator.bias"):
+        attnviz.load_checkpoint(folder)
+
+
+def test_bad_metadata_is_refused(tmp_path):
+    _, folder = _save(tmp_path)
+    _rewrite(folder, meta_change=lambda m: m["config"].update(n_heads=5))
+    with pytest.raises(CheckpointError, match="divide"):
+        attnviz.load_checkpoint(folder)
+    _, folder = _save(tmp_path / "b")
+    _rewrite(folder, meta_change=lambda m: m["src_tokenizer"]["tokens"].pop())
+    with pytest.raises(
+        CheckpointError, match="source tokenizer has 22 tokens but the model expects 23"
+    ):
+        attnviz.load_checkpoint(folder)
+    _, folder = _save(tmp_path / "c")
+    _rewrite(folder, meta_change=lambda m: m.pop("config"))
+    with pytest.raises(CheckpointError, match="no model 'config'"):
+        attnviz.load_checkpoint(folder)
+
+
+def test_non_finite_or_integer_weights_are_refused(tmp_path):
+    _, folder = _save(tmp_path)
+    tensors = _rewrite(folder)
+    tensors["generator.bias"] = torch.full_like(tensors["generator.bias"], float("nan"))
+    _rewrite(folder, tensors)
+    with pytest.raises(CheckpointError, match="NaN or inf in generator.bias"):
+        attnviz.load_checkpoint(folder)
+    tensors["generator.bias"] = torch.zeros_like(tensors["generator.bias"], dtype=torch.long)
+    _rewrite(folder, tensors)
+    with pytest.raises(CheckpointError, match="non-float"):
+        attnviz.load_checkpoint(folder)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
+    target = tmp_path / "f.json"
+    target.write_text("old")
+
+    def crash(tmp):
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _replace_atomically(target, crash)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_predict_reports_unknowns_and_refuses_empty_or_long_input(tmp_path):
+    _, folder = _save(tmp_path)
+    ckpt = attnviz.load_checkpoint(folder)
+    details = ckpt.predict_details("s1 zebra s2")
+    assert details.source.unknown == ["zebra"]
+    assert isinstance(details.text, str) and details.text == ckpt.predict("s1 zebra s2")
+    assert ckpt.predict_batch(["s1 zebra s2", "s3"]) == [details.text, ckpt.predict("s3")]
+    with pytest.raises(InputError, match="empty"):
+        ckpt.predict("   ")
+    with pytest.raises(InputError, match="at most 200"):
+        ckpt.predict(" ".join(["s1"] * 201))
+
+
+def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path):
+    model = make_model()
+    src, _ = _tokenizers(model)
+    with pytest.raises(CheckpointError, match="target tokenizer"):
+        attnviz.save_checkpoint(tmp_path, model, src, src)

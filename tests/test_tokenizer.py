@@ -1,0 +1,72 @@
+"""Tokenizers: fixed specials, round trips, unknown pieces reported, safe (de)serialisation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnviz.errors import InputError
+from attnviz.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, Tokenizer
+
+
+def test_specials_come_first_and_ids_follow_symbol_order():
+    tok = Tokenizer("char", list("abc"))
+    assert tok.tokens[:4] == list(SPECIALS)
+    assert (PAD, BOS, EOS, UNK) == (0, 1, 2, 3)
+    assert tok.encode("cab").ids == [6, 4, 5]
+    assert len(tok) == 7
+
+
+@given(st.text(alphabet="abcdefxyz ", max_size=30))
+def test_char_round_trip_with_unknowns_reported(text):
+    tok = Tokenizer("char", list("abcdef "))
+    enc = tok.encode(text)
+    assert enc.pieces == list(text)
+    assert len(enc.ids) == len(text)
+    assert enc.unknown == list(dict.fromkeys(c for c in text if c in "xyz"))
+    shown = tok.decode(enc.ids)
+    assert shown == "".join("<unk>" if c in "xyz" else c for c in text)
+
+
+def test_word_level_splits_on_whitespace_and_reports_unknown_words():
+    tok = Tokenizer.from_texts("word", ["the dog sees", "a cat"])
+    enc = tok.encode("  the zebra sees  the yak ")
+    assert enc.pieces == ["the", "zebra", "sees", "the", "yak"]
+    assert enc.unknown == ["zebra", "yak"]
+    assert enc.ids[1] == UNK and enc.ids[4] == UNK
+    assert tok.decode([BOS, *tok.encode("a cat").ids, EOS, *tok.encode("dog").ids]) == "a cat"
+    assert tok.decode([*tok.encode("a cat").ids, EOS, PAD], stop_at_eos=False) == "a cat <eos>"
+
+
+def test_dict_round_trip_and_equality():
+    tok = Tokenizer("word", ["x", "y"])
+    again = Tokenizer.from_dict(tok.to_dict())
+    assert again == tok and again.kind == "word"
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"kind": "char", "tokens": ["a", "b"]}, "first tokens"),
+        ({"kind": "char"}, "saved as"),
+        ("not a dict", "saved as"),
+        ({"kind": "bpe", "tokens": list(SPECIALS)}, "kind"),
+        ({"kind": "char", "tokens": [*SPECIALS, "ab"]}, "invalid char"),
+        ({"kind": "char", "tokens": [*SPECIALS, "a", "a"]}, "unique"),
+        ({"kind": "word", "tokens": [*SPECIALS, 3]}, "strings"),
+    ],
+)
+def test_bad_saved_tokenizers_are_refused_clearly(bad, match):
+    with pytest.raises(InputError, match=match):
+        Tokenizer.from_dict(bad)
+
+
+def test_special_names_cannot_be_symbols():
+    with pytest.raises(InputError, match="clash"):
+        Tokenizer("word", ["<eos>"])
+
+
+def test_decode_refuses_ids_outside_the_vocabulary():
+    with pytest.raises(InputError, match="outside"):
+        Tokenizer("char", ["a"]).decode([99])
