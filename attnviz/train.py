@@ -459,7 +459,7 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         elapsed = time.perf_counter() - start
         bar.update(1)
         bar.set_postfix(
-            loss=f"{float(loss):.3f}", acc=f"{hits / n:.3f}", lr=f"{lr_at(step - 1, opts):.1e}"
+            loss=f"{loss.item():.3f}", acc=f"{hits / n:.3f}", lr=f"{lr_at(step - 1, opts):.1e}"
         )
         done = step == opts.steps
         if rank == 0 and (step % opts.snapshot_every == 0 or done):

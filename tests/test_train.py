@@ -83,13 +83,11 @@ def test_a_short_run_saves_a_loadable_checkpoint_with_history_and_snapshots(tmp_
     assert not list(out.glob(".*tmp*"))
 
 
-def test_training_learns_and_records_the_best_metrics(tmp_path):
-    metrics = train(
-        _tiny("copy", steps=150, eval_every=150, lr=3e-3, warmup=20, batch_size=64, eval_size=100),
-        progress=False,
-    )
-    # a copy model this small learns the diagonal within 150 steps
-    assert metrics["val_token_acc"] > 0.5
+def test_validation_loss_falls_during_training(tmp_path):
+    out = tmp_path / "learn"
+    train(_tiny("copy", out=str(out), steps=150, eval_every=50, lr=3e-3, warmup=20), progress=False)
+    losses = [h["val_loss"] for h in attnviz.load_checkpoint(out).meta["history"]]
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
 
 
 def test_same_seed_same_weights_and_data_depends_only_on_step(tmp_path):
