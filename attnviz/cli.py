@@ -8,112 +8,41 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
-import string
 import sys
-import time
+from pathlib import Path
 
 import torch
 
 from . import __version__
-from .config import ModelConfig
+from .checkpoint import load_checkpoint
 from .decoding import GreedyStepper
 from .errors import AttnvizError
-from .model import Transformer
+from .tokenizer import BOS, EOS
 
-PAD, BOS, EOS = 0, 1, 2
-LETTERS = string.ascii_lowercase
-_OFFSET = 3  # ids of 'a'..'z' start after PAD, BOS, EOS
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "reverse"
 
 
-def encode_letters(text: str) -> list[int]:
-    """Lowercase letters -> ids (the demo's character vocabulary)."""
-    bad = sorted({c for c in text if c not in LETTERS})
-    if bad:
-        raise AttnvizError(f"the demo model reads only a-z; got {''.join(bad)!r}")
-    if not text:
-        raise AttnvizError("type at least one letter")
-    return [LETTERS.index(c) + _OFFSET for c in text]
-
-
-def decode_letters(ids: list[int]) -> str:
-    return "".join(LETTERS[i - _OFFSET] for i in ids if i >= _OFFSET)
-
-
-def reversal_batch(n: int, min_len: int, max_len: int, generator: torch.Generator) -> tuple:
-    """A padded batch of the string-reversal task.
-
-    Returns:
-        ``src [n, Ts]``, ``tgt_in [n, Tt]`` (BOS + reversed), ``tgt_out [n, Tt]`` (reversed + EOS),
-        all padded with PAD.
-    """
-    lengths = torch.randint(min_len, max_len + 1, (n,), generator=generator)
-    t = int(lengths.max())
-    src = torch.full((n, t), PAD)
-    tgt_in = torch.full((n, t + 1), PAD)
-    tgt_out = torch.full((n, t + 1), PAD)
-    for i, length in enumerate(lengths.tolist()):
-        ids = torch.randint(_OFFSET, _OFFSET + len(LETTERS), (length,), generator=generator)
-        src[i, :length] = ids
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : length + 1] = ids.flip(0)
-        tgt_out[i, :length] = ids.flip(0)
-        tgt_out[i, length] = EOS
-    return src, tgt_in, tgt_out
-
-
-def train_reversal(
-    steps: int, seed: int = 0, max_len: int = 10, progress: bool = True
-) -> Transformer:
-    """Train a tiny model on string reversal (the demo; ``attnviz train`` is the full tool)."""
-    from tqdm import tqdm
-
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = ModelConfig(
-        src_vocab_size=_OFFSET + len(LETTERS),
-        tgt_vocab_size=_OFFSET + len(LETTERS),
-        d_model=64,
-        n_heads=4,
-        d_ff=128,
-        dropout=0.0,
-        max_len=64,
-    )
-    model = Transformer(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD)
-    bar = tqdm(range(steps), desc="training a tiny reversal model", disable=not progress)
-    for _ in bar:
-        src, tgt_in, tgt_out = reversal_batch(64, 1, max_len, gen)
-        logits = model(src, tgt_in, src == PAD, tgt_in == PAD)
-        loss = loss_fn(logits.flatten(0, 1), tgt_out.flatten())
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-    return model.eval()
-
-
-def _demo(args: argparse.Namespace) -> int:
-    ids = encode_letters(args.text)
-    start = time.perf_counter()
-    model = train_reversal(args.steps, seed=args.seed)
-    print(f"trained {model.num_parameters():,} parameters in {time.perf_counter() - start:.0f}s")
-    stepper = GreedyStepper(model, torch.tensor(ids), BOS, EOS, max_len=len(ids) + 5)
+def _step_through(args: argparse.Namespace) -> int:
+    """Greedy-decode one input step by step, printing where cross-attention looks."""
+    ckpt = load_checkpoint(args.model)
+    enc = ckpt.encode_source(args.text)
+    if enc.unknown:
+        print(f"note: not in this model's vocabulary, read as <unk>: {' '.join(enc.unknown)}")
+    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), BOS, EOS)
+    last = ckpt.config.n_decoder_layers - 1
+    print(f"model : {args.model} (task {ckpt.task}, {ckpt.model.num_parameters():,} parameters)")
     print(f"input : {args.text}")
     for res in iter(stepper.step, None):
-        cross = res.attention["cross", model.config.n_decoder_layers - 1].mean(0)  # [Ts]
+        cross = res.attention["cross", last].mean(0)  # [Ts], mean over heads
         src_pos = int(cross.argmax())
-        shown = "<eos>" if res.token == EOS else decode_letters([res.token])
         print(
-            f"  step {res.step:2d}: {shown:5s} p={res.prob:.2f}  looks most at input "
-            f"position {src_pos} ({args.text[src_pos]!r})"
+            f"  step {res.step:2d}: {ckpt.tgt_tokenizer.token(res.token):8s} p={res.prob:.2f}  "
+            f"looks most at input position {src_pos} ({enc.pieces[src_pos]!r}, "
+            f"weight {float(cross[src_pos]):.2f})"
         )
         if res.done:
             break
-    print(f"output: {decode_letters(stepper.tokens)}")
+    print(f"output: {ckpt.tgt_tokenizer.decode(stepper.tokens)}")
     return 0
 
 
@@ -144,6 +73,73 @@ def _evaluate(args: argparse.Namespace) -> int:
     worst = min(r / n for r, n in results.values() if n)
     print(f"worst length: {worst:.4f}")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .analysis.health import check
+    from .record import DropMask
+
+    ckpt = load_checkpoint(args.checkpoint)
+    edits = [DropMask(args.drop_mask)] if args.drop_mask else []
+    report = check(ckpt, texts=args.text or None, n=args.n, edits=edits,
+                   ablation_sample=args.ablation_sample)  # fmt: skip
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(report.to_json() + "\n")
+        print(f"wrote {args.json}")
+    return 0 if report.passed else 1
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .analysis import export
+
+    ckpt = load_checkpoint(args.checkpoint)
+    result = export.inspect_text(ckpt, args.text)
+    print(f"input : {args.text}")
+    if result.unknown:
+        print(f"note  : read as <unk>: {' '.join(result.unknown)}")
+    print(f"output: {result.output}")
+    for s in result.stats:
+        print(f"  {s.kind:12s} L{s.layer} H{s.head}: {s.role:26s} entropy {s.norm_entropy:.2f}  "
+              f"max {s.max_weight:.2f}")  # fmt: skip
+    if args.html:
+        from .report import write_html
+
+        print(f"wrote {write_html(result, args.html)}")
+    if args.json:
+        print(f"wrote {export.write_json(result, args.json)}")
+    if args.npz:
+        print(f"wrote {export.write_npz(result, args.npz)}")
+    return 0
+
+
+def _add_analysis_parsers(sub) -> None:
+    c = sub.add_parser(
+        "check",
+        help="health check of a checkpoint: mask leaks, NaN, dead/removable heads, accuracy",
+        description="Exit status 0 when the check passes, 1 when it finds a leak or NaN.",
+    )
+    c.add_argument("checkpoint")
+    c.add_argument("--text", action="append", help="an input to check on (repeatable; default: "
+                   "the task's validation inputs)")  # fmt: skip
+    c.add_argument("--n", type=int, default=200, help="validation inputs to use (default 200)")
+    c.add_argument("--ablation-sample", type=int, default=32,
+                   help="inputs for the removable-heads search (0 skips it)")  # fmt: skip
+    c.add_argument("--drop-mask", choices=("padding", "causal", "both"),
+                   help="run with a mask switched off, to see what a broken model looks like")  # fmt: skip
+    c.add_argument("--json", help="also write the report as JSON here")
+    c.set_defaults(func=_check)
+
+    i = sub.add_parser(
+        "inspect",
+        help="decode one input and export its attention (HTML page, JSON, NPZ)",
+    )
+    i.add_argument("checkpoint")
+    i.add_argument("--text", required=True, help="the input")
+    i.add_argument("--html", help="write one self-contained offline HTML page with every view")
+    i.add_argument("--json", help="write tokens, weights, masks and probabilities as JSON")
+    i.add_argument("--npz", help="write the same arrays as a NumPy .npz")
+    i.set_defaults(func=_inspect)
 
 
 def _add_train_parser(sub) -> None:
@@ -201,16 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    for name, help_text in (
-        ("demo", "train a tiny string-reversal model and decode an example step by step"),
-        ("app", "open the attention inspector (for now: the demo, until the app lands)"),
-    ):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--text", default="helloworld", help="input to reverse (a-z)")
-        p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
-        p.add_argument("--seed", type=int, default=0)
-        p.set_defaults(func=_demo)
+    p = sub.add_parser(
+        "app",
+        help="open attnviz on a shipped model (until the web app lands: decode step by step "
+        "in the terminal, showing where cross-attention looks)",
+    )
+    p.add_argument(
+        "--model", default=str(DEFAULT_MODEL), help="checkpoint folder (default models/reverse)"
+    )
+    p.add_argument("--text", default="helloworld", help="input text")
+    p.set_defaults(func=_step_through)
     _add_train_parser(sub)
+    _add_analysis_parsers(sub)
     return parser
 
 

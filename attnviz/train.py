@@ -45,11 +45,11 @@ from .config import ModelConfig
 from .errors import CheckpointError, InputError
 from .model import Transformer
 from .record import record
+from .snapshots import SNAPSHOTS, Snapshots
 from .tasks import Example, Task, get_task
 from .tokenizer import BOS, EOS, PAD, Tokenizer
 
 TRAIN_STATE = "train_state.safetensors"
-SNAPSHOTS = "snapshots.safetensors"
 MODEL_FIELDS = (
     "d_model",
     "n_heads",
@@ -239,76 +239,6 @@ def evaluate(
     }
 
 
-# -- attention snapshots --------------------------------------------------------------------
-class Snapshots:
-    """Attention on the probe input over training: ``weights[(kind, layer)]`` is ``[S, H, Tq, Tk]``.
-
-    Stored as float16 in ``snapshots.safetensors`` (tensor ``"{kind}.{layer}"``), with the
-    probe tokens, the steps, and the probe's greedy output and loss at each step in the header.
-    """
-
-    def __init__(self, probe_src: list[str], probe_tgt: list[str]):
-        self.probe_src, self.probe_tgt = probe_src, probe_tgt
-        self.steps: list[int] = []
-        self.outputs: list[str] = []
-        self.losses: list[float] = []
-        self.weights: dict[tuple[str, int], list[Tensor]] = {}
-
-    @torch.no_grad()
-    def take(
-        self, step: int, model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer, probe: Example
-    ) -> None:
-        """Record the probe's teacher-forced attention and greedy output at ``step``."""
-        was_training = model.training
-        model.eval()
-        batch = tensorize([probe], src_tok, tgt_tok, next(model.parameters()).device)
-        with record(model, capture=("weights",)) as trace:
-            loss, _, _ = _loss_and_hits(model, batch, 0.0)
-        for kind, layer in trace.keys():
-            self.weights.setdefault((kind, layer), []).append(
-                trace.weights(kind, layer)[0].half().cpu()
-            )
-        self.steps.append(step)
-        self.outputs.append(greedy_texts(model, src_tok, tgt_tok, [probe.src])[0])
-        self.losses.append(round(float(loss), 5))
-        model.train(was_training)
-
-    def truncate(self, step: int) -> None:
-        """Forget snapshots taken after ``step`` (a resumed run takes them again)."""
-        keep = sum(s <= step for s in self.steps)
-        self.steps, self.outputs, self.losses = (
-            self.steps[:keep],
-            self.outputs[:keep],
-            self.losses[:keep],
-        )
-        self.weights = {k: v[:keep] for k, v in self.weights.items()}
-
-    def save(self, path: Path) -> None:
-        tensors = {f"{k}.{layer}": torch.stack(v) for (k, layer), v in self.weights.items()}
-        meta = {
-            "probe_src": self.probe_src,
-            "probe_tgt": self.probe_tgt,
-            "steps": self.steps,
-            "outputs": self.outputs,
-            "losses": self.losses,
-        }
-        write_tensors(path, tensors, meta)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Snapshots:
-        """Read ``snapshots.safetensors`` (a folder or the file)."""
-        path = Path(path)
-        tensors, meta = read_tensors(path / SNAPSHOTS if path.is_dir() else path)
-        if not meta or "steps" not in meta:
-            raise CheckpointError(f"{path}: not an attention snapshot file")
-        snaps = cls(meta["probe_src"], meta["probe_tgt"])
-        snaps.steps, snaps.outputs, snaps.losses = meta["steps"], meta["outputs"], meta["losses"]
-        for name, t in tensors.items():
-            kind, layer = name.rsplit(".", 1)
-            snaps.weights[(kind, int(layer))] = list(t.float())
-        return snaps
-
-
 # -- the run --------------------------------------------------------------------------------
 def _dist_setup(device: torch.device) -> tuple[int, int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -386,6 +316,7 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay, betas=(0.9, 0.98)
     )
     probe = Example(task.probe, task.target(task.probe))
+    probe_batch = tensorize([probe], src_tok, tgt_tok, device)
     snaps = Snapshots(src_tok.split(probe.src), tgt_tok.split(probe.tgt))
     step, elapsed, history = 0, 0.0, []
     if state is not None:
@@ -410,6 +341,14 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         "options": dataclasses.asdict(opts),
     }
     last: dict = {}
+
+    @torch.no_grad()
+    def snapshot(step: int) -> None:
+        model.eval()
+        with record(model, capture=("weights",)) as trace:
+            loss, _, _ = _loss_and_hits(model, probe_batch, 0.0)
+        snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
+        model.train()
 
     def checkpoint(step: int) -> dict:
         nonlocal last
@@ -443,7 +382,7 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         total=opts.steps, initial=step, desc=f"train {task.name}", disable=not progress or rank != 0
     )
     if rank == 0 and step == 0:
-        snaps.take(0, model, src_tok, tgt_tok, probe)
+        snapshot(0)
     start = time.perf_counter() - elapsed  # wall time, evaluation included, across resumes
     while step < opts.steps:
         for group in opt.param_groups:
@@ -463,7 +402,7 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         )
         done = step == opts.steps
         if rank == 0 and (step % opts.snapshot_every == 0 or done):
-            snaps.take(step, model, src_tok, tgt_tok, probe)
+            snapshot(step)
         stop = False
         if step % opts.eval_every == 0 or done:
             if rank == 0:

@@ -1,12 +1,15 @@
-"""Shared fixtures: tiny random models and a small trained reversal model."""
+"""Shared fixtures: tiny random models and the shipped reversal model."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 import attnviz
-from attnviz.cli import train_reversal
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
 
 
 def make_model(seed: int = 0, **overrides) -> attnviz.Transformer:
@@ -45,6 +48,21 @@ def model() -> attnviz.Transformer:
 
 
 @pytest.fixture(scope="session")
-def reverse_model() -> attnviz.Transformer:
-    """A small model trained on reversing a-z strings of length 1-8 (ids: PAD 0, BOS 1, EOS 2)."""
-    return train_reversal(steps=500, seed=0, max_len=8, progress=False)
+def reverse_ckpt() -> attnviz.Checkpoint:
+    """The shipped model that reverses a-z strings of length 1-20 (ids: PAD 0, BOS 1, EOS 2)."""
+    return attnviz.load_checkpoint(MODELS / "reverse")
+
+
+@pytest.fixture(scope="session")
+def reverse_model(reverse_ckpt) -> attnviz.Transformer:
+    return reverse_ckpt.model
+
+
+def letters(text: str) -> list[int]:
+    """a-z text -> ids of the character tasks (reverse, copy, sort)."""
+    return attnviz.tasks.get_task("reverse").tokenizers()[0].encode(text).ids
+
+
+def unletters(ids) -> str:
+    """Ids of the character tasks -> text (stops at EOS)."""
+    return attnviz.tasks.get_task("reverse").tokenizers()[1].decode(ids)

@@ -7,7 +7,6 @@ import pickle
 
 import pytest
 import torch
-from conftest import make_model
 
 import attnviz
 from attnviz.checkpoint import (
@@ -19,6 +18,7 @@ from attnviz.checkpoint import (
 )
 from attnviz.errors import CheckpointError, InputError
 from attnviz.tokenizer import Tokenizer
+from tests.conftest import make_model
 
 
 def _tokenizers(model):

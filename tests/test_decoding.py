@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.cli import BOS, EOS, PAD, decode_letters, encode_letters
-from tests.conftest import make_model
+from attnviz.tokenizer import BOS, EOS, PAD
+from tests.conftest import letters, make_model, unletters
 
 
 def recompute(model, src, prefix):
@@ -83,24 +83,24 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
 
 
 def test_stepper_forced_tokens_and_finish(reverse_model):
-    ids = torch.tensor(encode_letters("abcde"))
+    ids = torch.tensor(letters("abcde"))
     stepper = attnviz.GreedyStepper(reverse_model, ids, BOS, EOS)
-    assert decode_letters(stepper.run()) == "edcba" and stepper.tokens[-1] == EOS
+    assert unletters(stepper.run()) == "edcba" and stepper.tokens[-1] == EOS
     with pytest.raises(attnviz.InputError, match="finished"):
         stepper.step()
     stepper.reset()
-    forced = stepper.step(token=encode_letters("z")[0])
-    assert forced.token == encode_letters("z")[0] and forced.prob < 0.5
+    forced = stepper.step(token=letters("z")[0])
+    assert forced.token == letters("z")[0] and forced.prob < 0.5
     assert 0.99 < float(forced.probs.sum()) < 1.01
     # a bad forced token is refused before the model runs: the stepper stays usable
     stepper.reset()
-    with pytest.raises(attnviz.InputError, match="outside the vocabulary 0..28"):
+    with pytest.raises(attnviz.InputError, match="outside the vocabulary 0..29"):
         stepper.step(token=99)
     with pytest.raises(attnviz.InputError, match="integer id"):
         stepper.step(token="e")
-    assert stepper.step(token=torch.tensor(encode_letters("e")[0])).token == encode_letters("e")[0]
+    assert stepper.step(token=torch.tensor(letters("e")[0])).token == letters("e")[0]
     stepper.reset()
-    assert decode_letters(stepper.run()) == "edcba"
+    assert unletters(stepper.run()) == "edcba"
     with pytest.raises(attnviz.InputError, match="one sequence"):
         attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, BOS, EOS)
 
@@ -108,18 +108,16 @@ def test_stepper_forced_tokens_and_finish(reverse_model):
 def test_batched_greedy_stops_each_row_at_its_eos(reverse_model):
     words = ["a", "hello", "xyzzyab", "qq"]
     width = max(map(len, words))
-    src = torch.tensor([encode_letters(w) + [PAD] * (width - len(w)) for w in words])
+    src = torch.tensor([letters(w) + [PAD] * (width - len(w)) for w in words])
     out = attnviz.greedy_decode(reverse_model, src, BOS, EOS)
     assert out.shape == (4, width + 1)
     for row, w in zip(out.tolist(), words, strict=True):
         n = len(w)
-        assert decode_letters(row[:n]) == w[::-1]
+        assert unletters(row[:n]) == w[::-1]
         assert row[n] == EOS and all(t == PAD for t in row[n + 1 :])
     # the batch gives the same tokens as one-at-a-time stepping
     for row, w in zip(out.tolist(), words, strict=True):
-        alone = attnviz.GreedyStepper(
-            reverse_model, torch.tensor(encode_letters(w)), BOS, EOS
-        ).run()
+        alone = attnviz.GreedyStepper(reverse_model, torch.tensor(letters(w)), BOS, EOS).run()
         assert row[: len(alone)] == alone
 
 
@@ -139,9 +137,9 @@ def test_beam_one_is_greedy():
 
 
 def test_beam_score_and_attention_are_the_models(reverse_model):
-    src = torch.tensor(encode_letters("reverse"))
+    src = torch.tensor(letters("reverse"))
     best = attnviz.beam_search(reverse_model, src, BOS, EOS, beam_size=4, return_attention=True)[0]
-    assert decode_letters(best.tokens) == "esrever" and best.tokens[-1] == EOS
+    assert unletters(best.tokens) == "esrever" and best.tokens[-1] == EOS
     tgt_in = torch.tensor([[BOS] + best.tokens[:-1]])
     with torch.no_grad(), attnviz.record(reverse_model) as trace:
         logits = reverse_model(src[None], tgt_in)

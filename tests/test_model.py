@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.cli import BOS, PAD, reversal_batch
+from attnviz.tasks import get_task
+from attnviz.tokenizer import BOS, PAD
+from attnviz.train import tensorize
 from tests.conftest import make_model, random_batch
 
 CONFIGS = [
@@ -163,10 +165,12 @@ def test_tiny_model_overfits_reversal(norm_first):
     """Gradients flow through every part: a fixed batch of reversed strings is learned."""
     torch.manual_seed(0)
     cfg = attnviz.ModelConfig(
-        29, 29, d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm_first=norm_first
+        30, 30, d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm_first=norm_first
     )
     model = attnviz.Transformer(cfg)
-    src, tgt_in, tgt_out = reversal_batch(16, 3, 8, torch.Generator().manual_seed(0))
+    task = get_task("reverse")
+    examples = [e for n in range(3, 9) for e in task.examples("train", 3, length=n)][:16]
+    src, tgt_in, tgt_out = tensorize(examples, *task.tokenizers(), torch.device("cpu"))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD)
     first = None

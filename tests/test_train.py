@@ -16,11 +16,10 @@ import torch
 import attnviz
 from attnviz.cli import main
 from attnviz.errors import InputError
+from attnviz.snapshots import SNAPSHOTS, Snapshots
 from attnviz.tasks import get_task
 from attnviz.train import (
-    SNAPSHOTS,
     TRAIN_STATE,
-    Snapshots,
     TrainOptions,
     batch_at,
     lr_at,

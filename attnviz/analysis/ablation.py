@@ -1,0 +1,167 @@
+"""Head ablation: zero chosen heads inside the real forward pass and measure what changes.
+
+Effects are measured two ways: the greedy output with and without the ablation, and, teacher-
+forced on the unablated greedy output, the probability the model gives to each of those
+tokens at each step (so a change shows even when the argmax survives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..checkpoint import Checkpoint, pad_batch
+from ..decoding import greedy_decode
+from ..errors import EditError
+from ..model import KINDS
+from ..record import Edit, ZeroHeads, record, to_numpy
+from ..tokenizer import BOS, EOS, PAD
+
+Head = tuple[str, int, int]  # (kind, layer, head)
+
+
+@dataclass
+class GreedyBatch:
+    """Padded inputs and the model's own greedy outputs, ready for a teacher-forced pass."""
+
+    src: torch.Tensor  # [B, Ts]
+    tgt_in: torch.Tensor  # [B, Tt]: BOS + greedy output without its last column
+    out: torch.Tensor  # [B, Tt]: greedy output ids (EOS, then PAD)
+
+
+def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] = ()) -> GreedyBatch:
+    """Encode ``texts`` into one padded batch and greedy-decode it (under ``edits``)."""
+    src = pad_batch([ckpt.encode_source(t).ids for t in texts], ckpt.device)
+    out = greedy_decode(ckpt.model, src, BOS, EOS, src_pad_mask=src == PAD, edits=edits)
+    bos = torch.full_like(out[:, :1], BOS)
+    return GreedyBatch(src, torch.cat([bos, out[:, :-1]], 1), out)
+
+
+@torch.no_grad()
+def token_probs(ckpt: Checkpoint, batch: GreedyBatch, edits: Sequence[Edit] = ()) -> np.ndarray:
+    """Teacher-forced probability of each output token of ``batch``: ``[B, Tt]`` (0 at PAD)."""
+    src, tgt_in = batch.src, batch.tgt_in
+    with record(ckpt.model, edits, capture=None):
+        logits = ckpt.model(src, tgt_in, src == PAD, tgt_in == PAD)  # [B, Tt, V]
+    probs = logits.float().softmax(-1).gather(-1, batch.out.unsqueeze(-1)).squeeze(-1)
+    return to_numpy(probs.masked_fill(batch.out == PAD, 0.0))
+
+
+def zero_heads(heads: Sequence[Head]) -> list[ZeroHeads]:
+    """``[(kind, layer, head), ...]`` -> one :class:`ZeroHeads` edit per (kind, layer)."""
+    grouped: dict[tuple[str, int], list[int]] = {}
+    for item in heads:
+        if len(item) != 3:
+            raise EditError(f"a head is (kind, layer, head), got {item!r}")
+        kind, layer, head = item
+        grouped.setdefault((kind, layer), []).append(head)
+    return [ZeroHeads(kind, layer, hs) for (kind, layer), hs in grouped.items()]
+
+
+def all_heads(ckpt: Checkpoint, kinds: Sequence[str] = KINDS) -> list[Head]:
+    """Every (kind, layer, head) of the model, optionally for some kinds only."""
+    cfg = ckpt.config
+    layers = {"encoder_self": cfg.n_encoder_layers, "decoder_self": cfg.n_decoder_layers,
+              "cross": cfg.n_decoder_layers}  # fmt: skip
+    return [(k, layer, h) for k in kinds for layer in range(layers[k]) for h in range(cfg.n_heads)]
+
+
+@dataclass
+class AblationResult:
+    """Effect of zeroing ``heads`` on one input.
+
+    Attributes:
+        baseline / ablated: greedy output text without / with the ablation.
+        baseline_tokens: the unablated output tokens (strings, EOS included).
+        prob_baseline / prob_ablated: ``[T]`` probability of each baseline token at its step,
+            teacher-forced on the baseline output, without / with the ablation.
+    """
+
+    heads: list[Head]
+    text: str
+    baseline: str
+    ablated: str
+    baseline_tokens: list[str]
+    prob_baseline: np.ndarray
+    prob_ablated: np.ndarray
+
+    @property
+    def prob_change(self) -> np.ndarray:
+        """``[T]`` ablated minus baseline probability of each baseline token."""
+        return self.prob_ablated - self.prob_baseline
+
+    @property
+    def changed(self) -> bool:
+        return self.ablated != self.baseline
+
+
+def ablate(
+    ckpt: Checkpoint, text: str, heads: Sequence[Head], edits: Sequence[Edit] = ()
+) -> AblationResult:
+    """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
+    ablation = [*edits, *zero_heads(heads)]
+    base = greedy_batch(ckpt, [text], edits)
+    ablated = greedy_decode(ckpt.model, base.src, BOS, EOS, edits=ablation)[0].tolist()
+    n = int((base.out[0] != PAD).sum())
+    tok = ckpt.tgt_tokenizer
+    return AblationResult(
+        heads=list(heads),
+        text=text,
+        baseline=tok.decode(base.out[0].tolist()),
+        ablated=tok.decode(ablated),
+        baseline_tokens=[tok.token(i) for i in base.out[0, :n].tolist()],
+        prob_baseline=token_probs(ckpt, base, edits)[0, :n],
+        prob_ablated=token_probs(ckpt, base, ablation)[0, :n],
+    )
+
+
+@dataclass(frozen=True)
+class HeadEffect:
+    """Effect of zeroing one head over some inputs (sorted by :func:`head_effects`)."""
+
+    kind: str
+    layer: int
+    head: int
+    changed_outputs: int  # inputs whose greedy output changed
+    max_prob_change: float  # largest |change| in a baseline token's probability
+    mean_prob_change: float  # mean |change| over all output tokens
+
+    @property
+    def site(self) -> str:
+        return f"{self.kind} L{self.layer} H{self.head}"
+
+
+def head_effects(
+    ckpt: Checkpoint,
+    texts: Sequence[str],
+    heads: Sequence[Head] | None = None,
+    edits: Sequence[Edit] = (),
+) -> list[HeadEffect]:
+    """Zero each head alone and rank the heads by effect (largest first).
+
+    Args:
+        texts: inputs, run as one padded batch.
+        heads: heads to try (default: every head).
+        edits: edits kept on for every run (the baseline included).
+    """
+    base = greedy_batch(ckpt, texts, edits)
+    p0 = token_probs(ckpt, base, edits)
+    real = to_numpy(base.out != PAD).astype(bool)
+    out = []
+    for kind, layer, head in heads or all_heads(ckpt):
+        ablation = [*edits, ZeroHeads(kind, layer, head)]
+        ablated = greedy_decode(ckpt.model, base.src, BOS, EOS, edits=ablation)
+        changed = sum(
+            _cut(a) != _cut(b) for a, b in zip(ablated.tolist(), base.out.tolist(), strict=True)
+        )
+        delta = np.abs(token_probs(ckpt, base, ablation) - p0)[real]
+        out.append(HeadEffect(kind, layer, head, changed, float(delta.max()), float(delta.mean())))
+    return sorted(out, key=lambda e: (e.changed_outputs, e.mean_prob_change), reverse=True)
+
+
+def _cut(row: list[int]) -> list[int]:
+    """A greedy row up to and including its EOS (padding differs between batches)."""
+    return row[: row.index(EOS) + 1] if EOS in row else row

@@ -1,0 +1,129 @@
+"""One input, fully inspected, and written out as JSON, NPZ or one offline HTML page.
+
+:func:`inspect_text` greedy-decodes an input step by step and keeps everything the views need:
+tokens, the full attention trace of the decode (the attention the model used at each step),
+the next-token distribution of every step, and head statistics.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint import Checkpoint
+from ..decoding import GreedyStepper
+from ..record import Trace, to_numpy
+from ..tokenizer import BOS, EOS
+from .stats import HeadStats, head_stats
+
+
+@dataclass
+class Inspection:
+    """A decoded input and its attention.
+
+    Attributes:
+        src_tokens: input pieces ``[Ts]``; ``unknown``: pieces read as UNK.
+        out_tokens: output tokens as strings ``[T]`` (EOS included when produced).
+        tgt_tokens: decoder inputs ``[T]``: BOS + ``out_tokens[:-1]`` (the rows of
+            decoder self-attention and cross-attention).
+        trace: full attention of the decode, batch 1 (see ``GreedyStepper.trace``).
+        probs: ``[T, V]`` next-token distribution at every step.
+        stats: head statistics of this decode.
+    """
+
+    checkpoint: str
+    text: str
+    output: str
+    src_tokens: list[str]
+    unknown: list[str]
+    out_ids: list[int]
+    out_tokens: list[str]
+    tgt_tokens: list[str]
+    trace: Trace
+    probs: np.ndarray
+    vocab: list[str]
+    stats: list[HeadStats]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by name: ``{kind}.{layer}.weights`` ``[H, Tq, Tk]``, ``.mask``, ``probs``."""
+        out = {"probs": self.probs, "out_ids": np.asarray(self.out_ids)}
+        for kind, layer in self.trace.keys():
+            out[f"{kind}.{layer}.weights"] = self.trace.numpy(kind, layer, "weights")[0]
+            out[f"{kind}.{layer}.mask"] = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
+        return out
+
+    def to_dict(self) -> dict:
+        """JSON-ready: tokens, output, weights and masks as nested lists, top-5 per step."""
+        top = []
+        for row in self.probs:
+            idx = np.argsort(row)[::-1][:5]
+            top.append([{"token": self.vocab[i], "prob": round(float(row[i]), 6)} for i in idx])
+        return {
+            "checkpoint": self.checkpoint,
+            "text": self.text,
+            "output": self.output,
+            "src_tokens": self.src_tokens,
+            "unknown": self.unknown,
+            "out_tokens": self.out_tokens,
+            "tgt_tokens": self.tgt_tokens,
+            "top_next_tokens": top,
+            "attention": {
+                name: np.round(value, 6).tolist() if value.dtype != bool else value.tolist()
+                for name, value in self.arrays().items()
+                if name not in ("probs", "out_ids")
+            },
+            "head_stats": [s.to_dict() for s in self.stats],
+        }
+
+
+def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Inspection:
+    """Greedy-decode ``text`` step by step and collect what the views show."""
+    enc = ckpt.encode_source(text)
+    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), BOS, EOS, max_len=max_len)
+    probs = []
+    while not stepper.done:
+        probs.append(to_numpy(stepper.step().probs))
+    trace = stepper.trace()
+    tok = ckpt.tgt_tokenizer
+    out_tokens = [tok.token(i) for i in stepper.tokens]
+    return Inspection(
+        checkpoint=str(ckpt.path),
+        text=text,
+        output=tok.decode(stepper.tokens),
+        src_tokens=enc.pieces,
+        unknown=enc.unknown,
+        out_ids=list(stepper.tokens),
+        out_tokens=out_tokens,
+        tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
+        trace=trace,
+        probs=np.stack(probs),
+        vocab=list(tok.tokens),
+        stats=head_stats(trace),
+    )
+
+
+def write_json(inspection: Inspection, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(inspection.to_dict(), default=json_default) + "\n")
+    return path
+
+
+def write_npz(inspection: Inspection, path: str | Path) -> Path:
+    """Arrays plus token lists (as string arrays) in one ``.npz`` (no pickled objects)."""
+    path = Path(path)
+    arrays = inspection.arrays()
+    for name in ("src_tokens", "out_tokens", "tgt_tokens", "vocab"):
+        arrays[name] = np.asarray(getattr(inspection, name), dtype=str)
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def json_default(value):
+    """``json.dumps(default=...)`` for numpy scalars."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

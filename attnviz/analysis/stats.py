@@ -1,0 +1,211 @@
+"""Head statistics: what each attention head does, in numbers and in plain words.
+
+Every statistic is a mean over the valid query rows of a head (rows whose query is not
+padding and that may attend to at least one key). Positions are 0-based. For a row ``i``:
+
+- ``entropy``: ``-sum_j w_ij log w_ij`` (nats); ``norm_entropy`` divides by ``log(n_i)``,
+  ``n_i`` the number of keys row ``i`` may attend to (rows with one key are left out of it);
+- ``max_weight``: the row's largest weight;
+- ``diagonal``: ``w_ii``; ``anti_diagonal``: ``w_i,L-1-i`` with ``L`` the key sequence's
+  unpadded length (the mirror position, what reversal needs); ``previous``: ``w_i,i-1``;
+  ``first``: ``w_i0``; ``last``: weight on the last unpadded key; ``eos``: weight on keys
+  that are EOS tokens (only when key ids are given);
+- ``distance``: ``sum_j w_ij |i - j|``, the mean attention distance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..record import Trace, to_numpy
+
+METRICS = (
+    "entropy",
+    "norm_entropy",
+    "max_weight",
+    "diagonal",
+    "anti_diagonal",
+    "previous",
+    "first",
+    "last",
+    "eos",
+    "distance",
+)
+
+
+def _np(x) -> np.ndarray | None:
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    return to_numpy(x)
+
+
+def matrix_stats(
+    weights,
+    mask=None,
+    query_valid=None,
+    key_is_eos=None,
+) -> dict[str, np.ndarray]:
+    """Statistics of attention matrices, averaged over valid rows.
+
+    Args:
+        weights: ``[..., Tq, Tk]`` attention weights (numpy or tensor), e.g. ``[B, H, Tq, Tk]``.
+        mask: bool, True = blocked, broadcastable to ``weights`` (default: nothing blocked).
+        query_valid: bool ``[..., Tq]`` broadcastable to the rows, False for padded queries.
+        key_is_eos: bool ``[..., Tk]`` broadcastable to the keys, True where the key is EOS.
+    Returns:
+        ``{metric: array [...]}``, one value per matrix (``[B, H]`` for ``[B, H, Tq, Tk]``),
+        NaN where a matrix has no valid row.
+    """
+    w = np.asarray(_np(weights), dtype=np.float64)
+    *lead, tq, tk = w.shape
+    blocked = np.broadcast_to(
+        np.zeros((1,) * w.ndim, bool) if mask is None else _np(mask).astype(bool), w.shape
+    )
+    allowed = ~blocked
+    n_keys = allowed.sum(-1)  # [..., Tq]
+    rows = n_keys > 0
+    if query_valid is not None:
+        rows = rows & np.broadcast_to(_np(query_valid).astype(bool), rows.shape)
+    i = np.arange(tq)[:, None]
+    j = np.arange(tk)[None, :]
+    # unpadded key length: one past the last key any row of this matrix may see
+    seen = allowed.any(-2)  # [..., Tk]
+    length = np.where(seen.any(-1), tk - np.argmax(seen[..., ::-1], -1), 0)  # [...]
+    length = length[..., None, None]
+
+    def share(select: np.ndarray) -> np.ndarray:
+        return (w * select).sum(-1)  # [..., Tq]
+
+    # rows past the unpadded key length have no diagonal or mirror position: left out
+    in_keys = (i < length)[..., 0]  # [..., Tq]
+    after_first = (i >= 1)[..., 0] & ((i - 1) < length)[..., 0]
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), 0.0)
+        entropy = -(w * logs).sum(-1)
+        norm = np.where(n_keys > 1, entropy / np.log(np.maximum(n_keys, 2)), np.nan)
+    per_row = {
+        "entropy": entropy,
+        "norm_entropy": norm,
+        "max_weight": w.max(-1),
+        "diagonal": np.where(in_keys, share(i == j), np.nan),
+        "anti_diagonal": np.where(in_keys, share(j == length - 1 - i), np.nan),
+        "previous": np.where(after_first, share(j == i - 1), np.nan),
+        "first": share(j == 0),
+        "last": share(j == length - 1),
+        "eos": (
+            share(np.broadcast_to(_np(key_is_eos).astype(bool)[..., None, :], w.shape))
+            if key_is_eos is not None
+            else np.full(rows.shape, np.nan)
+        ),
+        "distance": (w * np.abs(i - j)).sum(-1),
+    }
+    out = {}
+    for name, values in per_row.items():
+        values = np.broadcast_to(values, rows.shape)
+        use = rows & ~np.isnan(values)
+        with np.errstate(invalid="ignore"):
+            out[name] = np.where(
+                use.any(-1), np.where(use, values, 0).sum(-1) / np.maximum(use.sum(-1), 1), np.nan
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class HeadStats:
+    """Statistics of one head (see the module docstring) and a plain-words role guess."""
+
+    kind: str
+    layer: int
+    head: int
+    entropy: float
+    norm_entropy: float
+    max_weight: float
+    diagonal: float
+    anti_diagonal: float
+    previous: float
+    first: float
+    last: float
+    eos: float
+    distance: float
+    role: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# A head is named after the position pattern that takes the largest share of its weight,
+# when that share is at least PATTERN_SHARE; near-uniform heads are named first.
+UNIFORM_ENTROPY = 0.9
+PATTERN_SHARE = 0.4
+_PATTERNS = {
+    "anti_diagonal": "reversal head",
+    "diagonal": "diagonal/copy head",
+    "previous": "previous-token head",
+    "eos": "EOS head",
+    "first": "first-token head",
+    "last": "last-token head",
+}
+
+
+def role_of(metrics: dict[str, float]) -> str:
+    """A plain-words guess of what a head does, from its statistics."""
+
+    def value(name: str) -> float:
+        v = metrics.get(name)
+        return -1.0 if v is None or np.isnan(v) else float(v)
+
+    if value("norm_entropy") >= UNIFORM_ENTROPY:
+        return "uniform/dead head"
+    best = max(_PATTERNS, key=value)
+    if value(best) >= PATTERN_SHARE:
+        return _PATTERNS[best]
+    if value("max_weight") >= 0.5:
+        return "sharp content-based head"
+    return "mixed head"
+
+
+def head_stats(
+    trace: Trace,
+    src_pad_mask=None,
+    tgt_pad_mask=None,
+    src_ids=None,
+    tgt_ids=None,
+    eos_id: int | None = None,
+) -> list[HeadStats]:
+    """Statistics of every kind/layer/head in a trace, over its whole batch.
+
+    Args:
+        trace: from :func:`attnviz.record` (a forward pass or ``GreedyStepper.trace()``).
+        src_pad_mask / tgt_pad_mask: ``[B, Ts]`` / ``[B, Tt]`` bool, True at padding; padded
+            queries are left out (padded keys are already blocked in the trace's mask).
+        src_ids / tgt_ids / eos_id: ``[B, Ts]`` / ``[B, Tt]`` ids, to measure weight on EOS keys.
+    Returns:
+        one :class:`HeadStats` per head, in trace order (kind, layer, head).
+    """
+    pads = {"src": _np(src_pad_mask), "tgt": _np(tgt_pad_mask)}
+    ids = {"src": _np(src_ids), "tgt": _np(tgt_ids)}
+    sides = {
+        "encoder_self": ("src", "src"),
+        "decoder_self": ("tgt", "tgt"),
+        "cross": ("tgt", "src"),
+    }
+    out = []
+    for kind, layer in trace.keys():
+        q_side, k_side = sides[kind]
+        weights = trace.numpy(kind, layer, "weights")  # [B, H, Tq, Tk]
+        mask = trace.numpy(kind, layer, "mask").astype(bool)  # [B, 1, Tq, Tk]
+        q_valid = None if pads[q_side] is None else ~pads[q_side].astype(bool)[:, None, :]
+        eos = None
+        if eos_id is not None and ids[k_side] is not None:
+            eos = (ids[k_side] == eos_id)[:, None, :]
+        m = matrix_stats(weights, mask, q_valid, eos)  # each [B, H]
+        for h in range(weights.shape[1]):
+            values = {
+                k: float(np.nanmean(v[:, h])) if not np.isnan(v[:, h]).all() else float("nan")
+                for k, v in m.items()
+            }
+            out.append(HeadStats(kind, layer, h, **values, role=role_of(values)))
+    return out

@@ -1,0 +1,125 @@
+"""Reports: one self-contained offline HTML page per inspected input.
+
+Sits above :mod:`attnviz.plots` (figures) and :mod:`attnviz.analysis` (numbers) and only
+puts them together; ``attnviz inspect CKPT --text ... --html out.html`` writes the page.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+from . import plots
+from .analysis.export import Inspection
+from .errors import InputError
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>body {{ font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
+padding: 0 1em; color: #222 }} .attnviz-figure {{ margin: 1.5em 0 }}</style>
+</head>
+<body>
+<h1>{title}</h1>
+{intro}
+{body}
+</body>
+</html>
+"""
+
+
+def to_html(
+    figures: Sequence[go.Figure] | Mapping[str, go.Figure], title: str, intro_html: str = ""
+) -> str:
+    """One self-contained offline HTML page holding every figure.
+
+    plotly.js is embedded inline once (with the first figure); MathJax and every CDN or
+    cloud link are left out, so the page opens without a network.
+
+    Args:
+        figures: figures in page order, or ``{heading: figure}`` to give each a heading.
+        title: page title (escaped).
+        intro_html: trusted HTML placed under the title.
+    Returns:
+        The page as a string.
+    """
+    items = list(figures.items()) if isinstance(figures, Mapping) else [(None, f) for f in figures]
+    if not items:
+        raise InputError("to_html needs at least one figure")
+    parts = []
+    for i, (heading, fig) in enumerate(items):
+        if heading:
+            parts.append(f"<h2>{html.escape(heading)}</h2>")
+        div = fig.to_html(
+            full_html=False,
+            include_plotlyjs=i == 0,  # True = the inline bundle, never a CDN
+            include_mathjax=False,
+            config=plots.figure_config(),
+            div_id=f"attnviz-figure-{i}",
+            default_height="520px",
+            validate=False,
+        )
+        parts.append(f'<div class="attnviz-figure">{div}</div>')
+    return _PAGE.format(title=html.escape(title), intro=intro_html, body="\n".join(parts))
+
+
+def _sides(ins: Inspection) -> dict[str, tuple[list[str], list[str]]]:
+    """(key tokens, query tokens) of each kind."""
+    return {
+        "encoder_self": (ins.src_tokens, ins.src_tokens),
+        "decoder_self": (ins.tgt_tokens, ins.tgt_tokens),
+        "cross": (ins.src_tokens, ins.tgt_tokens),
+    }
+
+
+def inspection_figures(ins: Inspection, top_k: int = 10) -> dict[str, go.Figure]:
+    """Every view of one inspected input, by heading, in page order."""
+    titles = {"encoder_self": "Encoder self-attention", "decoder_self":
+              "Decoder masked self-attention", "cross": "Cross-attention"}  # fmt: skip
+    figs: dict[str, go.Figure] = {}
+    for kind, (keys, queries) in _sides(ins).items():
+        layers = ins.trace.layers(kind)
+        weights = np.stack([ins.trace.numpy(kind, layer)[0] for layer in layers])  # [L, H, Tq, Tk]
+        mask = np.stack([ins.trace.numpy(kind, layer, "mask")[0, 0] for layer in layers]) > 0
+        mask = np.broadcast_to(mask[:, None], weights.shape)  # [L, H, Tq, Tk]
+        figs[f"{titles[kind]}: layers x heads"] = plots.heads_grid(
+            weights, keys, queries, mask=mask
+        )
+    rows = [s.to_dict() for s in ins.stats]
+    figs["Head statistics: normalised entropy"] = plots.head_stats_figure(rows, "norm_entropy")
+    figs["Head statistics: every head"] = plots.head_stats_table(rows)
+    for step, probs in enumerate(ins.probs):
+        figs[f"Step {step}: next token after {' '.join(ins.tgt_tokens[: step + 1])}"] = (
+            plots.topk_bar(probs, ins.vocab, k=top_k, chosen=ins.out_ids[step])
+        )
+    return figs
+
+
+def inspection_page(ins: Inspection) -> str:
+    """The whole HTML page for one inspected input."""
+    intro = (
+        f"<p>Checkpoint <code>{html.escape(ins.checkpoint)}</code></p>"
+        f"<p>Input: <b>{html.escape(ins.text)}</b><br>Output (greedy): "
+        f"<b>{html.escape(ins.output)}</b></p>"
+    )
+    if ins.unknown:
+        intro += f"<p>Read as &lt;unk&gt;: {html.escape(' '.join(ins.unknown))}</p>"
+    intro += (
+        "<p>Every weight below was recorded inside the forward passes that produced this "
+        "output. Grey cells are masked (blocked), not learned zeros.</p>"
+    )
+    return to_html(inspection_figures(ins), f"attnviz: {ins.text}", intro)
+
+
+def write_html(ins: Inspection, path: str | Path) -> Path:
+    """Write :func:`inspection_page` to ``path``."""
+    path = Path(path)
+    path.write_text(inspection_page(ins), encoding="utf-8")
+    return path
