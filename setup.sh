@@ -30,4 +30,16 @@ fi
 
 echo "attnviz: installing attnviz and its test tools"
 "$PY" -m pip install --quiet -e ".[test]"
+
+# The browser tests drive the system Chromium through Playwright (Playwright's own browser
+# download is not used). Install it where we can; without it those tests skip and say why.
+if ! command -v chromium >/dev/null 2>&1 && [ "${ATTNVIZ_NO_CHROMIUM:-}" != 1 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "attnviz: installing chromium for the browser tests (apt-get)"
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+            >/dev/null 2>&1 || echo "attnviz: could not install chromium; browser tests will skip"
+    else
+        echo "attnviz: no chromium found; browser tests will skip (apt-get install chromium)"
+    fi
+fi
 "$PY" -c "import torch, attnviz; print(f'attnviz {attnviz.__version__} ready (torch {torch.__version__}, cuda available: {torch.cuda.is_available()})')"

@@ -102,15 +102,43 @@ def _inspect(args: argparse.Namespace) -> int:
     for s in result.stats:
         print(f"  {s.kind:12s} L{s.layer} H{s.head}: {s.role:26s} entropy {s.norm_entropy:.2f}  "
               f"max {s.max_weight:.2f}")  # fmt: skip
+    if args.ablate:
+        from .analysis.ablation import ablate
+
+        heads = [_head(h) for h in args.ablate]
+        res = ablate(ckpt, args.text, heads)
+        print(f"ablating {', '.join(args.ablate)}: output {res.ablated!r} (was {res.baseline!r}); "
+              f"mean change in the chosen tokens' probability {res.prob_change.mean():+.3f}")  # fmt: skip
+    if args.causal_off:
+        from .analysis.masking import causal_experiment
+
+        print(causal_experiment(ckpt, [args.text]).summary())
     if args.html:
         from .report import write_html
 
-        print(f"wrote {write_html(result, args.html)}")
+        print(f"wrote {write_html(result, args.html, ckpt)}")
     if args.json:
         print(f"wrote {export.write_json(result, args.json)}")
     if args.npz:
         print(f"wrote {export.write_npz(result, args.npz)}")
+    if args.png:
+        from .report import inspection_figures, write_png
+
+        folder = Path(args.png)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, fig in enumerate(inspection_figures(result).values()):
+            write_png(fig, folder / f"figure-{i:02d}.png")
+        print(f"wrote PNGs to {folder}")
     return 0
+
+
+def _head(spec: str) -> tuple[str, int, int]:
+    """``KIND:LAYER:HEAD`` (e.g. ``cross:1:0``) -> a head."""
+    try:
+        kind, layer, head = spec.split(":")
+        return kind, int(layer), int(head)
+    except ValueError:
+        raise AttnvizError(f"a head is KIND:LAYER:HEAD, e.g. cross:1:0; got {spec!r}") from None
 
 
 def _add_analysis_parsers(sub) -> None:
@@ -139,6 +167,11 @@ def _add_analysis_parsers(sub) -> None:
     i.add_argument("--html", help="write one self-contained offline HTML page with every view")
     i.add_argument("--json", help="write tokens, weights, masks and probabilities as JSON")
     i.add_argument("--npz", help="write the same arrays as a NumPy .npz")
+    i.add_argument("--png", help="write each figure as PNG into this folder (needs kaleido)")
+    i.add_argument("--ablate", action="append", metavar="KIND:LAYER:HEAD",
+                   help="zero a head (repeatable) and show the output change")  # fmt: skip
+    i.add_argument("--causal-off", action="store_true",
+                   help="rerun with the causal mask off and show what changes")  # fmt: skip
     i.set_defaults(func=_inspect)
 
 

@@ -14,8 +14,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from . import plots
+from .analysis import attribution, masking
 from .analysis.export import Inspection
+from .checkpoint import Checkpoint
 from .errors import InputError
+from .snapshots import SNAPSHOTS, Snapshots
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -102,8 +105,35 @@ def inspection_figures(ins: Inspection, top_k: int = 10) -> dict[str, go.Figure]
     return figs
 
 
-def inspection_page(ins: Inspection) -> str:
-    """The whole HTML page for one inspected input."""
+def experiment_figures(ckpt: Checkpoint, ins: Inspection) -> dict[str, go.Figure]:
+    """Views that run the model again: causal mask off, attribution, training playback."""
+    figs: dict[str, go.Figure] = {}
+    exp = masking.causal_experiment(ckpt, [ins.text], [ins.output])
+    last = ckpt.config.n_decoder_layers - 1
+    before = exp.before.trace.numpy("decoder_self", last)[0].mean(0)  # [Tt, Tt], head mean
+    after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
+    tokens = [*ins.tgt_tokens, ins.out_tokens[-1]][: before.shape[0]]
+    figs[f"Causal mask off (decoder self-attention L{last}, mean of heads): {exp.summary()}"] = (
+        plots.mask_comparison(before, after, tokens, tokens,
+                              before_mask=exp.before.trace.numpy("decoder_self", last)[0, 0] > 0)
+    )  # fmt: skip
+    if ckpt.model.src_embed is not ckpt.model.tgt_embed:
+        a = attribution.attribute(ckpt, ins.text, 0, tokens=ins.out_ids)
+        figs[
+            f"Step 0 ({a.token}): Integrated Gradients vs attention rollout "
+            f"(convergence delta {a.delta:.3g}, Spearman {a.agreement['ig~rollout']:.2f})"
+        ] = plots.attribution_vs_attention(a.ig_src, a.rollout, a.src_tokens,
+                                           names=("Integrated Gradients", "attention rollout"))  # fmt: skip
+    if (ckpt.path / SNAPSHOTS).is_file():
+        snaps = Snapshots.load(ckpt.path)
+        figs[f"Training playback: cross-attention L{last} on the probe input"] = (
+            plots.snapshot_timeline(snaps, "cross", last)
+        )
+    return figs
+
+
+def inspection_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
+    """The whole HTML page for one inspected input (with ``ckpt``, experiment views too)."""
     intro = (
         f"<p>Checkpoint <code>{html.escape(ins.checkpoint)}</code></p>"
         f"<p>Input: <b>{html.escape(ins.text)}</b><br>Output (greedy): "
@@ -115,11 +145,37 @@ def inspection_page(ins: Inspection) -> str:
         "<p>Every weight below was recorded inside the forward passes that produced this "
         "output. Grey cells are masked (blocked), not learned zeros.</p>"
     )
-    return to_html(inspection_figures(ins), f"attnviz: {ins.text}", intro)
+    figs = inspection_figures(ins)
+    if ckpt is not None:
+        figs.update(experiment_figures(ckpt, ins))
+    return to_html(figs, f"attnviz: {ins.text}", intro)
 
 
-def write_html(ins: Inspection, path: str | Path) -> Path:
+def write_html(ins: Inspection, path: str | Path, ckpt: Checkpoint | None = None) -> Path:
     """Write :func:`inspection_page` to ``path``."""
     path = Path(path)
-    path.write_text(inspection_page(ins), encoding="utf-8")
+    path.write_text(inspection_page(ins, ckpt), encoding="utf-8")
+    return path
+
+
+def write_png(fig: go.Figure, path: str | Path) -> Path:
+    """Server-side PNG of one figure; needs kaleido and a Chromium it can find.
+
+    Raises:
+        InputError: kaleido or its browser is missing (the page's camera button still works).
+    """
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        raise InputError(
+            "server-side PNG needs the kaleido package and a Chromium; without them use the "
+            "camera button in each figure's toolbar (HTML page or app)"
+        ) from None
+    path = Path(path)
+    try:
+        fig.write_image(str(path), format="png")
+    except Exception as exc:  # kaleido reports a missing browser in several ways
+        raise InputError(
+            f"server-side PNG failed ({exc}); use the toolbar's camera button"
+        ) from None
     return path

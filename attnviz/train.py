@@ -323,6 +323,8 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         _load_train_state(state[0], out / TRAIN_STATE, model, opt)
         info = state[1]
         step, elapsed, history = info["step"], info["elapsed"], info["history"]
+        if step >= opts.steps:
+            raise InputError(f"the saved run is at step {step}; ask for more --steps to go on")
         if (out / SNAPSHOTS).is_file():
             snaps = Snapshots.load(out)
             snaps.truncate(step)

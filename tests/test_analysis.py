@@ -144,3 +144,19 @@ def test_inspect_html_is_offline(tmp_path, capsys):
     # code holds map-tile URLs it uses only for map figures) there is no URL at all
     assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=", html, re.I)
     assert not re.search(r"https?://|//cdn", html.replace(bundle, ""))
+
+
+def test_inspect_cli_ablation_causal_and_png(tmp_path, capsys):
+    base = ["inspect", str(MODELS / "reverse"), "--text", "helloworld"]
+    assert main([*base, "--ablate", "cross:1:0", "--ablate", "cross:1:1", "--causal-off"]) == 0
+    out = capsys.readouterr().out
+    assert "output: dlrowolleh" in out and "reversal head" in out
+    assert "ablating cross:1:0, cross:1:1: output" in out
+    assert "causal mask off: teacher-forced token accuracy" in out
+    assert main([*base, "--ablate", "cross-1"]) == 2
+    assert "KIND:LAYER:HEAD" in capsys.readouterr().err
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        assert main([*base, "--png", str(tmp_path / "png")]) == 2
+        assert "camera button" in capsys.readouterr().err

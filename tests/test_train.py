@@ -108,6 +108,8 @@ def test_resume_continues_from_the_saved_step(tmp_path):
         train(_tiny(out=out, steps=30, d_model=48, resume=True), progress=False)
     with pytest.raises(InputError, match="'copy' run, not 'reverse'"):
         train(_tiny("reverse", out=out, steps=30, resume=True), progress=False)
+    with pytest.raises(InputError, match="at step 20; ask for more --steps"):
+        train(TrainOptions(task="copy", out=out, steps=20, resume=True), progress=False)
     metrics = train(TrainOptions(task="copy", out=out, steps=30, resume=True), progress=False)
     assert metrics["step"] == 30
     meta = attnviz.load_checkpoint(out).meta

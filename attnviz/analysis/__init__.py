@@ -1,7 +1,40 @@
 """Analysis on top of recorded traces: head statistics, health checks, ablation, mask
-experiments and attribution. Plain Python (no UI imports): usable from notebooks, the CLI
-and the app alike."""
+experiments, attribution and export. Plain Python (no UI imports): usable from notebooks, the
+CLI and the app alike.
 
+    from attnviz.analysis import check, head_stats, ablate, causal_experiment, attribute
+"""
+
+from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
+from .attribution import Attribution, attribute, spearman
+from .export import Inspection, inspect_text, write_json, write_npz
+from .health import Finding, HealthReport, check
+from .masking import MaskExperiment, block_source, causal_experiment, padding_experiment
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 
-__all__ = ["METRICS", "HeadStats", "head_stats", "matrix_stats", "role_of"]
+__all__ = [
+    "METRICS",
+    "AblationResult",
+    "Attribution",
+    "Finding",
+    "HeadEffect",
+    "HeadStats",
+    "HealthReport",
+    "Inspection",
+    "MaskExperiment",
+    "ablate",
+    "all_heads",
+    "attribute",
+    "block_source",
+    "causal_experiment",
+    "check",
+    "head_effects",
+    "head_stats",
+    "inspect_text",
+    "matrix_stats",
+    "padding_experiment",
+    "role_of",
+    "spearman",
+    "write_json",
+    "write_npz",
+]

@@ -1,0 +1,222 @@
+"""Checkpoints for the app: loaded once per process, shared read-only, uploads checked.
+
+Loaded checkpoints live in a module-level dict keyed by ``(path, device)`` and guarded by a
+lock, so every session (and thread) shares one read-only model per file. A checkpoint that is
+rewritten on disk (training still running) is loaded again on its next use. Uploads are
+unpacked into a private temporary folder; only ``model.safetensors``, ``config.json`` and
+``snapshots.safetensors`` are ever written there, and nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import threading
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
+from ..errors import CheckpointError, InputError
+from ..snapshots import SNAPSHOTS
+from ..tasks import TASKS, get_task
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = ROOT / "models"
+ASSETS_DIR = ROOT / "assets"
+#: Preferred order of the shipped models in the picker; others follow alphabetically.
+SHIPPED_ORDER = ("reverse", "copy", "sort", "translate")
+#: Largest upload (all files together) the app unpacks.
+MAX_UPLOAD_BYTES = 200 * 1024 * 1024
+_ALLOWED = (WEIGHTS, METADATA, SNAPSHOTS)
+_PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
+
+_CACHE: dict[tuple[str, str], tuple[int, Checkpoint]] = {}
+_LOCK = threading.Lock()
+_UPLOADS = Path(tempfile.gettempdir()) / "attnviz-uploads"
+
+
+# -- devices and the shared cache ----------------------------------------------------------------
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; other names are checked."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise InputError(f"unknown device {device!r} ({exc}); use auto, cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but CUDA is not available; use auto or cpu")
+    return str(dev)
+
+
+def _version(path: Path) -> int:
+    """Modification time of the weights file (0 if it is missing: loading will say so)."""
+    weights = path / WEIGHTS if path.is_dir() else path
+    try:
+        return weights.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
+    """The checkpoint at ``path`` on ``device``, loaded once and shared (read-only).
+
+    Raises:
+        CheckpointError: the files are missing, a pickle, truncated or do not match.
+    """
+    path = Path(path).resolve()
+    key = (str(path), device)
+    with _LOCK:  # loading under the lock: two sessions never load the same file twice
+        version = _version(path)
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        ckpt = load_checkpoint(path, device=device)
+        _CACHE[key] = (version, ckpt)
+        return ckpt
+
+
+def version_of(path: str | Path) -> int:
+    """What :func:`get_checkpoint` compares to know a cached model is still current."""
+    return _version(Path(path).resolve())
+
+
+# -- what the pickers offer ----------------------------------------------------------------------
+def shipped_models(root: Path = MODELS_DIR) -> dict[str, str]:
+    """``{name: folder}`` of the checkpoints under ``models/`` that have finished writing."""
+    if not root.is_dir():
+        return {}
+    found = {p.name: str(p) for p in root.iterdir() if (p / WEIGHTS).is_file()}
+    order = [n for n in SHIPPED_ORDER if n in found] + sorted(set(found) - set(SHIPPED_ORDER))
+    return {n: found[n] for n in order}
+
+
+def examples_for(task: str | None, n: int = 6) -> list[str]:
+    """Example inputs for a task: ``assets/examples.json`` first, then the task's test split."""
+    out: list[str] = []
+    file = ASSETS_DIR / "examples.json"
+    if task and file.is_file():
+        try:
+            out = [str(x) for x in json.loads(file.read_text()).get(task, [])]
+        except (json.JSONDecodeError, AttributeError):
+            out = []
+    if task in TASKS and len(out) < n:
+        out += [e.src for e in get_task(task).examples("test", n - len(out), seed=1)]
+    return list(dict.fromkeys(out))[:n]
+
+
+# -- uploads ------------------------------------------------------------------------------------
+def _refuse_pickle(name: str) -> None:
+    if name.lower().endswith(_PICKLE_SUFFIXES) or Path(name).name == "data.pkl":
+        raise CheckpointError(
+            f"{Path(name).name} is a pickle (torch.save) file; the app never unpickles "
+            "uploads. Convert it where you trust it: load it and save the weights with "
+            "safetensors (attnviz.save_checkpoint), then upload model.safetensors + config.json"
+        )
+
+
+def _from_zip(zpath: Path, dest: Path) -> None:
+    with zipfile.ZipFile(zpath) as z:
+        members = [m for m in z.infolist() if not m.is_dir()]
+        for m in members:
+            _refuse_pickle(m.filename)
+        if sum(m.file_size for m in members) > MAX_UPLOAD_BYTES:
+            raise CheckpointError(f"the zip unpacks to more than {MAX_UPLOAD_BYTES >> 20} MB")
+        wanted = {Path(m.filename).name: m for m in members if Path(m.filename).name in _ALLOWED}
+        if WEIGHTS not in wanted:
+            names = ", ".join(sorted(Path(m.filename).name for m in members)[:6]) or "nothing"
+            raise CheckpointError(f"the zip holds no {WEIGHTS} (it holds {names})")
+        for name, m in wanted.items():  # flat, fixed names: no path from the zip is used
+            with z.open(m) as src, open(dest / name, "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def _place(files: list[Path], dest: Path) -> None:
+    """Loose files -> ``dest`` under their canonical names."""
+    for f in files:
+        _refuse_pickle(f.name)
+    weights = [f for f in files if f.suffix == ".safetensors" and f.name != SNAPSHOTS]
+    json_files = [f for f in files if f.suffix == ".json"]
+    others = [f for f in files if f not in weights and f not in json_files and f.name != SNAPSHOTS]
+    if len(weights) > 1:
+        raise CheckpointError("upload one model's files: more than one weights .safetensors file")
+    if not weights:
+        if others:  # let the loader say what the file really is (pickle, garbage, ...)
+            weights = others[:1]
+        else:
+            raise CheckpointError(f"no {WEIGHTS} among the uploaded files")
+    shutil.copyfile(weights[0], dest / WEIGHTS)
+    if json_files:
+        shutil.copyfile(json_files[0], dest / METADATA)
+    for f in files:
+        if f.name == SNAPSHOTS:
+            shutil.copyfile(f, dest / SNAPSHOTS)
+
+
+def _digest(files: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str, Checkpoint]:
+    """Check an uploaded checkpoint (a folder's files, or one zip) and load it.
+
+    Args:
+        paths: uploaded file paths: ``model.safetensors`` (+ ``config.json``,
+            ``snapshots.safetensors``), or one ``.zip`` holding them.
+    Returns:
+        ``(folder, checkpoint)``; the folder is what sessions refer to.
+    Raises:
+        CheckpointError: a pickle, a zip without weights, garbage, mismatched tensors, ...
+    """
+    files = [Path(p) for p in paths if p]
+    if not files:
+        raise CheckpointError("choose the files of a checkpoint folder, or one .zip of it")
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise CheckpointError(f"uploaded files not found: {', '.join(missing)}")
+    if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
+        raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
+    dest = _UPLOADS / _digest(files)
+    tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(_UPLOADS)))
+    try:
+        zips = [f for f in files if f.suffix.lower() == ".zip"]
+        if len(files) == 1 and zips:
+            if not zipfile.is_zipfile(files[0]):
+                raise CheckpointError(f"{files[0].name} is not a readable zip file")
+            _from_zip(files[0], tmp)
+        elif zips:
+            raise CheckpointError("upload either one .zip or the loose files, not both")
+        else:
+            _place(files, tmp)
+        if dest.exists():
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(dest)
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not unpack the upload ({exc})") from None
+    except CheckpointError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        return str(dest), get_checkpoint(dest, device)
+    except CheckpointError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        # the loader names our private temporary path; the user knows the file they sent
+        raise CheckpointError(str(exc).replace(str(dest), "the upload")) from None
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

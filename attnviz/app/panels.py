@@ -1,0 +1,178 @@
+"""The app's model-level panels: checkpoint health, training playback, and export.
+
+Health reports and snapshot files are cached per checkpoint version (they do not depend on
+the user); exports are written to a private temporary folder for the download buttons.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .. import analysis, plots, report
+from ..analysis import Inspection, head_stats
+from ..errors import AttnvizError, InputError
+from ..record import to_numpy
+from ..snapshots import Snapshots
+from ..tokenizer import BOS
+from . import models
+from .labs import LabView, _error, _head_of, _started
+from .state import _STEP_LOCK, SessionState, checkpoint, has_snapshots, synced_stepper
+
+LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
+_HEALTH: dict[tuple, analysis.HealthReport] = {}
+_SNAPS: dict[tuple, Snapshots] = {}
+_LOCK = threading.Lock()
+EXPORTS = Path(tempfile.gettempdir()) / "attnviz-exports"
+
+
+# -- health -------------------------------------------------------------------------------------
+def health(state: SessionState, n: int = 100) -> LabView:
+    """The health check of the loaded checkpoint (cached per checkpoint file version).
+
+    Returns:
+        The report as HTML (problems highlighted) in ``message``, and a figure of every
+        head's normalised entropy with its role.
+    """
+    try:
+        ckpt = checkpoint(state)
+        key = (state.model, models.version_of(state.model), state.device, n)
+        with _LOCK:
+            rep = _HEALTH.get(key)
+        if rep is None:
+            rep = analysis.check(ckpt, n=n, ablation_sample=16)
+            with _LOCK:
+                _HEALTH[key] = rep
+    except AttnvizError as exc:
+        return _error(exc)
+    items = []
+    for f in rep.findings:
+        items.append(
+            f'<li class="finding {f.level}"><span class="level">{LEVELS[f.level]} {f.level}</span>'
+            f" <b>{html.escape(f.check)}</b>: {html.escape(f.message)}</li>"
+        )
+    verdict = "passed" if rep.passed else "FAILED"
+    body = (
+        f'<div class="health {"pass" if rep.passed else "fail"}"><p><b>Health check {verdict}</b> '
+        f"on {html.escape(rep.inputs)}.</p><ul>{''.join(items)}</ul></div>"
+    )
+    rows = [s.to_dict() for s in rep.stats]
+    return LabView([plots.head_stats_figure(rows, "norm_entropy")], body)
+
+
+# -- training playback --------------------------------------------------------------------------
+def snapshots(state: SessionState) -> Snapshots:
+    """The training snapshots of the loaded checkpoint (cached per file version)."""
+    if not has_snapshots(state):
+        raise InputError("this checkpoint has no attention snapshots (snapshots.safetensors)")
+    path = Path(state.model)
+    key = (str(path), (path / "snapshots.safetensors").stat().st_mtime_ns)
+    with _LOCK:
+        if key not in _SNAPS:
+            _SNAPS[key] = Snapshots.load(path)
+        return _SNAPS[key]
+
+
+def playback_steps(state: SessionState) -> list[int]:
+    """Training steps with a snapshot ([] when the checkpoint has none)."""
+    try:
+        return list(snapshots(state).steps)
+    except AttnvizError:
+        return []
+
+
+def playback(
+    state: SessionState, index: int = 0, layer: int | str | None = None, head: str = "mean"
+) -> LabView:
+    """The probe input's cross-attention at snapshot ``index`` (with loss and output then)."""
+    try:
+        snaps = snapshots(state)
+        layers = sorted(layer for kind, layer in snaps.weights if kind == "cross")
+        layer = layers[-1] if layer in (None, "") else int(str(layer).lstrip("L"))
+        if layer not in layers:
+            raise InputError(f"layer must be one of {layers}")
+    except AttnvizError as exc:
+        return _error(exc)
+    i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
+    w = _head_of(to_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
+    tok = checkpoint(state).tgt_tokenizer
+    y = [tok.token(BOS), *snaps.probe_tgt][: w.shape[0]]
+    which = "mean of heads" if head == "mean" else f"head {str(head)[1:]}"
+    title = (
+        f"cross-attention L{layer} ({which}) at training step {snaps.steps[i]} · "
+        f"loss {snaps.losses[i]:.4f}"
+    )
+    fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
+    msg = (
+        f"Probe input “{html.escape(''.join(snaps.probe_src) if tok.kind == 'char' else ' '.join(snaps.probe_src))}” "
+        f"at step {snaps.steps[i]} of {snaps.steps[-1]}: loss {snaps.losses[i]:.4f}, "
+        f"greedy output “{html.escape(snaps.outputs[i])}”."
+    )
+    return LabView([fig], msg)
+
+
+# -- export -------------------------------------------------------------------------------------
+def inspection(state: SessionState) -> Inspection:
+    """The current view as an :class:`~attnviz.analysis.Inspection` (the steps shown so far;
+    the whole greedy decode when nothing is decoded yet)."""
+    ckpt = _started(state)
+    if state.step == 0:
+        return analysis.inspect_text(ckpt, state.text)
+    with _STEP_LOCK:
+        stepper = synced_stepper(state, ckpt)
+        trace = stepper.trace(upto=state.step)
+        steps = stepper.steps[: state.step]
+    tok = ckpt.tgt_tokenizer
+    ids = [s.token for s in steps]
+    out_tokens = [tok.token(i) for i in ids]
+    return Inspection(
+        checkpoint=str(ckpt.path),
+        text=state.text,
+        output=tok.decode(ids),
+        src_tokens=list(state.src_pieces),
+        unknown=list(state.unknown),
+        out_ids=ids,
+        out_tokens=out_tokens,
+        tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
+        trace=trace,
+        probs=np.stack([to_numpy(s.probs) for s in steps]),
+        vocab=list(tok.tokens),
+        stats=head_stats(trace),
+    )
+
+
+def export(state: SessionState, what: str) -> LabView:
+    """Write the current state as ``"html"`` (offline report), ``"json"`` or ``"npz"``.
+
+    Returns:
+        ``path`` set to the written file (None on error, with the reason in ``message``).
+    """
+    if what not in ("html", "json", "npz"):
+        return _error(InputError(f"export html, json or npz, not {what!r}"), 0)
+    try:
+        ins = inspection(state)
+        folder = Path(tempfile.mkdtemp(prefix="export-", dir=_mkdir(EXPORTS)))
+        name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
+        path = folder / f"attnviz-{name}-step{len(ins.out_ids)}.{what}"
+        if what == "html":
+            report.write_html(ins, path, checkpoint(state))
+        elif what == "json":
+            analysis.write_json(ins, path)
+        else:
+            analysis.write_npz(ins, path)
+    except AttnvizError as exc:
+        return _error(exc, 0)
+    return LabView([], f"Wrote {path.name} ({path.stat().st_size // 1024} KB).", path=str(path))
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+__all__ = ["export", "health", "inspection", "playback", "playback_steps", "snapshots"]

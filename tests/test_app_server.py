@@ -1,0 +1,76 @@
+"""The app served in-process and driven through its named API with gradio_client."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gradio")
+gradio_client = pytest.importorskip("gradio_client")
+
+from attnviz.app import ui  # noqa: E402  (after the skips)
+
+REVERSE = str(Path(__file__).resolve().parent.parent / "models" / "reverse")
+OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not sent)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    demo = ui.build_app(REVERSE, "cpu")
+    demo.queue()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.fixture
+def client(url):
+    return gradio_client.Client(url, verbose=False)
+
+
+def test_named_endpoints(client):
+    named = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/start", "/step", "/run", "/back", "/reset"} <= set(named)
+
+
+def test_start_then_step_until_done(client):
+    out = client.predict("helloworld", api_name="/start")
+    assert out[OUTPUT] == "" and out[INFO]["step"] == 0 and not out[INFO]["done"]
+    seen = []
+    for _ in range(30):
+        out = client.predict("helloworld", api_name="/step")
+        seen.append(out[OUTPUT])
+        if out[INFO]["done"]:
+            break
+    assert out[OUTPUT] == "dlrowolleh" and out[INFO]["newest"] == "<eos>"
+    assert seen[:2] == ["d", "dl"]
+    back = client.predict(api_name="/back")
+    assert back[INFO]["step"] == len(seen) - 1
+    reset = client.predict(api_name="/reset")
+    assert reset[OUTPUT] == "" and reset[INFO]["step"] == 0
+
+
+def test_run_and_sessions_are_separate(url):
+    a = gradio_client.Client(url, verbose=False)
+    b = gradio_client.Client(url, verbose=False)
+    assert a.predict("abc", api_name="/run")[OUTPUT] == "cba"
+    assert b.predict("xyz", api_name="/step")[OUTPUT] == "z"
+    assert a.predict(api_name="/back")[OUTPUT] == "cba"  # a's state untouched by b
+    bad = b.predict("", api_name="/start")
+    assert "empty" in bad[3]
+
+
+def test_main_refuses_a_bad_model(tmp_path, capsys):
+    assert ui.main(["--model", str(tmp_path / "nope"), "--no-browser"]) == 2
+    assert "attnviz app:" in capsys.readouterr().err

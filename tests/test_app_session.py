@@ -1,0 +1,241 @@
+"""The app's session layer without a browser: decoding actions, views, labs, uploads."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.app import labs, models, panels, session, state
+from attnviz.tokenizer import EOS
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+REVERSE = str(MODELS / "reverse")
+
+
+@pytest.fixture
+def fresh() -> session.SessionState:
+    return session.new_state(REVERSE)
+
+
+@pytest.fixture(scope="module")
+def done() -> session.SessionState:
+    """helloworld decoded to the end on the shipped reversal model."""
+    return session.run(session.new_state(REVERSE), "helloworld").state
+
+
+def _walk(value):
+    """Every leaf of a (dataclass / dict / list) state."""
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _walk(getattr(value, f.name))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _walk(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _walk(v)
+    else:
+        yield value
+
+
+# -- step-through decoding -------------------------------------------------------------------------
+def test_step_to_eos_reverses_helloworld(fresh):
+    view = session.start(fresh, "helloworld")
+    assert view.state.step == 0 and view.output == "" and not view.state.done
+    s, outputs = view.state, []
+    for _ in range(30):
+        view = session.step(s)
+        s = view.state
+        outputs.append(view.output)
+        if s.done:
+            break
+    assert view.output == "dlrowolleh"
+    assert s.tokens[-1] == EOS and s.step == len("helloworld") + 1
+    assert outputs[:3] == ["d", "dl", "dlr"]  # one token per step
+    assert view.info["done"] and view.info["newest"] == "<eos>"
+    assert "newest" in view.output_html and "Done" in view.message
+    again = session.step(s)  # past EOS: refused with a message, state kept
+    assert again.state == s and "complete" in again.message
+
+
+def test_step_starts_on_typed_text_and_restarts_when_it_changes(fresh):
+    view = session.step(fresh, "abc")
+    assert view.output == "c" and view.state.text == "abc"
+    view = session.step(view.state, "xyz")  # new text: decoding starts over on it
+    assert view.output == "z" and view.state.step == 1
+
+
+def test_back_reset_goto_and_replay(done):
+    n = done.step
+    back = session.back(done)
+    assert back.state.step == n - 1 and back.output == "dlrowolleh"  # EOS hidden again
+    assert back.state.tokens == done.tokens  # history kept: stepping on replays it
+    assert session.step(back.state).state == done
+    assert session.goto(done, 3).output == "dlr"
+    assert session.goto(done, 99).state.step == n  # clamped
+    reset = session.reset(done)
+    assert reset.state.step == 0 and reset.state.tokens == [] and reset.output == ""
+    assert session.back(reset.state).state.step == 0
+
+
+def test_rebuilt_stepper_gives_the_same_view(done):
+    before = session.goto(done, 4)
+    with state._STEP_LOCK:
+        state._STEPPERS.pop(done.sid)  # evicted (or another worker): rebuilt by forcing
+    after = session.goto(done, 4)
+    for kind in ("decoder_self", "cross"):
+        a, b = before.figures[kind].data[0].z, after.figures[kind].data[0].z
+        np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), equal_nan=True)
+
+
+def test_state_is_small_deep_copyable_and_holds_no_model(done):
+    leaves = list(_walk(done))
+    assert not any(isinstance(x, torch.Tensor | torch.nn.Module) for x in leaves)
+    assert copy.deepcopy(done) == done
+    assert len(json.dumps(dataclasses.asdict(done))) < 2000
+
+
+def test_input_problems_come_back_as_messages(fresh):
+    empty = session.step(fresh, "   ")
+    assert "empty" in empty.message and not empty.state.started
+    too_long = session.step(fresh, "a" * 500)
+    assert "at most" in too_long.message and not too_long.state.started
+    nothing = session.step(fresh)
+    assert "type an input" in nothing.message
+    unk = session.step(fresh, "heLLo")
+    assert unk.state.unknown == ["L"] and "<unk>" in unk.message
+    assert unk.source_html.count('class="tok unk"') == 2
+    longer = session.start(fresh, "abcdefghijklmnopqrstuvwxyz")  # trained on lengths 1-20
+    assert "longer than anything" in longer.message
+
+
+def test_figures_show_masks_tokens_and_views(done):
+    view = session.goto(done, 5)
+    dec = view.figures["decoder_self"]
+    assert [t.name for t in dec.data] == ["weights", "masked"]  # causal mask drawn grey
+    assert list(dec.layout.yaxis.ticktext) == ["&lt;bos&gt;", "d", "l", "r", "o"]
+    assert np.asarray(view.figures["cross"].data[0].z).shape == (5, 10)
+    assert view.figures["topk"].data[0].type == "bar"
+    grid = session.set_view(done, "cross", "L0", "all heads")
+    assert grid.state.view["cross"] == [0, "all heads"]
+    assert len(grid.figures["cross"].data) == 4  # one panel per head
+    one = session.open_head(done, "encoder_self L1 H2")
+    assert one.state.view["encoder_self"] == [1, "H2"]
+    assert "head 2" in one.figures["encoder_self"].layout.title.text
+    assert "layers × heads" in session.set_model_kind(done, "decoder_self").figures[
+        "model"
+    ].layout.title.text
+    assert "beam" in session.beam(done).lower()
+
+
+# -- mask lab, ablation, attribution ----------------------------------------------------------------
+def test_mask_lab_toggles_change_weights_and_report_output(done):
+    plain = labs.mask_lab(done)
+    diff = np.asarray(plain.figures[0].data[-1].z, float)
+    assert np.nanmax(np.abs(diff)) == 0 and "nothing is changed" in plain.message
+    causal = labs.mask_lab(done, causal_off=True)
+    assert "Causal mask off" in causal.message and "accuracy 1.000 →" in causal.message
+    assert np.nanmax(np.abs(np.asarray(causal.figures[0].data[-1].z, float))) > 0.01
+    assert "Decoder masked self-attention" in causal.figures[0].layout.title.text
+    padding = labs.mask_lab(done, padding_off=True)
+    assert "Padding mask off" in padding.message and "Grey rows" in padding.message
+    assert np.nanmax(np.abs(np.asarray(padding.figures[0].data[-1].z, float))) > 0.01
+    blocked = labs.mask_lab(done, blocked=["0: h", 3])
+    assert "Blocked positions: 0, 3" in blocked.message and "**changed**" in blocked.message
+    assert blocked.figures[1].data[0].name == "masks as trained"
+    bad = labs.mask_lab(done, blocked=[40])
+    assert bad.message.startswith("⚠️")
+
+
+def test_ablation_and_ranking(done):
+    res = labs.ablation(done, ["cross L0 H2", "cross L0 H0"])
+    assert "**changed**" in res.message
+    assert [t.name for t in res.figures[0].data] == ["all heads on", "ablated"]
+    assert labs.ablation(done, []).message.startswith("⚠️")
+    assert labs.ablation(done, ["nonsense"]).message.startswith("⚠️")
+    ranked = labs.rank_heads(done, n_inputs=3)
+    assert len(ranked.rows) == 24 and ranked.rows[0][1] >= ranked.rows[-1][1]
+
+
+def test_attribution_beside_cross_attention(done):
+    view = labs.attribution(session.goto(done, 3).state, "L1", n_steps=8)
+    assert "ig~cross L1" in view.message and len(view.figures) == 2
+    assert "cross-attention L1" in view.figures[0].data[1].name
+    assert labs.attribution(session.reset(done).state).message.startswith("⚠️")
+
+
+# -- model-level panels -------------------------------------------------------------------------
+def test_health_playback_and_exports(done, tmp_path):
+    rep = panels.health(done, n=24)
+    assert "Health check passed" in rep.message and 'class="finding' in rep.message
+    steps = panels.playback_steps(done)
+    assert steps and steps == sorted(steps)
+    play = panels.playback(done, 2, None, "H1")
+    assert f"step {steps[2]}" in play.message and "loss" in play.figures[0].layout.title.text
+    paths = {w: panels.export(session.goto(done, 4).state, w).path for w in ("json", "npz")}
+    data = json.loads(open(paths["json"]).read())
+    assert data["output"] == "dlro" and len(data["out_tokens"]) == 4
+    assert "cross.0.weights" in np.load(paths["npz"])
+    html = panels.export(done, "html").path
+    assert open(html).read().count("plotly") > 0
+
+
+# -- models and uploads --------------------------------------------------------------------------
+def test_models_are_shared_and_listed():
+    assert models.get_checkpoint(REVERSE) is models.get_checkpoint(REVERSE)
+    assert "reverse" in models.shipped_models()
+    assert models.resolve_device("auto") in ("cpu", "cuda")
+    assert "helloworld" in models.examples_for("reverse")
+
+
+def _zip(tmp_path, files: dict[str, bytes]) -> str:
+    path = tmp_path / "upload.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def test_bad_uploads_are_refused_with_a_message(fresh, tmp_path):
+    pickle = tmp_path / "model.pt"
+    torch.save({"w": torch.zeros(2)}, pickle)
+    garbage = tmp_path / "model.safetensors"
+    garbage.write_bytes(b"\x13\x37 not a checkpoint at all" * 10)
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buf)
+    cases = {
+        "pickle": [str(pickle)],
+        "zip with .pt": _zip(tmp_path, {"ckpt/model.pt": buf.getvalue()}),
+        "garbage": [str(garbage)],
+        "empty": [],
+    }
+    for name, paths in cases.items():
+        paths = [paths] if isinstance(paths, str) else paths
+        view = session.upload_model(fresh, paths)
+        assert view.message.startswith("⚠️"), name
+        assert view.state.model == REVERSE, name  # the loaded model stays
+    assert "pickle" in session.upload_model(fresh, [str(pickle)]).message
+    renamed = tmp_path / "weights.bin"  # a pickle under another name is caught by its bytes
+    renamed.write_bytes(pickle.read_bytes())
+    assert "pickle" in session.upload_model(fresh, [str(renamed)]).message
+
+
+def test_good_upload_zip_loads_and_decodes(fresh, tmp_path):
+    files = {f"reverse/{n}": (MODELS / "reverse" / n).read_bytes()
+             for n in ("model.safetensors", "config.json")}  # fmt: skip
+    view = session.upload_model(dataclasses.replace(fresh, text="abc"), [_zip(tmp_path, files)])
+    assert view.state.model != REVERSE and not view.message.startswith("⚠️")
+    assert session.run(view.state).output == "cba"
+
+
+def test_bench_step_measures_a_step():
+    assert 0 < session.bench_step(REVERSE, "helloworld", repeats=2) < 10
