@@ -230,10 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    p = sub.add_parser(
+    sub.add_parser(
         "app",
-        help="open attnviz on a shipped model (until the web app lands: decode step by step "
-        "in the terminal, showing where cross-attention looks)",
+        help="open the attention inspector in the browser (attnviz app --help for options)",
+        add_help=False,
+    )
+    p = sub.add_parser(
+        "step",
+        help="decode one input step by step in the terminal, showing where cross-attention looks",
     )
     p.add_argument(
         "--model", default=str(DEFAULT_MODEL), help="checkpoint folder (default models/reverse)"
@@ -247,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["app"]:  # the web app parses its own options (and imports gradio)
+        from .app.ui import main as app_main
+
+        return app_main(argv[1:])
     args = build_parser().parse_args(argv)
     args.command = "attnviz " + shlex.join(argv)
     try:

@@ -89,7 +89,7 @@ def _mask(mask: Any, shape: tuple[int, ...], name: str = "mask") -> np.ndarray |
     return m if m.any() else None
 
 
-def _label(token: Any) -> str:
+def token_label(token: Any) -> str:
     """A token as plotly text: spaces visible, ``< > &`` escaped (plotly reads HTML tags)."""
     return html.escape(str(token).replace(" ", "␣") or "∅", quote=False)
 
@@ -101,7 +101,7 @@ def _labels(tokens: Tokens, n: int, name: str, axis: str) -> list[str]:
     tokens = list(tokens)
     if len(tokens) != n:
         raise InputError(f"{name} has {len(tokens)} tokens but the weights have {n} {axis}")
-    return [_label(t) for t in tokens]
+    return [token_label(t) for t in tokens]
 
 
 def _xy(x_tokens: Tokens, y_tokens: Tokens, tq: int, tk: int) -> tuple[list[str], list[str]]:
@@ -155,7 +155,7 @@ def _heat_traces(
     return traces
 
 
-def _axis(labels: list[str], reverse: bool = False, **extra: Any) -> dict[str, Any]:
+def token_axis(labels: list[str], reverse: bool = False, **extra: Any) -> dict[str, Any]:
     """Token tick labels at integer positions, so equal tokens keep their own columns."""
     axis = dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
     axis.update(showgrid=False, autorange="reversed" if reverse else True, **extra)
@@ -235,8 +235,8 @@ def heatmap(
         _heat_traces(w, m, _hover_cells(x, y), zmax=_zmax(w, m, zmax)),
         title=title,
         height=_height(1, w.shape[0]),
-        xaxis=_axis(x, title="key"),
-        yaxis=_axis(y, reverse=True, title="query"),
+        xaxis=token_axis(x, title="key"),
+        yaxis=token_axis(y, reverse=True, title="query"),
     )
 
 
@@ -283,7 +283,7 @@ def heads_grid(
         coloraxis=dict(
             colorscale=SCALE, cmin=0.0, cmax=_zmax(w, m, zmax), colorbar=dict(title="weight")
         ),
-        **_grid(n_l, n_h, titles, _axis(x), _axis(y, reverse=True), gaps),
+        **_grid(n_l, n_h, titles, token_axis(x), token_axis(y, reverse=True), gaps),
     )
 
 
@@ -329,7 +329,7 @@ def mask_comparison(
         height=_height(1, b.shape[0]),
         coloraxis=dict(colorscale=SCALE, cmin=0.0, cmax=top, colorbar=dict(x=0.65, **bar)),
         coloraxis2=dict(colorscale=DIVERGING, cmin=-span, cmax=span, colorbar=dict(**bar)),
-        **_grid(1, 3, titles, _axis(x), _axis(y, reverse=True), gaps=(0.1, 0)),
+        **_grid(1, 3, titles, token_axis(x), token_axis(y, reverse=True), gaps=(0.1, 0)),
     )
 
 
@@ -360,7 +360,7 @@ def topk_bar(
             raise InputError(f"chosen id {chosen} is outside the vocabulary 0..{v - 1}")
         if chosen not in ids:
             ids.append(int(chosen))
-    labels = [_label(tokens[i]) for i in ids]
+    labels = [token_label(tokens[i]) for i in ids]
     ranks = [int((p > p[i]).sum()) + 1 for i in ids]
     bar = dict(type="bar", x=p[ids], y=np.arange(len(ids)), orientation="h", cliponaxis=False)
     bar.update(text=[f"{p[i]:.3f}" for i in ids], textposition="outside", hovertemplate=_BAR_HOVER)
@@ -372,7 +372,7 @@ def topk_bar(
         title=title or f"top {min(k, v)} next tokens",
         height=int(np.clip(100 + 26 * len(ids), 240, 900)),
         xaxis=dict(title="probability", range=[0, 1.1], showgrid=True),
-        yaxis=_axis(ticks, reverse=True),
+        yaxis=token_axis(ticks, reverse=True),
     )
 
 
@@ -423,7 +423,7 @@ def attribution_vs_attention(
         title=title,
         barmode="group",
         height=360,
-        xaxis=_axis(labels, title="source token"),
+        xaxis=token_axis(labels, title="source token"),
         yaxis=dict(title="share of total"),
     )
 
@@ -470,8 +470,8 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
         cells.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>")
         cells.update(hoverongaps=False, coloraxis="coloraxis", xaxis=f"x{s}", yaxis=f"y{s}")
         traces.append(cells)
-    x = _axis([f"H{h}" for h in range(n_h)])
-    y = _axis([f"L{i}" for i in range(n_l)], reverse=True)
+    x = token_axis([f"H{h}" for h in range(n_h)])
+    y = token_axis([f"L{i}" for i in range(n_l)], reverse=True)
     return _figure(
         traces,
         title=f"heads by {metric}",
@@ -561,8 +561,8 @@ def snapshot_timeline(
         _heat_traces(z[0], m, _hover_cells(x, y), zmax=top),
         title=title(0),
         height=_height(1, tq) + 80,
-        xaxis=_axis(x, title="key"),
-        yaxis=_axis(y, reverse=True, title="query"),
+        xaxis=token_axis(x, title="key"),
+        yaxis=token_axis(y, reverse=True, title="query"),
         **_player(snaps.steps),
     )
     fig.frames = [

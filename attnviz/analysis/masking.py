@@ -122,7 +122,7 @@ def _run(ckpt, src, src_pad, tgt_in, tgt_out, edits: Sequence[Edit], recompute: 
     return Run(trace, probs, acc, _greedy(ckpt, src, src_pad, edits, recompute))
 
 
-def _experiment(
+def experiment(
     name: str,
     ckpt: Checkpoint,
     texts: Sequence[str],
@@ -131,6 +131,16 @@ def _experiment(
     blocked: torch.Tensor | None = None,
     recompute: bool = False,
 ) -> MaskExperiment:
+    """Any mix of mask changes in one before/after run (the named experiments use this).
+
+    Args:
+        texts: inputs, run as one padded batch; ``targets``: references (default: the task's
+            correct outputs, else the model's own).
+        edits: edits of the "after" run (e.g. ``DropMask("causal")``).
+        blocked: ``[B, Ts]`` bool, source positions to block in the "after" run.
+        recompute: greedy decoding recomputes the prefix each step (needed to see the causal
+            mask matter; with a KV cache there is no future to attend to).
+    """
     texts = list(texts)
     if not texts:
         raise InputError("give at least one input")
@@ -152,9 +162,7 @@ def causal_experiment(
 ) -> MaskExperiment:
     """The decoder's causal mask off, teacher-forced on ``targets`` (default: the task's
     correct outputs) and in greedy decoding (prefix recomputed each step)."""
-    return _experiment(
-        "causal mask off", ckpt, texts, targets, [DropMask("causal")], recompute=True
-    )
+    return experiment("causal mask off", ckpt, texts, targets, [DropMask("causal")], recompute=True)
 
 
 def padding_experiment(
@@ -164,7 +172,7 @@ def padding_experiment(
     lengths = {len(ckpt.src_tokenizer.split(t)) for t in texts}
     if len(lengths) < 2:
         raise InputError("give inputs of different lengths, so the batch has padding to unmask")
-    return _experiment("padding mask off", ckpt, texts, targets, [DropMask("padding")])
+    return experiment("padding mask off", ckpt, texts, targets, [DropMask("padding")])
 
 
 def block_source(
@@ -178,4 +186,4 @@ def block_source(
     blocked = torch.zeros(1, n, dtype=torch.bool, device=ckpt.device)
     blocked[0, list(positions)] = True
     name = f"source positions {', '.join(map(str, positions))} blocked"
-    return _experiment(name, ckpt, [text], None if target is None else [target], blocked=blocked)
+    return experiment(name, ckpt, [text], None if target is None else [target], blocked=blocked)

@@ -56,7 +56,7 @@ def paired_bars(
     Returns:
         One bar trace per series, named after it.
     """
-    labels = [plots._label(t) for t in labels]  # the one token-label rule
+    labels = [plots.token_label(t) for t in labels]  # the one token-label rule
     pos = np.arange(len(labels))
     bars = []
     for (name, values), colour in zip(series.items(), COLOURS, strict=False):
@@ -66,7 +66,7 @@ def paired_bars(
         bar.update(hovertemplate=hover + "<extra></extra>")
         bar.update(dict(x=v, y=pos, orientation="h") if horizontal else dict(x=pos, y=v))
         bars.append(bar)
-    cat = plots._axis(labels, reverse=horizontal)
+    cat = plots.token_axis(labels, reverse=horizontal)
     val = dict(title=value_name, showgrid=True)
     return go.Figure(
         data=bars,

@@ -138,7 +138,7 @@ def mask_lab(
                 raise InputError(f"source positions to block must be in 0..{src_len[0] - 1}")
             block = torch.zeros(2, width, dtype=torch.bool, device=ckpt.device)
             block[0, positions] = True
-        exp = masking._experiment(  # one run for any mix of the three changes
+        exp = masking.experiment(  # one run for any mix of the three changes
             "mask lab", ckpt, texts, targets, edits, blocked=block, recompute=causal_off
         )
     except AttnvizError as exc:
@@ -157,7 +157,7 @@ def mask_lab(
     probs = figures.paired_bars(
         {"masks as trained": p0[ids], "after the change": p1[ids]},
         [tok.token(i) for i in ids],
-        title=f"next-token distribution at step {pos} (teacher-forced)",
+        title=f"next-token distribution at step {pos + 1} (teacher-forced)",
         horizontal=True,
     )
     message = _mask_message(exp, texts, row, causal_off, padding_off, positions)
@@ -301,7 +301,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         a.ig_src,
         a.cross[layer],
         a.src_tokens,
-        title=f"step {a.step} “{html.escape(a.token)}”: source tokens",
+        title=f"step {a.step + 1} “{html.escape(a.token)}”: source tokens",
         names=("Integrated Gradients", f"cross-attention L{layer} (mean of heads)"),
     )
     tgt = figures.paired_bars(
@@ -310,9 +310,9 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         title="attribution to the previous output tokens (decoder input)",
         value_name="attribution",
     )
-    scores = ", ".join(f"{k}: {v:.2f}" for k, v in a.agreement.items())
+    scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())  # ~ is markdown
     msg = (
-        f"Explaining step {a.step}: “{html.escape(a.token)}” (p = {a.prob:.3f}). "
+        f"Explaining step {a.step + 1}: “{html.escape(a.token)}” (p = {a.prob:.3f}). "
         f"Spearman agreement of attribution with attention — {scores}. "
         f"IG convergence delta {a.delta:.2g} (near 0 means the integral converged)."
     )

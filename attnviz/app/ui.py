@@ -103,6 +103,7 @@ class Page:
         steps = panels.playback_steps(state)
         out[self.play_slider] = gr.Slider(maximum=max(len(steps) - 1, 1), value=0)
         out[self.play_layer] = gr.Dropdown(choices=dec, value=dec[-1])
+        out[self.play_head] = gr.Dropdown(choices=[h for h in heads if h != "all heads"])
         return out
 
     def control_outputs(self) -> list:
@@ -119,6 +120,7 @@ class Page:
             self.attr_layer,
             self.play_slider,
             self.play_layer,
+            self.play_head,
         ]
 
 
@@ -143,9 +145,9 @@ def _layout_top(p: Page) -> None:
         p.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
     with gr.Row():
         p.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
-        p.run_btn = gr.Button("Run ⏩", elem_id="run-btn")
+        p.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
         p.back_btn = gr.Button("◀ Back", elem_id="back-btn")
-        p.reset_btn = gr.Button("⟲ Reset", elem_id="reset-btn")
+        p.reset_btn = gr.Button("Reset", elem_id="reset-btn")
         p.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
     p.status = gr.Markdown(elem_id="status")
     p.beam_out = gr.Markdown(elem_id="beam-result")
@@ -160,9 +162,15 @@ def _layout_top(p: Page) -> None:
 
 def _layout_step_tab(p: Page) -> None:
     with gr.Row():
-        p.plots["topk"] = gr.Plot(label="Next-token probabilities", elem_id="topk-plot")
-        p.plots["rows_cross"] = gr.Plot(label="Rows added", elem_id="heatmap-rows-cross")
-        p.plots["rows_decoder"] = gr.Plot(label="Rows added", elem_id="heatmap-rows-decoder")
+        with gr.Column(scale=2):
+            p.plots["topk"] = gr.Plot(label="Next-token probabilities", elem_id="topk-plot")
+        with gr.Column(scale=3):
+            p.plots["rows_cross"] = gr.Plot(
+                label="Rows this step added", elem_id="heatmap-rows-cross"
+            )
+            p.plots["rows_decoder"] = gr.Plot(
+                label="Rows this step added", elem_id="heatmap-rows-decoder"
+            )
     p.layer, p.head = {}, {}
     for kind in KINDS:
         with gr.Row():
@@ -222,7 +230,7 @@ def _layout_labs(p: Page) -> None:
         p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
         p.health_html = gr.HTML(elem_id="health-report")
         p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
-    with gr.Tab("Training playback", elem_id="tab-playback"):
+    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
         with gr.Row():
             p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
             p.play_layer = gr.Dropdown(label="layer", scale=1)
@@ -326,8 +334,8 @@ def _wire_labs(p: Page) -> None:
         **INTERNAL,
     )  # fmt: skip
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head]
-    for control in (p.play_slider, p.play_layer, p.play_head):
-        control.input(
+    for event in (p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select):
+        event(
             lambda s, i, lay, h: _lab(panels.playback(s, i, lay, h), 1), play_in,
             [p.play_plot, p.play_msg], **INTERNAL,
         )  # fmt: skip

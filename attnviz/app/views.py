@@ -177,13 +177,15 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
         tok.tokens,
         k=state.top_k,
         chosen=last.token,
-        title=f"step {last.step}: after “{html.escape(query)}”, chose "
+        title=f"step {last.step + 1}: after “{html.escape(query)}”, chose "
         f"“{html.escape(tok.token(last.token))}” (p = {last.prob:.3f})",
     )
     for name, kind in (("rows_cross", "cross"), ("rows_decoder", "decoder_self")):
         rows = [last.attention[kind, i] for i in trace.layers(kind)]  # each [H, Tk]
         w = to_numpy(torch.stack(rows))[:, :, None]  # [L, H, 1, Tk]
         fig = plots.heads_grid(w, axes[kind][0], [query])
-        fig.update_layout(title=f"{KIND_TITLES[kind]}: the rows step {last.step} added")
+        fig.update_layout(
+            title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}", height=300
+        )
         figs[name] = fig
     return figs
