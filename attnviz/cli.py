@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -141,7 +142,26 @@ def _head(spec: str) -> tuple[str, int, int]:
         raise AttnvizError(f"a head is KIND:LAYER:HEAD, e.g. cross:1:0; got {spec!r}") from None
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    result = bench.run(args.device, quick=args.quick, progress=not args.quiet)
+    print(bench.table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _add_analysis_parsers(sub) -> None:
+    b = sub.add_parser("bench", help="benchmarks: ratios against nn.Transformer and the naive "
+                       "decode loop, app step latency, trace memory")  # fmt: skip
+    b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    b.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    b.add_argument("--json", help="also write the results as JSON here")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=_bench)
+
     c = sub.add_parser(
         "check",
         help="health check of a checkpoint: mask leaks, NaN, dead/removable heads, accuracy",

@@ -1,0 +1,270 @@
+"""The benchmark suite behind ``attnviz bench``: ratios measured side by side in one process.
+
+Each row times two things (ours and a baseline) in the same run, warm-up excluded, median of
+repeats, so the ratio carries between machines even where absolute times do not. Targets:
+
+1. train step vs a ``torch.nn.Transformer`` model of the same size: ratio <= 1.00;
+2. inference forward, same comparison: <= 1.00;
+3. forward with full recording vs without: <= 1.5;
+4. cached greedy decoding vs re-running the decoder on the whole prefix: >= 4x faster, and
+   the step time at the end / near the start <= 1.5 (flat);
+5. beam search (beam 4): time per token (no target);
+6. one app Step with every figure of the default view built and serialised: <= 100 ms, and
+   the figure JSON sent per step < 200 KB;
+7. bytes held by a Trace of a 6+6-layer, d_model 512, 8-head model on 256 + 256 tokens;
+8. training time to 99 % validation exact match on ``reverse`` (from ``models/reverse``'s
+   recorded history).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .decoding import GreedyStepper, beam_search, greedy_decode
+from .masks import causal_mask
+from .model import Transformer, sinusoidal_positions
+from .record import record
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+@dataclass
+class Row:
+    """One benchmark row: ``value`` compared with ``target`` (``ratio`` rows: ours / baseline)."""
+
+    name: str
+    value: float
+    unit: str
+    target: str
+    met: bool | None
+    detail: str = ""
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class TorchBaseline(nn.Module):
+    """Embeddings + sinusoidal positions + ``nn.Transformer(batch_first=True)`` + Linear."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.register_buffer("pe", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False)
+        self.core = nn.Transformer(
+            cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
+            cfg.dropout, batch_first=True,
+        )  # fmt: skip
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+
+    def forward(self, src, tgt, src_pad, tgt_pad):
+        s = self.src_embed(src) * math.sqrt(self.d) + self.pe[: src.shape[1]]
+        t = self.tgt_embed(tgt) * math.sqrt(self.d) + self.pe[: tgt.shape[1]]
+        causal = causal_mask(tgt.shape[1], tgt.shape[1], tgt.device)
+        h = self.core(s, t, tgt_mask=causal, src_key_padding_mask=src_pad,
+                      tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)  # fmt: skip
+        return self.generator(h)
+
+
+def _batch(cfg: ModelConfig, b: int, t: int, device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, cfg.src_vocab_size, (b, t), generator=g)
+    tgt = torch.randint(4, cfg.tgt_vocab_size, (b, t + 1), generator=g)
+    lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
+    pos = torch.arange(t)
+    src[pos[None, :] >= lengths[:, None]] = 0  # padded batches
+    tgt[torch.arange(t + 1)[None, :] > lengths[:, None]] = 0
+    return src.to(device), tgt.to(device)
+
+
+def bench_model_vs_torch(device, quick: bool) -> list[Row]:
+    """Rows 1-3: train step and inference forward vs nn.Transformer; recording overhead."""
+    cfg = ModelConfig(30, 30, d_model=128, n_heads=4, d_ff=512, dropout=0.1, max_len=64)
+    torch.manual_seed(0)
+    ours, base = Transformer(cfg).to(device), TorchBaseline(cfg).to(device)
+    src, tgt = _batch(cfg, 128, 22, device)
+    sp, tp = src == 0, tgt == 0
+    reps = 5 if quick else 20
+    times = []
+    for model in (ours, base):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def train_step(model=model, opt=opt):
+            model.train()
+            loss = model(src, tgt, sp, tp).float().logsumexp(-1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        times.append(median_time(train_step, reps))
+    rows_out = [Row("train step vs nn.Transformer", times[0] / times[1], "ratio", "<= 1.00",
+                    times[0] / times[1] <= 1.0, f"{times[0] * 1e3:.1f} ms vs {times[1] * 1e3:.1f} ms")]  # fmt: skip
+    ours.eval()
+    base.eval()
+    with torch.no_grad():
+        t_ours = median_time(lambda: ours(src, tgt, sp, tp), reps * 2)
+        t_base = median_time(lambda: base(src, tgt, sp, tp), reps * 2)
+
+        def recorded():
+            with record(ours):
+                ours(src, tgt, sp, tp)
+
+        t_rec = median_time(recorded, reps * 2)
+    rows_out.append(Row("inference forward vs nn.Transformer", t_ours / t_base, "ratio", "<= 1.00",
+                        t_ours / t_base <= 1.0, f"{t_ours * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms"))  # fmt: skip
+    rows_out.append(Row("forward with recording / without", t_rec / t_ours, "ratio", "<= 1.5",
+                        t_rec / t_ours <= 1.5, f"{t_rec * 1e3:.1f} ms vs {t_ours * 1e3:.1f} ms"))  # fmt: skip
+    return rows_out
+
+
+def _naive_greedy(model: Transformer, src, n: int):
+    """The tutorial loop: re-run the decoder on the whole prefix at every step."""
+    memory = model.encode(src)
+    ys = torch.ones(src.shape[0], 1, dtype=torch.long, device=src.device)
+    for _ in range(n):
+        nxt = model.decode(ys, memory)[:, -1].argmax(-1, keepdim=True)
+        ys = torch.cat([ys, nxt], 1)
+    return ys
+
+
+def bench_decoding(device, quick: bool) -> list[Row]:
+    """Rows 4-5: cached greedy vs naive loop, flatness of the step time, beam search."""
+    n = 64 if quick else 256
+    cfg = ModelConfig(30, 30, d_model=128, n_heads=4, d_ff=512, dropout=0.0, max_len=n + 8)
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device).eval()
+    src = torch.randint(4, 30, (1, 20), device=device)
+    reps = 3 if quick else 5
+    with torch.no_grad():
+        cached = median_time(lambda: greedy_decode(model, src, 1, None, max_len=n), reps, 1)
+        naive = median_time(lambda: _naive_greedy(model, src, n), reps, 1)
+    stepper = GreedyStepper(model, src[0], 1, None, max_len=n)
+    step_times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        stepper.step()
+        step_times.append(time.perf_counter() - t0)
+    early = statistics.median(step_times[8:24])
+    late = statistics.median(step_times[-16:])
+    beam = median_time(
+        lambda: beam_search(model, src, 1, None, beam_size=4, max_len=64), 1 if quick else 3, 1
+    )
+    return [
+        Row(f"greedy {n} tokens: naive loop / cached", naive / cached, "x faster", ">= 4",
+            naive / cached >= 4, f"{cached * 1e3:.0f} ms vs {naive * 1e3:.0f} ms"),
+        Row(f"step time at step ~{n} / at ~16", late / early, "ratio", "<= 1.5", late / early <= 1.5,
+            f"{late * 1e3:.2f} ms vs {early * 1e3:.2f} ms per step"),
+        Row("beam search (beam 4, 64 tokens) per token", beam / 64 * 1e3, "ms", "-", None),
+    ]  # fmt: skip
+
+
+def bench_app(quick: bool) -> list[Row]:
+    """Row 6: one app Step with every figure of the default view built and serialised."""
+    from .app import session
+
+    path = str(MODELS / "reverse")
+    if not (MODELS / "reverse" / "model.safetensors").is_file():
+        return [Row("app step", float("nan"), "ms", "<= 100", None, "models/reverse missing")]
+    text = "abcdefghijklmnopqrst"
+    t = session.bench_step(path, text, repeats=5 if quick else 30)
+    done = session.run(session.start(session.new_state(path), text).state).state
+    view = session.step(session.back(done).state)  # the last step: the largest matrices
+    size = sum(len(f.to_json()) for f in view.figures.values())
+    return [
+        Row("app step (20-char input, all default figures)", t * 1e3, "ms", "<= 100", t <= 0.1),
+        Row("figure JSON per step", size / 1024, "KB", "< 200", size < 200 * 1024),
+    ]
+
+
+def bench_memory(device, quick: bool) -> list[Row]:
+    """Row 7: bytes held by a full trace of a large model."""
+    n = 64 if quick else 256
+    cfg = ModelConfig(30, 30, d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6,
+                      d_ff=2048, dropout=0.0, max_len=n + 8)  # fmt: skip
+    model = Transformer(cfg).to(device).eval()
+    src = torch.randint(4, 30, (1, n), device=device)
+    tgt = torch.randint(4, 30, (1, n), device=device)
+    sizes = {}
+    for fields in (("weights",), ("scores", "mask", "weights", "values", "head_output")):
+        with torch.no_grad(), record(model, capture=fields) as trace:
+            model(src, tgt)
+        sizes[fields] = sum(
+            getattr(rec, f).numel() * getattr(rec, f).element_size()
+            for key in trace.keys()
+            for rec in [trace.get(*key)]
+            for f in fields
+        )
+    w, full = sizes[("weights",)], sizes[("scores", "mask", "weights", "values", "head_output")]
+    return [Row(f"trace of 6+6 layers, d512, 8 heads, {n}+{n} tokens", full / 2**20, "MB", "-", None,
+                f"weights only {w / 2**20:.0f} MB")]  # fmt: skip
+
+
+def bench_training() -> list[Row]:
+    """Row 8: time to 99 % validation exact match, from the shipped reverse model's history."""
+    meta_file = MODELS / "reverse" / "config.json"
+    if not meta_file.is_file():
+        return []
+    history = json.loads(meta_file.read_text()).get("history", [])
+    t = next((h["elapsed_s"] for h in history if h["val_exact_match"] >= 0.99), float("nan"))
+    return [Row("train reverse to 99% val exact match", t, "s", "<= 300", t <= 300,
+                "recorded in models/reverse (other work shared the CPU)")]  # fmt: skip
+
+
+def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dict:
+    """Run every row; returns ``{"machine": ..., "rows": [Row as dict, ...]}``."""
+    from tqdm import tqdm
+
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if device == "auto" else device))  # fmt: skip
+    parts = [
+        ("model vs nn.Transformer", lambda: bench_model_vs_torch(dev, quick)),
+        ("decoding", lambda: bench_decoding(dev, quick)),
+        ("app", lambda: bench_app(quick)),
+        ("memory", lambda: bench_memory(dev, quick)),
+        ("training", bench_training),
+    ]
+    rows: list[Row] = []
+    for _, part in tqdm(parts, desc="bench", disable=not progress):
+        rows += part()
+    machine = (
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {dev}"
+    )
+    if dev.type == "cuda":
+        machine += f" ({torch.cuda.get_device_name()})"
+    return {"machine": machine, "torch": torch.__version__, "quick": quick,
+            "rows": [asdict(r) for r in rows]}  # fmt: skip
+
+
+def table(result: dict) -> str:
+    """The rows as a Markdown table."""
+    lines = [f"machine: {result['machine']}, torch {result['torch']}", "",
+             "| benchmark | value | target | met | detail |", "|---|---|---|---|---|"]  # fmt: skip
+    for r in result["rows"]:
+        met = {True: "yes", False: "**no**", None: "-"}[r["met"]]
+        lines.append(
+            f"| {r['name']} | {r['value']:.2f} {r['unit']} | {r['target']} | {met} | {r['detail']} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,27 @@
+"""`attnviz bench --quick`: every row present and finite (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attnviz.cli import main
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--quiet", "--device", "cpu", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["quick"] is True and "threads" in result["machine"]
+    names = [r["name"] for r in result["rows"]]
+    for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
+                     "forward with recording / without", "app step", "figure JSON per step",
+                     "beam search", "greedy", "trace of 6+6 layers", "train reverse to 99%"):  # fmt: skip
+        assert any(n.startswith(expected) for n in names), (expected, names)
+    for row in result["rows"]:
+        assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
+        assert math.isfinite(row["value"]) and row["value"] > 0, row
+    assert "| train step vs nn.Transformer |" in capsys.readouterr().out
