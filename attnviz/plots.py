@@ -53,6 +53,7 @@ _CHANGE_HOVER = "%{customdata}<br>change %{z:+.4f}<extra></extra>"
 _BAR_HOVER = (
     "%{customdata[0]} (id %{customdata[1]}, rank %{customdata[2]})<br>p = %{x:.4f}<extra></extra>"
 )
+_POSITION_HOVER = "query %{y}, key %{x}<br>weight %{z:.4f}<extra></extra>"
 _MASK_HOVER = "%{customdata}<br><b>masked</b> (blocked: weight 0 by construction)<extra></extra>"
 
 
@@ -129,7 +130,7 @@ def _hover_cells(x: list[str], y: list[str]) -> np.ndarray:
 def _heat_traces(
     w: np.ndarray,
     mask: np.ndarray | None,
-    hover: np.ndarray,
+    hover: np.ndarray | None,
     *,
     name: str = "weights",
     coloraxis: str | None = None,
@@ -137,10 +138,17 @@ def _heat_traces(
     panel: int = 1,
     hovertemplate: str = _WEIGHT_HOVER,
 ) -> list[dict[str, Any]]:
-    """Weights ``[Tq, Tk]`` (NaN where masked) plus a grey layer of the masked cells."""
+    """Weights ``[Tq, Tk]`` (NaN where masked) plus a grey layer of the masked cells.
+
+    ``hover`` None: no per-cell token text (positions only), for compact thumbnails.
+    """
     tq, tk = w.shape
     s = "" if panel == 1 else str(panel)
-    common = dict(type="heatmap", x=np.arange(tk), y=np.arange(tq), customdata=hover)
+    common = dict(type="heatmap", x=np.arange(tk), y=np.arange(tq))
+    if hover is None:
+        hovertemplate = _POSITION_HOVER
+    else:
+        common["customdata"] = hover
     common.update(hoverongaps=False, xaxis=f"x{s}", yaxis=f"y{s}")
     scale: dict[str, Any] = (
         {"coloraxis": coloraxis}
@@ -150,7 +158,9 @@ def _heat_traces(
     z = w if mask is None else np.where(mask, np.nan, w)
     traces = [dict(z=z, name=name, hovertemplate=hovertemplate, **scale, **common)]
     if mask is not None:
-        grey = dict(colorscale=_GREY, zmin=0, zmax=1, showscale=False, hovertemplate=_MASK_HOVER)
+        grey = dict(colorscale=_GREY, zmin=0, zmax=1, showscale=False, hoverinfo="skip")
+        if hover is not None:
+            grey.update(hovertemplate=_MASK_HOVER, hoverinfo=None)
         traces.append(dict(z=np.where(mask, 1.0, np.nan), name="masked", **grey, **common))
     return traces
 
@@ -247,6 +257,7 @@ def heads_grid(
     mask: Any = None,
     titles: Sequence[str] | None = None,
     zmax: float | None = None,
+    token_hover: bool = True,
 ) -> go.Figure:
     """Every head of one layer (one row) or of every layer (layers x heads) on one colour scale.
 
@@ -256,6 +267,8 @@ def heads_grid(
         mask: bool broadcastable to the weights, True = blocked (``[B=1, 1, Tq, Tk]`` works).
         titles: one per panel, row-major (default ``"H0"``, ``"H1"``, ... or ``"L0 H1"``, ...).
         zmax: top of the shared colour scale (default: the largest unmasked weight, or 1).
+        token_hover: hover names the query and key tokens; False shows positions only and
+            leaves the per-cell text out (a many-panel overview is then several times smaller).
     Returns:
         ``H`` or ``L * H`` panels whose weight traces share ``coloraxis``; panels zoom together.
     """
@@ -269,7 +282,7 @@ def heads_grid(
     if len(titles) != n_l * n_h:
         raise InputError(f"titles has {len(titles)} entries for {n_l * n_h} panels")
     x, y = _xy(x_tokens, y_tokens, tq, tk)
-    hover = _hover_cells(x, y)
+    hover = _hover_cells(x, y) if token_hover else None
     traces = []
     for n, (i, h) in enumerate(np.ndindex(n_l, n_h), start=1):
         mh = None if m is None or not m[i, h].any() else m[i, h]

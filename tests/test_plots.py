@@ -410,3 +410,15 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     for name, t in build_times().items():
         print(f"{name:36s} {t * 1000:8.1f} ms")
+
+
+def test_heads_grid_without_token_hover_is_compact(trace):
+    w, m = trace.weights("decoder_self", 0)[1], trace.mask("decoder_self", 0)[1]
+    full = plots.heads_grid(w, None, None, mask=m)
+    compact = plots.heads_grid(w, None, None, mask=m, token_hover=False)
+    assert all(t.customdata is None for t in compact.data)
+    assert all("query %{y}, key %{x}" in t.hovertemplate for t in compact.data if t.name != "masked")
+    assert all(t.hoverinfo == "skip" for t in compact.data if t.name == "masked")
+    for a, b in zip(full.data, compact.data, strict=True):  # same numbers, less text
+        np.testing.assert_array_equal(np.asarray(a.z), np.asarray(b.z))
+    assert len(compact.to_json()) < len(full.to_json()) / 2

@@ -164,7 +164,9 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
         layers = trace.layers(kind)
         w = np.stack([trace.numpy(kind, i)[0] for i in layers])  # [L, H, Tq, Tk]
         m = np.stack([trace.numpy(kind, i, "mask")[0, 0] for i in layers]).astype(bool)
-        figs["model"] = plots.heads_grid(w, *axes[kind], mask=np.broadcast_to(m[:, None], w.shape))
+        figs["model"] = plots.heads_grid(
+            w, *axes[kind], mask=np.broadcast_to(m[:, None], w.shape), token_hover=False
+        )
         figs["model"].update_layout(title=f"Model view: {KIND_TITLES[kind]}, layers × heads")
     if last is None:
         for name in ("topk", "rows_cross", "rows_decoder"):
