@@ -65,6 +65,24 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> floa
     return statistics.median(times)
 
 
+def paired_times(
+    a: Callable[[], object], b: Callable[[], object], repeats: int, warmup: int = 2
+) -> tuple[float, float]:
+    """Median seconds of ``a`` and of ``b``, timed alternately so drift hits both alike."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
 class TorchBaseline(nn.Module):
     """Embeddings + sinusoidal positions + ``nn.Transformer(batch_first=True)`` + Linear."""
 
@@ -89,6 +107,11 @@ class TorchBaseline(nn.Module):
         return self.generator(h)
 
 
+def _amp(device: torch.device):
+    """bf16 autocast on CUDA (as training uses it), nothing on CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
+
+
 def _batch(cfg: ModelConfig, b: int, t: int, device, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, cfg.src_vocab_size, (b, t), generator=g)
@@ -108,35 +131,38 @@ def bench_model_vs_torch(device, quick: bool) -> list[Row]:
     src, tgt = _batch(cfg, 128, 22, device)
     sp, tp = src == 0, tgt == 0
     reps = 5 if quick else 20
-    times = []
+    steps = []
     for model in (ours, base):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def train_step(model=model, opt=opt):
             model.train()
-            loss = model(src, tgt, sp, tp).float().logsumexp(-1).mean()
+            with _amp(device):
+                loss = model(src, tgt, sp, tp).float().logsumexp(-1).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
 
-        times.append(median_time(train_step, reps))
+        steps.append(train_step)
+    times = paired_times(*steps, reps)
     rows_out = [Row("train step vs nn.Transformer", times[0] / times[1], "ratio", "<= 1.00",
                     times[0] / times[1] <= 1.0, f"{times[0] * 1e3:.1f} ms vs {times[1] * 1e3:.1f} ms")]  # fmt: skip
     ours.eval()
     base.eval()
-    with torch.no_grad():
-        t_ours = median_time(lambda: ours(src, tgt, sp, tp), reps * 2)
-        t_base = median_time(lambda: base(src, tgt, sp, tp), reps * 2)
+    with torch.no_grad(), _amp(device):
+        t_ours, t_base = paired_times(
+            lambda: ours(src, tgt, sp, tp), lambda: base(src, tgt, sp, tp), reps * 2
+        )
 
         def recorded():
             with record(ours):
                 ours(src, tgt, sp, tp)
 
-        t_rec = median_time(recorded, reps * 2)
+        t_rec, t_plain = paired_times(recorded, lambda: ours(src, tgt, sp, tp), reps * 2)
     rows_out.append(Row("inference forward vs nn.Transformer", t_ours / t_base, "ratio", "<= 1.00",
                         t_ours / t_base <= 1.0, f"{t_ours * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms"))  # fmt: skip
-    rows_out.append(Row("forward with recording / without", t_rec / t_ours, "ratio", "<= 1.5",
-                        t_rec / t_ours <= 1.5, f"{t_rec * 1e3:.1f} ms vs {t_ours * 1e3:.1f} ms"))  # fmt: skip
+    rows_out.append(Row("forward with recording / without", t_rec / t_plain, "ratio", "<= 1.5",
+                        t_rec / t_plain <= 1.5, f"{t_rec * 1e3:.1f} ms vs {t_plain * 1e3:.1f} ms"))  # fmt: skip
     return rows_out
 
 
@@ -159,8 +185,12 @@ def bench_decoding(device, quick: bool) -> list[Row]:
     src = torch.randint(4, 30, (1, 20), device=device)
     reps = 3 if quick else 5
     with torch.no_grad():
-        cached = median_time(lambda: greedy_decode(model, src, 1, None, max_len=n), reps, 1)
-        naive = median_time(lambda: _naive_greedy(model, src, n), reps, 1)
+        cached, naive = paired_times(
+            lambda: greedy_decode(model, src, 1, None, max_len=n),
+            lambda: _naive_greedy(model, src, n),
+            reps,
+            1,
+        )
     stepper = GreedyStepper(model, src[0], 1, None, max_len=n)
     step_times = []
     for _ in range(n):
@@ -199,27 +229,60 @@ def bench_app(quick: bool) -> list[Row]:
     ]
 
 
+def _trace_bytes(trace, fields) -> int:
+    return sum(
+        getattr(trace.get(*key), f).numel() * getattr(trace.get(*key), f).element_size()
+        for key in trace.keys()
+        for f in fields
+    )
+
+
 def bench_memory(device, quick: bool) -> list[Row]:
-    """Row 7: bytes held by a full trace of a large model."""
+    """Row 7: bytes held by a full trace of a large model, as computed and in float16."""
     n = 64 if quick else 256
     cfg = ModelConfig(30, 30, d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6,
                       d_ff=2048, dropout=0.0, max_len=n + 8)  # fmt: skip
     model = Transformer(cfg).to(device).eval()
     src = torch.randint(4, 30, (1, n), device=device)
     tgt = torch.randint(4, 30, (1, n), device=device)
+    fields = ("scores", "mask", "weights", "values", "head_output")
     sizes = {}
-    for fields in (("weights",), ("scores", "mask", "weights", "values", "head_output")):
-        with torch.no_grad(), record(model, capture=fields) as trace:
+    for dtype in (None, torch.float16):
+        with torch.no_grad(), record(model, dtype=dtype) as trace:
             model(src, tgt)
-        sizes[fields] = sum(
-            getattr(rec, f).numel() * getattr(rec, f).element_size()
-            for key in trace.keys()
-            for rec in [trace.get(*key)]
-            for f in fields
-        )
-    w, full = sizes[("weights",)], sizes[("scores", "mask", "weights", "values", "head_output")]
-    return [Row(f"trace of 6+6 layers, d512, 8 heads, {n}+{n} tokens", full / 2**20, "MB", "-", None,
-                f"weights only {w / 2**20:.0f} MB")]  # fmt: skip
+        sizes[dtype] = (_trace_bytes(trace, fields), _trace_bytes(trace, ("weights",)))
+    (full, w), (half, w_half) = sizes[None], sizes[torch.float16]
+    name = f"trace of 6+6 layers, d512, 8 heads, {n}+{n} tokens"
+    return [
+        Row(name, full / 2**20, "MB", "-", None, f"weights only {w / 2**20:.0f} MB"),
+        Row(f"{name}, float16 storage", half / 2**20, "MB", "-", None,
+            f"weights only {w_half / 2**20:.0f} MB (record(model, dtype=torch.float16))"),
+    ]  # fmt: skip
+
+
+def bench_app_memory(quick: bool) -> list[Row]:
+    """Peak RSS of this process after 10 app sessions x 100 Step/Back calls."""
+    import resource
+
+    from .app import session
+
+    if not (MODELS / "reverse" / "model.safetensors").is_file():
+        return []
+    path = str(MODELS / "reverse")
+    calls = 20 if quick else 100
+    words = [w * 2 for w in ("abcdefghij", "helloworld", "qwertyuiop", "zyxwvutsrq", "mnbvcxzlkj")]
+    states = [
+        session.start(session.new_state(path), words[i % 5][: 11 + i]).state for i in range(10)
+    ]
+    for c in range(calls):
+        for i, st in enumerate(states):
+            view = session.step(st) if c % 3 != 2 else session.back(st)
+            states[i] = view.state
+            for fig in view.figures.values():
+                fig.to_json()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return [Row(f"peak RSS after 10 app sessions x {calls} Step/Back calls", rss, "MB", "-", None,
+                "the whole bench process, models and torch included")]  # fmt: skip
 
 
 def bench_training() -> list[Row]:
@@ -237,13 +300,15 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
     """Run every row; returns ``{"machine": ..., "rows": [Row as dict, ...]}``."""
     from tqdm import tqdm
 
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))  # fmt: skip
+    from .train import resolve_device
+
+    dev = resolve_device(device)  # "cuda" without a GPU: one clear error
     parts = [
         ("model vs nn.Transformer", lambda: bench_model_vs_torch(dev, quick)),
         ("decoding", lambda: bench_decoding(dev, quick)),
         ("app", lambda: bench_app(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
+        ("app memory", lambda: bench_app_memory(quick)),
         ("training", bench_training),
     ]
     rows: list[Row] = []

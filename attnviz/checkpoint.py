@@ -35,8 +35,10 @@ FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
 METADATA = "config.json"
 _HEADER_KEY = "attnviz"
-# What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle.
-_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80")
+# What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle
+# (PROTO opcode 0x80 then the protocol number). Checked only after safetensors refused the file.
+_ZIP_MAGIC = b"PK"
+_PICKLE_PROTOCOLS = (b"\x02", b"\x03", b"\x04", b"\x05")
 
 
 # -- files ----------------------------------------------------------------------------------
@@ -75,19 +77,21 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head.startswith(_PICKLE_MAGIC):
-        raise CheckpointError(
-            f"{path} is a pickle (a torch.save/.pt file), not safetensors; attnviz never "
-            "unpickles files. Load it yourself where you trust it and save the state dict "
-            "with safetensors.torch.save_file"
-        )
     try:
         with safe_open(str(path), framework="pt") as f:
             header = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError, ValueError) as exc:
+        # Only now look at the first bytes: a valid safetensors header length can start with
+        # any byte (0x80 included), so the pickle test must not come first.
+        with open(path, "rb") as f:
+            head = f.read(2)
+        if head.startswith(_ZIP_MAGIC) or (head[:1] == b"\x80" and head[1:2] in _PICKLE_PROTOCOLS):
+            raise CheckpointError(
+                f"{path} is a pickle (a torch.save/.pt file), not safetensors; attnviz never "
+                "unpickles files. Load it yourself where you trust it and save the state dict "
+                "with safetensors.torch.save_file"
+            ) from None
         raise CheckpointError(f"{path} is not a readable safetensors file ({exc})") from None
     meta = None
     if _HEADER_KEY in header:

@@ -298,6 +298,7 @@ class _Hook:
     capture: frozenset[str]
     detach: bool
     edits: list = field(default_factory=list)
+    dtype: torch.dtype | None = None
 
     def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
         for e in self.edits:
@@ -335,6 +336,8 @@ class _Hook:
                 value = _full_mask(value, tensors["weights"])
             if value is not None and self.detach:
                 value = value.detach()
+            if value is not None and self.dtype is not None and value.is_floating_point():
+                value = value.to(self.dtype)  # a compact copy; the forward used its own
             if name == "values" and value is not None:
                 value = value.clone()  # may be a view of a KV cache that later steps overwrite
             setattr(rec, name, value)
@@ -384,6 +387,7 @@ class _Recorder:
         capture: frozenset[str],
         detach: bool,
         outer: _Recorder | None,
+        dtype: torch.dtype | None = None,
     ):
         self.outer = outer
         self.trace = Trace()
@@ -392,7 +396,7 @@ class _Recorder:
             mine = [e for e in edits if e.matches(module.kind, module.layer)]
             if capture or mine:
                 self._hooks[id(module)] = _Hook(
-                    module.kind, module.layer, name, self.trace, capture, detach, mine
+                    module.kind, module.layer, name, self.trace, capture, detach, mine, dtype
                 )
 
     def hook_for(self, module: MultiHeadAttention) -> _Hook | _Chain | None:
@@ -410,6 +414,7 @@ def record(
     *,
     capture: Iterable[str] | None = FIELDS,
     detach: bool = True,
+    dtype: torch.dtype | None = None,
 ) -> Iterator[Trace]:
     """Capture (and optionally edit) the attention of ``model`` for the calls inside the block.
 
@@ -419,6 +424,8 @@ def record(
             the forward pass.
         capture: which of ``FIELDS`` to keep (None or empty: edit only, keep nothing).
         detach: store detached tensors (False keeps the autograd graph, for attribution).
+        dtype: store float tensors in this dtype (e.g. ``torch.float16`` halves a trace);
+            the forward pass itself is unchanged. Default: as computed.
     Yields:
         The :class:`Trace`, filled as the model runs.
 
@@ -434,7 +441,9 @@ def record(
     unknown = capture - set(FIELDS)
     if unknown:
         raise EditError(f"capture may name {FIELDS}, got {sorted(unknown)}")
-    recorder = _Recorder(model, edits, capture, detach, ACTIVE_RECORDER.get())
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise EditError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    recorder = _Recorder(model, edits, capture, detach, ACTIVE_RECORDER.get(), dtype)
     token = ACTIVE_RECORDER.set(recorder)
     try:
         yield recorder.trace

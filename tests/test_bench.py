@@ -19,9 +19,24 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
     names = [r["name"] for r in result["rows"]]
     for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
                      "forward with recording / without", "app step", "figure JSON per step",
-                     "beam search", "greedy", "trace of 6+6 layers", "train reverse to 99%"):  # fmt: skip
+                     "beam search", "greedy", "trace of 6+6 layers", "train reverse to 99%",
+                     "peak RSS after 10 app sessions"):  # fmt: skip
         assert any(n.startswith(expected) for n in names), (expected, names)
     for row in result["rows"]:
         assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
         assert math.isfinite(row["value"]) and row["value"] > 0, row
     assert "| train step vs nn.Transformer |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="has a GPU")
+def test_cuda_bench_without_a_gpu_says_so(capsys):
+    assert main(["bench", "--quick", "--device", "cuda"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_cuda_bench_rows(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--quick", "--quiet", "--device", "cuda", "--json", str(out)]) == 0
+    assert "cuda" in json.loads(out.read_text())["machine"]

@@ -208,3 +208,15 @@ def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path):
     src, _ = _tokenizers(model)
     with pytest.raises(CheckpointError, match="target tokenizer"):
         attnviz.save_checkpoint(tmp_path, model, src, src)
+
+
+def test_any_header_length_reads_back(tmp_path):
+    # the header length's first byte can be 0x80 (a pickle's first byte): still safetensors
+    path = tmp_path / "x.safetensors"
+    first_bytes = set()
+    for pad in range(256):
+        write_tensors(path, {"a": torch.arange(3.0)}, {"x": "y" * pad})
+        first_bytes.add(path.read_bytes()[0])
+        tensors, meta = read_tensors(path)
+        assert meta == {"x": "y" * pad} and tensors["a"].tolist() == [0.0, 1.0, 2.0]
+    assert 0x80 in first_bytes

@@ -417,7 +417,9 @@ def test_heads_grid_without_token_hover_is_compact(trace):
     full = plots.heads_grid(w, None, None, mask=m)
     compact = plots.heads_grid(w, None, None, mask=m, token_hover=False)
     assert all(t.customdata is None for t in compact.data)
-    assert all("query %{y}, key %{x}" in t.hovertemplate for t in compact.data if t.name != "masked")
+    assert all(
+        "query %{y}, key %{x}" in t.hovertemplate for t in compact.data if t.name != "masked"
+    )
     assert all(t.hoverinfo == "skip" for t in compact.data if t.name == "masked")
     for a, b in zip(full.data, compact.data, strict=True):  # same numbers, less text
         np.testing.assert_array_equal(np.asarray(a.z), np.asarray(b.z))

@@ -276,3 +276,22 @@ def test_single_values_are_accepted_where_lists_are():
     )
     with pytest.raises(attnviz.EditError, match="heads must be an int or a list"):
         attnviz.ZeroHeads("cross", 0, "all")
+
+
+def test_compact_storage_dtype_keeps_the_forward_and_halves_the_trace(model):
+    src, tgt, sp, tp = random_batch(model)
+    with torch.no_grad(), attnviz.record(model) as full:
+        out_full = model(src, tgt, sp, tp)
+    with torch.no_grad(), attnviz.record(model, dtype=torch.float16) as half:
+        out_half = model(src, tgt, sp, tp)
+    torch.testing.assert_close(out_half, out_full, rtol=0, atol=0)  # the model ran as before
+    for key in full.keys():
+        assert half.weights(*key).dtype == torch.float16 and half.mask(*key).dtype == torch.bool
+        torch.testing.assert_close(
+            half.weights(*key).float(), full.weights(*key), atol=1e-3, rtol=0
+        )
+        assert half.values(*key).element_size() * 2 == full.values(*key).element_size()
+    with pytest.raises(attnviz.EditError, match="floating torch.dtype"), attnviz.record(
+        model, dtype=torch.int8
+    ):
+        pass
