@@ -285,6 +285,8 @@ class Checkpoint:
 
     def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
         """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""
+        for text in texts:
+            self.encode_source(text)  # the same refusals as predict (empty, too long)
         return greedy_texts(self.model, self.src_tokenizer, self.tgt_tokenizer, texts, batch_size)
 
     @property

@@ -65,6 +65,8 @@ def _train(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from .train import exact_match_by_length
 
+    if args.per_length < 1:
+        raise AttnvizError("--per-length must be at least 1")
     results = exact_match_by_length(args.checkpoint, per_length=args.per_length, split=args.split)
     right = sum(r for r, _ in results.values())
     total = sum(n for _, n in results.values())
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "attnviz " + shlex.join(argv)
     try:
         return args.func(args)
-    except AttnvizError as exc:
+    except (AttnvizError, OSError) as exc:  # OSError: an unwritable output path, say
         print(f"attnviz: error: {exc}", file=sys.stderr)
         return 2
 

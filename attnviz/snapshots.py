@@ -14,6 +14,7 @@ from torch import Tensor
 
 from .checkpoint import read_tensors, write_tensors
 from .errors import CheckpointError
+from .model import KINDS
 from .record import Trace
 
 SNAPSHOTS = "snapshots.safetensors"
@@ -65,14 +66,23 @@ class Snapshots:
 
     @classmethod
     def load(cls, path: str | Path) -> Snapshots:
-        """Read ``snapshots.safetensors`` (a folder or the file)."""
+        """Read ``snapshots.safetensors`` (a folder or the file); a malformed one raises
+        :class:`~attnviz.errors.CheckpointError`."""
         path = Path(path)
         tensors, meta = read_tensors(path / SNAPSHOTS if path.is_dir() else path)
-        if not meta or "steps" not in meta:
-            raise CheckpointError(f"{path}: not an attention snapshot file")
+        keys = ("probe_src", "probe_tgt", "steps", "outputs", "losses")
+        if not isinstance(meta, dict) or any(not isinstance(meta.get(k), list) for k in keys):
+            raise CheckpointError(
+                f"{path}: not an attention snapshot file (needs {', '.join(keys)})"
+            )
+        n = len(meta["steps"])
+        if not n or len(meta["outputs"]) != n or len(meta["losses"]) != n:
+            raise CheckpointError(f"{path}: snapshot steps, outputs and losses do not line up")
         snaps = cls(meta["probe_src"], meta["probe_tgt"])
         snaps.steps, snaps.outputs, snaps.losses = meta["steps"], meta["outputs"], meta["losses"]
         for name, t in tensors.items():
-            kind, layer = name.rsplit(".", 1)
+            kind, _, layer = name.rpartition(".")
+            if kind not in KINDS or not layer.isdigit() or t.dim() != 4 or t.shape[0] != n:
+                raise CheckpointError(f"{path}: unexpected snapshot tensor {name} {list(t.shape)}")
             snaps.weights[(kind, int(layer))] = list(t.float())
         return snaps

@@ -160,3 +160,65 @@ def test_inspect_cli_ablation_causal_and_png(tmp_path, capsys):
     except ImportError:
         assert main([*base, "--png", str(tmp_path / "png")]) == 2
         assert "camera button" in capsys.readouterr().err
+
+
+def test_attribution_beside_decoding_in_another_thread(reverse_ckpt):
+    """Attribution's hooks and backward pass stay off the shared model other users run."""
+    import threading
+
+    errors, outputs = [], []
+    stop = threading.Event()
+
+    def decode():
+        while not stop.is_set():
+            try:
+                outputs.append(reverse_ckpt.predict("helloworld"))
+            except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(repr(exc))
+
+    worker = threading.Thread(target=decode)
+    worker.start()
+    try:
+        for step in range(3):
+            attribution.attribute(reverse_ckpt, "attention", step, n_steps=16)
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors[:3]
+    assert outputs and set(outputs) == {"dlrowolleh"}
+    assert all(p.grad is None for p in reverse_ckpt.model.parameters())
+
+
+def test_blocking_and_padding_off_together_are_refused(reverse_ckpt):
+    import torch
+
+    blocked = torch.zeros(2, 10, dtype=torch.bool)
+    blocked[0, :2] = True
+    with pytest.raises(attnviz.InputError, match="cannot be combined"):
+        masking.experiment("x", reverse_ckpt, ["helloworld", "abc"], None,
+                           [DropMask("padding")], blocked=blocked)  # fmt: skip
+
+
+def test_text_the_task_cannot_read_is_teacher_forced_on_the_models_own_output():
+    translate = attnviz.load_checkpoint(MODELS / "translate")
+    exp = masking.causal_experiment(translate, ["hello there friend", "the dog sees a cat"])
+    assert (
+        exp.before.token_acc > 0.5
+    )  # reference = own output for the first, the task's for the second
+    assert "teacher-forced" in exp.summary()
+
+
+def test_cli_refuses_bad_counts_and_unwritable_paths(capsys):
+    ckpt = str(MODELS / "reverse")
+    assert main(["check", ckpt, "--n", "0"]) == 2
+    assert "at least one input" in capsys.readouterr().err
+    assert main(["evaluate", ckpt, "--per-length", "0"]) == 2
+    assert "--per-length must be at least 1" in capsys.readouterr().err
+    assert main(["inspect", ckpt, "--text", "abc", "--json", "/nonexistent/dir/x.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnviz: error:") and "\n" not in err
+
+
+def test_predict_batch_refuses_what_predict_refuses(reverse_ckpt):
+    with pytest.raises(attnviz.InputError, match="empty"):
+        reverse_ckpt.predict_batch(["abc", ""])

@@ -64,9 +64,11 @@ def test_start_then_step_until_done(client):
 def test_run_and_sessions_are_separate(url):
     a = gradio_client.Client(url, verbose=False)
     b = gradio_client.Client(url, verbose=False)
-    assert a.predict("abc", api_name="/run")[OUTPUT] == "cba"
+    ran = a.predict("abc", api_name="/run")
+    assert ran[OUTPUT] == "cba" and ran[INFO]["step"] == 4  # c, b, a, <eos>
     assert b.predict("xyz", api_name="/step")[OUTPUT] == "z"
-    assert a.predict(api_name="/back")[OUTPUT] == "cba"  # a's state untouched by b
+    back = a.predict(api_name="/back")  # a's state untouched by b's step
+    assert back[OUTPUT] == "cba" and back[INFO]["step"] == 3 and not back[INFO]["done"]
     bad = b.predict("", api_name="/start")
     assert "empty" in bad[3]
 

@@ -250,3 +250,24 @@ def test_session_layer_does_not_import_gradio():
         "assert 'gradio' not in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_encrypted_zip_upload_is_refused_and_cleaned_up(fresh, tmp_path):
+    import zipfile
+
+    from attnviz.app import models as app_models
+
+    bad = tmp_path / "enc.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("model.safetensors", b"x" * 64)
+    data = bytearray(bad.read_bytes())
+    for sig in (b"PK\x03\x04", b"PK\x01\x02"):  # set the "encrypted" flag in both headers
+        at = data.find(sig)
+        flag_at = at + (6 if sig == b"PK\x03\x04" else 8)
+        data[flag_at] |= 1
+    bad.write_bytes(bytes(data))
+    view = session.upload_model(fresh, [str(bad)])
+    assert view.message and "could not unpack" in view.message
+    uploads = app_models.private_dir("uploads")
+    assert not list(uploads.glob("incoming-*"))
+    assert uploads.stat().st_mode & 0o077 == 0  # private to this user

@@ -291,7 +291,8 @@ def test_compact_storage_dtype_keeps_the_forward_and_halves_the_trace(model):
             half.weights(*key).float(), full.weights(*key), atol=1e-3, rtol=0
         )
         assert half.values(*key).element_size() * 2 == full.values(*key).element_size()
-    with pytest.raises(attnviz.EditError, match="floating torch.dtype"), attnviz.record(
-        model, dtype=torch.int8
+    with (
+        pytest.raises(attnviz.EditError, match="floating torch.dtype"),
+        attnviz.record(model, dtype=torch.int8),
     ):
         pass

@@ -225,3 +225,20 @@ def test_snapshot_file_is_not_a_checkpoint(tmp_path):
     with pytest.raises(attnviz.CheckpointError):
         attnviz.load_checkpoint(out / SNAPSHOTS)
     assert Path(out / TRAIN_STATE).is_file()
+
+
+def test_malformed_snapshot_files_are_refused(tmp_path):
+    import torch as _torch
+
+    from attnviz.checkpoint import write_tensors
+
+    path = tmp_path / SNAPSHOTS
+    for meta, tensors, match in (
+        ({"steps": [0]}, {}, "needs probe_src"),
+        ({"probe_src": [], "probe_tgt": [], "steps": [], "outputs": [], "losses": []}, {}, "line up"),
+        ({"probe_src": ["a"], "probe_tgt": ["a"], "steps": [0], "outputs": ["a"], "losses": [1.0]},
+         {"nodot": _torch.zeros(1, 1, 1, 1)}, "unexpected snapshot tensor"),
+    ):  # fmt: skip
+        write_tensors(path, tensors, meta)
+        with pytest.raises(attnviz.CheckpointError, match=match):
+            Snapshots.load(tmp_path)

@@ -14,12 +14,14 @@ the source scores and (a) each decoder layer's cross-attention row for step ``t`
 heads) and (b) attention rollout: the mean over decoder layers of those rows, pushed through
 the encoder's rollout ``prod_l (0.5 A_l + 0.5 I)`` (A_l the head-mean self-attention).
 
-Attribution always runs a fresh forward with gradients on (never on inference-mode tensors)
-and Captum removes its hooks when done; a test checks no hook is left behind.
+Attribution always runs a fresh forward with gradients on (never on inference-mode tensors),
+on a private copy of the model, so Captum's hooks and the backward pass never reach the
+shared model other users are running; a test runs it beside decoding in another thread.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass, field
 
@@ -96,7 +98,10 @@ def attribute(
     """
     from captum.attr import LayerIntegratedGradients
 
-    model = ckpt.model
+    # A private copy: Captum's hooks, the backward pass and eval() must not touch the shared
+    # model that other users (app sessions, threads) are running at the same time. Same
+    # weights, so the attention and attributions are those of the model itself.
+    model = copy.deepcopy(ckpt.model).eval()
     if model.src_embed is model.tgt_embed:
         raise InputError("attribution needs separate source and target embeddings")
     enc = ckpt.encode_source(text)
@@ -113,23 +118,18 @@ def attribute(
     def prob(src_ids, tgt_ids, pad):
         return model(src_ids, tgt_ids, pad)[:, -1].float().softmax(-1)[:, chosen]
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.enable_grad():
-            with warnings.catch_warnings():  # two separate embedding layers: the case it allows
-                warnings.filterwarnings("ignore", "Multiple layers provided")
-                lig = LayerIntegratedGradients(prob, [model.src_embed, model.tgt_embed])
-            (ig_src, ig_tgt), delta = lig.attribute(
-                (src, tgt),
-                baselines=(torch.full_like(src, PAD), torch.full_like(tgt, PAD)),
-                additional_forward_args=(src_pad,),
-                n_steps=n_steps,
-                return_convergence_delta=True,
-            )
-            gxi_src, gxi_tgt, p, trace = _grad_x_input(model, src, tgt, src_pad, prob)
-    finally:
-        model.train(was_training)
+    with torch.enable_grad():
+        with warnings.catch_warnings():  # two separate embedding layers: the case it allows
+            warnings.filterwarnings("ignore", "Multiple layers provided")
+            lig = LayerIntegratedGradients(prob, [model.src_embed, model.tgt_embed])
+        (ig_src, ig_tgt), delta = lig.attribute(
+            (src, tgt),
+            baselines=(torch.full_like(src, PAD), torch.full_like(tgt, PAD)),
+            additional_forward_args=(src_pad,),
+            n_steps=n_steps,
+            return_convergence_delta=True,
+        )
+        gxi_src, gxi_tgt, p, trace = _grad_x_input(model, src, tgt, src_pad, prob)
     cross, roll = rollout(trace, step)
     result = Attribution(
         text=text,
@@ -172,7 +172,6 @@ def _grad_x_input(model, src, tgt, src_pad, prob):
     finally:
         for h in handles:
             h.remove()
-    model.zero_grad(set_to_none=True)
     src_emb, tgt_emb = outputs
     gxi = [to_numpy((e.grad * e).sum(-1)[0]) for e in (src_emb, tgt_emb)]
     return gxi[0], gxi[1], p.item(), trace

@@ -115,6 +115,8 @@ def write_json(inspection: Inspection, path: str | Path) -> Path:
 def write_npz(inspection: Inspection, path: str | Path) -> Path:
     """Arrays plus token lists (as string arrays) in one ``.npz`` (no pickled objects)."""
     path = Path(path)
+    if path.suffix != ".npz":  # numpy would add it; say the name it really writes
+        path = path.with_name(path.name + ".npz")
     arrays = inspection.arrays()
     for name in ("src_tokens", "out_tokens", "tgt_tokens", "vocab"):
         arrays[name] = np.asarray(getattr(inspection, name), dtype=str)

@@ -123,6 +123,8 @@ def check(
         edits: attention edits applied to every pass (to simulate a broken model).
         ablation_sample: inputs used to find removable heads (0 skips that check).
     """
+    if n < 1 or (texts is not None and not list(texts)):
+        raise InputError("check needs at least one input (--n 1 or more)")
     task = get_task(ckpt.task) if ckpt.task else None
     examples = None
     if texts is None:

@@ -26,7 +26,7 @@ from ..checkpoint import Checkpoint, pad_batch
 from ..decoding import default_max_len, greedy_decode
 from ..errors import InputError
 from ..record import DropMask, Edit, Trace, record, to_numpy
-from ..tasks import get_task
+from ..tasks import TASKS, get_task
 from ..tokenizer import BOS, EOS, PAD
 
 
@@ -87,10 +87,18 @@ def _references(ckpt: Checkpoint, texts: Sequence[str], targets: Sequence[str] |
         if len(targets) != len(texts):
             raise InputError(f"{len(texts)} inputs but {len(targets)} targets")
         return list(targets)
-    if ckpt.task:
-        task = get_task(ckpt.task)
-        return [task.target(t) for t in texts]
-    return ckpt.predict_batch(texts)  # no reference: the model's own outputs
+    own = None
+    refs = []
+    task = get_task(ckpt.task) if ckpt.task in TASKS else None
+    for i, text in enumerate(texts):
+        try:
+            refs.append(task.target(text) if task is not None else None)
+        except (KeyError, IndexError, ValueError):  # not an input of the task's own form
+            refs.append(None)
+        if refs[-1] is None:  # no reference: the model's own output
+            own = own or ckpt.predict_batch(texts)
+            refs[-1] = own[i]
+    return refs
 
 
 def _greedy(ckpt, src, src_pad, edits, recompute: bool) -> list[str]:
@@ -144,6 +152,13 @@ def experiment(
     texts = list(texts)
     if not texts:
         raise InputError("give at least one input")
+    if blocked is not None and any(
+        isinstance(e, DropMask) and e.which in ("padding", "both") for e in edits
+    ):
+        raise InputError(
+            "blocked source tokens are blocked through the padding mask, so they cannot be "
+            "combined with the padding mask switched off: choose one"
+        )
     refs = _references(ckpt, texts, targets)
     device = ckpt.device
     src = pad_batch([ckpt.encode_source(t).ids for t in texts], device)

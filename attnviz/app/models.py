@@ -18,10 +18,9 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
+from .. import train
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
-from ..errors import CheckpointError, InputError
+from ..errors import CheckpointError
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS, get_task
 
@@ -37,21 +36,25 @@ _PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
 
 _CACHE: dict[tuple[str, str], tuple[int, Checkpoint]] = {}
 _LOCK = threading.Lock()
-_UPLOADS = Path(tempfile.gettempdir()) / "attnviz-uploads"
+_PRIVATE: dict[str, Path] = {}
+_DIR_LOCK = threading.Lock()
+
+
+def private_dir(name: str) -> Path:
+    """A folder of this process only (``mkdtemp``: mode 0700, unpredictable name), made once.
+
+    Uploads and exports go there, so another local user cannot plant files for us to load.
+    """
+    with _DIR_LOCK:
+        if name not in _PRIVATE:
+            _PRIVATE[name] = Path(tempfile.mkdtemp(prefix=f"attnviz-{name}-"))
+        return _PRIVATE[name]
 
 
 # -- devices and the shared cache ----------------------------------------------------------------
 def resolve_device(device: str = "auto") -> str:
     """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; other names are checked."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise InputError(f"unknown device {device!r} ({exc}); use auto, cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but CUDA is not available; use auto or cpu")
-    return str(dev)
+    return str(train.resolve_device(device))
 
 
 def _version(path: Path) -> int:
@@ -187,8 +190,8 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         raise CheckpointError(f"uploaded files not found: {', '.join(missing)}")
     if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
         raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
-    dest = _UPLOADS / _digest(files)
-    tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(_UPLOADS)))
+    dest = private_dir("uploads") / _digest(files)
+    tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=private_dir("uploads")))
     try:
         zips = [f for f in files if f.suffix.lower() == ".zip"]
         if len(files) == 1 and zips:
@@ -203,7 +206,8 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
             shutil.rmtree(tmp)
         else:
             tmp.rename(dest)
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError) as exc:
+        # RuntimeError: an encrypted member; NotImplementedError: an unknown compression
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"could not unpack the upload ({exc})") from None
     except CheckpointError:
@@ -215,8 +219,3 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         shutil.rmtree(dest, ignore_errors=True)
         # the loader names our private temporary path; the user knows the file they sent
         raise CheckpointError(str(exc).replace(str(dest), "the upload")) from None
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -28,7 +28,6 @@ LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
 _HEALTH: dict[tuple, analysis.HealthReport] = {}
 _SNAPS: dict[tuple, Snapshots] = {}
 _LOCK = threading.Lock()
-EXPORTS = Path(tempfile.gettempdir()) / "attnviz-exports"
 
 
 # -- health -------------------------------------------------------------------------------------
@@ -156,7 +155,7 @@ def export(state: SessionState, what: str) -> LabView:
         return _error(InputError(f"export html, json or npz, not {what!r}"), 0)
     try:
         ins = inspection(state)
-        folder = Path(tempfile.mkdtemp(prefix="export-", dir=_mkdir(EXPORTS)))
+        folder = Path(tempfile.mkdtemp(prefix="export-", dir=models.private_dir("exports")))
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
         path = folder / f"attnviz-{name}-step{len(ins.out_ids)}.{what}"
         if what == "html":
@@ -168,11 +167,6 @@ def export(state: SessionState, what: str) -> LabView:
     except AttnvizError as exc:
         return _error(exc, 0)
     return LabView([], f"Wrote {path.name} ({path.stat().st_size // 1024} KB).", path=str(path))
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 __all__ = ["export", "health", "inspection", "playback", "playback_steps", "snapshots"]
