@@ -29,6 +29,11 @@ from .record import to_numpy
 if TYPE_CHECKING:
     from .snapshots import Snapshots
 
+KIND_TITLES = {
+    "encoder_self": "Encoder self-attention",
+    "decoder_self": "Decoder masked self-attention",
+    "cross": "Cross-attention",
+}
 SCALE = "Viridis"  # a learned zero is dark purple, never the grey of a masked cell
 DIVERGING = "RdBu_r"
 MASKED = "#c4c4c4"

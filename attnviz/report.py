@@ -84,8 +84,7 @@ def _sides(ins: Inspection) -> dict[str, tuple[list[str], list[str]]]:
 
 def inspection_figures(ins: Inspection, top_k: int = 10) -> dict[str, go.Figure]:
     """Every view of one inspected input, by heading, in page order."""
-    titles = {"encoder_self": "Encoder self-attention", "decoder_self":
-              "Decoder masked self-attention", "cross": "Cross-attention"}  # fmt: skip
+    titles = plots.KIND_TITLES
     figs: dict[str, go.Figure] = {}
     for kind, (keys, queries) in _sides(ins).items():
         layers = ins.trace.layers(kind)

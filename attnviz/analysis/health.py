@@ -34,10 +34,9 @@ from ..tasks import get_task
 from ..tokenizer import PAD
 from .ablation import greedy_batch, head_effects
 from .export import json_default
-from .stats import HeadStats, head_stats
+from .stats import UNIFORM_ENTROPY, HeadStats, head_stats
 
 LEAK_TOLERANCE = 1e-6
-UNIFORM = 0.98  # normalised entropy above which a head counts as uniform
 SILENT = 0.01  # head output RMS below this share of its layer's mean counts as silent
 NO_EFFECT = 0.01  # largest next-token probability change of a removable head
 
@@ -210,7 +209,7 @@ def check(
 def _dead_heads(stats: list[HeadStats], rms: dict) -> Finding:
     dead = {}
     for s in stats:
-        if s.norm_entropy >= UNIFORM:
+        if s.norm_entropy >= UNIFORM_ENTROPY:  # the same rule that names it "uniform/dead"
             dead[f"{s.kind} L{s.layer} H{s.head}"] = (
                 f"uniform (normalised entropy {s.norm_entropy:.2f})"
             )

@@ -20,11 +20,12 @@ from .. import analysis, plots
 from ..analysis import masking
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
+from ..plots import KIND_TITLES
 from ..record import DropMask
 from ..tasks import TASKS, get_task
 from ..tokenizer import BOS
 from . import figures, models
-from .state import KIND_TITLES, SessionState, checkpoint
+from .state import SessionState, checkpoint, head_label, head_weights, layer_index
 
 #: One sentence per mask-lab toggle, for someone learning.
 EXPLAIN = {
@@ -68,11 +69,6 @@ def _started(state: SessionState) -> Checkpoint:
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
     return checkpoint(state)
-
-
-def _head_of(w: np.ndarray, head: str) -> np.ndarray:
-    """``[H, Tq, Tk]`` -> ``[Tq, Tk]`` for ``"mean"`` or ``"H<h>"``."""
-    return w.mean(0) if not str(head).startswith("H") else w[int(str(head)[1:])]
 
 
 def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -147,6 +143,7 @@ def mask_lab(
     if kind == "auto":
         kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
     layers = exp.before.trace.layers(kind)
+    # a layer chosen for another kind may not exist here: clip rather than refuse
     layer = layers[-1] if layer in (None, "") else int(str(layer).lstrip("L"))
     layer = int(np.clip(layer, 0, layers[-1]))
     fig, tgt_len, padded = _mask_figure(ckpt, exp, texts, targets, row, kind, layer, head, width)
@@ -179,11 +176,10 @@ def _mask_figure(ckpt, exp, texts, targets, row, kind, layer, head, width):
     q_pad = np.array([q == "<pad>" for q in queries])[:, None]  # [Tq, 1]
     panels = []
     for run in (exp.before, exp.after):
-        w = _head_of(run.trace.numpy(kind, layer)[row], head)  # [Tq, Tk]
+        w = head_weights(run.trace.numpy(kind, layer)[row], head)  # [Tq, Tk]
         m = run.trace.numpy(kind, layer, "mask")[row, 0].astype(bool) | q_pad  # [Tq, Tk]
         panels.append((w, m))
-    which = "mean of heads" if head == "mean" else f"head {str(head)[1:]}"
-    title = f"{KIND_TITLES[kind]} · layer {layer} · {which} · input “{html.escape(texts[row])}”"
+    title = f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)} · input “{html.escape(texts[row])}”"
     fig = plots.mask_comparison(
         np.where(panels[0][1], 0, panels[0][0]),
         np.where(panels[1][1], 0, panels[1][0]),
@@ -290,7 +286,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         ckpt = _started(state)
         if state.step == 0:
             raise InputError("take at least one Step: attribution explains the newest token")
-        layer = int(str(layer).lstrip("L") or 0)
+        layer = layer_index(layer or 0, list(range(ckpt.config.n_decoder_layers)))
         a = analysis.attribute(
             ckpt, state.text, state.step - 1, tokens=state.tokens[: state.step], n_steps=n_steps
         )

@@ -21,8 +21,17 @@ from ..record import to_numpy
 from ..snapshots import Snapshots
 from ..tokenizer import BOS
 from . import models
-from .labs import LabView, _error, _head_of, _started
-from .state import _STEP_LOCK, SessionState, checkpoint, has_snapshots, synced_stepper
+from .labs import LabView, _error, _started
+from .state import (
+    _STEP_LOCK,
+    SessionState,
+    checkpoint,
+    has_snapshots,
+    head_label,
+    head_weights,
+    layer_index,
+    synced_stepper,
+)
 
 LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
 _HEALTH: dict[tuple, analysis.HealthReport] = {}
@@ -92,16 +101,14 @@ def playback(
     try:
         snaps = snapshots(state)
         layers = sorted(layer for kind, layer in snaps.weights if kind == "cross")
-        layer = layers[-1] if layer in (None, "") else int(str(layer).lstrip("L"))
-        if layer not in layers:
-            raise InputError(f"layer must be one of {layers}")
+        layer = layer_index(layer, layers)
     except AttnvizError as exc:
         return _error(exc)
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
-    w = _head_of(to_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
+    w = head_weights(to_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
     tok = checkpoint(state).tgt_tokenizer
     y = [tok.token(BOS), *snaps.probe_tgt][: w.shape[0]]
-    which = "mean of heads" if head == "mean" else f"head {str(head)[1:]}"
+    which = head_label(head)
     title = (
         f"cross-attention L{layer} ({which}) at training step {snaps.steps[i]} · "
         f"loss {snaps.losses[i]:.4f}"

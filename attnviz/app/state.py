@@ -28,12 +28,34 @@ from ..tasks import TASKS
 from ..tokenizer import BOS, EOS
 from . import models
 
-KIND_TITLES = {
-    "encoder_self": "Encoder self-attention",
-    "decoder_self": "Decoder masked self-attention",
-    "cross": "Cross-attention",
-}
 HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...
+
+
+def layer_index(layer, layers: list[int]) -> int:
+    """A layer choice (``None``/``""`` = last, ``"L1"`` or ``1``) -> an index in ``layers``."""
+    if layer in (None, ""):
+        return layers[-1]
+    try:
+        i = int(str(layer).lstrip("L"))
+    except ValueError:
+        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+    if i not in layers:
+        raise InputError(f"layer must be one of {layers}, got {i}")
+    return i
+
+
+def head_label(head: str) -> str:
+    """``"mean"`` / ``"all heads"`` / ``"H2"`` -> words for a title."""
+    return {"mean": "mean of heads", "all heads": "all heads"}.get(
+        str(head), f"head {str(head)[1:]}"
+    )
+
+
+def head_weights(w, head: str):
+    """``[H, Tq, Tk]`` -> ``[Tq, Tk]`` for ``"mean"`` or ``"H<h>"``."""
+    return w.mean(0) if not str(head).startswith("H") else w[int(str(head)[1:])]
+
+
 FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
 MAX_STEPPERS = 64
 

@@ -16,10 +16,10 @@ import gradio as gr
 
 from ..errors import AttnvizError
 from ..model import KINDS
+from ..plots import KIND_TITLES
 from . import labs, models, panels, session
 from .state import (
     FIGURES,
-    KIND_TITLES,
     SessionState,
     checkpoint,
     describe,

@@ -13,6 +13,7 @@ from .. import plots
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError
 from ..model import KINDS
+from ..plots import KIND_TITLES
 from ..record import Trace, to_numpy
 from ..tasks import TASKS, get_task
 from ..tokenizer import BOS, UNK
@@ -20,11 +21,12 @@ from . import figures, models
 from .state import (
     _STEP_LOCK,
     FIGURES,
-    KIND_TITLES,
     DecodeView,
     SessionState,
     checkpoint,
     head_choices,
+    head_label,
+    head_weights,
     layer_count,
     synced_stepper,
 )
@@ -135,13 +137,12 @@ def kind_figure(
     """
     w = trace.numpy(kind, layer)[0]  # [H, Tq, Tk]
     mask = trace.numpy(kind, layer, "mask")[0, 0].astype(bool)  # [Tq, Tk]
-    what = {"mean": "mean of heads", "all heads": "all heads"}.get(head, f"head {head[1:]}")
-    title = f"{KIND_TITLES[kind]} · layer {layer} · {what}"
+    title = f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)}"
     if kind != "encoder_self":
         title += f" · step {step}"
     if head == "all heads":
         return plots.heads_grid(w, keys, queries, mask=np.broadcast_to(mask, w.shape))
-    z = w.mean(0) if head == "mean" else w[int(head[1:])]  # [Tq, Tk]
+    z = head_weights(w, head)  # [Tq, Tk]
     fig = plots.heatmap(z, keys, queries, mask=mask, title=title)
     if kind != "encoder_self":
         figures.mark_row(fig, w.shape[1] - 1, w.shape[2])
