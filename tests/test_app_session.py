@@ -271,3 +271,15 @@ def test_encrypted_zip_upload_is_refused_and_cleaned_up(fresh, tmp_path):
     uploads = app_models.private_dir("uploads")
     assert not list(uploads.glob("incoming-*"))
     assert uploads.stat().st_mode & 0o077 == 0  # private to this user
+
+
+def test_caches_are_bounded():
+    from attnviz.app.models import LRU
+
+    cache = LRU(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # a is now the most recent
+    cache.put("c", 3)
+    assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
+    assert len(cache) == 2

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +35,37 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 _ALLOWED = (WEIGHTS, METADATA, SNAPSHOTS)
 _PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
 
-_CACHE: dict[tuple[str, str], tuple[int, Checkpoint]] = {}
+
+class LRU:
+    """A small thread-safe least-recently-used map (bounded, so uploads cannot pile up)."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            if key not in self._items:
+                return default
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+#: Loaded checkpoints by (path, device): (file version, checkpoint). Shipped ones reload on
+#: demand if pushed out by uploads.
+_CACHE = LRU(8)
+_LOADING: dict[tuple[str, str], threading.Lock] = {}
 _LOCK = threading.Lock()
 _PRIVATE: dict[str, Path] = {}
 _DIR_LOCK = threading.Lock()
@@ -74,13 +105,17 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     """
     path = Path(path).resolve()
     key = (str(path), device)
-    with _LOCK:  # loading under the lock: two sessions never load the same file twice
+    with _LOCK:
+        loading = _LOADING.setdefault(key, threading.Lock())
+    # one lock per file: two sessions never load the same file twice, and a big upload
+    # being loaded does not hold up sessions using other models
+    with loading:
         version = _version(path)
         hit = _CACHE.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
         ckpt = load_checkpoint(path, device=device)
-        _CACHE[key] = (version, ckpt)
+        _CACHE.put(key, (version, ckpt))
         return ckpt
 
 

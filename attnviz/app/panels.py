@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import re
 import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +33,8 @@ from .state import (
 )
 
 LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
-_HEALTH: dict[tuple, analysis.HealthReport] = {}
-_SNAPS: dict[tuple, Snapshots] = {}
-_LOCK = threading.Lock()
+_HEALTH = models.LRU(16)  # reports by (model, version, device, n)
+_SNAPS = models.LRU(16)  # snapshots by (model, version)
 
 
 # -- health -------------------------------------------------------------------------------------
@@ -50,12 +48,10 @@ def health(state: SessionState, n: int = 100) -> LabView:
     try:
         ckpt = checkpoint(state)
         key = (state.model, models.version_of(state.model), state.device, n)
-        with _LOCK:
-            rep = _HEALTH.get(key)
+        rep = _HEALTH.get(key)
         if rep is None:
             rep = analysis.check(ckpt, n=n, ablation_sample=16)
-            with _LOCK:
-                _HEALTH[key] = rep
+            _HEALTH.put(key, rep)
     except AttnvizError as exc:
         return _error(exc)
     items = []
@@ -80,10 +76,11 @@ def snapshots(state: SessionState) -> Snapshots:
         raise InputError("this checkpoint has no attention snapshots (snapshots.safetensors)")
     path = Path(state.model)
     key = (str(path), (path / "snapshots.safetensors").stat().st_mtime_ns)
-    with _LOCK:
-        if key not in _SNAPS:
-            _SNAPS[key] = Snapshots.load(path)
-        return _SNAPS[key]
+    snaps = _SNAPS.get(key)
+    if snaps is None:
+        snaps = Snapshots.load(path)
+        _SNAPS.put(key, snaps)
+    return snaps
 
 
 def playback_steps(state: SessionState) -> list[int]:
