@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from .config import ModelConfig
-from .decoding import default_max_len, greedy_decode
+from .decoding import default_max_len, greedy_decode, until_eos
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import BOS, EOS, PAD, Encoding, Tokenizer
@@ -276,7 +276,7 @@ class Checkpoint:
         enc = self.encode_source(text)
         src = torch.tensor([enc.ids], device=self.device)
         out = greedy_decode(self.model, src, BOS, EOS, max_len=max_len)[0].tolist()
-        tokens = out[: out.index(EOS) + 1] if EOS in out else [t for t in out if t != PAD]
+        tokens = until_eos(out, EOS, PAD)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
 
     def predict(self, text: str, max_len: int | None = None) -> str:

@@ -260,6 +260,12 @@ class GreedyStepper:
         return assemble_trace(self.encoder_trace, self._records[:upto])
 
 
+def until_eos(row: Sequence[int], eos_id: int, pad_id: int = 0) -> list[int]:
+    """One decoded row up to and including its EOS (without the PAD after a row ends)."""
+    row = list(row)
+    return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
+
+
 def greedy_decode(
     model: Transformer,
     src: Tensor,

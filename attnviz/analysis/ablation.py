@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint, pad_batch
-from ..decoding import greedy_decode
+from ..decoding import greedy_decode, until_eos
 from ..errors import EditError
 from ..model import KINDS
 from ..record import Edit, ZeroHeads, record, to_numpy
@@ -155,13 +155,9 @@ def head_effects(
         ablation = [*edits, ZeroHeads(kind, layer, head)]
         ablated = greedy_decode(ckpt.model, base.src, BOS, EOS, edits=ablation)
         changed = sum(
-            _cut(a) != _cut(b) for a, b in zip(ablated.tolist(), base.out.tolist(), strict=True)
+            until_eos(a, EOS, PAD) != until_eos(b, EOS, PAD)
+            for a, b in zip(ablated.tolist(), base.out.tolist(), strict=True)
         )
         delta = np.abs(token_probs(ckpt, base, ablation) - p0)[real]
         out.append(HeadEffect(kind, layer, head, changed, float(delta.max()), float(delta.mean())))
     return sorted(out, key=lambda e: (e.changed_outputs, e.mean_prob_change), reverse=True)
-
-
-def _cut(row: list[int]) -> list[int]:
-    """A greedy row up to and including its EOS (padding differs between batches)."""
-    return row[: row.index(EOS) + 1] if EOS in row else row

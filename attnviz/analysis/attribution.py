@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..decoding import greedy_decode
+from ..decoding import greedy_decode, until_eos
 from ..errors import InputError
 from ..record import record, to_numpy
 from ..tokenizer import BOS, EOS, PAD
@@ -107,8 +107,7 @@ def attribute(
     enc = ckpt.encode_source(text)
     src = torch.tensor([enc.ids], device=ckpt.device)
     if tokens is None:
-        out = greedy_decode(model, src, BOS, EOS)[0].tolist()
-        tokens = out[: out.index(EOS) + 1] if EOS in out else out
+        tokens = until_eos(greedy_decode(model, src, BOS, EOS)[0].tolist(), EOS, PAD)
     if not 0 <= step < len(tokens):
         raise InputError(f"step must be in 0..{len(tokens) - 1}, got {step}")
     tgt = torch.tensor([[BOS, *tokens[:step]]], device=ckpt.device)
