@@ -261,11 +261,15 @@ def bench_memory(device, quick: bool) -> list[Row]:
 
 
 _APP_MEMORY = """
-import resource, sys
+import sys
 from attnviz.app import session
 path, calls = sys.argv[1], int(sys.argv[2])
 def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB (KiB on Linux)
+    # peak resident set of this process image; getrusage's ru_maxrss would also count the
+    # parent's pages from before exec
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # MB
 words = [w * 2 for w in ("abcdefghij", "helloworld", "qwertyuiop", "zyxwvutsrq", "mnbvcxzlkj")]
 first = session.step(session.start(session.new_state(path), "abc").state)
 for fig in first.figures.values():
