@@ -147,6 +147,9 @@ def _head(spec: str) -> tuple[str, int, int]:
 def _bench(args: argparse.Namespace) -> int:
     from . import bench
 
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("attnviz bench: the GPU rows are skipped: this machine has no CUDA GPU")
+        return 0
     result = bench.run(args.device, quick=args.quick, progress=not args.quiet)
     print(bench.table(result))
     if args.json:
