@@ -259,6 +259,10 @@ def _save_train_state(
     for i, st in opt.state_dict()["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(st[name]).float()
+    # the random state, so dropout after a resume draws what it would have drawn
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available() and next(model.parameters()).is_cuda:
+        tensors["rng.cuda"] = torch.cuda.get_rng_state(next(model.parameters()).device)
     # tied parameters share storage; safetensors stores each tensor once, so clone ties
     seen: set[int] = set()
     for k, v in tensors.items():
@@ -281,12 +285,23 @@ def _load_train_state(
                     n: tensors[f"opt.{i}.{n}"] for n in ("exp_avg", "exp_avg_sq", "step")
                 }
         opt.load_state_dict(state)
+        if "rng.cpu" in tensors:
+            torch.set_rng_state(tensors["rng.cpu"].to(torch.uint8))
+        if "rng.cuda" in tensors and next(model.parameters()).is_cuda:
+            torch.cuda.set_rng_state(tensors["rng.cuda"].to(torch.uint8), model_device(model))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path} does not match this model and optimiser ({exc})") from None
 
 
-def train(opts: TrainOptions, progress: bool = True) -> dict:
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = None) -> dict:
     """Run (or resume) training; returns the final metrics (rank 0; other ranks get ``{}``).
+
+    ``stop_after``: stop (validating and saving first) after this many steps of this call,
+    as an interrupted run would; ``--resume`` then carries on exactly where it stopped.
 
     Raises:
         InputError: a bad option (unknown task, no GPU for ``--device cuda``, ...).
@@ -328,7 +343,8 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         if (out / SNAPSHOTS).is_file():
             snaps = Snapshots.load(out)
             snaps.truncate(step)
-        torch.manual_seed(opts.seed + step)  # dropout noise; the data depend on the step alone
+        if world > 1:  # each rank its own dropout noise (the saved state is rank 0's)
+            torch.manual_seed(opts.seed + step + 1000 * rank)
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob(".*.tmp*"):  # left by a run killed in the middle of a write
@@ -386,6 +402,7 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
     if rank == 0 and step == 0:
         snapshot(0)
     start = time.perf_counter() - elapsed  # wall time, evaluation included, across resumes
+    first = step
     while step < opts.steps:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, opts)
@@ -402,7 +419,8 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
         bar.set_postfix(
             loss=f"{loss.item():.3f}", acc=f"{hits / n:.3f}", lr=f"{lr_at(step - 1, opts):.1e}"
         )
-        done = step == opts.steps
+        interrupted = stop_after is not None and step - first >= stop_after
+        done = step == opts.steps or interrupted
         if rank == 0 and (step % opts.snapshot_every == 0 or done):
             snapshot(step)
         stop = False
@@ -429,6 +447,8 @@ def train(opts: TrainOptions, progress: bool = True) -> dict:
                         f"{opts.target_exact_match} at step {step}; stopping"
                     )
                 break
+        if interrupted:
+            break
     bar.close()
     if world > 1:
         dist.barrier()

@@ -242,3 +242,20 @@ def test_malformed_snapshot_files_are_refused(tmp_path):
         write_tensors(path, tensors, meta)
         with pytest.raises(attnviz.CheckpointError, match=match):
             Snapshots.load(tmp_path)
+
+
+def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """Model, AdamW moments, schedule, data and dropout noise all carry across a resume."""
+    from attnviz.checkpoint import read_tensors
+
+    kw = dict(steps=16, eval_every=8, dropout=0.1, batch_size=8)
+    straight, parts = str(tmp_path / "straight"), str(tmp_path / "parts")
+    a = train(_tiny(out=straight, **kw), progress=False)
+    train(_tiny(out=parts, **kw), progress=False, stop_after=5)  # interrupted at step 5
+    assert attnviz.load_checkpoint(parts).meta["step"] == 5
+    b = train(TrainOptions(task="copy", out=parts, resume=True), progress=False)
+    assert a["step"] == b["step"] == 16 and a["val_loss"] == b["val_loss"]
+    wa, _ = read_tensors(Path(straight) / "model.safetensors")
+    wb, _ = read_tensors(Path(parts) / "model.safetensors")
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
