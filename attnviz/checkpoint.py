@@ -103,14 +103,13 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
 
 
 def unique_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
-    """The state dict with tied tensors stored once (the first name wins)."""
-    seen: set[int] = set()
-    out = {}
-    for name, t in model.state_dict().items():
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            out[name] = t
-    return out
+    """The state dict with tied tensors stored once (the first name wins).
+
+    Ties are found by parameter identity, so this works on a ``meta``-device model as well.
+    """
+    keep = {name for name, _ in model.named_parameters()}  # a shared parameter appears once
+    keep |= {name for name, _ in model.named_buffers()}
+    return {k: v for k, v in model.state_dict().items() if k in keep}
 
 
 # -- save / load ----------------------------------------------------------------------------
@@ -193,13 +192,16 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
+    with torch.device("meta"):  # names and shapes first, without allocating anything: a
+        skeleton = Transformer(config)  # config asking for a huge model fails here, cheaply
+    _check_weights(unique_state_dict(skeleton), tensors, weights)
     model = Transformer(config)
     _load_weights(model, tensors, weights)
     return Checkpoint(model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent)
 
 
-def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
-    expected = unique_state_dict(model)
+def _check_weights(expected: dict[str, Tensor], tensors: dict[str, Tensor], where: Path) -> None:
+    """Every expected tensor present, no others, shapes as the config says, all float."""
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong = [
@@ -217,6 +219,10 @@ def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -
         if names:
             more = f" and {len(names) - 4} more" if len(names) > 4 else ""
             raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
+
+
+def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
+    expected = unique_state_dict(model)
     with torch.no_grad():
         for k, t in expected.items():
             t.copy_(tensors[k].to(t.dtype))

@@ -220,3 +220,45 @@ def test_any_header_length_reads_back(tmp_path):
         tensors, meta = read_tensors(path)
         assert meta == {"x": "y" * pad} and tensors["a"].tolist() == [0.0, 1.0, 2.0]
     assert 0x80 in first_bytes
+
+
+def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path):
+    import time
+
+    _, folder = _save(tmp_path)
+    _rewrite(folder, meta_change=lambda m: m["config"].update(d_model=2**16, d_ff=2**20))
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match="do not match the config"):
+        attnviz.load_checkpoint(folder)  # real tensors would need ~100 GB
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(d_model=-8), "d_model"),
+        (dict(n_encoder_layers=0), "layers"),
+        (dict(dropout=1.5), "dropout"),
+    ],
+)
+def test_impossible_configs_are_refused(tmp_path, change, match):
+    _, folder = _save(tmp_path)
+    _rewrite(folder, meta_change=lambda m: m["config"].update(**change))
+    with pytest.raises(CheckpointError, match=match):
+        attnviz.load_checkpoint(folder)
+
+
+def test_a_pickle_payload_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    _, folder = _save(tmp_path / "ck")
+    for name in ("model.safetensors", "model.pt"):
+        target = folder / name
+        target.write_bytes(pickle.dumps(Payload()))
+        with pytest.raises(CheckpointError, match="never unpickles"):
+            attnviz.load_checkpoint(target if name.endswith(".pt") else folder)
+    assert not marker.exists()

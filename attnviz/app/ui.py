@@ -19,6 +19,8 @@ from ..model import KINDS
 from ..plots import KIND_TITLES
 from . import labs, models, panels, session
 from .state import (
+    _STEP_LOCK,
+    _STEPPERS,
     FIGURES,
     SessionState,
     checkpoint,
@@ -29,6 +31,14 @@ from .state import (
 
 CSS_FILE = models.ASSETS_DIR / "app.css"
 MAX_FILE_SIZE = "200mb"
+SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
+MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
+CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
+SHARE_WARNING = (
+    "attnviz app: WARNING: --share makes this app PUBLIC on the internet through a "
+    "gradio.live link for as long as it runs: anyone with the link can use it, run the "
+    "model on this machine and upload files to it. Stop it with Ctrl+C."
+)
 MODEL_EVENTS = dict(concurrency_id="model", concurrency_limit=2)
 HIDDEN = dict(api_visibility="undocumented")
 INTERNAL = dict(HIDDEN, **MODEL_EVENTS)
@@ -44,8 +54,8 @@ INTRO = (
 class Page:
     """The components of one page and how session results map onto them."""
 
-    def __init__(self, state: SessionState):
-        self.state = gr.State(state)
+    def __init__(self, state: SessionState, ttl_s: float = SESSION_TTL_S):
+        self.state = gr.State(state, time_to_live=ttl_s, delete_callback=forget_session)
         self.plots: dict[str, gr.Plot] = {}
 
     def decode_outputs(self) -> list:
@@ -296,6 +306,18 @@ def _wire_decoding(p: Page) -> None:
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
 
 
+def forget_session(state: SessionState) -> None:
+    """Free the server-side stepper of a session whose state gradio deletes.
+
+    The ``delete_callback`` of the page's ``gr.State``: gradio calls it when the state
+    expires (``SESSION_TTL_S`` without a decoding event) or an hour after the tab closed.
+    """
+    sid = getattr(state, "sid", "")
+    if sid:
+        with _STEP_LOCK:
+            _STEPPERS.pop(sid, None)
+
+
 def _with_text(state: SessionState, text: str) -> SessionState:
     """The state with the typed text as its input (decoding restarts on it)."""
     from dataclasses import replace
@@ -369,10 +391,17 @@ def _file(view: labs.LabView) -> tuple:
     return view.path, view.message
 
 
-def build_app(model: str | None = None, device: str = "cpu") -> gr.Blocks:
-    """The whole page, on ``model`` (a folder; default the first shipped model)."""
-    with gr.Blocks(title="attnviz — attention inspector") as demo:
-        p = Page(session.new_state(model, device))
+def build_app(
+    model: str | None = None, device: str = "cpu", *, session_ttl_s: float = SESSION_TTL_S
+) -> gr.Blocks:
+    """The whole page, on ``model`` (a folder; default the first shipped model).
+
+    A session's state (and its server-side stepper) is freed ``session_ttl_s`` seconds after
+    its last decoding event; gradio's temporary files (uploads, exports) after an hour.
+    """
+    title = "attnviz — attention inspector"
+    with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP) as demo:
+        p = Page(session.new_state(model, device), session_ttl_s)
         _layout_top(p)
         with gr.Tabs():
             with gr.Tab("Step through", elem_id="tab-step"):
@@ -388,17 +417,33 @@ def build_app(model: str | None = None, device: str = "cpu") -> gr.Blocks:
 
 
 def launch_kwargs(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False) -> dict:
-    """Arguments of ``demo.launch`` shared by :func:`main` and the tests."""
+    """Arguments of ``demo.launch`` shared by :func:`main` and the tests.
+
+    Binds ``host`` only (default loopback: this machine alone); gradio serves no file outside
+    its own cache and the files the app returns (nothing in ``allowed_paths``).
+    """
     css = CSS_FILE.read_text() if CSS_FILE.is_file() else None
     return dict(
         server_name=host,
         server_port=port,
         share=share,
         max_file_size=MAX_FILE_SIZE,
+        state_session_capacity=MAX_SESSIONS,
         css=css,
         theme=gr.themes.Soft(),
         show_error=True,
     )
+
+
+def exposure_warnings(host: str, share: bool) -> list[str]:
+    """Warnings to print before launching when the app is reachable beyond this machine."""
+    out = [SHARE_WARNING] if share else []
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        out.append(
+            f"attnviz app: WARNING: binding {host}: the app is reachable from other machines "
+            "on your network(s), without a password."
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     except AttnvizError as exc:
         print(f"attnviz app: {exc}", file=sys.stderr)
         return 2
+    for line in exposure_warnings(args.host, args.share):
+        print(line, file=sys.stderr, flush=True)
     demo = build_app(model, device)
     demo.queue(default_concurrency_limit=2)
     inbrowser = sys.stdout.isatty() and not args.no_browser
