@@ -254,6 +254,7 @@ def _add_train_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="subcommand", required=True)
     sub.add_parser(
         "app",
@@ -276,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv  # anywhere on the line: show the traceback of an error
+    argv = [a for a in argv if a != "--debug"]
     if argv[:1] == ["app"]:  # the web app parses its own options (and imports gradio)
         from .app.ui import main as app_main
 
@@ -285,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (AttnvizError, OSError) as exc:  # OSError: an unwritable output path, say
+        if debug:
+            raise
         print(f"attnviz: error: {exc}", file=sys.stderr)
         return 2
 

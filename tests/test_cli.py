@@ -52,3 +52,13 @@ def test_app_has_its_own_options_and_refuses_a_bad_model(capsys):
     assert out.returncode == 0 and "--host" in out.stdout and "--no-browser" in out.stdout
     assert main(["app", "--model", "/nonexistent", "--no-browser"]) == 2
     assert "no checkpoint at /nonexistent" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback_and_unknown_options_fail_cleanly():
+    quiet = run("step", "--model", "/nonexistent")
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    loud = run("--debug", "step", "--model", "/nonexistent")
+    assert loud.returncode != 0 and "Traceback" in loud.stderr and "CheckpointError" in loud.stderr
+    unknown = run("train", "--task", "reverse", "--no-such-option")
+    assert unknown.returncode == 2 and "unrecognized arguments" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -1,0 +1,85 @@
+"""Odd input never crashes: random unicode through tokenizers, predict and the app session."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnviz
+from attnviz.app import session
+from tests.conftest import MODELS
+
+ODD = [
+    "",
+    "   ",
+    "hello 👋 world",
+    "e\u0301te\u0301",  # combining accents
+    "שלום",  # right to left
+    "a" * 300,  # longer than any model takes
+    "x" * 40 + " supercalifragilisticexpialidocious" * 3,
+    "the dog sees a cat",  # words into a character model
+    "\x00\x1b[31m",
+]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def ckpts():
+    return [attnviz.load_checkpoint(MODELS / n) for n in ("reverse", "translate")]
+
+
+@given(text=st.text(max_size=60))
+@SETTINGS
+def test_random_unicode_through_predict_and_tokenizers(ckpts, text):
+    for ckpt in ckpts:
+        enc = ckpt.src_tokenizer.encode(text)
+        assert len(enc.ids) == len(enc.pieces)
+        assert ckpt.src_tokenizer.decode(enc.ids) is not None
+        try:
+            out = ckpt.predict_details(text)
+        except attnviz.AttnvizError:
+            continue  # empty or too long: a message, not a crash
+        assert isinstance(out.text, str) and set(out.source.unknown) <= set(enc.pieces)
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_odd_inputs_give_a_message_or_a_result(ckpts, text):
+    for ckpt in ckpts:
+        try:
+            out = ckpt.predict_details(text)
+        except attnviz.InputError as exc:
+            assert "\n" not in str(exc)
+            if text.strip():
+                assert "at most" in str(exc)  # only length can refuse non-empty text
+            continue
+        assert isinstance(out.text, str)
+
+
+@given(text=st.text(max_size=40))
+@SETTINGS
+def test_random_unicode_through_the_app_session(text):
+    state = session.new_state(str(MODELS / "reverse"))
+    view = session.start(state, text)
+    view = session.step(view.state)
+    assert view.state is not None
+    if not text.strip():
+        assert view.message  # a hint, not an exception
+    for fig in view.figures.values():
+        data = fig.to_plotly_json()["data"]
+        for trace in data:
+            z = trace.get("z")
+            if z is not None and not isinstance(z, dict):
+                arr = np.asarray(z, dtype=float)
+                assert not np.isinf(arr).any()
+
+
+def test_nothing_unpickles_anywhere_in_the_package():
+    root = pathlib.Path(attnviz.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"torch\.load\(|pickle\.loads?\(|allow_pickle\s*=\s*True", text), path
