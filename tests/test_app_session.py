@@ -283,3 +283,29 @@ def test_caches_are_bounded():
     cache.put("c", 3)
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
     assert len(cache) == 2
+
+
+def _reverse_files() -> dict[str, bytes]:
+    folder = models.MODELS_DIR / "reverse"
+    return {n: (folder / n).read_bytes() for n in ("model.safetensors", "config.json")}
+
+
+def test_zip_path_traversal_is_flattened_never_followed(fresh, tmp_path):
+    files = {f"../../escape/{n}": data for n, data in _reverse_files().items()}
+    upload = tmp_path / "deep" / "er"
+    upload.mkdir(parents=True)
+    view = session.upload_model(dataclasses.replace(fresh, text="abc"), [_zip(upload, files)])
+    assert not view.message or "could not" not in view.message
+    assert view.state.model != fresh.model  # loaded from the upload, under fixed names
+    assert not (tmp_path / "escape").exists() and not (upload.parent.parent / "escape").exists()
+    assert not list(Path("/tmp").glob("escape*"))
+
+
+def test_zip_bomb_is_refused_before_unpacking(fresh, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "MAX_UPLOAD_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("model.safetensors", b"\0" * (4 << 20))  # 4 MB of zeros, a few KB packed
+    assert bomb.stat().st_size < 64 << 10
+    view = session.upload_model(fresh, [str(bomb)])
+    assert view.message and "unpacks to more than 1 MB" in view.message
