@@ -39,6 +39,17 @@ OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not
 SESSIONS, CALLS, SEED = 16, 50, 1234
 
 
+MEMORY_BOUND_MB = 1024  # the stated bound for one server process under this load
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident memory of a live process (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,7 +58,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def app_process(log: Path):
-    """``attnviz app`` in a subprocess on a free port; yields its URL once it accepts."""
+    """``attnviz app`` in a subprocess on a free port; yields (URL, pid) once it accepts."""
     port = free_port()
     code = "import sys; from attnviz.app import ui; sys.exit(ui.main(sys.argv[1:]))"
     args = ["--model", REVERSE, "--device", "cpu", "--port", str(port), "--no-browser"]
@@ -66,7 +77,7 @@ def app_process(log: Path):
                 break
             except OSError:
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}/", proc.pid
     finally:
         proc.terminate()
         try:
@@ -145,13 +156,14 @@ def test_sixteen_sessions_at_once(tmp_path):
     assert len(set(texts)) == SESSIONS and {len(t) for t in texts} >= {3, 20}
     ckpt = attnviz.load_checkpoint(REVERSE)
     expected = {t: ckpt.predict(t) for t in texts}
-    with app_process(tmp_path / "app.log") as url:
+    with app_process(tmp_path / "app.log") as (url, pid):
         barrier = threading.Barrier(SESSIONS)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(SESSIONS) as pool:
             futures = [pool.submit(session, url, t, expected[t], barrier) for t in texts]
             results = [f.result(timeout=300) for f in futures]
         wall = time.perf_counter() - t0
+        peak_mb = peak_rss_mb(pid)
 
     lat_ms = np.array([x for r in results for x in r["latencies"]]) * 1000
     errors = [e for r in results for e in r["errors"]]
@@ -162,12 +174,14 @@ def test_sixteen_sessions_at_once(tmp_path):
         p50_ms=round(float(np.percentile(lat_ms, 50)), 1),
         p95_ms=round(float(np.percentile(lat_ms, 95)), 1),
         wall_s=round(wall, 1),
+        server_peak_rss_mb=round(peak_mb),
     )
     RESULT.write_text(json.dumps(numbers, indent=2) + "\n")
     print("load test:", json.dumps(numbers))
 
     assert numbers["calls"] == SESSIONS * (CALLS + 1)
     assert errors == []
+    assert peak_mb < MEMORY_BOUND_MB, f"the server peaked at {peak_mb:.0f} MB"
     for r in results:
         assert r["mismatches"] == [], r["text"]
         # every session ends on its own complete output, as a single user would see it

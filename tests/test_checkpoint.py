@@ -308,3 +308,13 @@ def test_sigkill_during_writes_never_leaves_a_checkpoint_that_loads_wrong(tmp_pa
         step = ckpt.meta["step"]
         assert all(bool((p == step).all()) for p in ckpt.model.parameters()), step
         assert ckpt.meta["pad"] == "x" * step
+
+
+def test_config_json_that_is_not_json_is_refused(tmp_path):
+    _, folder = _save(tmp_path)
+    tensors, _ = read_tensors(folder / WEIGHTS)
+    write_tensors(folder / WEIGHTS, tensors, None)  # metadata only in config.json now
+    (folder / METADATA).write_text('{"config": {"d_model": 24,')  # cut off
+    with pytest.raises(CheckpointError, match="config.json is not valid JSON") as e:
+        attnviz.load_checkpoint(folder)
+    _one_line(e)

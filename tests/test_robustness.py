@@ -25,7 +25,9 @@ ODD = [
     "the dog sees a cat",  # words into a character model
     "\x00\x1b[31m",
 ]
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.fixture(scope="module")
