@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,10 @@ def letters(text: str) -> list[int]:
 def unletters(ids) -> str:
     """Ids of the character tasks -> text (stops at EOS)."""
     return attnviz.tasks.get_task("reverse").tokenizers()[1].decode(ids)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -6,7 +6,6 @@ plotly.js (typed-array encoding, heatmap traces, layouts). Screenshots go to ``a
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ sync_api = pytest.importorskip(
 )
 pytest.importorskip("gradio")
 
-from attnviz.app import ui  # noqa: E402  (after the skips)
+from attnviz.app import ui  # noqa: E402
+from tests.conftest import free_port  # noqa: E402  # noqa: E402  (after the skips)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = str(ROOT / "models" / "reverse")
@@ -43,9 +43,7 @@ TITLE_HAS = """([sel, text]) => {
 def url():
     demo = ui.build_app(REVERSE, "cpu")
     demo.queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
     try:
         yield f"http://127.0.0.1:{port}/"

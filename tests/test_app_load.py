@@ -31,6 +31,7 @@ gradio_client = pytest.importorskip("gradio_client")
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.app import ui  # noqa: E402
 from attnviz.app.state import _STEP_LOCK, _STEPPERS  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = str(ROOT / "models" / "reverse")
@@ -48,12 +49,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM in /proc")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

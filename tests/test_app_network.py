@@ -7,24 +7,18 @@ Paths are sent byte for byte with ``http.client`` (``httpx`` and ``urllib`` woul
 from __future__ import annotations
 
 import http.client
-import socket
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("gradio")
 
-from attnviz.app import ui  # noqa: E402  (after the skip)
+from attnviz.app import ui
+from tests.conftest import free_port  # noqa: E402  (after the skip)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = ROOT / "models" / "reverse"
 PASSWD = Path("/etc/passwd")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

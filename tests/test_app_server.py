@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,16 +9,11 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-from attnviz.app import ui  # noqa: E402  (after the skips)
+from attnviz.app import ui  # noqa: E402
+from tests.conftest import free_port  # noqa: E402  (after the skips)
 
 REVERSE = str(Path(__file__).resolve().parent.parent / "models" / "reverse")
 OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not sent)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
