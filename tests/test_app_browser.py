@@ -19,7 +19,7 @@ sync_api = pytest.importorskip(
 pytest.importorskip("gradio")
 
 from attnviz.app import ui  # noqa: E402
-from tests.conftest import free_port  # noqa: E402  # noqa: E402  (after the skips)
+from tests.conftest import free_port  # noqa: E402  (after the skips)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = str(ROOT / "models" / "reverse")
