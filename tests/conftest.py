@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -74,3 +75,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched_app(model: str | Path | None = None, **build):
+    """The app on ``model`` (default models/reverse), launched in this process on a free
+    port; yields ``(demo, port)`` and closes it afterwards."""
+    from attnviz.app import ui
+
+    demo = ui.build_app(str(model or MODELS / "reverse"), "cpu", **build)
+    demo.queue()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
+    try:
+        yield demo, port
+    finally:
+        demo.close()

@@ -18,8 +18,7 @@ sync_api = pytest.importorskip(
 )
 pytest.importorskip("gradio")
 
-from attnviz.app import ui  # noqa: E402
-from tests.conftest import free_port  # noqa: E402  (after the skips)
+from tests.conftest import launched_app  # noqa: E402  (after the skips)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = str(ROOT / "models" / "reverse")
@@ -41,14 +40,8 @@ TITLE_HAS = """([sel, text]) => {
 
 @pytest.fixture(scope="module")
 def url():
-    demo = ui.build_app(REVERSE, "cpu")
-    demo.queue()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
-    try:
+    with launched_app() as (_, port):
         yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
 
 
 @pytest.fixture(scope="module")

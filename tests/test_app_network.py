@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("gradio")
 
 from attnviz.app import ui
-from tests.conftest import free_port  # noqa: E402  (after the skip)
+from tests.conftest import launched_app  # noqa: E402  (after the skip)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = ROOT / "models" / "reverse"
@@ -23,14 +23,8 @@ PASSWD = Path("/etc/passwd")
 
 @pytest.fixture(scope="module")
 def server():
-    demo = ui.build_app(str(REVERSE), "cpu")
-    demo.queue()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
-    try:
-        yield demo, port
-    finally:
-        demo.close()
+    with launched_app() as running:
+        yield running
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:

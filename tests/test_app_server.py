@@ -10,7 +10,7 @@ pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
 from attnviz.app import ui  # noqa: E402
-from tests.conftest import free_port  # noqa: E402  (after the skips)
+from tests.conftest import launched_app  # noqa: E402  (after the skips)
 
 REVERSE = str(Path(__file__).resolve().parent.parent / "models" / "reverse")
 OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not sent)
@@ -18,14 +18,8 @@ OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not
 
 @pytest.fixture(scope="module")
 def url():
-    demo = ui.build_app(REVERSE, "cpu")
-    demo.queue()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
-    try:
+    with launched_app() as (_, port):
         yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
 
 
 @pytest.fixture
