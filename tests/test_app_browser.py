@@ -21,7 +21,6 @@ pytest.importorskip("gradio")
 from tests.conftest import launched_app  # noqa: E402  (after the skips)
 
 ROOT = Path(__file__).resolve().parent.parent
-REVERSE = str(ROOT / "models" / "reverse")
 ASSETS = ROOT / "assets"
 TIMEOUT = 30_000  # ms; a 2-core machine that is also training is slow to draw
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("gradio")
@@ -12,7 +10,6 @@ gradio_client = pytest.importorskip("gradio_client")
 from attnviz.app import ui  # noqa: E402
 from tests.conftest import launched_app  # noqa: E402  (after the skips)
 
-REVERSE = str(Path(__file__).resolve().parent.parent / "models" / "reverse")
 OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not sent)
 
 
