@@ -309,3 +309,20 @@ def test_zip_bomb_is_refused_before_unpacking(fresh, tmp_path, monkeypatch):
     assert bomb.stat().st_size < 64 << 10
     view = session.upload_model(fresh, [str(bomb)])
     assert view.message and "unpacks to more than 1 MB" in view.message
+
+
+def test_word_level_translate_model_steps_to_its_prediction():
+    import attnviz
+
+    path = str(models.MODELS_DIR / "translate")
+    text = "the big dog sees a small cat quickly with my friend"
+    view = session.run(session.start(session.new_state(path), text).state)
+    assert not view.message or "error" not in view.message.lower()
+    expected = attnviz.load_checkpoint(path).predict(text)
+    assert view.state.tokens and view.state.tokens[-1] == EOS
+    words = " ".join(
+        models.get_checkpoint(path).tgt_tokenizer.token(t) for t in view.state.tokens[:-1]
+    )
+    assert words == expected
+    odd = session.start(session.new_state(path), "the zebra sees a cat")
+    assert "zebra" in (odd.message or "")  # unknown words are flagged
