@@ -185,3 +185,8 @@ def test_exposure_warnings():
     assert ui.exposure_warnings("localhost", False) == []
     assert ui.exposure_warnings("127.0.0.1", True) == [ui.SHARE_WARNING]
     assert len(ui.exposure_warnings("0.0.0.0", True)) == 2
+
+
+def test_no_usage_analytics(server):
+    demo, _ = server
+    assert demo.analytics_enabled is False

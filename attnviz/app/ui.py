@@ -400,7 +400,8 @@ def build_app(
     its last decoding event; gradio's temporary files (uploads, exports) after an hour.
     """
     title = "attnviz — attention inspector"
-    with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP) as demo:
+    # analytics off: a local inspection tool sends nothing anywhere
+    with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
         p = Page(session.new_state(model, device), session_ttl_s)
         _layout_top(p)
         with gr.Tabs():
