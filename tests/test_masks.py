@@ -102,7 +102,9 @@ def test_attention_invariants(case):
     sums = w.sum(-1)
     assert torch.allclose(sums[~dead], torch.ones_like(sums[~dead]), atol=1e-5)
     assert torch.all(w[dead] == 0) and torch.all(z[dead] == 0)  # fully blocked rows: zero
-    assert torch.allclose(fast, slow, atol=1e-5)  # fused path == recording path
+    # fused path == recording path; relative too, since scale 30 gives outputs near 50 and
+    # near-one-hot softmaxes of logits in the hundreds, where fp32 rounding is ~6e-5 relative
+    torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
     assert torch.allclose(w @ trace.values("cross", 0), z, atol=1e-6)
 
 
