@@ -326,3 +326,22 @@ def test_word_level_translate_model_steps_to_its_prediction():
     assert words == expected
     odd = session.start(session.new_state(path), "the zebra sees a cat")
     assert "zebra" in (odd.message or "")  # unknown words are flagged
+
+
+def test_a_rewritten_checkpoint_restarts_decoding(tmp_path):
+    import os
+    import shutil
+
+    folder = tmp_path / "ck"
+    shutil.copytree(models.MODELS_DIR / "reverse", folder)
+    done = session.run(session.start(session.new_state(str(folder)), "abc").state).state
+    assert len(done.tokens) == 4
+    weights = folder / "model.safetensors"
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # "rewritten"
+    view = session.back(done)  # any action notices first
+    assert "changed on disk" in view.message
+    assert view.state.tokens == [] and view.state.step == 0
+    assert view.state.version == models.version_of(str(folder))
+    again = session.step(view.state)
+    assert not again.message and again.state.tokens == done.tokens[:1]

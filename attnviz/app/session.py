@@ -101,6 +101,7 @@ def _start_state(state: SessionState, text: str) -> SessionState:
         tokens=[],
         step=0,
         max_steps=default_max_len(ckpt.model, len(enc.ids)),
+        version=models.version_of(state.model),
     )
 
 
@@ -230,13 +231,20 @@ def _guard(
     act: Callable[[SessionState], SessionState],
     fallback: SessionState | None = None,
 ) -> DecodeView:
-    """Run ``act``; a user error becomes the message and the previous state stays."""
+    """Run ``act``; a user error becomes the message and the previous state stays.
+
+    If the checkpoint file was rewritten since decoding started, decoding restarts first.
+    """
+    notice = None
     try:
+        if state.started and state.version != models.version_of(state.model):
+            state = _start_state(state, state.text)
+            notice = "The checkpoint changed on disk: decoding restarted with the new weights."
         new = act(state)
     except AttnvizError as exc:
         keep = fallback or state
         return render(keep, message=f"⚠️ {html.escape(str(exc))}")
-    return render(new)
+    return render(new, message=notice) if notice else render(new)
 
 
 # -- measuring ----------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ class SessionState:
         tokens: output ids produced so far (BOS excluded); ``step`` of them are shown, the
             rest are kept so stepping forward again after Back is free.
         max_steps: the decoding length limit of this input.
+        version: the checkpoint file's version when decoding started (a rewritten file
+            restarts decoding: tokens chosen by old weights are not replayed as the new
+            model's choices).
         view: ``{kind: [layer, head]}`` with head ``"mean"``, ``"all heads"`` or ``"H<h>"``.
         model_kind: the attention kind of the layers x heads model view.
         top_k: bars in the next-token figure.
@@ -86,6 +89,7 @@ class SessionState:
     tokens: list[int] = field(default_factory=list)
     step: int = 0
     max_steps: int = 0
+    version: int = 0
     view: dict[str, list] = field(default_factory=dict)
     model_kind: str = "cross"
     top_k: int = 10
