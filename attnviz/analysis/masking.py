@@ -22,12 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..checkpoint import Checkpoint, pad_batch
+from ..checkpoint import Checkpoint
 from ..decoding import default_max_len, greedy_decode
 from ..errors import InputError
 from ..record import DropMask, Edit, Trace, record, to_numpy
-from ..tasks import TASKS, get_task
+from ..tasks import TASKS, Example, get_task
 from ..tokenizer import BOS, EOS, PAD
+from ..train import tensorize
 
 
 @dataclass
@@ -159,12 +160,11 @@ def experiment(
             "blocked source tokens are blocked through the padding mask, so they cannot be "
             "combined with the padding mask switched off: choose one"
         )
+    for text in texts:
+        ckpt.encode_source(text)  # empty or too long: refused here, with the limit
     refs = _references(ckpt, texts, targets)
-    device = ckpt.device
-    src = pad_batch([ckpt.encode_source(t).ids for t in texts], device)
-    tgt = [ckpt.tgt_tokenizer.encode(r).ids for r in refs]
-    tgt_in = pad_batch([[BOS, *t] for t in tgt], device)
-    tgt_out = pad_batch([[*t, EOS] for t in tgt], device)
+    examples = [Example(t, r) for t, r in zip(texts, refs, strict=True)]
+    src, tgt_in, tgt_out = tensorize(examples, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.device)
     src_pad = src == PAD
     before = _run(ckpt, src, src_pad, tgt_in, tgt_out, (), recompute)
     after_pad = src_pad if blocked is None else src_pad | blocked
