@@ -17,7 +17,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
 from ..record import Trace, to_numpy
-from ..tokenizer import BOS, EOS
+from ..tokenizer import BOS, EOS, Encoding
 from .stats import HeadStats, head_stats
 
 
@@ -84,23 +84,30 @@ def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Ins
     """Greedy-decode ``text`` step by step and collect what the views show."""
     enc = ckpt.encode_source(text)
     stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), BOS, EOS, max_len=max_len)
-    probs = []
-    while not stepper.done:
-        probs.append(to_numpy(stepper.step().probs))
-    trace = stepper.trace()
+    stepper.run()
+    return from_stepper(ckpt, text, enc, stepper)
+
+
+def from_stepper(
+    ckpt: Checkpoint, text: str, enc: Encoding, stepper: GreedyStepper, upto: int | None = None
+) -> Inspection:
+    """An :class:`Inspection` of the first ``upto`` steps (default all) a stepper has taken."""
+    steps = stepper.steps[:upto]
+    trace = stepper.trace(upto=len(steps))
     tok = ckpt.tgt_tokenizer
-    out_tokens = [tok.token(i) for i in stepper.tokens]
+    ids = [s.token for s in steps]
+    out_tokens = [tok.token(i) for i in ids]
     return Inspection(
         checkpoint=str(ckpt.path),
         text=text,
-        output=tok.decode(stepper.tokens),
-        src_tokens=enc.pieces,
-        unknown=enc.unknown,
-        out_ids=list(stepper.tokens),
+        output=tok.decode(ids),
+        src_tokens=list(enc.pieces),
+        unknown=list(enc.unknown),
+        out_ids=ids,
         out_tokens=out_tokens,
         tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
         trace=trace,
-        probs=np.stack(probs),
+        probs=np.stack([to_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
         stats=head_stats(trace),
     )

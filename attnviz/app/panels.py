@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import analysis, plots, report
-from ..analysis import Inspection, head_stats
+from ..analysis import Inspection
 from ..errors import AttnvizError, InputError
 from ..record import to_numpy
 from ..snapshots import Snapshots
@@ -126,27 +126,10 @@ def inspection(state: SessionState) -> Inspection:
     ckpt = _started(state)
     if state.step == 0:
         return analysis.inspect_text(ckpt, state.text)
+    enc = ckpt.src_tokenizer.encode(state.text)
     with _STEP_LOCK:
         stepper = synced_stepper(state, ckpt)
-        trace = stepper.trace(upto=state.step)
-        steps = stepper.steps[: state.step]
-    tok = ckpt.tgt_tokenizer
-    ids = [s.token for s in steps]
-    out_tokens = [tok.token(i) for i in ids]
-    return Inspection(
-        checkpoint=str(ckpt.path),
-        text=state.text,
-        output=tok.decode(ids),
-        src_tokens=list(state.src_pieces),
-        unknown=list(state.unknown),
-        out_ids=ids,
-        out_tokens=out_tokens,
-        tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
-        trace=trace,
-        probs=np.stack([to_numpy(s.probs) for s in steps]),
-        vocab=list(tok.tokens),
-        stats=head_stats(trace),
-    )
+        return analysis.export.from_stepper(ckpt, state.text, enc, stepper, upto=state.step)
 
 
 def export(state: SessionState, what: str) -> LabView:
