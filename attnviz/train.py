@@ -39,6 +39,7 @@ from .checkpoint import (
     pad_batch,
     read_tensors,
     save_checkpoint,
+    unique_state_dict,
     write_tensors,
 )
 from .config import ModelConfig
@@ -255,29 +256,25 @@ def _dist_setup(device: torch.device) -> tuple[int, int, torch.device]:
 def _save_train_state(
     path: Path, model: Transformer, opt: torch.optim.Optimizer, info: dict
 ) -> None:
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    # tied parameters stored once, as in a checkpoint
+    tensors = {f"model.{k}": v for k, v in unique_state_dict(model).items()}
     for i, st in opt.state_dict()["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(st[name]).float()
     # the random state, so dropout after a resume draws what it would have drawn
     tensors["rng.cpu"] = torch.get_rng_state()
-    if torch.cuda.is_available() and next(model.parameters()).is_cuda:
-        tensors["rng.cuda"] = torch.cuda.get_rng_state(next(model.parameters()).device)
-    # tied parameters share storage; safetensors stores each tensor once, so clone ties
-    seen: set[int] = set()
-    for k, v in tensors.items():
-        if v.data_ptr() in seen:
-            tensors[k] = v.clone()
-        seen.add(v.data_ptr())
+    if model_device(model).type == "cuda":
+        tensors["rng.cuda"] = torch.cuda.get_rng_state(model_device(model))
     write_tensors(path, tensors, info)
 
 
 def _load_train_state(
     tensors: dict, path: Path, model: Transformer, opt: torch.optim.Optimizer
 ) -> None:
-    own = model.state_dict()
     try:
-        model.load_state_dict({k: tensors[f"model.{k}"] for k in own})
+        with torch.no_grad():  # copying into the tied parameter fills every name it has
+            for k, t in unique_state_dict(model).items():
+                t.copy_(tensors[f"model.{k}"])
         state = opt.state_dict()
         for i in range(len(state["param_groups"][0]["params"])):
             if f"opt.{i}.step" in tensors:
@@ -287,7 +284,7 @@ def _load_train_state(
         opt.load_state_dict(state)
         if "rng.cpu" in tensors:
             torch.set_rng_state(tensors["rng.cpu"].to(torch.uint8))
-        if "rng.cuda" in tensors and next(model.parameters()).is_cuda:
+        if "rng.cuda" in tensors and model_device(model).type == "cuda":
             torch.cuda.set_rng_state(tensors["rng.cuda"].to(torch.uint8), model_device(model))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path} does not match this model and optimiser ({exc})") from None
