@@ -8,6 +8,7 @@ from . import interop, masks, tasks
 from .checkpoint import Checkpoint, Prediction, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .decoding import BeamResult, GreedyStepper, StepResult, beam_search, greedy_decode
+from .devices import as_numpy, resolve_device
 from .errors import (
     AttnvizError,
     CheckpointError,
@@ -19,7 +20,7 @@ from .errors import (
     TraceLookupError,
 )
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
-from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record, to_numpy
+from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
 from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
@@ -59,5 +60,6 @@ __all__ = [
     "record",
     "save_checkpoint",
     "tasks",
-    "to_numpy",
+    "as_numpy",
+    "resolve_device",
 ]

@@ -318,7 +318,7 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
     """Run every row; returns ``{"machine": ..., "rows": [Row as dict, ...]}``."""
     from tqdm import tqdm
 
-    from .train import resolve_device
+    from .devices import resolve_device
 
     dev = resolve_device(device)  # "cuda" without a GPU: one clear error
     parts = [

@@ -252,6 +252,22 @@ class GreedyStepper:
         """Back to the start, keeping the encoder output and cross-attention keys/values."""
         self.back(0)
 
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Hold exactly ``tokens`` (BOS excluded): keep the common prefix, redo the rest.
+
+        Steps already taken that agree with ``tokens`` are kept (their cache too); the first
+        disagreement and everything after it is rewound and ``tokens`` are forced from there.
+        """
+        tokens = [operator.index(t) for t in tokens]
+        have = self.tokens
+        n = 0
+        while n < min(len(have), len(tokens)) and have[n] == tokens[n]:
+            n += 1
+        if n < len(have):
+            self.back(n)
+        for t in tokens[n:]:
+            self.step(token=t)
+
     def trace(self, upto: int | None = None) -> Trace:
         """Full attention matrices of the first ``upto`` steps (default: all), batch 1."""
         upto = len(self._records) if upto is None else upto

@@ -21,10 +21,10 @@ import numpy as np
 import plotly.graph_objects as go
 from torch import Tensor
 
+from .devices import as_numpy
 from .errors import InputError
 from .masks import causal_mask
 from .model import KINDS
-from .record import to_numpy
 
 if TYPE_CHECKING:
     from .snapshots import Snapshots
@@ -66,7 +66,7 @@ _MASK_HOVER = "%{customdata}<br><b>masked</b> (blocked: weight 0 by construction
 def _array(x: Any, name: str, ndims: tuple[int, ...], dims: str) -> np.ndarray:
     """Tensor or array-like -> float32 numpy, leading size-1 axes dropped down to ``ndims``."""
     try:
-        a = to_numpy(x) if isinstance(x, Tensor) else np.asarray(x, dtype=np.float32)
+        a = as_numpy(x) if isinstance(x, Tensor) else np.asarray(x, dtype=np.float32)
     except (TypeError, ValueError) as e:
         raise InputError(f"{name} must be numbers {dims}: {e}") from None
     a = a.astype(np.float32, copy=False)
@@ -81,7 +81,7 @@ def _mask(mask: Any, shape: tuple[int, ...], name: str = "mask") -> np.ndarray |
     """A bool mask (True = blocked) broadcast to ``shape``; None when nothing is blocked."""
     if mask is None:
         return None
-    m = to_numpy(mask) if isinstance(mask, Tensor) else np.asarray(mask)
+    m = as_numpy(mask) if isinstance(mask, Tensor) else np.asarray(mask)
     if m.dtype != np.bool_:
         raise InputError(f"{name} must be bool (True = blocked), got {m.dtype}")
     while m.ndim > len(shape) and m.shape[0] == 1:
@@ -556,7 +556,7 @@ def snapshot_timeline(
     if (kind, layer) not in snaps.weights or not snaps.steps:
         held = ", ".join(f"{k}/{i}" for k, i in snaps.weights) or "nothing"
         raise InputError(f"the snapshots hold no {kind!r} layer {layer}; they hold {held}")
-    stack = np.stack([to_numpy(w) for w in snaps.weights[kind, layer]])  # [S, H, Tq, Tk]
+    stack = np.stack([as_numpy(w) for w in snaps.weights[kind, layer]])  # [S, H, Tq, Tk]
     if head is not None and not 0 <= head < stack.shape[1]:
         raise InputError(f"head must be in 0..{stack.shape[1] - 1}, got {head}")
     z = stack.mean(axis=1) if head is None else stack[:, head]  # [S, Tq, Tk]
@@ -564,7 +564,7 @@ def snapshot_timeline(
     tgt_in = [bos, *snaps.probe_tgt]
     x = _labels(tgt_in if kind == "decoder_self" else snaps.probe_src, tk, "tokens", "keys")
     y = _labels(snaps.probe_src if kind == "encoder_self" else tgt_in, tq, "tokens", "queries")
-    m = to_numpy(causal_mask(tq, tk)) if kind == "decoder_self" else None
+    m = as_numpy(causal_mask(tq, tk)) if kind == "decoder_self" else None
     if m is not None:
         z = np.where(m, np.nan, z)
     which = "mean over heads" if head is None else f"head {head}"

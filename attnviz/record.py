@@ -20,19 +20,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .devices import as_numpy
 from .errors import EditError, TraceLookupError
 from .model import ACTIVE_RECORDER, KINDS, MultiHeadAttention, Transformer
 
 #: What a record can hold, in hook-point order.
 FIELDS = ("scores", "mask", "weights", "values", "head_output")
-
-
-def to_numpy(t: Tensor) -> np.ndarray:
-    """The one place tensors become display arrays: CPU, float32 (bool masks stay bool)."""
-    t = t.detach()
-    if t.dtype != torch.bool:
-        t = t.float()
-    return t.cpu().numpy()
 
 
 @dataclass
@@ -142,7 +135,7 @@ class Trace:
         """One captured tensor as a CPU float32 numpy array (a bool array for ``mask``)."""
         if what not in FIELDS:
             raise TraceLookupError(f"what must be one of {FIELDS}, got {what!r}")
-        return to_numpy(self._field(kind, layer, what, call))
+        return as_numpy(self._field(kind, layer, what, call))
 
     def to_numpy(self) -> dict[str, np.ndarray]:
         """Every captured tensor of the last call of each module, keyed by hook-point name."""
@@ -152,7 +145,7 @@ class Trace:
             for f in FIELDS:
                 value = getattr(rec, f)
                 if value is not None:
-                    out[f"{rec.name}.{f}"] = to_numpy(value)
+                    out[f"{rec.name}.{f}"] = as_numpy(value)
         return out
 
 

@@ -43,6 +43,7 @@ from .checkpoint import (
     write_tensors,
 )
 from .config import ModelConfig
+from .devices import resolve_device
 from .errors import CheckpointError, InputError
 from .model import Transformer
 from .record import record
@@ -163,17 +164,6 @@ def lr_at(step: int, opts: TrainOptions) -> float:
         return opts.lr * (step + 1) / opts.warmup
     progress = (step - opts.warmup) / max(1, opts.steps - opts.warmup)
     return opts.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` = CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for, but no CUDA GPU is available")
-    if name not in ("cpu",) and not name.startswith("cuda"):
-        raise InputError(f"--device must be auto, cpu or cuda, got {name!r}")
-    return torch.device(name)
 
 
 def tensorize(

@@ -91,3 +91,44 @@ def launched_app(model: str | Path | None = None, **build):
         yield demo, port
     finally:
         demo.close()
+
+
+# -- fixtures for the helpers above (tests take these, never `from tests.conftest import`) ------
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """The shipped checkpoints folder (``models/``)."""
+    return MODELS
+
+
+@pytest.fixture(scope="session", name="make_model")
+def make_model_fixture():
+    """Factory: ``make_model(seed=0, **config_overrides)`` -> tiny random model in eval mode."""
+    return make_model
+
+
+@pytest.fixture(scope="session", name="random_batch")
+def random_batch_fixture():
+    """Factory: ``random_batch(model, b, ts, tt, seed)`` -> src, tgt, src_pad, tgt_pad."""
+    return random_batch
+
+
+@pytest.fixture(scope="session", name="letters")
+def letters_fixture():
+    return letters
+
+
+@pytest.fixture(scope="session", name="unletters")
+def unletters_fixture():
+    return unletters
+
+
+@pytest.fixture(scope="session", name="free_port")
+def free_port_fixture():
+    """Factory: ``free_port()`` -> a TCP port on 127.0.0.1 nothing listens on."""
+    return free_port
+
+
+@pytest.fixture(scope="session", name="launched_app")
+def launched_app_fixture():
+    """Context-manager factory: ``with launched_app(model=None, **build) as (demo, port)``."""
+    return launched_app

@@ -90,7 +90,7 @@ def test_heatmap_without_mask_has_one_trace_and_takes_zmax(trace):
     w = trace.weights("encoder_self", 0)[0, 1]
     fig = plots.heatmap(w, None, None, title="t", zmax=1.0)
     assert len(fig.data) == 1 and fig.data[0].zmax == 1.0
-    assert np.array_equal(_z(fig), attnviz.to_numpy(w))
+    assert np.array_equal(_z(fig), attnviz.as_numpy(w))
     nothing = torch.zeros(w.shape, dtype=torch.bool)
     assert len(plots.heatmap(w, None, None, mask=nothing).data) == 1
 
@@ -132,9 +132,9 @@ def test_heads_grid_one_layer_shares_one_colour_scale(trace):
     assert {t.coloraxis for t in heads} == {"coloraxis"}
     assert len({t.xaxis for t in heads}) == w.shape[0]
     assert all(t.coloraxis is None for t in fig.data if t.name == "masked")
-    mk = attnviz.to_numpy(m[0])
+    mk = attnviz.as_numpy(m[0])
     for h, t in enumerate(heads):
-        want = np.where(mk, np.nan, attnviz.to_numpy(w[h]))
+        want = np.where(mk, np.nan, attnviz.as_numpy(w[h]))
         np.testing.assert_array_equal(np.asarray(t.z, dtype=float), want)
     assert fig.layout.coloraxis.cmax == pytest.approx(float(w[:, ~m[0]].max()))
 
@@ -162,7 +162,7 @@ def test_mask_comparison_difference_is_after_minus_before(model, batch):
     fig = plots.mask_comparison(
         before, after, None, None, before_mask=before_tr.mask("decoder_self", 0)[0]
     )
-    b, a = attnviz.to_numpy(before), attnviz.to_numpy(after)
+    b, a = attnviz.as_numpy(before), attnviz.as_numpy(after)
     diff = _z(fig, "after - before")
     np.testing.assert_allclose(diff, a - b, rtol=0, atol=1e-7)
     assert (np.abs(diff) > 1e-3).any()  # dropping the mask changed something
@@ -182,7 +182,7 @@ def test_topk_bar_from_a_real_step(model):
     tokens = [f"t{i}" for i in range(model.config.tgt_vocab_size)]
     fig = plots.topk_bar(result.probs, tokens, k=5, chosen=result.token)
     bar = fig.data[0]
-    p = attnviz.to_numpy(result.probs)
+    p = attnviz.as_numpy(result.probs)
     assert len(bar.x) == 5
     np.testing.assert_allclose(bar.x, np.sort(p)[::-1][:5])
     assert [int(r[1]) for r in bar.customdata] == list(np.argsort(-p)[:5])
@@ -274,7 +274,7 @@ def test_snapshot_timeline_has_one_frame_per_snapshot(snaps):
     last = fig.frames[2]
     assert "step 200" in last.layout.title.text and "out200" in last.layout.title.text
     assert "loss 1.0000" in last.layout.title.text
-    want = attnviz.to_numpy(snaps.weights["cross", 1][2]).mean(0)
+    want = attnviz.as_numpy(snaps.weights["cross", 1][2]).mean(0)
     np.testing.assert_allclose(np.asarray(last.data[0].z, dtype=float), want, atol=1e-6)
     assert list(fig.layout.yaxis.ticktext) == ["&lt;bos&gt;", "t0", "t1", "t2", "t3", "t4"]
     assert list(fig.layout.xaxis.ticktext) == [f"s{i}" for i in range(TS)]
@@ -282,7 +282,7 @@ def test_snapshot_timeline_has_one_frame_per_snapshot(snaps):
 
 def test_snapshot_timeline_one_head_and_the_causal_mask(snaps):
     fig = plots.snapshot_timeline(snaps, "decoder_self", 0, head=1)
-    want = attnviz.to_numpy(snaps.weights["decoder_self", 0][1][1])
+    want = attnviz.as_numpy(snaps.weights["decoder_self", 0][1][1])
     z = np.asarray(fig.frames[1].data[0].z, dtype=float)
     below = np.tril(np.ones_like(want, dtype=bool))
     np.testing.assert_allclose(z[below], want[below])

@@ -15,9 +15,10 @@ import torch
 
 from ..checkpoint import Checkpoint, pad_batch
 from ..decoding import greedy_decode, until_eos
+from ..devices import as_numpy
 from ..errors import EditError
 from ..model import KINDS
-from ..record import Edit, ZeroHeads, record, to_numpy
+from ..record import Edit, ZeroHeads, record
 from ..tokenizer import BOS, EOS, PAD
 
 Head = tuple[str, int, int]  # (kind, layer, head)
@@ -47,7 +48,7 @@ def token_probs(ckpt: Checkpoint, batch: GreedyBatch, edits: Sequence[Edit] = ()
     with record(ckpt.model, edits, capture=None):
         logits = ckpt.model(src, tgt_in, src == PAD, tgt_in == PAD)  # [B, Tt, V]
     probs = logits.float().softmax(-1).gather(-1, batch.out.unsqueeze(-1)).squeeze(-1)
-    return to_numpy(probs.masked_fill(batch.out == PAD, 0.0))
+    return as_numpy(probs.masked_fill(batch.out == PAD, 0.0))
 
 
 def zero_heads(heads: Sequence[Head]) -> list[ZeroHeads]:
@@ -149,7 +150,7 @@ def head_effects(
     """
     base = greedy_batch(ckpt, texts, edits)
     p0 = token_probs(ckpt, base, edits)
-    real = to_numpy(base.out != PAD).astype(bool)
+    real = as_numpy(base.out != PAD).astype(bool)
     out = []
     for kind, layer, head in heads or all_heads(ckpt):
         ablation = [*edits, ZeroHeads(kind, layer, head)]

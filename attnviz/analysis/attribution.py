@@ -30,8 +30,9 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..decoding import greedy_decode, until_eos
+from ..devices import as_numpy
 from ..errors import InputError
-from ..record import record, to_numpy
+from ..record import record
 from ..tokenizer import BOS, EOS, PAD
 
 
@@ -137,8 +138,8 @@ def attribute(
         prob=p,
         src_tokens=enc.pieces,
         tgt_tokens=[ckpt.tgt_tokenizer.token(i) for i in tgt[0].tolist()],
-        ig_src=to_numpy(ig_src.sum(-1)[0]),
-        ig_tgt=to_numpy(ig_tgt.sum(-1)[0]),
+        ig_src=as_numpy(ig_src.sum(-1)[0]),
+        ig_tgt=as_numpy(ig_tgt.sum(-1)[0]),
         delta=float(delta.abs().max()),
         gxi_src=gxi_src,
         gxi_tgt=gxi_tgt,
@@ -172,5 +173,5 @@ def _grad_x_input(model, src, tgt, src_pad, prob):
         for h in handles:
             h.remove()
     src_emb, tgt_emb = outputs
-    gxi = [to_numpy((e.grad * e).sum(-1)[0]) for e in (src_emb, tgt_emb)]
+    gxi = [as_numpy((e.grad * e).sum(-1)[0]) for e in (src_emb, tgt_emb)]
     return gxi[0], gxi[1], p.item(), trace

@@ -16,7 +16,8 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
-from ..record import Trace, to_numpy
+from ..devices import as_numpy
+from ..record import Trace
 from ..tokenizer import BOS, EOS, Encoding
 from .stats import HeadStats, head_stats
 
@@ -107,7 +108,7 @@ def from_stepper(
         out_tokens=out_tokens,
         tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
         trace=trace,
-        probs=np.stack([to_numpy(s.probs) for s in steps]),
+        probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
         stats=head_stats(trace),
     )

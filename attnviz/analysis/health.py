@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..devices import as_numpy
 from ..errors import InputError
-from ..record import Edit, record, to_numpy
+from ..record import Edit, record
 from ..tasks import get_task
 from ..tokenizer import PAD
 from .ablation import greedy_batch, head_effects
@@ -158,9 +159,9 @@ def check(
                     if not torch.isfinite(getattr(trace.get(kind, layer), what)).all():
                         nonfinite.append(f"{kind} L{layer} {what}")
                 ho = trace.head_output(kind, layer)  # [B, H, Tq, Dh]
-                rms.setdefault((kind, layer), []).append(to_numpy(ho.pow(2).mean((0, 2, 3)).sqrt()))
+                rms.setdefault((kind, layer), []).append(as_numpy(ho.pow(2).mean((0, 2, 3)).sqrt()))
             for name, per_site in _leaks(
-                trace, to_numpy(src_pad).astype(bool), to_numpy(tgt_pad).astype(bool)
+                trace, as_numpy(src_pad).astype(bool), as_numpy(tgt_pad).astype(bool)
             ).items():
                 for site, value in per_site.items():
                     worst[name][site] = max(worst[name].get(site, 0.0), value)

@@ -24,8 +24,9 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..decoding import default_max_len, greedy_decode
+from ..devices import as_numpy
 from ..errors import InputError
-from ..record import DropMask, Edit, Trace, record, to_numpy
+from ..record import DropMask, Edit, Trace, record
 from ..tasks import TASKS, Example, get_task
 from ..tokenizer import BOS, EOS, PAD
 from ..train import tensorize
@@ -127,7 +128,7 @@ def _run(ckpt, src, src_pad, tgt_in, tgt_out, edits: Sequence[Edit], recompute: 
         logits = model(src, tgt_in, src_pad, tgt_in == PAD)  # [B, Tt, V]
     real = tgt_out != PAD
     acc = float(((logits.argmax(-1) == tgt_out) & real).sum() / real.sum())
-    probs = to_numpy(logits.float().softmax(-1))
+    probs = as_numpy(logits.float().softmax(-1))
     return Run(trace, probs, acc, _greedy(ckpt, src, src_pad, edits, recompute))
 
 

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..record import Trace, to_numpy
+from ..devices import as_numpy
+from ..record import Trace
 
 METRICS = (
     "entropy",
@@ -38,7 +39,7 @@ METRICS = (
 def _np(x) -> np.ndarray | None:
     if x is None or isinstance(x, np.ndarray):
         return x
-    return to_numpy(x)
+    return as_numpy(x)
 
 
 def matrix_stats(

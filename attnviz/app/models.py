@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import train
+from .. import devices
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError
 from ..snapshots import SNAPSHOTS
@@ -85,7 +85,7 @@ def private_dir(name: str) -> Path:
 # -- devices and the shared cache ----------------------------------------------------------------
 def resolve_device(device: str = "auto") -> str:
     """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; other names are checked."""
-    return str(train.resolve_device(device))
+    return str(devices.resolve_device(device))
 
 
 def _version(path: Path) -> int:

@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import analysis, plots, report
 from ..analysis import Inspection
+from ..devices import as_numpy
 from ..errors import AttnvizError, InputError
-from ..record import to_numpy
 from ..snapshots import Snapshots
 from ..tokenizer import BOS
 from . import models
@@ -102,7 +102,7 @@ def playback(
     except AttnvizError as exc:
         return _error(exc)
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
-    w = head_weights(to_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
+    w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
     tok = checkpoint(state).tgt_tokenizer
     y = [tok.token(BOS), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)

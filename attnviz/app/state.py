@@ -189,12 +189,5 @@ def synced_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
         _STEPPERS[state.sid] = (sig, stepper)
         while len(_STEPPERS) > MAX_STEPPERS:
             _STEPPERS.popitem(last=False)
-    have = stepper.tokens
-    n = 0
-    while n < min(len(have), len(state.tokens)) and have[n] == state.tokens[n]:
-        n += 1
-    if n < len(have):
-        stepper.back(n)
-    for t in state.tokens[n:]:
-        stepper.step(token=t)
+    stepper.sync(state.tokens)
     return stepper

@@ -11,10 +11,11 @@ import torch
 
 from .. import plots
 from ..checkpoint import Checkpoint
+from ..devices import as_numpy
 from ..errors import AttnvizError
 from ..model import KINDS
 from ..plots import KIND_TITLES
-from ..record import Trace, to_numpy
+from ..record import Trace
 from ..tasks import TASKS, get_task
 from ..tokenizer import BOS, UNK
 from . import figures, models
@@ -176,7 +177,7 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
     tok = ckpt.tgt_tokenizer
     query = axes["cross"][1][-1]
     figs["topk"] = plots.topk_bar(
-        to_numpy(last.probs),
+        as_numpy(last.probs),
         tok.tokens,
         k=state.top_k,
         chosen=last.token,
@@ -185,7 +186,7 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
     )
     for name, kind in (("rows_cross", "cross"), ("rows_decoder", "decoder_self")):
         rows = [last.attention[kind, i] for i in trace.layers(kind)]  # each [H, Tk]
-        w = to_numpy(torch.stack(rows))[:, :, None]  # [L, H, 1, Tk]
+        w = as_numpy(torch.stack(rows))[:, :, None]  # [L, H, 1, Tk]
         fig = plots.heads_grid(w, axes[kind][0], [query])
         fig.update_layout(
             title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}", height=300
