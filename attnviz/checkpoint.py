@@ -26,10 +26,11 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from .config import ModelConfig
+from .data import source_batch
 from .decoding import default_max_len, greedy_decode, until_eos
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
-from .tokenizer import BOS, EOS, PAD, Encoding, Tokenizer
+from .tokenizer import Encoding, Tokenizer
 
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -151,6 +152,11 @@ def _check_vocab(cfg: ModelConfig, src: Tokenizer, tgt: Tokenizer, error: type) 
     ):
         if len(tok) != size:
             raise error(f"the {side} tokenizer has {len(tok)} tokens but the model expects {size}")
+        if tok.specials != cfg.special_ids:
+            raise error(
+                f"the {side} tokenizer's special ids {tok.specials} differ from the model "
+                f"config's {cfg.special_ids}"
+            )
 
 
 def _locate(path: str | Path) -> Path:
@@ -281,8 +287,9 @@ class Checkpoint:
         """Greedy-decode one input; see :class:`Prediction`."""
         enc = self.encode_source(text)
         src = torch.tensor([enc.ids], device=self.device)
-        out = greedy_decode(self.model, src, BOS, EOS, max_len=max_len)[0].tolist()
-        tokens = until_eos(out, EOS, PAD)
+        cfg = self.config
+        out = greedy_decode(self.model, src, cfg.bos_id, cfg.eos_id, max_len=max_len)[0].tolist()
+        tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
 
     def predict(self, text: str, max_len: int | None = None) -> str:
@@ -300,15 +307,6 @@ class Checkpoint:
         return next(self.model.parameters()).device
 
 
-def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Id lists -> ``[B, T]`` tensor padded with PAD at the end."""
-    width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), PAD, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return out.to(device)
-
-
 def greedy_texts(
     model: Transformer,
     src_tokenizer: Tokenizer,
@@ -321,14 +319,16 @@ def greedy_texts(
     Inputs are sorted by length to waste less padding; each row is cut at its own length
     limit (:func:`~attnviz.decoding.default_max_len`), not the padded batch's.
     """
-    device = next(model.parameters()).device
+    device, cfg = next(model.parameters()).device, model.config
     order = sorted(range(len(texts)), key=lambda i: len(src_tokenizer.split(texts[i])))
     out: list[str] = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
-        src = pad_batch(ids, device)
-        decoded = greedy_decode(model, src, BOS, EOS, src_pad_mask=src == PAD)
+        batch = source_batch(ids, cfg, device)
+        decoded = greedy_decode(
+            model, batch.src, cfg.bos_id, cfg.eos_id, src_pad_mask=batch.src_pad
+        )
         for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
             out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own))])
     return out

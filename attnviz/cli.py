@@ -18,7 +18,6 @@ from . import __version__
 from .checkpoint import load_checkpoint
 from .decoding import GreedyStepper
 from .errors import AttnvizError
-from .tokenizer import BOS, EOS
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "reverse"
 
@@ -29,7 +28,8 @@ def _step_through(args: argparse.Namespace) -> int:
     enc = ckpt.encode_source(args.text)
     if enc.unknown:
         print(f"note: not in this model's vocabulary, read as <unk>: {' '.join(enc.unknown)}")
-    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), BOS, EOS)
+    cfg = ckpt.config
+    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), cfg.bos_id, cfg.eos_id)
     last = ckpt.config.n_decoder_layers - 1
     print(f"model : {args.model} (task {ckpt.task}, {ckpt.model.num_parameters():,} parameters)")
     print(f"input : {args.text}")
@@ -63,7 +63,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .train import exact_match_by_length
+    from .evaluate import exact_match_by_length
 
     if args.per_length < 1:
         raise AttnvizError("--per-length must be at least 1")

@@ -30,7 +30,11 @@ class ModelConfig:
         share_embeddings: one embedding table for source and target (needs equal vocabularies).
         tie_output: the output projection reuses the target embedding matrix.
         max_len: longest sequence the positional encoding covers.
-        pad_id: token id of PAD; decoding helpers build padding masks from it.
+        pad_id: token id of padding (both vocabularies); padding masks are built from it.
+        bos_id: the decoder start id: the first decoder input of every sequence. It may equal
+            ``pad_id`` (T5, Marian); a start token is never treated as padding.
+        eos_id: the end-of-sequence id; decoding stops when it is produced.
+        unk_id: the id unknown characters or words map to.
         layer_norm_eps: epsilon of every LayerNorm.
     """
 
@@ -49,6 +53,9 @@ class ModelConfig:
     tie_output: bool = False
     max_len: int = 256
     pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
@@ -77,8 +84,19 @@ class ModelConfig:
                 "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}"
             )
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ConfigError(f"pad_id={self.pad_id} is outside the vocabularies")
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+            if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+                raise ConfigError(f"{name}={value} is outside the vocabularies")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id and bos_id")
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        """``{"pad": pad_id, "bos": bos_id, "eos": eos_id, "unk": unk_id}``."""
+        return {"pad": self.pad_id, "bos": self.bos_id, "eos": self.eos_id, "unk": self.unk_id}
 
     @property
     def head_dim(self) -> int:
@@ -102,7 +120,3 @@ class ModelConfig:
             return cls(**data)
         except TypeError as exc:  # a required field is missing
             raise ConfigError(f"incomplete model config: {exc}") from None
-
-    def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)

@@ -276,8 +276,8 @@ class GreedyStepper:
         return assemble_trace(self.encoder_trace, self._records[:upto])
 
 
-def until_eos(row: Sequence[int], eos_id: int, pad_id: int = 0) -> list[int]:
-    """One decoded row up to and including its EOS (without the PAD after a row ends)."""
+def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    """One decoded row up to and including its end id (without the padding after a row ends)."""
     row = list(row)
     return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
 
@@ -290,37 +290,48 @@ def greedy_decode(
     max_len: int | None = None,
     src_pad_mask: Tensor | None = None,
     edits: Sequence[Edit] = (),
+    cache: bool = True,
 ) -> Tensor:
-    """Batched greedy decoding with a KV cache; each row stops at its own EOS.
+    """Batched greedy decoding; each row stops at its own end id.
 
     Args:
         src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
+        bos_id: the decoder start id (it may equal the pad id); ``eos_id``: the end id, or
+            None to decode ``max_len`` tokens.
         max_len: most tokens per row (default ``2 * Ts + 16``).
         src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
         edits: attention edits applied to every pass (see :func:`attnviz.record`).
+        cache: with a KV cache (default) each step runs one decoder position. ``False``
+            recomputes the whole prefix every step, so earlier positions are re-run too:
+            what a mask experiment needs when the causal mask is off (with a cache there is
+            no future for the mask to hide).
     Returns:
-        ``[B, T]`` ids without BOS; a row ends with EOS followed by PAD (``config.pad_id``),
-        or is cut at ``max_len``. T is the longest row.
+        ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
+        (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
     """
     src = _as_batch(src).to(next(model.parameters()).device)
     n_max = default_max_len(model, src.shape[1], max_len)
     pad_id = model.config.pad_id
+    b = src.shape[0]
     with _inference(model), record(model, edits, capture=None):
         pad = _pad_mask(model, src, src_pad_mask)
-        cache = model.init_cache(model.encode(src, pad), pad, capacity=n_max)
-        b = src.shape[0]
-        prev = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)
+        memory = model.encode(src, pad)
+        kv = model.init_cache(memory, pad, capacity=n_max) if cache else None
+        prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
         out = []
         for _ in range(n_max):
-            nxt = model.decode(prev, None, cache=cache)[:, -1].argmax(-1)  # [B]
-            nxt = nxt.masked_fill(finished, pad_id)
+            if kv is not None:
+                logits = model.decode(prefix[:, -1:], None, cache=kv)  # [B, 1, V]
+            else:  # rows are independent: a finished row's tail needs no mask
+                logits = model.decode(prefix, memory, src_pad_mask=pad)  # [B, 1+t, V]
+            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)  # [B]
             out.append(nxt)
             if eos_id is not None:
                 finished |= nxt == eos_id
                 if bool(finished.all()):
                     break
-            prev = nxt.unsqueeze(1)
+            prefix = torch.cat([prefix, nxt.unsqueeze(1)], dim=1)
     return torch.stack(out, dim=1)
 
 

@@ -12,6 +12,8 @@ output projection then adds only its bias), never NaN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -31,6 +33,22 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
         ``[B, T]`` bool, True where ``ids == pad_id``.
     """
     return ids == pad_id
+
+
+def length_mask(lengths: Sequence[int] | Tensor, width: int, device=None) -> Tensor:
+    """Padding mask of rows padded at the end, from their lengths (not from their ids).
+
+    A decoder input starts with the start id, which may equal the pad id (T5, Marian), so a
+    target's padding is told by its length, never by comparing ids with the pad id.
+
+    Args:
+        lengths: ``[B]`` real tokens per row.
+        width: T, the padded width.
+    Returns:
+        ``[B, T]`` bool, True at the positions after each row's length.
+    """
+    lengths = torch.as_tensor(lengths, dtype=torch.long, device=device)
+    return torch.arange(width, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
 
 
 def causal_mask(tq: int, tk: int | None = None, device: torch.device | str | None = None) -> Tensor:

@@ -1,8 +1,10 @@
-"""Character- and word-level vocabularies with PAD/BOS/EOS/UNK.
+"""Character- and word-level vocabularies with pad, decoder-start, end and unknown tokens.
 
-Ids 0-3 are always ``<pad> <bos> <eos> <unk>``; the task's symbols follow in a fixed order,
-so a tokenizer is fully described by its kind and token list and is saved as JSON inside
-every checkpoint. Text outside the vocabulary is never dropped silently: it maps to UNK and
+A tokenizer is its kind, its token list and the ids of its four special roles
+(``{"pad", "bos", "eos", "unk"}``), saved as JSON inside every checkpoint and checked against
+the model config there. Built-in tasks put the specials at ids 0-3 (:data:`DEFAULT_IDS`) and
+their symbols after them; imported models keep their own ids, and the decoder start id may
+equal the pad id. Text outside the vocabulary is never dropped silently: it maps to UNK and
 :meth:`Tokenizer.encode` reports which pieces were unknown, so the caller (the app) can show
 them.
 """
@@ -14,9 +16,13 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+#: The built-in layout: ids 0-3 are pad, decoder start, end and unknown. Models brought from
+#: elsewhere have their own (the model config's ``pad_id``/``bos_id``/``eos_id``/``unk_id``).
+DEFAULT_IDS = {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
+PAD, BOS, EOS, UNK = DEFAULT_IDS.values()  # the built-in layout only; read ids from a config
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-KINDS = ("char", "word")
+SPECIAL_TOKENS = dict(zip(DEFAULT_IDS, SPECIALS, strict=True))
+TOKENIZER_KINDS = ("char", "word")
 
 
 @dataclass(frozen=True)
@@ -41,26 +47,60 @@ class Tokenizer:
     Args:
         kind: ``"char"`` (every character is a token, spaces included) or ``"word"`` (tokens
             are whitespace-separated words).
-        symbols: the task's tokens, without the four specials; order fixes the ids (the
-            first symbol gets id 4).
+        symbols: the task's tokens, without the specials; order fixes the ids (they fill the
+            ids the specials leave free, from 0 up).
+        specials: ids of the roles ``pad``, ``bos`` (decoder start), ``eos`` and ``unk``
+            (default :data:`DEFAULT_IDS`); ``bos`` may equal ``pad``.
     """
 
-    def __init__(self, kind: str, symbols: Sequence[str]):
-        if kind not in KINDS:
-            raise InputError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
+    def __init__(self, kind: str, symbols: Sequence[str], specials: dict[str, int] | None = None):
+        specials = _check_specials(specials)
         symbols = list(symbols)
         clash = [s for s in symbols if s in SPECIALS]
         if clash:
             raise InputError(f"tokens {clash} clash with the special tokens {SPECIALS}")
-        if len(set(symbols)) != len(symbols):
+        size = len(symbols) + len(set(specials.values()))
+        tokens: list[str | None] = [None] * size
+        for role, i in specials.items():
+            if i >= size:
+                raise InputError(f"special id {role}={i} is outside a vocabulary of {size}")
+            if tokens[i] is None:
+                tokens[i] = SPECIAL_TOKENS[role]
+        free = iter(symbols)
+        tokens = [t if t is not None else next(free) for t in tokens]
+        self._setup(kind, tokens, specials)
+
+    @classmethod
+    def from_vocab(cls, kind: str, tokens: Sequence[str], specials: dict[str, int]) -> Tokenizer:
+        """A tokenizer over a whole token list (specials included, at the ids ``specials`` names)."""
+        tok = cls.__new__(cls)
+        tok._setup(kind, list(tokens), _check_specials(specials))
+        return tok
+
+    def _setup(self, kind: str, tokens: list, specials: dict[str, int]) -> None:
+        if kind not in TOKENIZER_KINDS:
+            raise InputError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
+        if not all(isinstance(t, str) for t in tokens):
+            raise InputError("tokenizer tokens must be strings")
+        if len(set(tokens)) != len(tokens):
             raise InputError("tokenizer symbols must be unique")
-        bad = [s for s in symbols if not s or (kind == "char" and len(s) != 1)]
-        bad += [s for s in symbols if kind == "word" and any(c.isspace() for c in s)]
+        bad = [i for i, i_ in specials.items() if not 0 <= i_ < len(tokens)]
+        if bad:
+            raise InputError(f"special ids {bad} are outside a vocabulary of {len(tokens)}")
+        special_ids = set(specials.values())
+        pieces = [(i, t) for i, t in enumerate(tokens) if i not in special_ids]
+        bad = [
+            t for _, t in pieces if not t or (kind == "char" and len(t) != 1 and not _reserved(t))
+        ]
+        bad += [t for _, t in pieces if kind == "word" and any(c.isspace() for c in t)]
         if bad:
             raise InputError(f"invalid {kind} tokens: {bad[:5]}")
         self.kind = kind
-        self.tokens: list[str] = [*SPECIALS, *symbols]
-        self._index = {t: i for i, t in enumerate(self.tokens)}
+        self.tokens: list[str] = tokens
+        self.specials = dict(specials)
+        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
+        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self._index = {t: i for i, t in pieces}  # text never turns into a special id
 
     @classmethod
     def from_texts(cls, kind: str, texts: Iterable[str]) -> Tokenizer:
@@ -79,7 +119,10 @@ class Tokenizer:
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, Tokenizer) and self.kind == other.kind and self.tokens == other.tokens
+            isinstance(other, Tokenizer)
+            and self.kind == other.kind
+            and self.tokens == other.tokens
+            and self.specials == other.specials
         )
 
     def __repr__(self) -> str:
@@ -90,20 +133,20 @@ class Tokenizer:
         return self._split(self.kind, text)
 
     def encode(self, text: str) -> Encoding:
-        """Text -> :class:`Encoding` (ids without BOS/EOS; unknown pieces mapped to UNK)."""
+        """Text -> :class:`Encoding` (ids without start/end; unknown pieces mapped to unk)."""
         pieces = self.split(text)
-        ids = [self._index.get(p, UNK) for p in pieces]
-        unknown = list(dict.fromkeys(p for p, i in zip(pieces, ids, strict=True) if i == UNK))
+        ids = [self._index.get(p, self.unk_id) for p in pieces]
+        unknown = list(dict.fromkeys(p for p in pieces if p not in self._index))
         return Encoding(ids, pieces, unknown)
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
-        """Ids -> text. Skips PAD and BOS, stops at the first EOS, shows UNK as ``<unk>``."""
+        """Ids -> text. Skips pad and start ids, stops at the first end id, shows unk as its token."""
         out = []
         for i in ids:
             i = int(i)
-            if i == EOS and stop_at_eos:
+            if i == self.eos_id and stop_at_eos:
                 break
-            if i in (PAD, BOS):
+            if i in (self.pad_id, self.bos_id):
                 continue
             out.append(self.token(i))
         return ("" if self.kind == "char" else " ").join(out)
@@ -115,16 +158,31 @@ class Tokenizer:
         return self.tokens[i]
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "tokens": list(self.tokens)}
+        return {"kind": self.kind, "tokens": list(self.tokens), "specials": dict(self.specials)}
 
     @classmethod
     def from_dict(cls, data: dict) -> Tokenizer:
-        """Rebuild from :meth:`to_dict` output, checking the specials are where they belong."""
+        """Rebuild from :meth:`to_dict` output (a dict without ``specials`` is the built-in layout)."""
         if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
             raise InputError("a tokenizer must be saved as {'kind': ..., 'tokens': [...]}")
         tokens = data["tokens"]
-        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+        if "specials" not in data and tuple(tokens[: len(SPECIALS)]) != SPECIALS:
             raise InputError(f"a tokenizer's first tokens must be {SPECIALS}")
-        if not all(isinstance(t, str) for t in tokens):
-            raise InputError("tokenizer tokens must be strings")
-        return cls(data.get("kind"), tokens[len(SPECIALS) :])
+        return cls.from_vocab(data.get("kind"), tokens, data.get("specials", DEFAULT_IDS))
+
+
+def _reserved(token: str) -> bool:
+    """``<...>`` marks a reserved token a character vocabulary may hold (never read from text)."""
+    return len(token) > 2 and token[0] == "<" and token[-1] == ">"
+
+
+def _check_specials(specials: dict[str, int] | None) -> dict[str, int]:
+    specials = dict(DEFAULT_IDS if specials is None else specials)
+    if not isinstance(specials, dict) or set(specials) != set(DEFAULT_IDS):
+        raise InputError(f"tokenizer specials must name exactly {sorted(DEFAULT_IDS)}")
+    for role, i in specials.items():
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise InputError(f"special id {role} must be a non-negative integer, got {i!r}")
+    if specials["eos"] in (specials["pad"], specials["bos"]):
+        raise InputError("the end id must differ from the pad and start ids")
+    return {role: specials[role] for role in DEFAULT_IDS}

@@ -24,32 +24,29 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor
 
 from .checkpoint import (
     greedy_texts,
-    load_checkpoint,
-    pad_batch,
     read_tensors,
     save_checkpoint,
     unique_state_dict,
     write_tensors,
 )
 from .config import ModelConfig
+from .data import tensorize
 from .devices import resolve_device
 from .errors import CheckpointError, InputError
+from .evaluate import evaluate, loss_and_hits
 from .model import Transformer
 from .record import record
 from .snapshots import SNAPSHOTS, Snapshots
 from .tasks import Example, Task, get_task
-from .tokenizer import BOS, EOS, PAD, Tokenizer
+from .tokenizer import Tokenizer
 
 TRAIN_STATE = "train_state.safetensors"
 MODEL_FIELDS = (
@@ -155,7 +152,20 @@ def model_config(task: Task, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer)
     """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
     sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
     sizes.setdefault("max_len", 2 * max(task.lengths) + 24)
-    return ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=PAD, **sizes)
+    if src.specials != tgt.specials:
+        raise InputError("the task's source and target tokenizers disagree on special ids")
+    ids = {f"{role}_id": i for role, i in src.specials.items()}
+    return ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), **ids, **sizes)
+
+
+def optimizer(model: torch.nn.Module, opts: TrainOptions) -> torch.optim.AdamW:
+    """AdamW that decays matrices only: biases and LayerNorm weights (1-d) are not decayed."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=opts.lr, betas=(0.9, 0.98))
 
 
 def lr_at(step: int, opts: TrainOptions) -> float:
@@ -166,68 +176,10 @@ def lr_at(step: int, opts: TrainOptions) -> float:
     return opts.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def tensorize(
-    examples: Sequence[Example], src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Examples -> ``src [B, Ts]``, ``tgt_in [B, Tt]`` (BOS + target), ``tgt_out`` (target + EOS)."""
-    src = pad_batch([src_tok.encode(e.src).ids for e in examples], device)
-    tgt = [tgt_tok.encode(e.tgt).ids for e in examples]
-    return (
-        src,
-        pad_batch([[BOS, *t] for t in tgt], device),
-        pad_batch([[*t, EOS] for t in tgt], device),
-    )
-
-
 def batch_at(task: Task, step: int, opts: TrainOptions, rank: int) -> list[Example]:
     """The training examples of one step on one rank (a pure function of seed, rank, step)."""
     stream = task.stream("train", seed=f"{opts.seed}/{rank}/{step}")
     return [next(stream) for _ in range(opts.batch_size)]
-
-
-def _loss_and_hits(
-    model: torch.nn.Module, batch: tuple[Tensor, Tensor, Tensor], smoothing: float
-) -> tuple[Tensor, int, int]:
-    src, tgt_in, tgt_out = batch
-    logits = model(src, tgt_in, src == PAD, tgt_in == PAD)  # [B, Tt, V]
-    loss = F.cross_entropy(
-        logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD, label_smoothing=smoothing
-    )
-    real = tgt_out != PAD
-    hits = int(((logits.argmax(-1) == tgt_out) & real).sum())
-    return loss, hits, int(real.sum())
-
-
-@torch.no_grad()
-def evaluate(
-    model: Transformer,
-    examples: Sequence[Example],
-    src_tok: Tokenizer,
-    tgt_tok: Tokenizer,
-    batch_size: int = 500,
-) -> dict:
-    """Teacher-forced loss and token accuracy, and greedy exact-match accuracy.
-
-    Returns:
-        ``{"val_loss", "val_token_acc", "val_exact_match", "n"}``.
-    """
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    loss_sum = hits = total = 0
-    for i in range(0, len(examples), batch_size):
-        part = examples[i : i + batch_size]
-        loss, h, n = _loss_and_hits(model, tensorize(part, src_tok, tgt_tok, device), 0.0)
-        loss_sum, hits, total = loss_sum + float(loss) * n, hits + h, total + n
-    outputs = greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size)
-    exact = sum(o == e.tgt for o, e in zip(outputs, examples, strict=True))
-    model.train(was_training)
-    return {
-        "val_loss": round(loss_sum / total, 5),
-        "val_token_acc": round(hits / total, 5),
-        "val_exact_match": round(exact / len(examples), 5),
-        "n": len(examples),
-    }
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -266,7 +218,7 @@ def _load_train_state(
             for k, t in unique_state_dict(model).items():
                 t.copy_(tensors[f"model.{k}"])
         state = opt.state_dict()
-        for i in range(len(state["param_groups"][0]["params"])):
+        for i in (i for group in state["param_groups"] for i in group["params"]):
             if f"opt.{i}.step" in tensors:
                 state["state"][i] = {
                     n: tensors[f"opt.{i}.{n}"] for n in ("exp_avg", "exp_avg_sq", "step")
@@ -314,11 +266,9 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
     cfg = model_config(task, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
     model = Transformer(cfg).to(device)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay, betas=(0.9, 0.98)
-    )
+    opt = optimizer(model, opts)
     probe = Example(task.probe, task.target(task.probe))
-    probe_batch = tensorize([probe], src_tok, tgt_tok, device)
+    probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
     snaps = Snapshots(src_tok.split(probe.src), tgt_tok.split(probe.tgt))
     step, elapsed, history = 0, 0.0, []
     if state is not None:
@@ -351,7 +301,7 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
     def snapshot(step: int) -> None:
         model.eval()
         with record(model, capture=("weights",)) as trace:
-            loss, _, _ = _loss_and_hits(model, probe_batch, 0.0)
+            loss, _, _ = loss_and_hits(model, probe_batch, 0.0)
         snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
         model.train()
 
@@ -393,9 +343,9 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
     while step < opts.steps:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, opts)
-        batch = tensorize(batch_at(task, step, opts, rank), src_tok, tgt_tok, device)
+        batch = tensorize(batch_at(task, step, opts, rank), src_tok, tgt_tok, cfg, device)
         with autocast:
-            loss, hits, n = _loss_and_hits(net, batch, opts.label_smoothing)
+            loss, hits, n = loss_and_hits(net, batch, opts.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), opts.clip)
@@ -441,24 +391,3 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         dist.barrier()
         dist.destroy_process_group()
     return last
-
-
-def load_for_eval(path: str | Path):
-    """The checkpoint and its registered task (for evaluation on the task's test split)."""
-    ckpt = load_checkpoint(path)
-    if not ckpt.task:
-        raise CheckpointError(f"{path}: the metadata names no task")
-    return ckpt, get_task(ckpt.task)
-
-
-def exact_match_by_length(
-    path: str | Path, per_length: int = 200, split: str = "test", seed: int = 0
-) -> dict[int, tuple[int, int]]:
-    """Greedy exact matches per source length on a task's split: ``{length: (right, n)}``."""
-    ckpt, task = load_for_eval(path)
-    out = {}
-    for length in task.lengths:
-        exs = task.examples(split, per_length, seed=seed, length=length)
-        preds = ckpt.predict_batch([e.src for e in exs])
-        out[length] = (sum(p == e.tgt for p, e in zip(preds, exs, strict=True)), len(exs))
-    return out

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import attnviz
+from attnviz.data import tensorize
+from attnviz.evaluate import loss_and_hits
 from attnviz.tasks import get_task
-from attnviz.tokenizer import BOS, PAD
-from attnviz.train import tensorize
 from tests.conftest import make_model, random_batch
 
 CONFIGS = [
@@ -170,14 +170,12 @@ def test_tiny_model_overfits_reversal(norm_first):
     model = attnviz.Transformer(cfg)
     task = get_task("reverse")
     examples = [e for n in range(3, 9) for e in task.examples("train", 3, length=n)][:16]
-    src, tgt_in, tgt_out = tensorize(examples, *task.tokenizers(), torch.device("cpu"))
+    batch = tensorize(examples, *task.tokenizers(), cfg)
+    src, tgt_out = batch.src, batch.tgt_out
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD)
     first = None
     for _ in range(250):
-        loss = loss_fn(
-            model(src, tgt_in, src == PAD, tgt_in == PAD).flatten(0, 1), tgt_out.flatten()
-        )
+        loss, _, _ = loss_and_hits(model, batch)
         first = first if first is not None else loss.item()
         opt.zero_grad()
         loss.backward()
@@ -185,7 +183,7 @@ def test_tiny_model_overfits_reversal(norm_first):
     assert first > 3.0
     assert loss.item() < 0.05, f"loss {loss.item():.3f} after 250 steps"
     model.eval()
-    out = attnviz.greedy_decode(model, src, BOS, 2, max_len=9)
+    out = attnviz.greedy_decode(model, src, cfg.bos_id, cfg.eos_id, max_len=9)
     for row in range(16):
-        n = int((src[row] != PAD).sum())
+        n = int(batch.real[row].sum())
         assert out[row, :n].tolist() == tgt_out[row, :n].tolist()

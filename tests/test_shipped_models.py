@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import attnviz
+from attnviz.evaluate import exact_match_by_length
 from attnviz.tasks import get_task
-from attnviz.train import exact_match_by_length
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 STRING_TASKS = ["reverse", "copy", "sort"]

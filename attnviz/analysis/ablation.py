@@ -13,42 +13,41 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..checkpoint import Checkpoint, pad_batch
+from ..checkpoint import Checkpoint
+from ..data import Batch, make_batch, source_batch
 from ..decoding import greedy_decode, until_eos
 from ..devices import as_numpy
 from ..errors import EditError
 from ..model import KINDS
 from ..record import Edit, ZeroHeads, record
-from ..tokenizer import BOS, EOS, PAD
 
 Head = tuple[str, int, int]  # (kind, layer, head)
 
 
-@dataclass
-class GreedyBatch:
-    """Padded inputs and the model's own greedy outputs, ready for a teacher-forced pass."""
+def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] = ()) -> Batch:
+    """Encode ``texts`` into one padded batch and greedy-decode it (under ``edits``).
 
-    src: torch.Tensor  # [B, Ts]
-    tgt_in: torch.Tensor  # [B, Tt]: BOS + greedy output without its last column
-    out: torch.Tensor  # [B, Tt]: greedy output ids (EOS, then PAD)
-
-
-def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] = ()) -> GreedyBatch:
-    """Encode ``texts`` into one padded batch and greedy-decode it (under ``edits``)."""
-    src = pad_batch([ckpt.encode_source(t).ids for t in texts], ckpt.device)
-    out = greedy_decode(ckpt.model, src, BOS, EOS, src_pad_mask=src == PAD, edits=edits)
-    bos = torch.full_like(out[:, :1], BOS)
-    return GreedyBatch(src, torch.cat([bos, out[:, :-1]], 1), out)
+    Returns:
+        A :class:`~attnviz.data.Batch` teacher-forcing the model's own greedy outputs:
+        ``tgt_out`` ``[B, Tt]`` is each output (its end id included), ``tgt_in`` the start id
+        then the output without its last token.
+    """
+    cfg = ckpt.config
+    src = source_batch([ckpt.encode_source(t).ids for t in texts], cfg, ckpt.device)
+    out = greedy_decode(ckpt.model, src.src, cfg.bos_id, cfg.eos_id, src_pad_mask=src.src_pad,
+                        edits=edits)  # fmt: skip
+    rows = [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
+    return make_batch([ckpt.encode_source(t).ids for t in texts], rows, cfg, ckpt.device,
+                      add_eos=False)  # fmt: skip
 
 
 @torch.no_grad()
-def token_probs(ckpt: Checkpoint, batch: GreedyBatch, edits: Sequence[Edit] = ()) -> np.ndarray:
-    """Teacher-forced probability of each output token of ``batch``: ``[B, Tt]`` (0 at PAD)."""
-    src, tgt_in = batch.src, batch.tgt_in
+def token_probs(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> np.ndarray:
+    """Teacher-forced probability of each output token of ``batch``: ``[B, Tt]`` (0 at padding)."""
     with record(ckpt.model, edits, capture=None):
-        logits = ckpt.model(src, tgt_in, src == PAD, tgt_in == PAD)  # [B, Tt, V]
-    probs = logits.float().softmax(-1).gather(-1, batch.out.unsqueeze(-1)).squeeze(-1)
-    return as_numpy(probs.masked_fill(batch.out == PAD, 0.0))
+        logits = batch.forward(ckpt.model)  # [B, Tt, V]
+    probs = logits.float().softmax(-1).gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
+    return as_numpy(probs.masked_fill(batch.tgt_pad, 0.0))
 
 
 def zero_heads(heads: Sequence[Head]) -> list[ZeroHeads]:
@@ -104,16 +103,17 @@ def ablate(
 ) -> AblationResult:
     """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
     ablation = [*edits, *zero_heads(heads)]
+    cfg = ckpt.config
     base = greedy_batch(ckpt, [text], edits)
-    ablated = greedy_decode(ckpt.model, base.src, BOS, EOS, edits=ablation)[0].tolist()
-    n = int((base.out[0] != PAD).sum())
+    ablated = greedy_decode(ckpt.model, base.src, cfg.bos_id, cfg.eos_id, edits=ablation)
+    n = int(base.real[0].sum())
     tok = ckpt.tgt_tokenizer
     return AblationResult(
         heads=list(heads),
         text=text,
-        baseline=tok.decode(base.out[0].tolist()),
-        ablated=tok.decode(ablated),
-        baseline_tokens=[tok.token(i) for i in base.out[0, :n].tolist()],
+        baseline=tok.decode(base.tgt_out[0].tolist()),
+        ablated=tok.decode(ablated[0].tolist()),
+        baseline_tokens=[tok.token(i) for i in base.tgt_out[0, :n].tolist()],
         prob_baseline=token_probs(ckpt, base, edits)[0, :n],
         prob_ablated=token_probs(ckpt, base, ablation)[0, :n],
     )
@@ -148,16 +148,19 @@ def head_effects(
         heads: heads to try (default: every head).
         edits: edits kept on for every run (the baseline included).
     """
+    cfg = ckpt.config
     base = greedy_batch(ckpt, texts, edits)
     p0 = token_probs(ckpt, base, edits)
-    real = as_numpy(base.out != PAD).astype(bool)
+    real = as_numpy(base.real)
     out = []
     for kind, layer, head in heads or all_heads(ckpt):
         ablation = [*edits, ZeroHeads(kind, layer, head)]
-        ablated = greedy_decode(ckpt.model, base.src, BOS, EOS, edits=ablation)
+        ablated = greedy_decode(
+            ckpt.model, base.src, cfg.bos_id, cfg.eos_id, src_pad_mask=base.src_pad, edits=ablation
+        )
         changed = sum(
-            until_eos(a, EOS, PAD) != until_eos(b, EOS, PAD)
-            for a, b in zip(ablated.tolist(), base.out.tolist(), strict=True)
+            until_eos(a, cfg.eos_id, cfg.pad_id) != until_eos(b, cfg.eos_id, cfg.pad_id)
+            for a, b in zip(ablated.tolist(), base.tgt_out.tolist(), strict=True)
         )
         delta = np.abs(token_probs(ckpt, base, ablation) - p0)[real]
         out.append(HeadEffect(kind, layer, head, changed, float(delta.max()), float(delta.mean())))

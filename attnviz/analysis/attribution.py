@@ -4,7 +4,7 @@ For the token the model chose at step ``t`` (its probability is the explained qu
 
 - **Integrated Gradients** on the source and target token embeddings
   (``captum.attr.LayerIntegratedGradients`` on ``src_embed`` and ``tgt_embed``), from a
-  baseline of PAD at every position, with the convergence delta (how far the attributions'
+  baseline of the pad id at every position, with the convergence delta (how far the attributions'
   sum is from ``f(input) - f(baseline)``);
 - **gradient x input** on the same embeddings.
 
@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..data import source_batch
 from ..decoding import greedy_decode, until_eos
 from ..devices import as_numpy
 from ..errors import InputError
 from ..record import record
-from ..tokenizer import BOS, EOS, PAD
 
 
 @dataclass
@@ -105,15 +105,17 @@ def attribute(
     model = copy.deepcopy(ckpt.model).eval()
     if model.src_embed is model.tgt_embed:
         raise InputError("attribution needs separate source and target embeddings")
+    cfg = ckpt.config
     enc = ckpt.encode_source(text)
-    src = torch.tensor([enc.ids], device=ckpt.device)
+    batch = source_batch([enc.ids], cfg, ckpt.device)
+    src, src_pad = batch.src, batch.src_pad
     if tokens is None:
-        tokens = until_eos(greedy_decode(model, src, BOS, EOS)[0].tolist(), EOS, PAD)
+        out = greedy_decode(model, src, cfg.bos_id, cfg.eos_id, src_pad_mask=src_pad)
+        tokens = until_eos(out[0].tolist(), cfg.eos_id, cfg.pad_id)
     if not 0 <= step < len(tokens):
         raise InputError(f"step must be in 0..{len(tokens) - 1}, got {step}")
-    tgt = torch.tensor([[BOS, *tokens[:step]]], device=ckpt.device)
+    tgt = torch.tensor([[cfg.bos_id, *tokens[:step]]], device=ckpt.device)
     chosen = tokens[step]
-    src_pad = src == PAD
 
     def prob(src_ids, tgt_ids, pad):
         return model(src_ids, tgt_ids, pad)[:, -1].float().softmax(-1)[:, chosen]
@@ -124,7 +126,7 @@ def attribute(
             lig = LayerIntegratedGradients(prob, [model.src_embed, model.tgt_embed])
         (ig_src, ig_tgt), delta = lig.attribute(
             (src, tgt),
-            baselines=(torch.full_like(src, PAD), torch.full_like(tgt, PAD)),
+            baselines=(torch.full_like(src, cfg.pad_id), torch.full_like(tgt, cfg.pad_id)),
             additional_forward_args=(src_pad,),
             n_steps=n_steps,
             return_convergence_delta=True,

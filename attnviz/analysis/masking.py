@@ -12,6 +12,12 @@ distributions and accuracy against the reference, and the greedy output.
 - :func:`padding_experiment`: the padding masks off on a padded batch: short inputs attend to
   PAD positions and their outputs can change.
 - :func:`block_source`: chosen source positions blocked as if they were padding.
+- :func:`mask_lab`: any mix of the three on one input and a companion input of another
+  length (so there is padding to unmask), what the app's mask lab shows.
+
+Accuracy is measured against references: given targets, else the task's correct outputs where
+the checkpoint names a task and the input is of the task's form, else the model's own greedy
+output — and then it is called *agreement with the model's own output*, never accuracy.
 """
 
 from __future__ import annotations
@@ -23,13 +29,20 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..decoding import default_max_len, greedy_decode
+from ..data import Batch, tensorize
+from ..decoding import greedy_decode
 from ..devices import as_numpy
 from ..errors import InputError
 from ..record import DropMask, Edit, Trace, record
 from ..tasks import TASKS, Example, get_task
-from ..tokenizer import BOS, EOS, PAD
-from ..train import tensorize
+
+#: What the references of an experiment are (``MaskExperiment.reference``).
+REFERENCES = {
+    "given": "the given targets",
+    "task": "the task's correct outputs",
+    "model": "the model's own output",
+    "mixed": "the task's correct outputs where known, else the model's own output",
+}
 
 
 @dataclass
@@ -39,7 +52,8 @@ class Run:
     Attributes:
         trace: the recorded attention of the teacher-forced pass.
         probs: ``[B, Tt, V]`` next-token distributions.
-        token_acc: share of reference tokens (EOS included, PAD excluded) that are the argmax.
+        token_acc: share of reference tokens (end id included, padding excluded) that are the
+            argmax; see :attr:`MaskExperiment.metric` for what the references are.
         outputs: greedy outputs as text.
     """
 
@@ -51,12 +65,26 @@ class Run:
 
 @dataclass
 class MaskExperiment:
-    """Before/after of one mask change; see the module docstring."""
+    """Before/after of one mask change; see the module docstring.
+
+    Attributes:
+        targets: the references teacher-forced, one per input.
+        reference: a key of :data:`REFERENCES`: where ``targets`` came from.
+    """
 
     name: str
     texts: list[str]
     before: Run
     after: Run
+    targets: list[str]
+    reference: str = "given"
+
+    @property
+    def metric(self) -> str:
+        """What ``token_acc`` measures, in words."""
+        if self.reference == "model":
+            return "teacher-forced agreement with the model's own output"
+        return f"teacher-forced token accuracy (against {REFERENCES[self.reference]})"
 
     def weight_diff(self, kind: str, layer: int) -> np.ndarray:
         """``[B, H, Tq, Tk]`` weights after minus before."""
@@ -77,59 +105,56 @@ class MaskExperiment:
 
     def summary(self) -> str:
         return (
-            f"{self.name}: teacher-forced token accuracy {self.before.token_acc:.3f} -> "
+            f"{self.name}: {self.metric} {self.before.token_acc:.3f} -> "
             f"{self.after.token_acc:.3f}; greedy output changed for {self.changed_outputs} of "
             f"{len(self.texts)} inputs; largest next-token probability change "
             f"{self.max_prob_change:.3f}"
         )
 
 
-def _references(ckpt: Checkpoint, texts: Sequence[str], targets: Sequence[str] | None) -> list[str]:
+def references(
+    ckpt: Checkpoint, texts: Sequence[str], targets: Sequence[str] | None = None
+) -> tuple[list[str], str]:
+    """What to teacher-force for ``texts`` and where it came from.
+
+    Returns:
+        ``(targets, reference)``: the given targets (``"given"``); else per input the task's
+        correct output when the checkpoint names a task and the input is of its form
+        (``"task"``), else the model's own greedy output (``"model"``; ``"mixed"`` when both).
+    """
     if targets is not None:
         if len(targets) != len(texts):
             raise InputError(f"{len(texts)} inputs but {len(targets)} targets")
-        return list(targets)
-    own = None
-    refs = []
+        return list(targets), "given"
     task = get_task(ckpt.task) if ckpt.task in TASKS else None
-    for i, text in enumerate(texts):
+    refs: list[str | None] = []
+    for text in texts:
         try:
             refs.append(task.target(text) if task is not None else None)
         except (KeyError, IndexError, ValueError):  # not an input of the task's own form
             refs.append(None)
-        if refs[-1] is None:  # no reference: the model's own output
-            own = own or ckpt.predict_batch(texts)
-            refs[-1] = own[i]
-    return refs
+    missing = [i for i, r in enumerate(refs) if r is None]
+    if missing:
+        own = ckpt.predict_batch([texts[i] for i in missing])
+        for i, out in zip(missing, own, strict=True):
+            refs[i] = out
+    kind = "task" if not missing else "model" if len(missing) == len(texts) else "mixed"
+    return [str(r) for r in refs], kind
 
 
-def _greedy(ckpt, src, src_pad, edits, recompute: bool) -> list[str]:
-    """Greedy texts; ``recompute`` re-runs the whole prefix each step (no KV cache)."""
-    model, tok = ckpt.model, ckpt.tgt_tokenizer
-    if not recompute:
-        out = greedy_decode(model, src, BOS, EOS, src_pad_mask=src_pad, edits=edits)
-        return [tok.decode(row) for row in out.tolist()]
-    prefix = torch.full((src.shape[0], 1), BOS, device=src.device)
-    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-    with torch.no_grad(), record(model, edits, capture=None):
-        for _ in range(default_max_len(model, src.shape[1])):
-            nxt = model(src, prefix, src_pad, prefix == PAD)[:, -1].argmax(-1)
-            nxt = nxt.masked_fill(done, PAD)
-            prefix = torch.cat([prefix, nxt[:, None]], 1)
-            done |= nxt == EOS
-            if bool(done.all()):
-                break
-    return [tok.decode(row[1:]) for row in prefix.tolist()]
-
-
-def _run(ckpt, src, src_pad, tgt_in, tgt_out, edits: Sequence[Edit], recompute: bool) -> Run:
-    model = ckpt.model
+def _run(ckpt: Checkpoint, batch: Batch, src_pad, edits: Sequence[Edit], recompute: bool) -> Run:
+    model, cfg, tok = ckpt.model, ckpt.config, ckpt.tgt_tokenizer
     with torch.no_grad(), record(model, edits) as trace:
-        logits = model(src, tgt_in, src_pad, tgt_in == PAD)  # [B, Tt, V]
-    real = tgt_out != PAD
-    acc = float(((logits.argmax(-1) == tgt_out) & real).sum() / real.sum())
-    probs = as_numpy(logits.float().softmax(-1))
-    return Run(trace, probs, acc, _greedy(ckpt, src, src_pad, edits, recompute))
+        logits = model(batch.src, batch.tgt_in, src_pad, batch.tgt_pad)  # [B, Tt, V]
+    real = batch.real
+    acc = float(((logits.argmax(-1) == batch.tgt_out) & real).sum() / real.sum())
+    out = greedy_decode(
+        model, batch.src, cfg.bos_id, cfg.eos_id, src_pad_mask=src_pad, edits=edits,
+        cache=not recompute,
+    )  # fmt: skip
+    return Run(
+        trace, as_numpy(logits.float().softmax(-1)), acc, [tok.decode(r) for r in out.tolist()]
+    )
 
 
 def experiment(
@@ -145,7 +170,7 @@ def experiment(
 
     Args:
         texts: inputs, run as one padded batch; ``targets``: references (default: the task's
-            correct outputs, else the model's own).
+            correct outputs, else the model's own; see :func:`references`).
         edits: edits of the "after" run (e.g. ``DropMask("causal")``).
         blocked: ``[B, Ts]`` bool, source positions to block in the "after" run.
         recompute: greedy decoding recomputes the prefix each step (needed to see the causal
@@ -163,14 +188,13 @@ def experiment(
         )
     for text in texts:
         ckpt.encode_source(text)  # empty or too long: refused here, with the limit
-    refs = _references(ckpt, texts, targets)
+    refs, reference = references(ckpt, texts, targets)
     examples = [Example(t, r) for t, r in zip(texts, refs, strict=True)]
-    src, tgt_in, tgt_out = tensorize(examples, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.device)
-    src_pad = src == PAD
-    before = _run(ckpt, src, src_pad, tgt_in, tgt_out, (), recompute)
-    after_pad = src_pad if blocked is None else src_pad | blocked
-    after = _run(ckpt, src, after_pad, tgt_in, tgt_out, edits, recompute)
-    return MaskExperiment(name, texts, before, after)
+    batch = tensorize(examples, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.config, ckpt.device)
+    before = _run(ckpt, batch, batch.src_pad, (), recompute)
+    after_pad = batch.src_pad if blocked is None else batch.src_pad | blocked
+    after = _run(ckpt, batch, after_pad, edits, recompute)
+    return MaskExperiment(name, texts, before, after, refs, reference)
 
 
 def causal_experiment(
@@ -191,15 +215,144 @@ def padding_experiment(
     return experiment("padding mask off", ckpt, texts, targets, [DropMask("padding")])
 
 
+def _blocked(ckpt: Checkpoint, n: int, positions: Sequence[int], rows: int = 1) -> torch.Tensor:
+    """``[rows, n]`` bool with ``positions`` of row 0 True; positions checked against ``n``."""
+    bad = [p for p in positions if not isinstance(p, int) or not 0 <= p < n]
+    if bad or not positions:
+        raise InputError(f"choose source positions in 0..{n - 1} to block, got {list(positions)}")
+    blocked = torch.zeros(rows, n, dtype=torch.bool, device=ckpt.device)
+    blocked[0, list(positions)] = True
+    return blocked
+
+
 def block_source(
     ckpt: Checkpoint, text: str, positions: Sequence[int], target: str | None = None
 ) -> MaskExperiment:
     """Block source ``positions`` (0-based) of ``text`` from every attention, as if padding."""
-    n = len(ckpt.encode_source(text).ids)
-    bad = [p for p in positions if not 0 <= p < n]
-    if bad or not positions:
-        raise InputError(f"choose source positions in 0..{n - 1} to block, got {list(positions)}")
-    blocked = torch.zeros(1, n, dtype=torch.bool, device=ckpt.device)
-    blocked[0, list(positions)] = True
+    blocked = _blocked(ckpt, len(ckpt.encode_source(text).ids), positions)
     name = f"source positions {', '.join(map(str, positions))} blocked"
     return experiment(name, ckpt, [text], None if target is None else [target], blocked=blocked)
+
+
+# -- the mask lab -------------------------------------------------------------------------------
+def companion_input(ckpt: Checkpoint, text: str) -> str:
+    """A second input of another length, so a batch with ``text`` has padding to unmask.
+
+    For a built-in task: a test-split input 4 tokens longer (shorter at the task's longest
+    length); otherwise ``text`` twice, or its first half when twice would be too long.
+    """
+    n = len(ckpt.src_tokenizer.split(text))
+    task = get_task(ckpt.task) if ckpt.task in TASKS else None
+    if task is not None:
+        longest = task.lengths.stop - 1
+        length = min(n + 4, longest) if n < longest else max(task.lengths.start, n - 4)
+        if length != n:
+            return task.examples("test", 1, seed=3, length=length)[0].src
+    sep = " " if ckpt.src_tokenizer.kind == "word" else ""
+    pieces = ckpt.src_tokenizer.split(text)
+    if 2 * n <= ckpt.config.max_len:
+        return sep.join(pieces + pieces)
+    return sep.join(pieces[: max(1, n // 2)])
+
+
+@dataclass
+class MaskLab:
+    """One input and a companion input run as a padded batch, masks as trained vs changed.
+
+    Attributes:
+        texts: ``[input, companion]``.
+        blocked: source positions of the input blocked in the "after" run.
+        row: the batch row worth showing: the companion when the padding mask is off and it
+            is the padded row, else the input (0).
+        src_pieces / tgt_pieces: per row, the source pieces and the decoder input's pieces
+            (start token, then the reference without its last token), unpadded.
+    """
+
+    texts: list[str]
+    causal_off: bool
+    padding_off: bool
+    blocked: list[int]
+    experiment: MaskExperiment
+    row: int
+    src_pieces: list[list[str]]
+    tgt_pieces: list[list[str]]
+
+    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+        """(key labels, query labels) of :attr:`row` for ``kind``, padded with ``<pad>``."""
+        trace = self.experiment.before.trace
+        ts, tt = trace.weights("cross", 0).shape[-1], trace.weights("cross", 0).shape[-2]
+        src = self.src_pieces[self.row] + ["<pad>"] * (ts - len(self.src_pieces[self.row]))
+        tgt = self.tgt_pieces[self.row] + ["<pad>"] * (tt - len(self.tgt_pieces[self.row]))
+        return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}[kind]
+
+    def view(self, which: str, kind: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Weights and blocked cells of :attr:`row` in the ``"before"`` or ``"after"`` run.
+
+        Returns:
+            ``([H, Tq, Tk] weights, [Tq, Tk] bool)``: the recorded mask of that run, with the
+            padded query rows (a padded batch's filler rows, never read) marked blocked too.
+        """
+        run = {"before": self.experiment.before, "after": self.experiment.after}[which]
+        w = run.trace.numpy(kind, layer)[self.row]  # [H, Tq, Tk]
+        mask = np.broadcast_to(run.trace.numpy(kind, layer, "mask")[self.row, 0], w.shape[1:])
+        _, queries = self.labels(kind)
+        real_q = (
+            len(self.tgt_pieces[self.row])
+            if kind != "encoder_self"
+            else len(self.src_pieces[self.row])
+        )
+        padded = np.arange(len(queries)) >= real_q  # [Tq]
+        return w, mask.astype(bool) | padded[:, None]
+
+    @property
+    def padded_rows(self) -> bool:
+        """Whether the shown row is shorter than the batch (it has filler rows and columns)."""
+        w = self.experiment.before.trace.weights("cross", 0)  # [B, H, Tt, Ts]
+        return (len(self.tgt_pieces[self.row]), len(self.src_pieces[self.row])) != tuple(
+            w.shape[2:]
+        )
+
+
+def mask_lab(
+    ckpt: Checkpoint,
+    text: str,
+    *,
+    causal_off: bool = False,
+    padding_off: bool = False,
+    block: Sequence[int] = (),
+    companion: str | None = None,
+    targets: Sequence[str] | None = None,
+) -> MaskLab:
+    """Change masks on ``text`` and a companion input, in one before/after run of the model.
+
+    Args:
+        causal_off: drop the decoder's causal mask (greedy output recomputed without a cache).
+        padding_off: drop every padding mask; the companion input (another length, see
+            :func:`companion_input`) puts padding in the batch.
+        block: source positions of ``text`` to block from every attention, as if padding.
+        companion: the second input (default :func:`companion_input`).
+        targets: references for ``[text, companion]`` (default: see :func:`references`).
+    Returns:
+        A :class:`MaskLab`; its ``experiment`` holds both traces, probabilities, accuracy
+        and greedy outputs.
+    """
+    enc = ckpt.encode_source(text)
+    companion = companion_input(ckpt, text) if companion is None else companion
+    texts = [text, companion]
+    src_pieces = [enc.pieces, ckpt.encode_source(companion).pieces]
+    width = max(len(p) for p in src_pieces)
+    positions = [int(p) for p in block]
+    blocked = None
+    if positions:
+        blocked = torch.zeros(2, width, dtype=torch.bool, device=ckpt.device)
+        blocked[:1, : len(enc.ids)] = _blocked(ckpt, len(enc.ids), positions)
+    edits = [DropMask("causal")] * causal_off + [DropMask("padding")] * padding_off
+    parts = [n for n, on in (("causal", causal_off), ("padding", padding_off)) if on]
+    parts += [f"source positions {', '.join(map(str, positions))} blocked"] if positions else []
+    name = "mask lab: " + ("; ".join(parts) if parts else "no change")
+    exp = experiment(name, ckpt, texts, targets, edits, blocked=blocked, recompute=causal_off)
+    tok = ckpt.tgt_tokenizer
+    start = tok.token(ckpt.config.bos_id)
+    tgt_pieces = [[start, *(tok.token(i) for i in tok.encode(t).ids)] for t in exp.targets]
+    row = 1 if padding_off and len(src_pieces[0]) == width and len(src_pieces[1]) < width else 0
+    return MaskLab(texts, causal_off, padding_off, positions, exp, row, src_pieces, tgt_pieces)
