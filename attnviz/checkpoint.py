@@ -63,7 +63,7 @@ def write_tensors(path: str | Path, tensors: dict[str, Tensor], meta: dict | Non
     _replace_atomically(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
 
 
-def write_json(path: str | Path, data: dict) -> None:
+def write_json_atomically(path: str | Path, data: dict) -> None:
     """Write JSON atomically (temp file + rename)."""
     _replace_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
 
@@ -141,7 +141,7 @@ def save_checkpoint(
         "tgt_tokenizer": tgt_tokenizer.to_dict(),
     }
     write_tensors(folder / WEIGHTS, unique_state_dict(model), doc)
-    write_json(folder / METADATA, doc)
+    write_json_atomically(folder / METADATA, doc)
     return folder
 
 

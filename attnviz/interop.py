@@ -101,6 +101,9 @@ def from_torch_state_dict(
     norm_first: bool = False,
     activation: str = "relu",
     pad_id: int = 1,
+    bos_id: int = 2,
+    eos_id: int = 3,
+    unk_id: int = 0,
     dropout: float = 0.1,
     layer_norm_eps: float = 1e-5,
 ) -> Transformer:
@@ -111,7 +114,8 @@ def from_torch_state_dict(
         n_heads: ``nhead`` the model was built with (must divide the width).
         norm_first: ``norm_first`` the model was built with.
         activation: ``"relu"`` or ``"gelu"``, as given to ``nn.Transformer``.
-        pad_id: PAD index of the model's vocabulary (the tutorial's ``PAD_IDX`` is 1).
+        pad_id, bos_id, eos_id, unk_id: the special ids of the model's vocabulary (defaults:
+            the tutorial's ``UNK_IDX, PAD_IDX, BOS_IDX, EOS_IDX = 0, 1, 2, 3``).
         dropout, layer_norm_eps: as given to ``nn.Transformer``.
     Returns:
         The model in eval mode, on CPU, in float32.
@@ -161,6 +165,9 @@ def from_torch_state_dict(
             final_norm=final_norms[0],
             max_len=pos.shape[0],
             pad_id=pad_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            unk_id=unk_id,
             layer_norm_eps=layer_norm_eps,
         )
     except AttnvizError as exc:

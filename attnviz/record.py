@@ -76,6 +76,8 @@ class Trace:
         return sorted(layer for k, layer in self._calls if k == kind)
 
     def n_calls(self, kind: str, layer: int) -> int:
+        """How many calls of one module were recorded (``call=`` of the accessors indexes them;
+        a cached decode records one call per step)."""
         return len(self._calls.get((kind, layer), ()))
 
     def names(self) -> list[str]:

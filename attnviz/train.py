@@ -305,7 +305,7 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
         model.train()
 
-    def checkpoint(step: int) -> dict:
+    def save(step: int) -> dict:
         nonlocal last
         metrics = evaluate(model, val, src_tok, tgt_tok)
         last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
@@ -363,7 +363,7 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         stop = False
         if step % opts.eval_every == 0 or done:
             if rank == 0:
-                m = checkpoint(step)
+                m = save(step)
                 bar.write(
                     f"step {step}: val loss {m['val_loss']:.4f}  token acc "
                     f"{m['val_token_acc']:.4f}  exact match {m['val_exact_match']:.4f}  "

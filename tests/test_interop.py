@@ -215,7 +215,20 @@ def test_other_refusals(tutorial_state):
     wrong = dict(tutorial_state, **{"generator.weight": torch.zeros(13, 8)})
     with pytest.raises(attnviz.InteropError, match="generator.weight"):
         from_torch_state_dict(wrong, n_heads=2)
-    assert isinstance(attnviz.InteropError("x"), attnviz.AttnvizError)
+
+
+def test_imported_model_carries_the_tutorial_special_ids(tutorial_state):
+    """UNK 0, PAD 1, BOS 2, EOS 3 by default; decoding reads them from the config."""
+    model = from_torch_state_dict(tutorial_state, n_heads=2)
+    cfg = model.config
+    assert (cfg.unk_id, cfg.pad_id, cfg.bos_id, cfg.eos_id) == (0, 1, 2, 3)
+    src = torch.tensor([[5, 6, 7, 1, 1], [5, 6, 7, 8, 9]])  # row 0 padded with the pad id 1
+    out = attnviz.greedy_decode(model, src, cfg.bos_id, cfg.eos_id, max_len=6)
+    alone = attnviz.greedy_decode(model, src[:1, :3], cfg.bos_id, cfg.eos_id, max_len=6)
+    n = alone.shape[1]
+    assert out[0, :n].tolist() == alone[0].tolist()  # padding 1 is masked, not read
+    other = from_torch_state_dict(tutorial_state, n_heads=2, pad_id=0, unk_id=1)
+    assert (other.config.pad_id, other.config.unk_id) == (0, 1)
 
 
 def test_half_precision_state_dict_imports(tutorial_state):

@@ -41,7 +41,9 @@ def test_random_unicode_through_predict_and_tokenizers(ckpts, text):
     for ckpt in ckpts:
         enc = ckpt.src_tokenizer.encode(text)
         assert len(enc.ids) == len(enc.pieces)
-        assert ckpt.src_tokenizer.decode(enc.ids) is not None
+        tok = ckpt.src_tokenizer
+        shown = [p if p not in enc.unknown else tok.token(tok.unk_id) for p in enc.pieces]
+        assert tok.decode(enc.ids) == ("" if tok.kind == "char" else " ").join(shown)
         try:
             out = ckpt.predict_details(text)
         except attnviz.AttnvizError:

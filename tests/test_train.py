@@ -210,8 +210,15 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_bf16_training_run(tmp_path):
     metrics = train(_tiny(out=str(tmp_path / "g"), steps=10, device="cuda"), progress=False)
-    assert metrics["step"] == 10
-    assert attnviz.load_checkpoint(tmp_path / "g").predict("abc") is not None
+    assert metrics["step"] == 10 and 0.0 <= metrics["val_exact_match"] <= 1.0
+    ckpt = attnviz.load_checkpoint(tmp_path / "g")  # bf16 autocast, float32 weights saved
+    for name, t in ckpt.model.state_dict().items():
+        assert t.dtype == torch.float32 and bool(torch.isfinite(t).all()), name
+    on_gpu = attnviz.load_checkpoint(tmp_path / "g", device="cuda")
+    src = torch.tensor([ckpt.encode_source("abcabc").ids])
+    cpu_logits = ckpt.model(src, torch.tensor([[1, 4, 5]]))
+    gpu_logits = on_gpu.model(src.cuda(), torch.tensor([[1, 4, 5]]).cuda()).cpu()
+    torch.testing.assert_close(gpu_logits, cpu_logits, atol=1e-3, rtol=1e-3)
 
 
 def test_cli_unknown_task_is_an_argparse_error():

@@ -2,14 +2,23 @@
 experiments, attribution and export. Plain Python (no UI imports): usable from notebooks, the
 CLI and the app alike.
 
-    from attnviz.analysis import check, head_stats, ablate, causal_experiment, attribute
+    from attnviz.analysis import check, head_stats, ablate, mask_lab, attribute
 """
 
 from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
 from .attribution import Attribution, attribute, spearman
 from .export import Inspection, inspect_text, write_json, write_npz
 from .health import Finding, HealthReport, check
-from .masking import MaskExperiment, block_source, causal_experiment, padding_experiment
+from .masking import (
+    MaskExperiment,
+    MaskLab,
+    block_source,
+    causal_experiment,
+    companion_input,
+    mask_lab,
+    padding_experiment,
+    references,
+)
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 
 __all__ = [
@@ -22,17 +31,21 @@ __all__ = [
     "HealthReport",
     "Inspection",
     "MaskExperiment",
+    "MaskLab",
     "ablate",
     "all_heads",
     "attribute",
     "block_source",
     "causal_experiment",
     "check",
+    "companion_input",
     "head_effects",
     "head_stats",
     "inspect_text",
+    "mask_lab",
     "matrix_stats",
     "padding_experiment",
+    "references",
     "role_of",
     "spearman",
     "write_json",
