@@ -17,7 +17,9 @@ from . import plots
 from .analysis import attribution, masking
 from .analysis.export import Inspection
 from .checkpoint import Checkpoint
+from .devices import as_numpy
 from .errors import InputError
+from .record import Trace
 from .snapshots import SNAPSHOTS, Snapshots
 
 _PAGE = """<!DOCTYPE html>
@@ -82,24 +84,81 @@ def _sides(ins: Inspection) -> dict[str, tuple[list[str], list[str]]]:
     }
 
 
+def recorded_mask(trace: Trace, kind: str, layer: int) -> np.ndarray:
+    """The mask the model applied in one attention module, batch item 0.
+
+    Returns:
+        ``[Tq, Tk]`` bool, True = blocked (the same for every head).
+    """
+    return as_numpy(trace.mask(kind, layer))[0, 0]
+
+
+#: Readable column headings of the head-statistics table (the rows keep their JSON keys).
+STAT_HEADINGS = {
+    "kind": "attention",
+    "layer": "layer",
+    "head": "head",
+    "role": "role",
+    "entropy": "entropy<br>(nats)",
+    "norm_entropy": "normalised<br>entropy",
+    "max_weight": "largest<br>weight",
+    "diagonal": "on<br>diagonal",
+    "anti_diagonal": "on anti-<br>diagonal",
+    "previous": "on previous<br>token",
+    "first": "on first<br>token",
+    "last": "on last<br>token",
+    "eos": "on EOS",
+    "distance": "mean<br>distance",
+}
+_WIDTHS = {"kind": 100, "layer": 48, "head": 45, "role": 165}
+
+
+def stats_table(rows: Sequence[Mapping]) -> go.Figure:
+    """:func:`attnviz.plots.head_stats_table` with whole headings and room for each column.
+
+    Undefined statistics (NaN, e.g. weight on EOS when the keys hold no EOS) show as "n/a".
+    """
+    shown = [
+        {k: "n/a" if isinstance(v, float) and not np.isfinite(v) else v for k, v in r.items()}
+        for r in rows
+    ]
+    fig = plots.head_stats_table(shown)
+    cols = list(dict.fromkeys(["kind", "layer", "head", "role", *(k for r in rows for k in r)]))
+    fig.update_traces(
+        header=dict(
+            values=[f"<b>{STAT_HEADINGS.get(c, html.escape(c))}</b>" for c in cols],
+            font=dict(size=11),
+        ),
+        columnwidth=[_WIDTHS.get(c, 85) for c in cols],
+    )
+    fig.update_layout(
+        height=int(np.clip(60 + 22 * len(rows), 200, 1400)), margin=dict(t=10, b=10, l=5, r=5)
+    )
+    return fig
+
+
 def inspection_figures(ins: Inspection, top_k: int = 10) -> dict[str, go.Figure]:
-    """Every view of one inspected input, by heading, in page order."""
+    """Every view of one inspected input, by heading, in page order.
+
+    Decoding steps are numbered from 1, as the app numbers them: step 1 chooses the first
+    output token.
+    """
     titles = plots.KIND_TITLES
     figs: dict[str, go.Figure] = {}
     for kind, (keys, queries) in _sides(ins).items():
         layers = ins.trace.layers(kind)
         weights = np.stack([ins.trace.numpy(kind, layer)[0] for layer in layers])  # [L, H, Tq, Tk]
-        mask = np.stack([ins.trace.numpy(kind, layer, "mask")[0, 0] for layer in layers]) > 0
+        mask = np.stack([recorded_mask(ins.trace, kind, layer) for layer in layers])  # [L, Tq, Tk]
         mask = np.broadcast_to(mask[:, None], weights.shape)  # [L, H, Tq, Tk]
         figs[f"{titles[kind]}: layers x heads"] = plots.heads_grid(
             weights, keys, queries, mask=mask
         )
     rows = [s.to_dict() for s in ins.stats]
     figs["Head statistics: normalised entropy"] = plots.head_stats_figure(rows, "norm_entropy")
-    figs["Head statistics: every head"] = plots.head_stats_table(rows)
-    for step, probs in enumerate(ins.probs):
-        figs[f"Step {step}: next token after {' '.join(ins.tgt_tokens[: step + 1])}"] = (
-            plots.topk_bar(probs, ins.vocab, k=top_k, chosen=ins.out_ids[step])
+    figs["Head statistics: every head"] = stats_table(rows)
+    for step, probs in enumerate(ins.probs, start=1):
+        figs[f"Step {step}: next token after {' '.join(ins.tgt_tokens[:step])}"] = plots.topk_bar(
+            probs, ins.vocab, k=top_k, chosen=ins.out_ids[step - 1]
         )
     return figs
 
@@ -113,13 +172,19 @@ def experiment_figures(ckpt: Checkpoint, ins: Inspection) -> dict[str, go.Figure
     after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
     tokens = [*ins.tgt_tokens, ins.out_tokens[-1]][: before.shape[0]]
     figs[f"Causal mask off (decoder self-attention L{last}, mean of heads): {exp.summary()}"] = (
-        plots.mask_comparison(before, after, tokens, tokens,
-                              before_mask=exp.before.trace.numpy("decoder_self", last)[0, 0] > 0)
-    )  # fmt: skip
+        plots.mask_comparison(
+            before,
+            after,
+            tokens,
+            tokens,
+            before_mask=recorded_mask(exp.before.trace, "decoder_self", last),
+            after_mask=recorded_mask(exp.after.trace, "decoder_self", last),
+        )
+    )
     if ckpt.model.src_embed is not ckpt.model.tgt_embed:
         a = attribution.attribute(ckpt, ins.text, 0, tokens=ins.out_ids)
         figs[
-            f"Step 0 ({a.token}): Integrated Gradients vs attention rollout "
+            f"Step 1 ({a.token}): Integrated Gradients vs attention rollout "
             f"(convergence delta {a.delta:.3g}, Spearman {a.agreement['ig~rollout']:.2f})"
         ] = plots.attribution_vs_attention(a.ig_src, a.rollout, a.src_tokens,
                                            names=("Integrated Gradients", "attention rollout"))  # fmt: skip

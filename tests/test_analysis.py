@@ -11,24 +11,61 @@ from plotly.offline import get_plotlyjs
 
 import attnviz
 from attnviz.analysis import ablation, attribution, export, health, masking
+from attnviz.analysis.stats import BROAD_ROLE, DEAD_ROLE
 from attnviz.cli import main
 from attnviz.record import DropMask
-from tests.conftest import MODELS
 
 WORDS = ["helloworld", "abc", "attentionisallyouneed"[:20], "zyxwvuts", "q", "transformer"]
 
 
 def test_health_check_passes_on_the_shipped_reverse_model(reverse_ckpt):
-    report = health.check(reverse_ckpt, n=64, ablation_sample=8)
+    report = health.check(reverse_ckpt, n=64, ablation_sample=16)
     assert report.passed, report.text()
-    levels = {f.check: f.level for f in report.findings}
+    found = {f.check: f for f in report.findings}
+    levels = {name: f.level for name, f in found.items()}
     assert levels["padding"] == "ok" and levels["causal"] == "ok" and levels["finite"] == "ok"
-    assert levels["accuracy"] == "ok"
+    assert levels["accuracy"] == "ok" and levels["recorded accuracy"] == "ok"
+    assert found["accuracy"].details["exact_match"] == 1.0
+    assert set(found["accuracy"].details["by_length"]) == {str(n) for n in range(1, 21)}
+    assert (
+        levels["task pattern"] == "ok"
+        and "mirrored source position" in found["task pattern"].message
+    )
     cross_roles = {s.role for s in report.stats if s.kind == "cross"}
     assert "reversal head" in cross_roles, report.stats
     data = json.loads(report.to_json())
     assert data["passed"] is True and len(data["head_stats"]) == len(report.stats)
     assert "verdict: PASS" in report.text()
+
+
+def test_no_head_whose_zeroing_changes_outputs_is_called_dead(reverse_ckpt):
+    """Statistics and ablation agree: a head is dead only if it looks unused AND zeroing it
+    changes nothing (cross L0 H0 looks uniform but zeroing it changes most outputs)."""
+    texts = [e.src for e in attnviz.tasks.get_task("reverse").examples("validation", 16, seed=0)]
+    report = health.check(reverse_ckpt, texts=texts, ablation_sample=16)
+    effects = {e.site: e for e in ablation.head_effects(reverse_ckpt, texts)}
+    needed = {site for site, e in effects.items() if e.changed_outputs > 0}
+    assert "cross L0 H0" in needed and len(needed) >= 8
+    roles = {f"{s.kind} L{s.layer} H{s.head}": s.role for s in report.stats}
+    found = {f.check: f for f in report.findings}
+    dead = found["dead heads"].details if found["dead heads"].level == "warning" else {}
+    for site in needed:
+        assert "dead" not in roles[site], (site, roles[site])
+        assert site not in dead, report.text()
+    for site in dead:  # what is called dead changes nothing
+        assert effects[site].changed_outputs == 0 and effects[site].max_prob_change < 0.01
+        assert roles[site] == DEAD_ROLE or dead[site].startswith("silent"), (site, dead[site])
+    assert roles["cross L0 H0"] == BROAD_ROLE
+    assert "cross L0 H0" in found["broad heads"].details
+    assert "changes" in found["broad heads"].details["cross L0 H0"]
+
+
+def test_without_ablation_no_head_is_called_dead(reverse_ckpt):
+    report = health.check(reverse_ckpt, n=16, ablation_sample=0)
+    found = {f.check: f for f in report.findings}
+    assert found["dead heads"].level == "info" and "not zeroed" in found["dead heads"].message
+    assert "removable heads" not in found
+    assert not any("dead" in s.role for s in report.stats)
 
 
 @pytest.mark.parametrize("which, check", [("padding", "padding"), ("causal", "causal")])
@@ -40,9 +77,9 @@ def test_a_model_that_ignores_a_mask_fails_the_check(reverse_ckpt, which, check)
     assert "verdict: FAIL" in report.text()
 
 
-def test_check_cli_exit_status_and_json(tmp_path, capsys):
+def test_check_cli_exit_status_and_json(tmp_path, capsys, models_dir):
     out = tmp_path / "report.json"
-    args = ["check", str(MODELS / "reverse"), "--n", "32", "--ablation-sample", "0"]
+    args = ["check", str(models_dir / "reverse"), "--n", "32", "--ablation-sample", "0"]
     assert main([*args, "--json", str(out)]) == 0
     assert json.loads(out.read_text())["passed"] is True
     assert main([*args, "--drop-mask", "padding"]) == 1
@@ -131,10 +168,11 @@ def test_inspect_exports_json_and_npz(reverse_ckpt, tmp_path):
     assert list(arrays["src_tokens"]) == list("hello")
 
 
-def test_inspect_html_is_offline(tmp_path, capsys):
+def test_inspect_html_is_offline(tmp_path, capsys, models_dir):
     page = tmp_path / "out.html"
     assert (
-        main(["inspect", str(MODELS / "reverse"), "--text", "helloworld", "--html", str(page)]) == 0
+        main(["inspect", str(models_dir / "reverse"), "--text", "helloworld", "--html", str(page)])
+        == 0
     )
     html = page.read_text()
     assert "dlrowolleh" in html and html.count("Plotly.newPlot(") > 6
@@ -146,8 +184,8 @@ def test_inspect_html_is_offline(tmp_path, capsys):
     assert not re.search(r"https?://|//cdn", html.replace(bundle, ""))
 
 
-def test_inspect_cli_ablation_causal_and_png(tmp_path, capsys):
-    base = ["inspect", str(MODELS / "reverse"), "--text", "helloworld"]
+def test_inspect_cli_ablation_causal_and_png(tmp_path, capsys, models_dir):
+    base = ["inspect", str(models_dir / "reverse"), "--text", "helloworld"]
     assert main([*base, "--ablate", "cross:1:0", "--ablate", "cross:1:1", "--causal-off"]) == 0
     out = capsys.readouterr().out
     assert "output: dlrowolleh" in out and "reversal head" in out
@@ -199,8 +237,8 @@ def test_blocking_and_padding_off_together_are_refused(reverse_ckpt):
                            [DropMask("padding")], blocked=blocked)  # fmt: skip
 
 
-def test_text_the_task_cannot_read_is_teacher_forced_on_the_models_own_output():
-    translate = attnviz.load_checkpoint(MODELS / "translate")
+def test_text_the_task_cannot_read_is_teacher_forced_on_the_models_own_output(models_dir):
+    translate = attnviz.load_checkpoint(models_dir / "translate")
     exp = masking.causal_experiment(translate, ["hello there friend", "the dog sees a cat"])
     assert (
         exp.before.token_acc > 0.5
@@ -208,8 +246,8 @@ def test_text_the_task_cannot_read_is_teacher_forced_on_the_models_own_output():
     assert "teacher-forced" in exp.summary()
 
 
-def test_cli_refuses_bad_counts_and_unwritable_paths(capsys):
-    ckpt = str(MODELS / "reverse")
+def test_cli_refuses_bad_counts_and_unwritable_paths(capsys, models_dir):
+    ckpt = str(models_dir / "reverse")
     assert main(["check", ckpt, "--n", "0"]) == 2
     assert "at least one input" in capsys.readouterr().err
     assert main(["evaluate", ckpt, "--per-length", "0"]) == 2

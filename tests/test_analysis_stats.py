@@ -8,7 +8,7 @@ import torch
 
 import attnviz
 from attnviz.analysis import head_stats, matrix_stats, role_of
-from tests.conftest import make_model, random_batch
+from attnviz.analysis.stats import BROAD_ROLE, DEAD_ROLE, UNIFORM_ROLE, with_ablation
 
 
 def _stats(w, **kw):
@@ -22,12 +22,33 @@ def test_identity_is_a_diagonal_copy_head():
     assert role_of(s) == "diagonal/copy head"
 
 
-def test_uniform_has_normalised_entropy_one_and_is_called_uniform():
+def test_uniform_has_normalised_entropy_one_and_is_called_uniform_not_dead():
     s = _stats(np.full((5, 8), 1 / 8))
     assert s["norm_entropy"] == pytest.approx(1.0)
     assert s["entropy"] == pytest.approx(np.log(8))
     assert s["max_weight"] == pytest.approx(1 / 8)
-    assert role_of(s) == "uniform/dead head"
+    # statistics alone cannot tell an unused head from one that averages the input
+    assert role_of(s) == UNIFORM_ROLE and "dead" not in role_of(s)
+
+
+def test_ablation_decides_whether_a_uniform_head_is_dead_or_broad():
+    from attnviz.analysis import HeadEffect
+
+    def stat(head, role):
+        values = dict.fromkeys(attnviz.analysis.METRICS, 0.5)
+        return attnviz.analysis.HeadStats("cross", 0, head, **values, role=role)
+
+    stats = [stat(0, UNIFORM_ROLE), stat(1, UNIFORM_ROLE), stat(2, UNIFORM_ROLE),
+             stat(3, "reversal head"), stat(4, UNIFORM_ROLE)]  # fmt: skip
+    effects = [
+        HeadEffect("cross", 0, 0, changed_outputs=6, max_prob_change=0.9, mean_prob_change=0.2),
+        HeadEffect("cross", 0, 1, changed_outputs=0, max_prob_change=0.001, mean_prob_change=0),
+        HeadEffect("cross", 0, 2, changed_outputs=0, max_prob_change=0.2, mean_prob_change=0.01),
+        HeadEffect("cross", 0, 3, changed_outputs=0, max_prob_change=0.0, mean_prob_change=0),
+    ]
+    roles = [s.role for s in with_ablation(stats, effects)]
+    # changes outputs / moves probabilities: needed; changes nothing: dead; not measured: as is
+    assert roles == [BROAD_ROLE, DEAD_ROLE, BROAD_ROLE, "reversal head", UNIFORM_ROLE]
 
 
 def test_anti_diagonal_is_a_reversal_head():
@@ -75,7 +96,7 @@ def test_padded_and_fully_blocked_rows_are_left_out():
     assert _stats(w2, mask=mask)["diagonal"] == 1
 
 
-def test_head_stats_cover_every_head_of_a_recorded_trace():
+def test_head_stats_cover_every_head_of_a_recorded_trace(make_model, random_batch):
     model = make_model()
     src, tgt, sp, tp = random_batch(model)
     with torch.no_grad(), attnviz.record(model) as trace:
@@ -88,7 +109,7 @@ def test_head_stats_cover_every_head_of_a_recorded_trace():
         assert isinstance(s.role, str) and s.to_dict()["head"] == s.head
 
 
-def test_a_head_forced_to_reverse_is_named_a_reversal_head():
+def test_a_head_forced_to_reverse_is_named_a_reversal_head(make_model, random_batch):
     model = make_model()
     src, tgt, _, _ = random_batch(model, b=2, ts=7, tt=6)
     src[src == 0], tgt[tgt == 0] = 5, 5  # no padding: every row sees 7 keys

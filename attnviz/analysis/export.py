@@ -8,6 +8,7 @@ the next-token distribution of every step, and head statistics.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
 from ..devices import as_numpy
 from ..record import Trace
-from ..tokenizer import BOS, EOS, Encoding
+from ..tokenizer import Encoding
 from .stats import HeadStats, head_stats
 
 
@@ -84,7 +85,10 @@ class Inspection:
 def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Inspection:
     """Greedy-decode ``text`` step by step and collect what the views show."""
     enc = ckpt.encode_source(text)
-    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), BOS, EOS, max_len=max_len)
+    cfg = ckpt.config
+    stepper = GreedyStepper(
+        ckpt.model, torch.tensor(enc.ids), cfg.bos_id, cfg.eos_id, max_len=max_len
+    )
     stepper.run()
     return from_stepper(ckpt, text, enc, stepper)
 
@@ -106,7 +110,7 @@ def from_stepper(
         unknown=list(enc.unknown),
         out_ids=ids,
         out_tokens=out_tokens,
-        tgt_tokens=[tok.token(BOS), *out_tokens[:-1]],
+        tgt_tokens=[tok.token(ckpt.config.bos_id), *out_tokens[:-1]],
         trace=trace,
         probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
@@ -115,8 +119,9 @@ def from_stepper(
 
 
 def write_json(inspection: Inspection, path: str | Path) -> Path:
+    """:meth:`Inspection.to_dict` as strict JSON (see :func:`dumps`)."""
     path = Path(path)
-    path.write_text(json.dumps(inspection.to_dict(), default=json_default) + "\n")
+    path.write_text(dumps(inspection.to_dict()) + "\n")
     return path
 
 
@@ -137,3 +142,25 @@ def json_default(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def json_ready(value):
+    """``value`` with every NaN or infinite float (numpy scalars included) replaced by None.
+
+    JSON has no NaN: Python's ``json`` would write a bare ``NaN`` that browsers and strict
+    parsers reject. A statistic that is undefined (e.g. ``eos`` without key ids) is ``null``.
+    """
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(value, **kwargs) -> str:
+    """Strict JSON text: non-finite floats become ``null``; never writes ``NaN``/``Infinity``."""
+    return json.dumps(json_ready(value), allow_nan=False, default=json_default, **kwargs)

@@ -1,4 +1,4 @@
-"""Checkpoint health check: leaks, NaN, dead and removable heads, accuracy drift.
+"""Checkpoint health check: accuracy, task pattern, leaks, NaN, dead and removable heads.
 
 :func:`check` runs a checkpoint on its task's validation inputs (or given texts) in padded
 batches, lets it greedy-decode, then re-runs each batch teacher-forced on its own output while
@@ -7,11 +7,19 @@ recording attention, and checks what the model actually did:
 - **padding** (error): attention weight on keys that are padding, from any valid query;
 - **causal** (error): decoder self-attention on future positions;
 - **finite** (error): NaN or inf in logits, attention weights or head outputs;
-- **dead heads** (warning): near-uniform attention, or an output near zero next to its layer;
+- **dead heads** (warning): near-uniform attention or an output near zero next to its layer,
+  *and* zeroing the head changes nothing. A uniform-looking head whose zeroing moves outputs
+  is reported as **broad** (info): it is needed. Without the ablation run nothing is called
+  dead (info: uniform-looking, not ablated);
 - **removable heads** (info): heads whose zeroing changes no greedy output and moves no
   next-token probability by more than 0.01 on a sample;
-- **accuracy** (warning): the validation exact match stored in the checkpoint vs. measured
-  again now on the same examples.
+- **accuracy** (error below 0.5, warning below 0.95): greedy exact match against the task's
+  true targets, per source length (checkpoints that name a built-in task);
+- **task pattern** (warning when missing): the attention pattern the task needs, e.g. a
+  cross-attention head on the mirrored source position for reversal, the same position for
+  copying;
+- **recorded accuracy** (warning): the validation exact match stored in the checkpoint vs.
+  measured again now on the same examples.
 
 Padding and causal leaks are measured against the true input masks, not the masks the model
 recorded, so a model that ignores its masks is caught. ``edits`` runs the whole check under
@@ -20,7 +28,7 @@ attention edits (e.g. ``DropMask("padding")``), which is how a broken model is s
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -30,16 +38,30 @@ import torch
 from ..checkpoint import Checkpoint
 from ..devices import as_numpy
 from ..errors import InputError
+from ..evaluate import evaluate, exact_match_by_length
+from ..masks import causal_mask
 from ..record import Edit, record
-from ..tasks import get_task
-from ..tokenizer import PAD
-from .ablation import greedy_batch, head_effects
-from .export import json_default
-from .stats import UNIFORM_ENTROPY, HeadStats, head_stats
+from ..tasks import Task, get_task
+from .ablation import HeadEffect, greedy_batch, head_effects
+from .export import dumps
+from .stats import (
+    PATTERN_SHARE,
+    UNIFORM_ENTROPY,
+    HeadStats,
+    changes_nothing,
+    head_stats,
+    with_ablation,
+)
 
 LEAK_TOLERANCE = 1e-6
 SILENT = 0.01  # head output RMS below this share of its layer's mean counts as silent
-NO_EFFECT = 0.01  # largest next-token probability change of a removable head
+ACCURACY_ERROR = 0.5  # exact match below this against true targets is an error
+ACCURACY_WARNING = 0.95  # ... and below this a warning
+#: Per task: (attention kind, statistic, what the pattern is) the task cannot be done without.
+TASK_PATTERNS = {
+    "reverse": ("cross", "anti_diagonal", "the mirrored source position"),
+    "copy": ("cross", "diagonal", "the same source position"),
+}
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,7 @@ class HealthReport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=json_default)
+        return dumps(self.to_dict(), indent=2)
 
     def text(self) -> str:
         """The report as lines a person reads top to bottom."""
@@ -101,7 +123,7 @@ def _leaks(trace, src_pad: np.ndarray, tgt_pad: np.ndarray) -> dict[str, dict]:
         on_pad = (w * k_pad[:, None, None, :]).sum(-1)  # [B, H, Tq]
         pad[f"{kind} L{layer}"] = float(np.where(rows, on_pad, 0).max())
         if kind == "decoder_self":
-            ahead = np.triu(np.ones(w.shape[-2:], bool), 1)
+            ahead = as_numpy(causal_mask(*w.shape[-2:]))  # [Tq, Tk], True = future
             on_future = (w * ahead).sum(-1)
             future[f"{kind} L{layer}"] = float(np.where(rows, on_future, 0).max())
     return {"padding": pad, "causal": future}
@@ -120,38 +142,38 @@ def check(
     Args:
         ckpt: a loaded checkpoint.
         texts: inputs to run; default ``n`` validation inputs of the checkpoint's task.
+        n: validation inputs (without ``texts``), and about how many the exact match against
+            the task's targets uses (spread evenly over the task's source lengths).
         edits: attention edits applied to every pass (to simulate a broken model).
-        ablation_sample: inputs used to find removable heads (0 skips that check).
+        ablation_sample: inputs used to zero each head (0 skips it; then no head is called
+            dead or removable).
+    Returns:
+        the findings and the head statistics (roles refined by the ablation when it ran).
     """
     if n < 1 or (texts is not None and not list(texts)):
         raise InputError("check needs at least one input (--n 1 or more)")
     task = get_task(ckpt.task) if ckpt.task else None
-    examples = None
     if texts is None:
         if task is None:
             raise InputError("this checkpoint names no task: give inputs to check it on")
-        examples = task.examples("validation", n, seed=0)
-        texts = [e.src for e in examples]
+        texts = [e.src for e in task.examples("validation", n, seed=0)]
         inputs = f"{len(texts)} validation inputs of task {task.name!r}, in padded batches of {batch_size}"
     else:
         inputs = f"{len(texts)} given inputs, in padded batches of {batch_size}"
     model = ckpt.model
     findings: list[Finding] = []
     texts = list(texts)
-    batches = [
-        greedy_batch(ckpt, texts[i : i + batch_size], edits)
-        for i in range(0, len(texts), batch_size)
-    ]
-    worst = {"padding": {}, "causal": {}}
+    worst: dict[str, dict[str, float]] = {"padding": {}, "causal": {}}
     nonfinite: list[str] = []
     rms: dict[tuple[str, int], list[np.ndarray]] = {}
-    traces = []
+    stats: list[HeadStats] = []
     with torch.no_grad():
-        for b in batches:
-            src_pad, tgt_pad = b.src == PAD, b.tgt_in == PAD
+        for i in range(0, len(texts), batch_size):
+            b = greedy_batch(ckpt, texts[i : i + batch_size], edits)
             with record(model, edits, capture=("weights", "mask", "head_output")) as trace:
-                logits = model(b.src, b.tgt_in, src_pad, tgt_pad)
-            traces.append((trace, src_pad, tgt_pad))
+                logits = b.forward(model)  # [B, Tt, V]
+            if not stats:  # statistics over the first batch (the trace keeps every head)
+                stats = head_stats(trace, b.src_pad, b.tgt_pad)
             if not torch.isfinite(logits).all():
                 nonfinite.append("logits")
             for kind, layer in trace.keys():
@@ -160,33 +182,18 @@ def check(
                         nonfinite.append(f"{kind} L{layer} {what}")
                 ho = trace.head_output(kind, layer)  # [B, H, Tq, Dh]
                 rms.setdefault((kind, layer), []).append(as_numpy(ho.pow(2).mean((0, 2, 3)).sqrt()))
-            for name, per_site in _leaks(
-                trace, as_numpy(src_pad).astype(bool), as_numpy(tgt_pad).astype(bool)
-            ).items():
+            for name, per_site in _leaks(trace, as_numpy(b.src_pad), as_numpy(b.tgt_pad)).items():
                 for site, value in per_site.items():
                     worst[name][site] = max(worst[name].get(site, 0.0), value)
 
-    for name, what in (("padding", "padded keys"), ("causal", "future positions")):
-        bad = {s: v for s, v in worst[name].items() if v > LEAK_TOLERANCE}
-        if bad:
-            site, value = max(bad.items(), key=lambda kv: kv[1])
-            findings.append(
-                Finding(
-                    name,
-                    "error",
-                    f"attention on {what} in {', '.join(bad)} "
-                    f"(up to {value:.3f} of a row's weight, in {site})",
-                    bad,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    name,
-                    "ok",
-                    f"no attention on {what} (largest {max(worst[name].values(), default=0.0):.1e})",
-                )
-            )
+    if task is not None:
+        findings += _accuracy(ckpt, task, n, edits)
+        findings.append(_task_pattern(task, stats))
+    else:
+        findings.append(
+            Finding("accuracy", "info", "the checkpoint names no task: no true targets to compare")
+        )
+    findings += _leak_findings(worst)
     if nonfinite:
         findings.append(
             Finding("finite", "error", f"NaN or inf in {', '.join(sorted(set(nonfinite)))}")
@@ -195,60 +202,190 @@ def check(
         findings.append(
             Finding("finite", "ok", "no NaN or inf in logits, attention weights or head outputs")
         )
-
-    # statistics over the first batch with padding (the trace keeps every head)
-    trace, src_pad, tgt_pad = traces[0]
-    stats = head_stats(trace, src_pad, tgt_pad)
-    findings.append(_dead_heads(stats, rms))
+    effects = None
     if ablation_sample:
-        findings.append(_removable_heads(ckpt, list(texts)[:ablation_sample], edits))
-    if examples is not None:
-        findings.append(_accuracy(ckpt, task, edits))
+        effects = head_effects(ckpt, texts[:ablation_sample], edits=edits)
+        stats = with_ablation(stats, effects)
+    findings += _dead_heads(stats, rms, effects, min(ablation_sample, len(texts)))
+    if effects is not None:
+        findings.append(_removable_heads(effects, min(ablation_sample, len(texts))))
+    if task is not None:
+        findings.append(_recorded_accuracy(ckpt, task, edits))
     return HealthReport(str(ckpt.path), inputs, findings, stats)
 
 
-def _dead_heads(stats: list[HeadStats], rms: dict) -> Finding:
-    dead = {}
+def _leak_findings(worst: dict[str, dict[str, float]]) -> list[Finding]:
+    out = []
+    for name, what in (("padding", "padded keys"), ("causal", "future positions")):
+        bad = {s: v for s, v in worst[name].items() if v > LEAK_TOLERANCE}
+        if bad:
+            site, value = max(bad.items(), key=lambda kv: kv[1])
+            message = (
+                f"attention on {what} in {', '.join(bad)} "
+                f"(up to {value:.3f} of a row's weight, in {site})"
+            )
+            out.append(Finding(name, "error", message, bad))
+        else:
+            largest = max(worst[name].values(), default=0.0)
+            out.append(Finding(name, "ok", f"no attention on {what} (largest {largest:.1e})"))
+    return out
+
+
+def _site(kind: str, layer: int, head: int) -> str:
+    return f"{kind} L{layer} H{head}"
+
+
+def _effect_words(e: HeadEffect, n: int) -> str:
+    return (
+        f"zeroing it changes {e.changed_outputs} of {n} outputs, "
+        f"moves a token's probability by up to {e.max_prob_change:.2f}"
+    )
+
+
+def _dead_heads(
+    stats: list[HeadStats], rms: dict, effects: list[HeadEffect] | None, n_ablated: int
+) -> list[Finding]:
+    """Dead = looks unused (uniform or silent) and zeroing it changes nothing."""
+    looks: dict[str, str] = {}
     for s in stats:
-        if s.norm_entropy >= UNIFORM_ENTROPY:  # the same rule that names it "uniform/dead"
-            dead[f"{s.kind} L{s.layer} H{s.head}"] = (
-                f"uniform (normalised entropy {s.norm_entropy:.2f})"
+        if s.norm_entropy >= UNIFORM_ENTROPY:
+            looks[_site(s.kind, s.layer, s.head)] = (
+                f"uniform-looking (normalised entropy {s.norm_entropy:.2f})"
             )
     for (kind, layer), parts in rms.items():
         r = np.mean(parts, 0)  # [H]
         for h, value in enumerate(r):
             if value < SILENT * r.mean():
-                dead[f"{kind} L{layer} H{h}"] = (
+                looks[_site(kind, layer, h)] = (
                     f"silent (output {value / r.mean():.1%} of its layer's mean)"
                 )
+    if effects is None:
+        if not looks:
+            return [Finding("dead heads", "ok", "no uniform or silent heads")]
+        return [
+            Finding(
+                "dead heads",
+                "info",
+                f"{len(looks)} heads look unused but were not zeroed (ablation sample 0), so "
+                "none is called dead: " + "; ".join(f"{k} {v}" for k, v in looks.items()),
+                looks,
+            )
+        ]
+    by_site = {e.site: e for e in effects}
+    dead = {k: v for k, v in looks.items() if k in by_site and changes_nothing(by_site[k])}
+    broad = {
+        k: f"{v}, but {_effect_words(by_site[k], n_ablated)}"
+        for k, v in looks.items()
+        if k in by_site and not changes_nothing(by_site[k])
+    }
+    out = []
     if dead:
-        return Finding(
-            "dead heads", "warning", "; ".join(f"{k} {v}" for k, v in dead.items()), dead
+        out.append(
+            Finding(
+                "dead heads",
+                "warning",
+                "; ".join(
+                    f"{k} {v}, zeroing it changes nothing on {n_ablated} inputs"
+                    for k, v in dead.items()
+                ),  # fmt: skip
+                dead,
+            )
         )
-    return Finding("dead heads", "ok", "no uniform or silent heads")
+    else:
+        out.append(Finding("dead heads", "ok", "no head both looks unused and changes nothing"))
+    if broad:
+        out.append(
+            Finding(
+                "broad heads",
+                "info",
+                "uniform-looking but needed: " + "; ".join(f"{k} {v}" for k, v in broad.items()),
+                broad,
+            )
+        )
+    return out
 
 
-def _removable_heads(ckpt: Checkpoint, texts: list[str], edits: Sequence[Edit]) -> Finding:
-    effects = head_effects(ckpt, texts, edits=edits)
-    removable = [e.site for e in effects if not e.changed_outputs and e.max_prob_change < NO_EFFECT]
+def _removable_heads(effects: list[HeadEffect], n: int) -> Finding:
+    removable = [e.site for e in effects if changes_nothing(e)]
     if removable:
         return Finding(
             "removable heads",
             "info",
             f"{len(removable)} of {len(effects)} heads change nothing when zeroed "
-            f"on {len(texts)} inputs: {', '.join(removable)}",
+            f"on {n} inputs: {', '.join(removable)}",
             {"heads": removable},
         )
     return Finding(
-        "removable heads", "ok", f"every head changes the output when zeroed ({len(texts)} inputs)"
+        "removable heads", "ok", f"every head changes the output when zeroed ({n} inputs)"
     )
 
 
-def _accuracy(ckpt: Checkpoint, task, edits: Sequence[Edit]) -> Finding:
-    from ..train import evaluate
+def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> list[Finding]:
+    """Greedy exact match against the task's true targets, per source length."""
+    per_length = max(1, math.ceil(n / len(task.lengths)))
+    with record(ckpt.model, edits, capture=None):
+        by_length = exact_match_by_length(ckpt, per_length, split="validation", seed=0)
+    right = sum(r for r, _ in by_length.values())
+    total = sum(m for _, m in by_length.values())
+    exact = right / max(total, 1)
+    breakdown = ", ".join(f"{length}: {r}/{m}" for length, (r, m) in by_length.items())
+    details = {
+        "exact_match": exact,
+        "n": total,
+        "by_length": {str(k): {"right": r, "n": m} for k, (r, m) in by_length.items()},
+    }
+    level = "error" if exact < ACCURACY_ERROR else "warning" if exact < ACCURACY_WARNING else "ok"
+    why = {
+        "error": f" (below {ACCURACY_ERROR}: the model does not do its task)",
+        "warning": f" (below {ACCURACY_WARNING})",
+        "ok": "",
+    }[level]
+    message = (
+        f"greedy exact match {exact:.3f} against the task's true targets on {total} "
+        f"validation inputs{why}; right by source length: {breakdown}"
+    )
+    return [Finding("accuracy", level, message, details)]
 
-    recorded = (ckpt.meta.get("metrics") or {}).get("val_exact_match")
-    n = (ckpt.meta.get("metrics") or {}).get("n", 500)
+
+def _task_pattern(task: Task, stats: list[HeadStats]) -> Finding:
+    """Whether some head has the attention pattern the task needs (when the task has one)."""
+    if task.name not in TASK_PATTERNS:
+        return Finding(
+            "task pattern", "info", f"task {task.name!r} needs no fixed positional pattern"
+        )
+    kind, metric, where = TASK_PATTERNS[task.name]
+    mine = [s for s in stats if s.kind == kind and np.isfinite(getattr(s, metric))]
+    if not mine:
+        return Finding("task pattern", "warning", f"no {kind} heads were measured")
+    best = max(mine, key=lambda s: getattr(s, metric))
+    share = float(getattr(best, metric))
+    site = _site(best.kind, best.layer, best.head)
+    details = {"head": site, metric: share, "needed": PATTERN_SHARE}
+    if share >= PATTERN_SHARE:
+        return Finding(
+            "task pattern",
+            "ok",
+            f"{task.name} needs a {kind} head on {where}: {site} puts {share:.2f} of its "
+            "weight there",
+            details,
+        )
+    return Finding(
+        "task pattern",
+        "warning",
+        f"{task.name} needs a {kind} head on {where}, and none has it: the best, {site}, "
+        f"puts {share:.2f} of its weight there (a head with the pattern puts {PATTERN_SHARE} "
+        "or more)",
+        details,
+    )
+
+
+def _recorded_accuracy(ckpt: Checkpoint, task: Task, edits: Sequence[Edit]) -> Finding:
+    """The exact match stored at training time vs. measured now on the same examples."""
+    metrics = ckpt.meta.get("metrics") or {}
+    recorded = metrics.get("val_exact_match")
+    if recorded is None:
+        return Finding("recorded accuracy", "info", "no validation exact match was recorded")
+    n = metrics.get("n", 500)
     with record(ckpt.model, edits, capture=None):
         now = evaluate(
             ckpt.model,
@@ -257,20 +394,17 @@ def _accuracy(ckpt: Checkpoint, task, edits: Sequence[Edit]) -> Finding:
             ckpt.tgt_tokenizer,
         )
     measured = now["val_exact_match"]
-    if recorded is None:
-        return Finding(
-            "accuracy", "info", f"validation exact match {measured:.4f} (none recorded)", now
-        )
     details = {"recorded": recorded, "measured": measured, "n": n}
     if abs(measured - recorded) > 0.01:
         return Finding(
-            "accuracy",
+            "recorded accuracy",
             "warning",
-            f"recorded validation exact match {recorded:.4f}, measured now {measured:.4f}",
+            f"recorded validation exact match {recorded:.4f}, measured now {measured:.4f} "
+            f"on the same {n} inputs",
             details,
         )
     return Finding(
-        "accuracy",
+        "recorded accuracy",
         "ok",
         f"validation exact match {measured:.4f} as recorded ({recorded:.4f}, {n} inputs)",
         details,

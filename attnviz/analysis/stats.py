@@ -11,11 +11,16 @@ padding and that may attend to at least one key). Positions are 0-based. For a r
   ``first``: ``w_i0``; ``last``: weight on the last unpadded key; ``eos``: weight on keys
   that are EOS tokens (only when key ids are given);
 - ``distance``: ``sum_j w_ij |i - j|``, the mean attention distance.
+
+A role from statistics alone never calls a head dead: a near-uniform head may still be needed
+(it can average the whole input). :func:`with_ablation` names a uniform-looking head dead
+only when zeroing it also changes nothing, and "broad" when zeroing it moves outputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -141,6 +146,12 @@ class HeadStats:
 # when that share is at least PATTERN_SHARE; near-uniform heads are named first.
 UNIFORM_ENTROPY = 0.9
 PATTERN_SHARE = 0.4
+#: A head "changes nothing" when zeroing it changes no greedy output and moves no
+#: next-token probability by this much or more.
+NO_EFFECT = 0.01
+UNIFORM_ROLE = "uniform-looking head"
+DEAD_ROLE = "dead head (uniform, zeroing it changes nothing)"
+BROAD_ROLE = "broad head (uniform-looking but needed)"
 _PATTERNS = {
     "anti_diagonal": "reversal head",
     "diagonal": "diagonal/copy head",
@@ -159,7 +170,7 @@ def role_of(metrics: dict[str, float]) -> str:
         return -1.0 if v is None or np.isnan(v) else float(v)
 
     if value("norm_entropy") >= UNIFORM_ENTROPY:
-        return "uniform/dead head"
+        return UNIFORM_ROLE
     best = max(_PATTERNS, key=value)
     if value(best) >= PATTERN_SHARE:
         return _PATTERNS[best]
@@ -209,4 +220,37 @@ def head_stats(
                 for k, v in m.items()
             }
             out.append(HeadStats(kind, layer, h, **values, role=role_of(values)))
+    return out
+
+
+def changes_nothing(effect) -> bool:
+    """Whether zeroing a head changed no output and no probability by :data:`NO_EFFECT`.
+
+    Args:
+        effect: an :class:`attnviz.analysis.HeadEffect` (``changed_outputs``,
+            ``max_prob_change``).
+    """
+    return effect.changed_outputs == 0 and effect.max_prob_change < NO_EFFECT
+
+
+def with_ablation(stats: Iterable[HeadStats], effects: Iterable) -> list[HeadStats]:
+    """Head statistics whose roles also say what zeroing each head did.
+
+    A uniform-looking head is renamed :data:`DEAD_ROLE` when zeroing it changes nothing
+    (:func:`changes_nothing`) and :data:`BROAD_ROLE` when it does; other roles and heads
+    without an effect measured are kept.
+
+    Args:
+        stats: from :func:`head_stats`.
+        effects: :class:`attnviz.analysis.HeadEffect` per head (from ``head_effects``).
+    Returns:
+        the statistics in the same order, roles updated.
+    """
+    by_site = {(e.kind, e.layer, e.head): e for e in effects}
+    out = []
+    for s in stats:
+        effect = by_site.get((s.kind, s.layer, s.head))
+        if s.role == UNIFORM_ROLE and effect is not None:
+            s = replace(s, role=DEAD_ROLE if changes_nothing(effect) else BROAD_ROLE)
+        out.append(s)
     return out
