@@ -62,6 +62,11 @@ class Task:
         """The correct output for ``src``."""
         raise NotImplementedError
 
+    def links(self, src: str) -> list[tuple[int, int]]:
+        """Gold word alignment of ``src`` with :meth:`target`: ``(source word, target word)``
+        pairs, 0-based (a character task's words are its characters)."""
+        raise NotImplementedError
+
     def source_symbols(self) -> list[str]:
         raise NotImplementedError
 
@@ -144,6 +149,9 @@ class Reverse(_LetterTask):
     def target(self, src: str) -> str:
         return src[::-1]
 
+    def links(self, src: str) -> list[tuple[int, int]]:
+        return [(len(src) - 1 - j, j) for j in range(len(src))]
+
 
 @dataclass
 class Copy(_LetterTask):
@@ -152,6 +160,9 @@ class Copy(_LetterTask):
 
     def target(self, src: str) -> str:
         return src
+
+    def links(self, src: str) -> list[tuple[int, int]]:
+        return [(j, j) for j in range(len(src))]
 
 
 @dataclass
@@ -162,6 +173,11 @@ class Sort(_LetterTask):
 
     def target(self, src: str) -> str:
         return "".join(sorted(src))
+
+    def links(self, src: str) -> list[tuple[int, int]]:
+        """Each output letter to the source position it came from (equal letters in order)."""
+        order = sorted(range(len(src)), key=lambda i: src[i])  # a stable sort
+        return [(i, j) for j, i in enumerate(order)]
 
 
 # -- toy translation ------------------------------------------------------------------------
@@ -358,29 +374,41 @@ class Translate(Task):
             words += [rng.choice(_PREPS), *self._np(rng, pp == 3)]
         return " ".join(words)
 
-    def _parse_np(self, words: list[str], i: int) -> tuple[list[str], int]:
-        det, i = words[i], i + 1
+    def _parse_np(self, words: list[str], i: int) -> tuple[list[tuple[str, int]], int]:
+        """One noun phrase from word ``i``: its target words with their source word index."""
+        det, i = i, i + 1
         adj = []
         if words[i] in _ADJS:
-            adj, i = [words[i]], i + 1
-        noun = words[i]
-        out = [*self.lexicon[det], *self.lexicon[noun], *(self.lexicon[a][0] for a in adj)]
+            adj, i = [i], i + 1
+        noun = i
+        out = [(w, det) for w in self.lexicon[words[det]]]
+        out += [(w, noun) for w in self.lexicon[words[noun]]]
+        out += [(self.lexicon[words[a]][0], a) for a in adj]
         return out, i + 1
 
-    def target(self, src: str) -> str:
+    def _translate(self, src: str) -> list[tuple[str, int]]:
+        """Target words, each with the index of the source word it translates."""
         words = src.split()
         subj, i = self._parse_np(words, 0)
-        verb, i = self.lexicon[words[i]], i + 1
+        verb, i = [(w, i) for w in self.lexicon[words[i]]], i + 1
         obj, i = self._parse_np(words, i)
-        adv: list[str] = []
+        adv: list[tuple[str, int]] = []
         if i < len(words) and words[i] in _ADVS:
-            adv, i = self.lexicon[words[i]], i + 1
-        pp: list[str] = []
+            adv, i = [(w, i) for w in self.lexicon[words[i]]], i + 1
+        pp: list[tuple[str, int]] = []
         if i < len(words):
-            prep = self.lexicon[words[i]]
+            prep = [(w, i) for w in self.lexicon[words[i]]]
             np_, i = self._parse_np(words, i + 1)
             pp = [*np_, *prep]
-        return " ".join([*subj, *obj, *pp, *adv, *verb])
+        return [*subj, *obj, *pp, *adv, *verb]
+
+    def target(self, src: str) -> str:
+        return " ".join(w for w, _ in self._translate(src))
+
+    def links(self, src: str) -> list[tuple[int, int]]:
+        """Each target word to the source word it translates ("the" has none; a two-word
+        translation links both words to its source word)."""
+        return [(i, j) for j, (_, i) in enumerate(self._translate(src))]
 
     def source_symbols(self) -> list[str]:
         return list(self.lexicon)

@@ -6,9 +6,11 @@ CLI and the app alike.
 """
 
 from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
+from .alignment import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
 from .export import Inspection, inspect_text, write_json, write_npz
 from .health import Finding, HealthReport, check
+from .lenses import LENSES, lens
 from .masking import (
     MaskExperiment,
     MaskLab,
@@ -22,6 +24,13 @@ from .masking import (
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 
 __all__ = [
+    "LENSES",
+    "AlignmentReport",
+    "alignment",
+    "lens",
+    "parse_pharaoh",
+    "read_pharaoh",
+    "write_pharaoh",
     "METRICS",
     "AblationResult",
     "Attribution",

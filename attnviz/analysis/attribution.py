@@ -34,6 +34,7 @@ from ..decoding import greedy_decode, until_eos
 from ..devices import as_numpy
 from ..errors import InputError
 from ..record import record
+from .lenses import self_rollout
 
 
 @dataclass
@@ -76,13 +77,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def rollout(trace, step: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """Head-mean cross-attention rows of ``step`` per layer ``{layer: [Ts]}`` and rollout ``[Ts]``."""
-    enc_layers = trace.layers("encoder_self")
-    ts = trace.weights("cross", 0).shape[-1]
-    r = np.eye(ts)
-    for layer in enc_layers:
-        a = trace.numpy("encoder_self", layer)[0].mean(0)  # [Ts, Ts]
-        a = 0.5 * a + 0.5 * np.eye(ts)
-        r = (a / a.sum(-1, keepdims=True)) @ r
+    r = self_rollout(trace, "encoder_self", max(trace.layers("encoder_self")))[0]  # [Ts, Ts]
     cross = {layer: trace.numpy("cross", layer)[0].mean(0)[step] for layer in trace.layers("cross")}
     return cross, np.mean(list(cross.values()), 0) @ r
 
