@@ -18,7 +18,6 @@ from attnviz.checkpoint import (
 )
 from attnviz.errors import CheckpointError, InputError
 from attnviz.tokenizer import Tokenizer
-from tests.conftest import make_model
 
 
 def _tokenizers(model):
@@ -28,11 +27,18 @@ def _tokenizers(model):
     return src, tgt
 
 
-def _save(tmp_path, **overrides):
-    model = make_model(**overrides)
-    src, tgt = _tokenizers(model)
-    folder = attnviz.save_checkpoint(tmp_path / "ck", model, src, tgt, {"task": None, "note": "x"})
-    return model, folder
+@pytest.fixture(scope="module")
+def save(make_model):
+    """Factory: ``save(tmp_path, **config_overrides)`` -> (model, checkpoint folder)."""
+
+    def _save(tmp_path, **overrides):
+        model = make_model(**overrides)
+        src, tgt = _tokenizers(model)
+        meta = {"task": None, "note": "x"}
+        folder = attnviz.save_checkpoint(tmp_path / "ck", model, src, tgt, meta)
+        return model, folder
+
+    return _save
 
 
 @pytest.mark.parametrize(
@@ -43,8 +49,8 @@ def _save(tmp_path, **overrides):
         {"norm_first": True, "final_norm": True},
     ],
 )
-def test_round_trip_gives_identical_logits(tmp_path, overrides):
-    model, folder = _save(tmp_path, **overrides)
+def test_round_trip_gives_identical_logits(tmp_path, overrides, save):
+    model, folder = save(tmp_path, **overrides)
     ckpt = attnviz.load_checkpoint(folder)
     assert ckpt.config == model.config
     assert ckpt.meta["note"] == "x" and ckpt.meta["attnviz_version"] == attnviz.__version__
@@ -58,8 +64,8 @@ def test_round_trip_gives_identical_logits(tmp_path, overrides):
     assert attnviz.load_checkpoint(folder / WEIGHTS).config == model.config
 
 
-def test_header_metadata_wins_and_plain_safetensors_use_config_json(tmp_path):
-    model, folder = _save(tmp_path)
+def test_header_metadata_wins_and_plain_safetensors_use_config_json(tmp_path, save):
+    model, folder = save(tmp_path)
     doc = json.loads((folder / METADATA).read_text())
     (folder / METADATA).write_text(json.dumps({**doc, "note": "stale"}))
     assert attnviz.load_checkpoint(folder).meta["note"] == "x"
@@ -74,14 +80,14 @@ def _one_line(exc_info) -> str:
     return msg
 
 
-def test_missing_folder_and_missing_files(tmp_path):
+def test_missing_folder_and_missing_files(tmp_path, save):
     with pytest.raises(CheckpointError, match="no checkpoint at") as e:
         attnviz.load_checkpoint(tmp_path / "nothing")
     _one_line(e)
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="model.safetensors is missing"):
         attnviz.load_checkpoint(tmp_path / "empty")
-    _, folder = _save(tmp_path)
+    _, folder = save(tmp_path)
     tensors, _ = read_tensors(folder / WEIGHTS)
     write_tensors(folder / WEIGHTS, tensors, None)
     (folder / METADATA).unlink()
@@ -89,8 +95,8 @@ def test_missing_folder_and_missing_files(tmp_path):
         attnviz.load_checkpoint(folder)
 
 
-def test_truncated_weights(tmp_path):
-    _, folder = _save(tmp_path)
+def test_truncated_weights(tmp_path, save):
+    _, folder = save(tmp_path)
     data = (folder / WEIGHTS).read_bytes()
     (folder / WEIGHTS).write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="not a readable safetensors file") as e:
@@ -104,8 +110,8 @@ class _Boom:
 
 
 @pytest.mark.parametrize("how", ["torch.save", "pickle"])
-def test_pickles_are_refused_without_being_unpickled(tmp_path, how):
-    _, folder = _save(tmp_path)
+def test_pickles_are_refused_without_being_unpickled(tmp_path, how, save):
+    _, folder = save(tmp_path)
     if how == "torch.save":
         torch.save({"x": _Boom()}, folder / WEIGHTS)
     else:
@@ -127,8 +133,8 @@ def _rewrite(folder, tensors=None, meta_change=None):
     return tensors_now
 
 
-def test_shapes_and_names_are_checked_against_the_config(tmp_path):
-    _, folder = _save(tmp_path)
+def test_shapes_and_names_are_checked_against_the_config(tmp_path, save):
+    _, folder = save(tmp_path)
     _rewrite(folder, meta_change=lambda m: m["config"].update(d_ff=41))
     with pytest.raises(
         CheckpointError,
@@ -137,7 +143,7 @@ def test_shapes_and_names_are_checked_against_the_config(tmp_path):
         attnviz.load_checkpoint(folder)
     _one_line(e)
 
-    _, folder = _save(tmp_path / "b")
+    _, folder = save(tmp_path / "b")
     tensors = _rewrite(folder)
     del tensors["generator.bias"]
     tensors["extra.weight"] = torch.zeros(2)
@@ -146,25 +152,25 @@ def test_shapes_and_names_are_checked_against_the_config(tmp_path):
         attnviz.load_checkpoint(folder)
 
 
-def test_bad_metadata_is_refused(tmp_path):
-    _, folder = _save(tmp_path)
+def test_bad_metadata_is_refused(tmp_path, save):
+    _, folder = save(tmp_path)
     _rewrite(folder, meta_change=lambda m: m["config"].update(n_heads=5))
     with pytest.raises(CheckpointError, match="divide"):
         attnviz.load_checkpoint(folder)
-    _, folder = _save(tmp_path / "b")
+    _, folder = save(tmp_path / "b")
     _rewrite(folder, meta_change=lambda m: m["src_tokenizer"]["tokens"].pop())
     with pytest.raises(
         CheckpointError, match="source tokenizer has 22 tokens but the model expects 23"
     ):
         attnviz.load_checkpoint(folder)
-    _, folder = _save(tmp_path / "c")
+    _, folder = save(tmp_path / "c")
     _rewrite(folder, meta_change=lambda m: m.pop("config"))
     with pytest.raises(CheckpointError, match="no model 'config'"):
         attnviz.load_checkpoint(folder)
 
 
-def test_non_finite_or_integer_weights_are_refused(tmp_path):
-    _, folder = _save(tmp_path)
+def test_non_finite_or_integer_weights_are_refused(tmp_path, save):
+    _, folder = save(tmp_path)
     tensors = _rewrite(folder)
     tensors["generator.bias"] = torch.full_like(tensors["generator.bias"], float("nan"))
     _rewrite(folder, tensors)
@@ -190,8 +196,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
-def test_predict_reports_unknowns_and_refuses_empty_or_long_input(tmp_path):
-    _, folder = _save(tmp_path)
+def test_predict_reports_unknowns_and_refuses_empty_or_long_input(tmp_path, save):
+    _, folder = save(tmp_path)
     ckpt = attnviz.load_checkpoint(folder)
     details = ckpt.predict_details("s1 zebra s2")
     assert details.source.unknown == ["zebra"]
@@ -203,7 +209,7 @@ def test_predict_reports_unknowns_and_refuses_empty_or_long_input(tmp_path):
         ckpt.predict(" ".join(["s1"] * 201))
 
 
-def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path):
+def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path, make_model):
     model = make_model()
     src, _ = _tokenizers(model)
     with pytest.raises(CheckpointError, match="target tokenizer"):
@@ -222,10 +228,10 @@ def test_any_header_length_reads_back(tmp_path):
     assert 0x80 in first_bytes
 
 
-def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path):
+def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path, save):
     import time
 
-    _, folder = _save(tmp_path)
+    _, folder = save(tmp_path)
     _rewrite(folder, meta_change=lambda m: m["config"].update(d_model=2**16, d_ff=2**20))
     start = time.perf_counter()
     with pytest.raises(CheckpointError, match="do not match the config"):
@@ -241,21 +247,21 @@ def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path)
         (dict(dropout=1.5), "dropout"),
     ],
 )
-def test_impossible_configs_are_refused(tmp_path, change, match):
-    _, folder = _save(tmp_path)
+def test_impossible_configs_are_refused(tmp_path, change, match, save):
+    _, folder = save(tmp_path)
     _rewrite(folder, meta_change=lambda m: m["config"].update(**change))
     with pytest.raises(CheckpointError, match=match):
         attnviz.load_checkpoint(folder)
 
 
-def test_a_pickle_payload_never_runs(tmp_path):
+def test_a_pickle_payload_never_runs(tmp_path, save):
     marker = tmp_path / "pwned"
 
     class Payload:
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    _, folder = _save(tmp_path / "ck")
+    _, folder = save(tmp_path / "ck")
     for name in ("model.safetensors", "model.pt"):
         target = folder / name
         target.write_bytes(pickle.dumps(Payload()))
@@ -266,9 +272,13 @@ def test_a_pickle_payload_never_runs(tmp_path):
 
 _WRITER = """
 import sys, torch, attnviz
-from tests.conftest import make_model
 from attnviz.tokenizer import Tokenizer
-model = make_model(d_model=64, d_ff=256)
+config = attnviz.ModelConfig(
+    src_vocab_size=23, tgt_vocab_size=19, d_model=64, n_heads=4, n_encoder_layers=2,
+    n_decoder_layers=2, d_ff=256, dropout=0.0, max_len=200,
+)
+torch.manual_seed(0)
+model = attnviz.Transformer(config).eval()
 cfg = model.config
 src = Tokenizer("word", [f"s{i}" for i in range(cfg.src_vocab_size - 4)])
 tgt = Tokenizer("word", [f"t{i}" for i in range(cfg.tgt_vocab_size - 4)])
@@ -310,8 +320,8 @@ def test_sigkill_during_writes_never_leaves_a_checkpoint_that_loads_wrong(tmp_pa
         assert ckpt.meta["pad"] == "x" * step
 
 
-def test_config_json_that_is_not_json_is_refused(tmp_path):
-    _, folder = _save(tmp_path)
+def test_config_json_that_is_not_json_is_refused(tmp_path, save):
+    _, folder = save(tmp_path)
     tensors, _ = read_tensors(folder / WEIGHTS)
     write_tensors(folder / WEIGHTS, tensors, None)  # metadata only in config.json now
     (folder / METADATA).write_text('{"config": {"d_model": 24,')  # cut off

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.tokenizer import BOS, EOS, PAD
-from tests.conftest import letters, make_model, unletters
 
 
 def recompute(model, src, prefix):
@@ -22,11 +20,12 @@ def recompute(model, src, prefix):
 @pytest.mark.parametrize(
     "overrides", [dict(), dict(norm_first=True, final_norm=True, n_decoder_layers=3)]
 )
-def test_cached_steps_equal_recomputing_the_prefix(overrides):
+def test_cached_steps_equal_recomputing_the_prefix(overrides, make_model):
     model = make_model(**overrides)
+    bos = model.config.bos_id
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
-    stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=120)
-    prefix = [BOS]
+    stepper = attnviz.GreedyStepper(model, src, bos, None, max_len=120)
+    prefix = [bos]
     for t in range(120):
         res = stepper.step()
         logits, trace = recompute(model, src, prefix)
@@ -54,7 +53,7 @@ def test_cached_steps_equal_recomputing_the_prefix(overrides):
     assert torch.isnan(rebuilt.scores("decoder_self", 0)[~allowed]).all()  # never computed
 
 
-def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
+def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch, make_model):
     model = make_model()
     src = torch.randint(3, 23, (9,), generator=torch.Generator().manual_seed(4))
     calls = []
@@ -66,7 +65,7 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
         monkeypatch.setattr(
             layer.cross_attn, "project_kv", lambda m, f=orig_kv: kv_calls.append(1) or f(m)
         )
-    stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=20)
+    stepper = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=20)
     first = [stepper.step() for _ in range(12)]
     stepper.back(5)
     assert stepper.position == 5 and stepper.tokens == [r.token for r in first[:5]]
@@ -82,10 +81,11 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
         stepper.back(3)
 
 
-def test_stepper_forced_tokens_and_finish(reverse_model):
+def test_stepper_forced_tokens_and_finish(reverse_model, letters, unletters):
+    bos, eos = reverse_model.config.bos_id, reverse_model.config.eos_id
     ids = torch.tensor(letters("abcde"))
-    stepper = attnviz.GreedyStepper(reverse_model, ids, BOS, EOS)
-    assert unletters(stepper.run()) == "edcba" and stepper.tokens[-1] == EOS
+    stepper = attnviz.GreedyStepper(reverse_model, ids, bos, eos)
+    assert unletters(stepper.run()) == "edcba" and stepper.tokens[-1] == eos
     with pytest.raises(attnviz.InputError, match="finished"):
         stepper.step()
     stepper.reset()
@@ -102,45 +102,49 @@ def test_stepper_forced_tokens_and_finish(reverse_model):
     stepper.reset()
     assert unletters(stepper.run()) == "edcba"
     with pytest.raises(attnviz.InputError, match="one sequence"):
-        attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, BOS, EOS)
+        attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, bos, eos)
 
 
-def test_batched_greedy_stops_each_row_at_its_eos(reverse_model):
+def test_batched_greedy_stops_each_row_at_its_eos(reverse_model, letters, unletters):
+    cfg = reverse_model.config
+    pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
     words = ["a", "hello", "xyzzyab", "qq"]
     width = max(map(len, words))
-    src = torch.tensor([letters(w) + [PAD] * (width - len(w)) for w in words])
-    out = attnviz.greedy_decode(reverse_model, src, BOS, EOS)
+    src = torch.tensor([letters(w) + [pad] * (width - len(w)) for w in words])
+    out = attnviz.greedy_decode(reverse_model, src, bos, eos)
     assert out.shape == (4, width + 1)
     for row, w in zip(out.tolist(), words, strict=True):
         n = len(w)
         assert unletters(row[:n]) == w[::-1]
-        assert row[n] == EOS and all(t == PAD for t in row[n + 1 :])
+        assert row[n] == eos and all(t == pad for t in row[n + 1 :])
     # the batch gives the same tokens as one-at-a-time stepping
     for row, w in zip(out.tolist(), words, strict=True):
-        alone = attnviz.GreedyStepper(reverse_model, torch.tensor(letters(w)), BOS, EOS).run()
+        alone = attnviz.GreedyStepper(reverse_model, torch.tensor(letters(w)), bos, eos).run()
         assert row[: len(alone)] == alone
 
 
-def test_beam_one_is_greedy():
+def test_beam_one_is_greedy(make_model):
     model = make_model()
+    bos = model.config.bos_id
     src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))
-    src[2, 6:] = PAD
-    free = attnviz.greedy_decode(model, src, BOS, None, max_len=30)
+    src[2, 6:] = model.config.pad_id
+    free = attnviz.greedy_decode(model, src, bos, None, max_len=30)
     eos = int(free[0, 4])  # a token the model does produce: rows end at different steps
-    greedy = attnviz.greedy_decode(model, src, BOS, eos, max_len=30)
+    greedy = attnviz.greedy_decode(model, src, bos, eos, max_len=30)
     assert eos in greedy[0].tolist()
-    beams = attnviz.beam_search(model, src, BOS, eos, beam_size=1, max_len=30)
+    beams = attnviz.beam_search(model, src, bos, eos, beam_size=1, max_len=30)
     for row, beam in zip(greedy.tolist(), beams, strict=True):
         end = row.index(eos) + 1 if eos in row else len(row)
         assert beam.tokens == row[:end]
     assert beams[0].tokens[-1] == eos  # the EOS bookkeeping was exercised
 
 
-def test_beam_score_and_attention_are_the_models(reverse_model):
+def test_beam_score_and_attention_are_the_models(reverse_model, letters, unletters):
+    bos, eos = reverse_model.config.bos_id, reverse_model.config.eos_id
     src = torch.tensor(letters("reverse"))
-    best = attnviz.beam_search(reverse_model, src, BOS, EOS, beam_size=4, return_attention=True)[0]
-    assert unletters(best.tokens) == "esrever" and best.tokens[-1] == EOS
-    tgt_in = torch.tensor([[BOS] + best.tokens[:-1]])
+    best = attnviz.beam_search(reverse_model, src, bos, eos, beam_size=4, return_attention=True)[0]
+    assert unletters(best.tokens) == "esrever" and best.tokens[-1] == eos
+    tgt_in = torch.tensor([[bos] + best.tokens[:-1]])
     with torch.no_grad(), attnviz.record(reverse_model) as trace:
         logits = reverse_model(src[None], tgt_in)
     logp = torch.log_softmax(logits[0], -1).gather(1, torch.tensor(best.tokens)[:, None]).sum()
@@ -151,15 +155,15 @@ def test_beam_score_and_attention_are_the_models(reverse_model):
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_wide_beam_finds_the_exhaustive_best(length_penalty):
+def test_wide_beam_finds_the_exhaustive_best(length_penalty, make_model):
     """A beam wider than every hypothesis set is exact search: compare with enumeration."""
     model = make_model(seed=2, tgt_vocab_size=5)
     src = torch.randint(3, 23, (1, 6), generator=torch.Generator().manual_seed(6))
-    eos, n = 2, 3
+    bos, eos, n = model.config.bos_id, model.config.eos_id, 3
 
     @torch.no_grad()
     def score(seq):
-        logits = model(src, torch.tensor([[BOS] + seq[:-1]]))[0]
+        logits = model(src, torch.tensor([[bos] + seq[:-1]]))[0]
         return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(seq)[:, None]).sum())
 
     candidates = [
@@ -170,27 +174,28 @@ def test_wide_beam_finds_the_exhaustive_best(length_penalty):
     ]
     best = max(candidates, key=lambda s: score(s) / len(s) ** length_penalty)
     found = attnviz.beam_search(
-        model, src, BOS, eos, beam_size=200, max_len=n, length_penalty=length_penalty
+        model, src, bos, eos, beam_size=200, max_len=n, length_penalty=length_penalty
     )[0]
     assert found.tokens == best
     assert found.score == pytest.approx(score(best), abs=1e-4)
 
 
-def test_decoding_runs_in_eval_mode_and_restores_training_mode():
+def test_decoding_runs_in_eval_mode_and_restores_training_mode(make_model):
     model = make_model(dropout=0.5)
+    bos = model.config.bos_id
     src = torch.randint(3, 23, (4, 9), generator=torch.Generator().manual_seed(8))
-    expected = attnviz.greedy_decode(model.eval(), src, BOS, None, max_len=15)
+    expected = attnviz.greedy_decode(model.eval(), src, bos, None, max_len=15)
     model.train()
     for _ in range(3):  # dropout would make these differ
-        assert torch.equal(attnviz.greedy_decode(model, src, BOS, None, max_len=15), expected)
+        assert torch.equal(attnviz.greedy_decode(model, src, bos, None, max_len=15), expected)
     assert model.training
 
 
-def test_stepper_under_bf16_autocast():
+def test_stepper_under_bf16_autocast(make_model):
     model = make_model()
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        stepper = attnviz.GreedyStepper(model, src, BOS, None, max_len=12)
+        stepper = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=12)
         results = [stepper.step() for _ in range(12)]
     assert all(torch.isfinite(r.logits).all() for r in results)
     rows = results[-1].attention["decoder_self", 1]  # [H, 12]

@@ -6,8 +6,6 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.cli import BOS
-from tests.conftest import make_model, random_batch
 
 pytestmark = [
     pytest.mark.gpu,
@@ -15,7 +13,7 @@ pytestmark = [
 ]
 
 
-def test_fast_path_equals_recording_path_on_cuda():
+def test_fast_path_equals_recording_path_on_cuda(make_model, random_batch):
     model = make_model().cuda()
     src, tgt, sp, tp = (t.cuda() for t in random_batch(model))
     fast = model(src, tgt, sp, tp)
@@ -26,17 +24,21 @@ def test_fast_path_equals_recording_path_on_cuda():
     assert trace.numpy("cross", 0).dtype.name == "float32"  # display arrays land on the CPU
 
 
-def test_cached_decoding_matches_cpu():
+def test_cached_decoding_matches_cpu(make_model):
     model = make_model()
+    bos = model.config.bos_id
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
-    cpu = attnviz.GreedyStepper(model, src, BOS, None, max_len=40).run()
-    gpu = attnviz.GreedyStepper(model.cuda(), src.cuda(), BOS, None, max_len=40).run()
+    cpu = attnviz.GreedyStepper(model, src, bos, None, max_len=40).run()
+    gpu = attnviz.GreedyStepper(model.cuda(), src.cuda(), bos, None, max_len=40).run()
     assert cpu == gpu
 
 
-def test_decoders_move_a_cpu_mask_to_the_model():
+def test_decoders_move_a_cpu_mask_to_the_model(make_model):
     model = make_model().cuda()
+    cfg = model.config
     src = torch.randint(3, 23, (2, 7))
-    src[1, 5:] = 0
-    out = attnviz.greedy_decode(model, src, BOS, None, max_len=5, src_pad_mask=src == 0)
+    src[1, 5:] = cfg.pad_id
+    out = attnviz.greedy_decode(
+        model, src, cfg.bos_id, None, max_len=5, src_pad_mask=src == cfg.pad_id
+    )
     assert out.is_cuda and out.shape == (2, 5)

@@ -9,7 +9,6 @@ import attnviz
 from attnviz.data import tensorize
 from attnviz.evaluate import loss_and_hits
 from attnviz.tasks import get_task
-from tests.conftest import make_model, random_batch
 
 CONFIGS = [
     dict(),
@@ -21,7 +20,7 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)
-def test_fast_path_equals_recording_path(overrides):
+def test_fast_path_equals_recording_path(overrides, make_model, random_batch):
     model = make_model(**overrides)
     src, tgt, sp, tp = random_batch(model)
     fast = model(src, tgt, sp, tp)
@@ -33,7 +32,7 @@ def test_fast_path_equals_recording_path(overrides):
     assert len(trace) == cfg.n_encoder_layers + 2 * cfg.n_decoder_layers
 
 
-def test_recorded_weights_reproduce_every_module_output(model):
+def test_recorded_weights_reproduce_every_module_output(model, random_batch):
     """weights @ V, merged and projected, is exactly what each attention module returned."""
     src, tgt, sp, tp = random_batch(model)
     outputs = {}
@@ -65,7 +64,7 @@ def test_recorded_weights_reproduce_every_module_output(model):
         assert torch.allclose(per_head.sum(1) + module.out_proj.bias, outputs[name], atol=1e-5)
 
 
-def test_masks_in_trace(model):
+def test_masks_in_trace(model, random_batch):
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model) as trace:
         model(src, tgt, sp, tp)
@@ -84,10 +83,11 @@ def test_masks_in_trace(model):
 
 
 def test_all_padding_source_gives_zeros_not_nan(model):
-    src = torch.zeros(2, 5, dtype=torch.long)
+    pad_id = model.config.pad_id
+    src = torch.full((2, 5), pad_id, dtype=torch.long)
     src[0] = torch.arange(3, 8)
     tgt = torch.randint(3, 19, (2, 3))
-    pad = src == 0
+    pad = src == pad_id
     fast = model(src, tgt, pad)
     with attnviz.record(model) as trace:
         slow = model(src, tgt, pad)
@@ -123,7 +123,7 @@ def test_bad_ids_get_clear_errors(model):
         model(torch.randint(3, 20, (1, 201)), tgt)
 
 
-def test_options_change_the_structure():
+def test_options_change_the_structure(make_model):
     tied = make_model(src_vocab_size=19, share_embeddings=True, tie_output=True)
     assert tied.src_embed is tied.tgt_embed
     assert tied.generator.weight is tied.tgt_embed.weight
@@ -152,7 +152,7 @@ def test_positional_encoding_matches_the_paper():
     )
 
 
-def test_every_parameter_gets_a_gradient():
+def test_every_parameter_gets_a_gradient(make_model, random_batch):
     model = make_model(norm_first=True, final_norm=True).train()
     src, tgt, sp, tp = random_batch(model)
     model(src, tgt, sp, tp).logsumexp(-1).mean().backward()

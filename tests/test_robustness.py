@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import attnviz
 from attnviz.app import session
-from tests.conftest import MODELS
 
 ODD = [
     "",
@@ -31,8 +30,8 @@ SETTINGS = settings(
 
 
 @pytest.fixture(scope="module")
-def ckpts():
-    return [attnviz.load_checkpoint(MODELS / n) for n in ("reverse", "translate")]
+def ckpts(models_dir):
+    return [attnviz.load_checkpoint(models_dir / n) for n in ("reverse", "translate")]
 
 
 @given(text=st.text(max_size=60))
@@ -66,8 +65,8 @@ def test_odd_inputs_give_a_message_or_a_result(ckpts, text):
 
 @given(text=st.text(max_size=40))
 @SETTINGS
-def test_random_unicode_through_the_app_session(text):
-    state = session.new_state(str(MODELS / "reverse"))
+def test_random_unicode_through_the_app_session(models_dir, text):
+    state = session.new_state(str(models_dir / "reverse"))
     view = session.start(state, text)
     view = session.step(view.state)
     assert view.state is not None
