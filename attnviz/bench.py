@@ -351,3 +351,152 @@ def table(result: dict) -> str:
             f"| {r['name']} | {r['value']:.2f} {r['unit']} | {r['target']} | {met} | {r['detail']} |"
         )
     return "\n".join(lines)
+
+
+# -- what a browser user waits for ----------------------------------------------------------------
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+# Click `sel` (or run `act`), then resolve with the ms until the output box reads `output`
+# and the page has drawn step `step` (checked each animation frame, so paint is included).
+_CLICK = """async ([sel, step, output, act]) => {
+  const box = document.querySelector('#output-text textarea');
+  const t0 = performance.now();
+  if (act === 'scrub') {
+    const r = document.querySelector('#step-slider input[type=range]');
+    r.value = String(step); r.dispatchEvent(new Event('input', {bubbles: true}));
+    r.dispatchEvent(new Event('change', {bubbles: true}));
+    r.dispatchEvent(new PointerEvent('pointerup', {bubbles: true}));
+  } else if (act) {
+    const s = document.querySelector(sel); s.value = act;
+    s.dispatchEvent(new Event('change', {bubbles: true}));
+  } else document.querySelector(sel).click();
+  return await new Promise((res, rej) => {
+    const until = t0 + 20000;
+    const check = () => {
+      const d = window.AttnViz.drawn;
+      if (box.value === output && d.step === step && d.t >= t0) res(performance.now() - t0);
+      else if (performance.now() > until) rej(new Error('not redrawn: ' + box.value + ' ' + d.step));
+      else requestAnimationFrame(check);
+    };
+    requestAnimationFrame(check);
+  });
+}"""
+_BYTES = """() => performance.getEntriesByType('resource')
+  .filter(e => e.name.includes('/run/predict') || e.name.includes('/queue/data'))
+  .map(e => e.encodedBodySize || e.transferSize || 0)"""
+
+
+def opus_shaped_checkpoint(folder: Path) -> Path:
+    """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
+    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
+    import string
+
+    from .checkpoint import save_checkpoint
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
+    cfg = ModelConfig(len(tok), len(tok), d_model=512, n_heads=8, n_encoder_layers=6,
+                      n_decoder_layers=6, d_ff=2048, dropout=0.0, max_len=256)  # fmt: skip
+    torch.manual_seed(0)
+    return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
+
+
+def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:
+    """Step ``steps`` times, then Back, scrub and layer/head changes; ms per action."""
+    from .app import session
+
+    page.goto(url)
+    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')", timeout=60_000)  # fmt: skip
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    page.locator("#input-text textarea").fill(text)
+    ref = session.run(session.start(session.new_state(model), text).state)
+    outs = [ref.output[:0]] + [
+        session.goto(ref.state, i).output for i in range(1, len(ref.state.tokens) + 1)
+    ]
+    steps = min(steps, len(ref.state.tokens))
+    times: dict[str, list[float]] = {"step": [], "back": [], "scrub": [], "layer/head": []}
+    sizes: list[int] = []
+    page.evaluate("() => performance.clearResourceTimings()")
+    for i in range(1, steps + 1):
+        times["step"].append(page.evaluate(_CLICK, ["#step-btn", i, outs[i], None]))
+        sizes += page.evaluate(_BYTES)
+        page.evaluate("() => performance.clearResourceTimings()")
+    first_step = times["step"].pop(0)  # starts the input: encoder rows, not a step's
+    for i in range(steps - 1, max(steps - 11, 0), -1):
+        times["back"].append(page.evaluate(_CLICK, ["#back-btn", i, outs[i], None]))
+    for i in [steps, 1, steps // 2, steps - 1, 2, steps] * 2:
+        if i != page.evaluate("() => window.AttnViz.drawn.step"):
+            times["scrub"].append(page.evaluate(_CLICK, [None, i, outs[i], "scrub"]))
+    here = page.evaluate("() => window.AttnViz.drawn.step")
+    for sel, values in (("#heatmap-cross .av-headsel", ["H0", "all heads", "mean", "H1"]),
+                        ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"]),
+                        ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
+        for v in values:
+            times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
+    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step]}
+
+
+def bench_browser(quick: bool) -> list[Row]:
+    """Click -> redrawn medians in headless Chromium (Step, Back, scrub, layer/head), and the
+    bytes the page receives per Step, on models/reverse (20 chars) and an opus-mt-shaped
+    random model (60 chars)."""
+    import shutil
+    import tempfile
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return [Row("browser rows", float("nan"), "ms", "-", None, "skipped: playwright is not installed")]  # fmt: skip
+    if not CHROMIUM.exists():
+        return [Row("browser rows", float("nan"), "ms", "-", None, f"skipped: no {CHROMIUM}")]
+    from .app import ui
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        reverse = Path(tmp) / "reverse"  # a copy: a training run rewriting models/ can't interfere
+        if (MODELS / "reverse" / "model.safetensors").is_file():
+            shutil.copytree(MODELS / "reverse", reverse)
+        cases = [("models/reverse, 20 chars", reverse, "abcdefghijklmnopqrst", 100, 200),
+                 ("opus-mt-shaped random model, 60 chars",
+                  opus_shaped_checkpoint(Path(tmp) / "opus-shaped"),
+                  "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500)]  # fmt: skip
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
+            for name, model, text, target, must in cases:
+                if not (Path(model) / "model.safetensors").is_file():
+                    continue
+                demo = ui.build_app(str(model), "cpu")
+                demo.queue(default_concurrency_limit=2)
+                port = _free_port()
+                demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
+                try:
+                    ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
+                    page = ctx.new_page()
+                    got = _browser_case(
+                        page, f"http://127.0.0.1:{port}/", str(model), text, 12 if quick else 40
+                    )
+                    ctx.close()
+                finally:
+                    demo.close()
+                for action in ("step", "back", "scrub", "layer/head"):
+                    t = statistics.median(got[action])
+                    rows.append(Row(f"browser click -> redrawn: {action}, {name}", t, "ms",
+                                    f"<= {target} (must <= {must})", t <= target,
+                                    f"max {max(got[action]):.0f} ms over {len(got[action])}"))  # fmt: skip
+                b = got["bytes"]
+                rows.append(Row(f"browser bytes per Step, {name}", statistics.median(b) / 1024, "KB",
+                                "grows with one row per layer & head", None,
+                                f"first Step (encoder rows too) {got['first'][0]:.0f} ms; "
+                                f"per Step {min(b) / 1024:.1f}-{max(b) / 1024:.1f} KB"))  # fmt: skip
+            browser.close()
+    return rows
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

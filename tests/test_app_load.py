@@ -30,13 +30,12 @@ gradio_client = pytest.importorskip("gradio_client")
 
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.app import ui  # noqa: E402
-from attnviz.app.state import _STEP_LOCK, _STEPPERS  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from attnviz.app.decoders import DECODERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = str(ROOT / "models" / "reverse")
 RESULT = ROOT / "assets" / "load_test.json"
-OUTPUT, INFO = 0, 4  # positions in a decoding event's outputs (the state is not sent)
+OUTPUT, PAYLOAD = 0, 3  # positions in a decoding event's outputs (the state is not sent)
 SESSIONS, CALLS, SEED = 16, 50, 1234
 
 
@@ -52,7 +51,7 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def app_process(log: Path):
+def app_process(log: Path, free_port):
     """``attnviz app`` in a subprocess on a free port; yields (URL, pid) once it accepts."""
     port = free_port()
     code = "import sys; from attnviz.app import ui; sys.exit(ui.main(sys.argv[1:]))"
@@ -82,7 +81,7 @@ def app_process(log: Path):
             proc.wait()
 
 
-def serve(**build):
+def serve(free_port, **build):
     demo = ui.build_app(REVERSE, "cpu", **build)
     demo.queue(default_concurrency_limit=2)  # as `attnviz app` does
     port = free_port()
@@ -121,19 +120,19 @@ def session(url: str, text: str, expected: str, barrier: threading.Barrier) -> d
 
     out = call("start", text)
     step = 0
-    if out is not None and (out[OUTPUT], out[INFO]["step"]) != ("", 0):
-        mismatches.append(("start", out[OUTPUT], out[INFO]["step"]))
+    if out is not None and (out[OUTPUT], out[PAYLOAD]["info"]["step"]) != ("", 0):
+        mismatches.append(("start", out[OUTPUT], out[PAYLOAD]["info"]["step"]))
     for i, action in enumerate(actions()):
         out = call(action, text) if action == "step" else call(action)
         step = min(step + 1, total) if action == "step" else max(step - 1, 0)
         if out is None:
             continue
-        info = out[INFO]
+        info = out[PAYLOAD]["info"]
         got = (out[OUTPUT], info["step"], info["done"])
         want = (expected[:step], step, step == total)
         if got != want:
             mismatches.append((i, action, got, want))
-    final = None if out is None else (out[OUTPUT], out[INFO]["done"], out[INFO].get("newest"))
+    final = None if out is None else (out[OUTPUT], out[PAYLOAD]["info"]["done"], out[PAYLOAD]["info"].get("newest"))
     return dict(
         text=text,
         latencies=latencies,
@@ -146,12 +145,12 @@ def session(url: str, text: str, expected: str, barrier: threading.Barrier) -> d
 
 
 @pytest.mark.slow
-def test_sixteen_sessions_at_once(tmp_path):
+def test_sixteen_sessions_at_once(tmp_path, free_port):
     texts = inputs()
     assert len(set(texts)) == SESSIONS and {len(t) for t in texts} >= {3, 20}
     ckpt = attnviz.load_checkpoint(REVERSE)
     expected = {t: ckpt.predict(t) for t in texts}
-    with app_process(tmp_path / "app.log") as (url, pid):
+    with app_process(tmp_path / "app.log", free_port) as (url, pid):
         barrier = threading.Barrier(SESSIONS)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(SESSIONS) as pool:
@@ -185,29 +184,25 @@ def test_sixteen_sessions_at_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_abandoned_session_is_freed():
-    demo, url = serve(session_ttl_s=1.5)
+def test_abandoned_session_is_freed(free_port):
+    demo, url = serve(free_port, session_ttl_s=1.5)
     try:
-        with _STEP_LOCK:
-            before = set(_STEPPERS)
+        before = DECODERS.sessions()
         client = gradio_client.Client(url, verbose=False)
         client.predict("abcd", api_name="/start")
         client.predict("abcd", api_name="/step")
         out = client.predict("abcd", api_name="/step")
-        assert (out[OUTPUT], out[INFO]["step"]) == ("dc", 2)
-        with _STEP_LOCK:
-            mine = set(_STEPPERS) - before
+        assert (out[OUTPUT], out[PAYLOAD]["info"]["step"]) == ("dc", 2)
+        mine = DECODERS.sessions() - before
         assert len(mine) == 1  # this session's stepper
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            with _STEP_LOCK:
-                if not mine & set(_STEPPERS):
-                    break
+            if not mine & DECODERS.sessions():
+                break
             time.sleep(0.2)
-        with _STEP_LOCK:
-            assert not mine & set(_STEPPERS), "the expired session's stepper was not freed"
+        assert not mine & DECODERS.sessions(), "the expired session's decoder was not freed"
         # the state went with it: Back now acts on a fresh state, not on step 2
         back = client.predict(api_name="/back")
-        assert (back[OUTPUT], back[INFO]["step"]) == ("", 0)
+        assert (back[OUTPUT], back[PAYLOAD]["info"]["step"]) == ("", 0)
     finally:
         demo.close()

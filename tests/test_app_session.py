@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.app import labs, models, panels, session, state
-from attnviz.tokenizer import EOS
+from attnviz.app import labs, panels, session, store, views
+from attnviz.app.decoders import DECODERS, DecoderCache
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 REVERSE = str(MODELS / "reverse")
+EOS = 2  # the built-in models' end id (ckpt.config.eos_id)
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_step_to_eos_reverses_helloworld(fresh):
     assert s.tokens[-1] == EOS and s.step == len("helloworld") + 1
     assert outputs[:3] == ["d", "dl", "dlr"]  # one token per step
     assert view.info["done"] and view.info["newest"] == "<eos>"
-    assert "newest" in view.output_html and "Done" in view.message
+    assert view.payload["tokens"][-1] == "<eos>" and "Done" in view.message
     again = session.step(s)  # past EOS: refused with a message, state kept
     assert again.state == s and "complete" in again.message
 
@@ -91,8 +92,8 @@ def test_back_reset_goto_and_replay(done):
 
 def test_rebuilt_stepper_gives_the_same_view(done):
     before = session.goto(done, 4)
-    with state._STEP_LOCK:
-        state._STEPPERS.pop(done.sid)  # evicted (or another worker): rebuilt by forcing
+    DECODERS.forget(done.sid)  # evicted (or another worker): rebuilt by forcing
+    assert done.sid not in DECODERS.sessions()
     after = session.goto(done, 4)
     for kind in ("decoder_self", "cross"):
         a, b = before.figures[kind].data[0].z, after.figures[kind].data[0].z
@@ -114,8 +115,8 @@ def test_input_problems_come_back_as_messages(fresh):
     nothing = session.step(fresh)
     assert "type an input" in nothing.message
     unk = session.step(fresh, "heLLo")
-    assert unk.state.unknown == ["L"] and "<unk>" in unk.message
-    assert unk.source_html.count('class="tok unk"') == 2
+    assert unk.state.unknown == ["L"] and "&lt;unk&gt;" in unk.message
+    assert unk.payload["unk"] == [2, 3] and unk.payload["src"][2] == "<unk>"
     longer = session.start(fresh, "abcdefghijklmnopqrstuvwxyz")  # trained on lengths 1-20
     assert "longer than anything" in longer.message
 
@@ -146,7 +147,7 @@ def test_mask_lab_toggles_change_weights_and_report_output(done):
     diff = np.asarray(plain.figures[0].data[-1].z, float)
     assert np.nanmax(np.abs(diff)) == 0 and "nothing is changed" in plain.message
     causal = labs.mask_lab(done, causal_off=True)
-    assert "Causal mask off" in causal.message and "accuracy 1.000 →" in causal.message
+    assert "Causal mask off" in causal.message and "correct outputs): 1.000 →" in causal.message
     assert np.nanmax(np.abs(np.asarray(causal.figures[0].data[-1].z, float))) > 0.01
     assert "Decoder masked self-attention" in causal.figures[0].layout.title.text
     padding = labs.mask_lab(done, padding_off=True)
@@ -194,10 +195,10 @@ def test_health_playback_and_exports(done):
 
 # -- models and uploads --------------------------------------------------------------------------
 def test_models_are_shared_and_listed():
-    assert models.get_checkpoint(REVERSE) is models.get_checkpoint(REVERSE)
-    assert "reverse" in models.shipped_models()
-    assert models.resolve_device("auto") in ("cpu", "cuda")
-    assert "helloworld" in models.examples_for("reverse")
+    assert store.get_checkpoint(REVERSE) is store.get_checkpoint(REVERSE)
+    assert "reverse" in store.shipped_models()
+    assert store.resolve_device("auto") in ("cpu", "cuda")
+    assert "helloworld" in store.examples_for("reverse")
 
 
 def _zip(tmp_path, files: dict[str, bytes]) -> str:
@@ -255,7 +256,7 @@ def test_session_layer_does_not_import_gradio():
 def test_encrypted_zip_upload_is_refused_and_cleaned_up(fresh, tmp_path):
     import zipfile
 
-    from attnviz.app import models as app_models
+    from attnviz.app import store as app_store
 
     bad = tmp_path / "enc.zip"
     with zipfile.ZipFile(bad, "w") as z:
@@ -268,13 +269,13 @@ def test_encrypted_zip_upload_is_refused_and_cleaned_up(fresh, tmp_path):
     bad.write_bytes(bytes(data))
     view = session.upload_model(fresh, [str(bad)])
     assert view.message and "could not unpack" in view.message
-    uploads = app_models.private_dir("uploads")
+    uploads = app_store.private_dir("uploads")
     assert not list(uploads.glob("incoming-*"))
     assert uploads.stat().st_mode & 0o077 == 0  # private to this user
 
 
 def test_caches_are_bounded():
-    from attnviz.app.models import LRU
+    from attnviz.app.store import LRU
 
     cache = LRU(2)
     cache.put("a", 1)
@@ -286,7 +287,7 @@ def test_caches_are_bounded():
 
 
 def _reverse_files() -> dict[str, bytes]:
-    folder = models.MODELS_DIR / "reverse"
+    folder = store.MODELS_DIR / "reverse"
     return {n: (folder / n).read_bytes() for n in ("model.safetensors", "config.json")}
 
 
@@ -302,7 +303,7 @@ def test_zip_path_traversal_is_flattened_never_followed(fresh, tmp_path):
 
 
 def test_zip_bomb_is_refused_before_unpacking(fresh, tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "MAX_UPLOAD_BYTES", 1 << 20)
+    monkeypatch.setattr(store, "MAX_UPLOAD_BYTES", 1 << 20)
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("model.safetensors", b"\0" * (4 << 20))  # 4 MB of zeros, a few KB packed
@@ -314,14 +315,14 @@ def test_zip_bomb_is_refused_before_unpacking(fresh, tmp_path, monkeypatch):
 def test_word_level_translate_model_steps_to_its_prediction():
     import attnviz
 
-    path = str(models.MODELS_DIR / "translate")
+    path = str(store.MODELS_DIR / "translate")
     text = "the big dog sees a small cat quickly with my friend"
     view = session.run(session.start(session.new_state(path), text).state)
     assert not view.message or "error" not in view.message.lower()
     expected = attnviz.load_checkpoint(path).predict(text)
     assert view.state.tokens and view.state.tokens[-1] == EOS
     words = " ".join(
-        models.get_checkpoint(path).tgt_tokenizer.token(t) for t in view.state.tokens[:-1]
+        store.get_checkpoint(path).tgt_tokenizer.token(t) for t in view.state.tokens[:-1]
     )
     assert words == expected
     odd = session.start(session.new_state(path), "the zebra sees a cat")
@@ -333,7 +334,7 @@ def test_a_rewritten_checkpoint_restarts_decoding(tmp_path):
     import shutil
 
     folder = tmp_path / "ck"
-    shutil.copytree(models.MODELS_DIR / "reverse", folder)
+    shutil.copytree(store.MODELS_DIR / "reverse", folder)
     done = session.run(session.start(session.new_state(str(folder)), "abc").state).state
     assert len(done.tokens) == 4
     weights = folder / "model.safetensors"
@@ -342,6 +343,117 @@ def test_a_rewritten_checkpoint_restarts_decoding(tmp_path):
     view = session.back(done)  # any action notices first
     assert "changed on disk" in view.message
     assert view.state.tokens == [] and view.state.step == 0
-    assert view.state.version == models.version_of(str(folder))
+    assert view.state.version == store.version_of(str(folder))
     again = session.step(view.state)
     assert not again.message and again.state.tokens == done.tokens[:1]
+
+
+# -- what the page is sent ----------------------------------------------------------------------
+def _rows(payload, kind, layer=0):
+    data = views.base64.b64decode(payload["rows"][kind][layer]["w"])
+    return np.frombuffer(data, "<f4")
+
+
+def test_payload_sends_only_what_the_page_lacks(fresh):
+    first = session.step(fresh, "helloworld")
+    p = first.payload
+    assert p["full"] and p["from"] == 0 and p["n"] == 1 and len(p["encoder"]) == 2
+    assert first.state.page_rows == 1
+    sizes = []
+    s = first.state
+    for _ in range(5):
+        view = session.step(s)
+        s = view.state
+        assert not view.payload["full"] and view.payload["from"] == s.step - 1
+        assert "encoder" not in view.payload
+        # one new query row per layer and head: H * (step) decoder keys, H * Ts cross keys
+        assert _rows(view.payload, "decoder_self").size == 4 * s.step
+        assert _rows(view.payload, "cross").size == 4 * 10
+        sizes.append(views.json_size(view.payload))
+    assert max(sizes) < 3000 and max(sizes) - min(sizes) < 600  # grows by a row, not a matrix
+    back = session.back(s)
+    assert "rows" not in back.payload or not back.payload["rows"]
+    assert views.json_size(back.payload) < 800  # Back and scrub send no weights at all
+    reset = session.reset(s)
+    assert reset.payload["n"] == 0 and reset.state.page_rows == 0
+
+
+def test_payload_rows_are_the_recorded_weights_and_masks(done):
+    view = session.goto(dataclasses.replace(done, page_rows=-1), 6)
+    p = view.payload
+    figs = session.figures(view.state)
+    ckpt = store.get_checkpoint(REVERSE)
+    stepper_trace = attnviz_trace(view.state)
+    n = len(done.tokens)
+    w = _rows(p, "cross", 1).reshape(n, 4, 10)  # [rows, H, Ts]
+    np.testing.assert_array_equal(w.transpose(1, 0, 2), stepper_trace.numpy("cross", 1)[0])
+    dec = _rows(p, "decoder_self", 0)
+    row5 = dec[4 * sum(range(1, 6)) : 4 * sum(range(1, 7))].reshape(4, 6)  # row 5: keys 0..5
+    np.testing.assert_array_equal(row5, stepper_trace.numpy("decoder_self", 0)[0, :, 5, :6])
+    bits = p["rows"]["decoder_self"][0]["m"]
+    assert len(bits) == sum(range(1, n + 1)) and set(bits) == {"0"}  # the past is never blocked
+    assert stepper_trace.numpy("decoder_self", 0, "mask")[0, 0].sum() == n * (n - 1) // 2
+    enc = np.frombuffer(views.base64.b64decode(p["encoder"][1]["w"]), "<f4").reshape(4, 10, 10)
+    np.testing.assert_array_equal(enc, stepper_trace.numpy("encoder_self", 1)[0])
+    assert figs["cross"].data[0].z is not None and ckpt.task == "reverse"
+
+
+def attnviz_trace(state):
+    from attnviz.app.decoders import DECODERS
+
+    ckpt = store.get_checkpoint(REVERSE)
+    with DECODERS.hold(state, ckpt, state.version) as stepper:
+        return stepper.trace()
+
+
+def test_refused_new_input_clears_the_view(done):
+    view = session.step(done, "a" * 300)
+    assert "at most" in view.message and "Ready" not in view.message
+    assert not view.state.started and view.output == "" and not view.payload["started"]
+
+
+def test_messages_escape_and_show_whitespace(fresh):
+    view = session.start(fresh, "ab <&> c\n")
+    assert "<code>␣</code>" in view.message and "<code>&lt;</code>" in view.message
+    assert "<code>⏎</code>" in view.message and "&amp;lt;" not in view.message
+
+
+def test_stopping_at_the_length_limit_is_said(done):
+    limited = dataclasses.replace(done, max_steps=3, tokens=done.tokens[:3], step=3)
+    view = session.goto(limited, 3)
+    assert "length limit" in view.message and "Done" not in view.message
+
+
+def test_beam_runs_on_the_given_text(done):
+    out = session.beam(done, text="abc")
+    assert "“abc”" in out and "<b>cba</b>" in out
+
+
+def test_expected_output_for_built_in_tasks(fresh):
+    view = session.step(fresh, "abc")
+    assert view.payload["expected"] == ["c", "b", "a", "<eos>"]
+
+
+def test_decoder_cache_is_bounded_and_forgets():
+    cache = DecoderCache(maxsize=2)
+    ckpt = store.get_checkpoint(REVERSE)
+    states = [session.start(session.new_state(REVERSE), t).state for t in ("ab", "cd", "ef")]
+    for s in states:
+        with cache.hold(s, ckpt, s.version) as stepper:
+            stepper.step()
+    assert len(cache) == 2 and states[0].sid not in cache.sessions()
+    cache.forget(states[2].sid)
+    assert cache.sessions() == {states[1].sid}
+
+
+def test_uploads_are_named_by_their_file(fresh, tmp_path):
+    files = {f"reverse/{n}": (MODELS / "reverse" / n).read_bytes()
+             for n in ("model.safetensors", "config.json")}  # fmt: skip
+    path = tmp_path / "my-model.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    view = session.upload_model(fresh, [str(path)])
+    assert store.model_name(view.state.model).startswith("my-model")
+    assert store.model_name(view.state.model) in store.menu()
+    assert store.resolve_model(store.model_name(view.state.model)) == view.state.model

@@ -14,18 +14,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
 from .. import analysis, plots
-from ..analysis import masking
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
 from ..plots import KIND_TITLES
-from ..record import DropMask
-from ..tasks import TASKS, get_task
-from ..tokenizer import BOS
-from . import figures, models
-from .state import SessionState, checkpoint, head_label, head_weights, layer_index
+from . import figures, store
+from .state import (
+    SessionState,
+    checkpoint,
+    head_label,
+    head_weights,
+    layer_index,
+)
 
 #: One sentence per mask-lab toggle, for someone learning.
 EXPLAIN = {
@@ -83,19 +84,6 @@ def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:
 
 
 # -- mask lab -----------------------------------------------------------------------------------
-def companion(ckpt: Checkpoint, text: str) -> str:
-    """A second input that makes a padded batch with ``text`` (longer when possible)."""
-    n = len(ckpt.src_tokenizer.split(text))
-    task = get_task(ckpt.task) if ckpt.task in TASKS else None
-    if task is not None:
-        longest = task.lengths.stop - 1
-        length = min(n + 4, longest) if n < longest else max(task.lengths.start, n - 4)
-        if length != n:
-            return task.examples("test", 1, seed=3, length=length)[0].src
-    sep = " " if ckpt.src_tokenizer.kind == "word" else ""
-    return sep.join([text, text]) if 2 * n <= ckpt.config.max_len else text[: max(1, n // 2)]
-
-
 def mask_lab(
     state: SessionState,
     causal_off: bool = False,
@@ -107,10 +95,12 @@ def mask_lab(
 ) -> LabView:
     """Weights before / after / difference and the output change when masks change.
 
+    A thin view over :func:`attnviz.analysis.mask_lab` (the input and a companion input of
+    another length run as one padded batch, masks as trained vs changed).
+
     Args:
         causal_off: drop the decoder's causal mask (greedy output recomputed without cache).
-        padding_off: drop the padding masks; the input runs in a batch with a companion
-            input of another length (see :func:`companion`) so there is padding to unmask.
+        padding_off: drop the padding masks.
         blocked: source positions of the input to block (ints or ``"3: x"`` labels).
         kind: attention kind shown (``"auto"``: the one the change acts on).
         layer, head: which layer (default last) and ``"mean"`` or ``"H<h>"``.
@@ -120,79 +110,57 @@ def mask_lab(
     """
     try:
         ckpt = _started(state)
-        positions = [int(str(b).split(":")[0]) for b in blocked or ()]
-        text = state.text
-        texts = [text, companion(ckpt, text)]
-        targets = ckpt.predict_batch(texts)  # teacher-force the model's own outputs
-        edits = [DropMask("causal")] * causal_off + [DropMask("padding")] * padding_off
-        src_len = [len(ckpt.encode_source(t).ids) for t in texts]
-        width = max(src_len)
-        block = None
-        if positions:
-            bad = [p for p in positions if not 0 <= p < src_len[0]]
-            if bad:
-                raise InputError(f"source positions to block must be in 0..{src_len[0] - 1}")
-            block = torch.zeros(2, width, dtype=torch.bool, device=ckpt.device)
-            block[0, positions] = True
-        exp = masking.experiment(  # one run for any mix of the three changes
-            "mask lab", ckpt, texts, targets, edits, blocked=block, recompute=causal_off
+        try:
+            positions = [int(str(b).split(":")[0]) for b in blocked or ()]
+        except ValueError:
+            raise InputError(f"not a source position: {list(blocked)!r}") from None
+        lab = analysis.mask_lab(
+            ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions
         )
     except AttnvizError as exc:
         return _error(exc, 2)
-    row = 1 if padding_off and src_len[0] == width and src_len[1] < width else 0
+    exp = lab.experiment
     if kind == "auto":
         kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
     layers = exp.before.trace.layers(kind)
     # a layer chosen for another kind may not exist here: clip rather than refuse
     layer = layers[-1] if layer in (None, "") else int(str(layer).lstrip("L"))
     layer = int(np.clip(layer, 0, layers[-1]))
-    fig, tgt_len, padded = _mask_figure(ckpt, exp, texts, targets, row, kind, layer, head, width)
-    pos = min(state.step, tgt_len - 1)
-    p0, p1 = exp.before.probs[row, pos], exp.after.probs[row, pos]  # [V] each
-    ids = figures.top_ids(p0, p1, k=8)
-    tok = ckpt.tgt_tokenizer
-    probs = figures.paired_bars(
-        {"masks as trained": p0[ids], "after the change": p1[ids]},
-        [tok.token(i) for i in ids],
-        title=f"next-token distribution at step {pos + 1} (teacher-forced)",
-        horizontal=True,
+    keys, queries = lab.labels(kind)
+    (w0, m0), (w1, m1) = lab.view("before", kind, layer), lab.view("after", kind, layer)
+    title = (
+        f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)} · "
+        f"input “{html.escape(lab.texts[lab.row])}”"
     )
-    message = _mask_message(exp, texts, row, causal_off, padding_off, positions)
-    return LabView([fig, probs], message + ("  \n" + PADDED_ROWS if padded else ""))
-
-
-def _mask_figure(ckpt, exp, texts, targets, row, kind, layer, head, width):
-    src = [ckpt.encode_source(t).pieces for t in texts]
-    tok = ckpt.tgt_tokenizer
-    tgt = [[tok.token(BOS), *(tok.token(i) for i in tok.encode(t).ids)] for t in targets]
-    t_width = exp.before.trace.weights("cross", 0).shape[2]  # teacher-forced rows, padded
-    src_lab = src[row] + ["<pad>"] * (width - len(src[row]))
-    tgt_lab = tgt[row] + ["<pad>"] * (t_width - len(tgt[row]))
-    keys, queries = {
-        "encoder_self": (src_lab, src_lab),
-        "decoder_self": (tgt_lab, tgt_lab),
-        "cross": (src_lab, tgt_lab),
-    }[kind]
-    q_pad = np.array([q == "<pad>" for q in queries])[:, None]  # [Tq, 1]
-    panels = []
-    for run in (exp.before, exp.after):
-        w = head_weights(run.trace.numpy(kind, layer)[row], head)  # [Tq, Tk]
-        m = run.trace.numpy(kind, layer, "mask")[row, 0].astype(bool) | q_pad  # [Tq, Tk]
-        panels.append((w, m))
-    title = f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)} · input “{html.escape(texts[row])}”"
     fig = plots.mask_comparison(
-        np.where(panels[0][1], 0, panels[0][0]),
-        np.where(panels[1][1], 0, panels[1][0]),
+        np.where(m0, 0, head_weights(w0, head)),
+        np.where(m1, 0, head_weights(w1, head)),
         keys,
         queries,
         title=title,
-        before_mask=panels[0][1],
-        after_mask=panels[1][1],
+        before_mask=m0,
+        after_mask=m1,
     )
-    return fig, len(tgt[row]), bool(q_pad.any())
+    row = lab.row
+    tgt_len = len(lab.tgt_pieces[row])
+    pos = int(np.clip(state.step - 1 if state.step else 0, 0, tgt_len - 1))
+    p0, p1 = exp.before.probs[row, pos], exp.after.probs[row, pos]  # [V] each
+    ids = figures.top_ids(p0, p1, k=8)
+    tok = ckpt.tgt_tokenizer
+    after = lab.tgt_pieces[row][pos]
+    probs = figures.paired_bars(
+        {"masks as trained": p0[ids], "after the change": p1[ids]},
+        [tok.token(i) for i in ids],
+        title=f"next-token distribution at step {pos + 1} (after “{html.escape(after)}”, "
+        "teacher-forced)",
+        horizontal=True,
+    )
+    message = _mask_message(lab, causal_off, padding_off, positions, pos)
+    return LabView([fig, probs], message + ("  \n" + PADDED_ROWS if lab.padded_rows else ""))
 
 
-def _mask_message(exp, texts, row, causal_off, padding_off, positions) -> str:
+def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:
+    exp = lab.experiment
     lines = []
     if causal_off:
         lines.append(EXPLAIN["causal"])
@@ -202,7 +170,7 @@ def _mask_message(exp, texts, row, causal_off, padding_off, positions) -> str:
         lines.append(EXPLAIN["block"] + f" Blocked positions: {', '.join(map(str, positions))}.")
     if not lines:
         lines.append("Tick a toggle or choose source tokens to block: nothing is changed yet.")
-    for i, t in enumerate(texts):
+    for i, t in enumerate(lab.texts):
         b, a = exp.before.outputs[i], exp.after.outputs[i]
         who = "your input" if i == 0 else "the companion input"
         change = "unchanged" if a == b else "**changed**"
@@ -210,10 +178,13 @@ def _mask_message(exp, texts, row, causal_off, padding_off, positions) -> str:
             f"Output for {who} “{html.escape(t)}”: “{html.escape(b)}” → “{html.escape(a)}” "
             f"({change})"
         )
+    p0 = exp.before.probs[lab.row, pos]
+    p1 = exp.after.probs[lab.row, pos]
     lines.append(
-        f"Teacher-forced token accuracy {exp.before.token_acc:.3f} → {exp.after.token_acc:.3f}; "
-        f"largest next-token probability change {exp.max_prob_change:.3f}. "
-        f"The heatmaps show {'the padded companion' if row else 'your input'}."
+        f"{exp.metric[0].upper()}{exp.metric[1:]}: {exp.before.token_acc:.3f} → "
+        f"{exp.after.token_acc:.3f}; largest next-token probability change "
+        f"{exp.max_prob_change:.3f} over all steps, {float(np.abs(p1 - p0).max()):.3f} at "
+        f"step {pos + 1}. The heatmaps show {'the padded companion' if lab.row else 'your input'}."
     )
     return "  \n".join(lines)
 
@@ -257,7 +228,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     """
     try:
         ckpt = _started(state)
-        texts = [state.text, *models.examples_for(ckpt.task, n_inputs - 1)]
+        texts = [state.text, *store.examples_for(ckpt.task, n_inputs - 1)]
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
     except AttnvizError as exc:

@@ -18,23 +18,22 @@ from ..analysis import Inspection
 from ..devices import as_numpy
 from ..errors import AttnvizError, InputError
 from ..snapshots import Snapshots
-from ..tokenizer import BOS
-from . import models
+from . import store
+from .decoders import DECODERS
 from .labs import LabView, _error, _started
 from .state import (
-    _STEP_LOCK,
     SessionState,
     checkpoint,
     has_snapshots,
     head_label,
     head_weights,
     layer_index,
-    synced_stepper,
+    special_ids,
 )
 
 LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
-_HEALTH = models.LRU(16)  # reports by (model, version, device, n)
-_SNAPS = models.LRU(16)  # snapshots by (model, version)
+_HEALTH = store.LRU(16)  # reports by (model, version, device, n)
+_SNAPS = store.LRU(16)  # snapshots by (model, version)
 
 
 # -- health -------------------------------------------------------------------------------------
@@ -47,7 +46,7 @@ def health(state: SessionState, n: int = 100) -> LabView:
     """
     try:
         ckpt = checkpoint(state)
-        key = (state.model, models.version_of(state.model), state.device, n)
+        key = (state.model, store.version_of(state.model), state.device, n)
         rep = _HEALTH.get(key)
         if rep is None:
             rep = analysis.check(ckpt, n=n, ablation_sample=16)
@@ -104,7 +103,7 @@ def playback(
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
     w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
     tok = checkpoint(state).tgt_tokenizer
-    y = [tok.token(BOS), *snaps.probe_tgt][: w.shape[0]]
+    y = [tok.token(special_ids(checkpoint(state))["bos"]), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)
     title = (
         f"cross-attention L{layer} ({which}) at training step {snaps.steps[i]} · "
@@ -127,8 +126,7 @@ def inspection(state: SessionState) -> Inspection:
     if state.step == 0:
         return analysis.inspect_text(ckpt, state.text)
     enc = ckpt.src_tokenizer.encode(state.text)
-    with _STEP_LOCK:
-        stepper = synced_stepper(state, ckpt)
+    with DECODERS.hold(state, ckpt, state.version) as stepper:
         return analysis.export.from_stepper(ckpt, state.text, enc, stepper, upto=state.step)
 
 
@@ -142,7 +140,7 @@ def export(state: SessionState, what: str) -> LabView:
         return _error(InputError(f"export html, json or npz, not {what!r}"), 0)
     try:
         ins = inspection(state)
-        folder = Path(tempfile.mkdtemp(prefix="export-", dir=models.private_dir("exports")))
+        folder = Path(tempfile.mkdtemp(prefix="export-", dir=store.private_dir("exports")))
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
         path = folder / f"attnviz-{name}-step{len(ins.out_ids)}.{what}"
         if what == "html":

@@ -1,32 +1,22 @@
-"""Per-user state of the app and the shared server-side caches behind it (no gradio).
+"""Per-user state of the app and the small questions asked of it (no gradio, no tensors).
 
 A :class:`SessionState` is small and deep-copyable (paths, ids, the step shown, view choices),
 never a model or a tensor: the model comes from the process-wide cache in
-:mod:`attnviz.app.models`. Step-through decoding keeps a :class:`~attnviz.GreedyStepper` per
-session in a bounded server-side cache (:func:`synced_stepper`); when it is missing or stale
-(evicted, another process, a new checkpoint version) it is rebuilt by forcing the recorded
-tokens, about a millisecond per token, with the same attention (eval mode is deterministic).
+:mod:`attnviz.app.store` and the decoder from :mod:`attnviz.app.decoders`.
 """
 
 from __future__ import annotations
 
 import html
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-import torch
-
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper
 from ..errors import InputError
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS
-from ..tokenizer import BOS, EOS
-from . import models
+from . import store
 
 HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...
 
@@ -56,8 +46,10 @@ def head_weights(w, head: str):
     return w.mean(0) if not str(head).startswith("H") else w[int(str(head)[1:])]
 
 
-FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
-MAX_STEPPERS = 64
+def special_ids(ckpt: Checkpoint) -> dict[str, int]:
+    """``{"pad", "bos", "eos", "unk"}``: the special ids of a checkpoint's model config."""
+    cfg = ckpt.config
+    return {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
 
 
 @dataclass
@@ -66,7 +58,7 @@ class SessionState:
 
     Attributes:
         model: checkpoint folder (shipped or uploaded); device: where it runs.
-        sid: session id keying the server-side stepper cache ("" until the first start).
+        sid: session id keying the server-side decoder ("" until the first start).
         text, src_ids, src_pieces, unknown: the input and its encoding (``[Ts]`` each).
         tokens: output ids produced so far (BOS excluded); ``step`` of them are shown, the
             rest are kept so stepping forward again after Back is free.
@@ -74,9 +66,12 @@ class SessionState:
         version: the checkpoint file's version when decoding started (a rewritten file
             restarts decoding: tokens chosen by old weights are not replayed as the new
             model's choices).
+        epoch: counts the decodes this session started; the page keeps one decode's rows.
+        page_rows: decoded rows the page already holds for ``epoch`` (-1: nothing, not even
+            the encoder), so an event sends only what is new.
         view: ``{kind: [layer, head]}`` with head ``"mean"``, ``"all heads"`` or ``"H<h>"``.
         model_kind: the attention kind of the layers x heads model view.
-        top_k: bars in the next-token figure.
+        top_k: bars in the next-token chart.
     """
 
     model: str = ""
@@ -90,6 +85,9 @@ class SessionState:
     step: int = 0
     max_steps: int = 0
     version: int = 0
+    epoch: int = 0
+    page_rows: int = -1
+    eos_id: int = 2
     view: dict[str, list] = field(default_factory=dict)
     model_kind: str = "cross"
     top_k: int = 10
@@ -99,10 +97,16 @@ class SessionState:
         return bool(self.src_ids)
 
     @property
+    def stopped_at_limit(self) -> bool:
+        """Decoding of the shown output ended at the length limit, without EOS."""
+        t = self.tokens[: self.step]
+        return bool(t) and t[-1] != self.eos_id and len(t) >= self.max_steps
+
+    @property
     def done(self) -> bool:
         """The shown output is complete: EOS produced or the length limit reached."""
         t = self.tokens[: self.step]
-        return bool(t) and (t[-1] == EOS or len(t) >= self.max_steps)
+        return bool(t) and (t[-1] == self.eos_id or len(t) >= self.max_steps)
 
 
 @dataclass
@@ -110,28 +114,34 @@ class DecodeView:
     """Everything the step-through page shows for one state.
 
     Attributes:
+        state: the state shown (with ``page_rows`` updated to what ``payload`` brings).
         output: output text so far (EOS not shown).
-        output_html / source_html: tokens as HTML, the newest output token and unknown
-            source pieces marked.
-        message: markdown for the status line (hints, errors, warnings).
+        message: HTML for the status line (hints, errors, warnings), escaped.
         info: JSON-ready ``{"step", "done", "output", "tokens", "newest", "prob", ...}``.
-        figures: ``{name: figure}`` for every name in :data:`FIGURES`.
+        payload: what the page draws from (see :func:`attnviz.app.views.payload`): the
+            rows the page lacks, the step to show, tokens and labels.
     """
 
     state: SessionState
     output: str
-    output_html: str
-    source_html: str
     message: str
     info: dict[str, Any]
-    figures: dict[str, go.Figure]
+    payload: dict[str, Any]
+
+    @property
+    def figures(self) -> dict:
+        """Every view of the state as a plotly figure, built on demand (the page itself draws
+        from :attr:`payload`); see :func:`attnviz.app.session.figures`."""
+        from .session import figures
+
+        return figures(self.state)
 
 
 # -- state creation and the model -----------------------------------------------------------------
 def new_state(model: str | None = None, device: str = "cpu") -> SessionState:
     """A fresh state on ``model`` (a folder; default: the first shipped model)."""
     if model is None:
-        shipped = models.shipped_models()
+        shipped = store.shipped_models()
         model = next(iter(shipped.values()), "")
     return SessionState(model=str(model), device=device)
 
@@ -140,7 +150,7 @@ def checkpoint(state: SessionState) -> Checkpoint:
     """The shared, read-only checkpoint of ``state`` (loaded once per process)."""
     if not state.model:
         raise InputError("no model is loaded: pick a shipped model or upload a checkpoint")
-    return models.get_checkpoint(state.model, state.device)
+    return store.get_checkpoint(state.model, state.device)
 
 
 def layer_count(ckpt: Checkpoint, kind: str) -> int:
@@ -165,29 +175,8 @@ def describe(state: SessionState) -> str:
     acc = (ckpt.meta.get("metrics") or {}).get("val_exact_match")
     acc_text = f" · validation exact match {acc:.3f}" if isinstance(acc, int | float) else ""
     return (
-        f"**{html.escape(ckpt.path.name)}** — task `{task}`: {html.escape(about)}{acc_text}  \n"
+        f"**{html.escape(store.model_name(state.model))}** — task `{task}`: "
+        f"{html.escape(about)}{acc_text}  \n"
         f"{cfg.n_encoder_layers} encoder + {cfg.n_decoder_layers} decoder layers, "
         f"{cfg.n_heads} heads, d_model {cfg.d_model} · running on **{ckpt.device}**"
     )
-
-
-# -- the stepper cache ------------------------------------------------------------------------
-_STEPPERS: OrderedDict[str, tuple[tuple, GreedyStepper]] = OrderedDict()
-_STEP_LOCK = threading.Lock()
-
-
-def synced_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
-    """This session's stepper, holding exactly ``state.tokens`` (call under ``_STEP_LOCK``)."""
-    sig = (state.model, models.version_of(state.model), state.device, tuple(state.src_ids))
-    hit = _STEPPERS.get(state.sid)
-    if hit is not None and hit[0] == sig:
-        stepper = hit[1]
-        _STEPPERS.move_to_end(state.sid)
-    else:
-        src = torch.tensor(state.src_ids, dtype=torch.long)
-        stepper = GreedyStepper(ckpt.model, src, BOS, EOS)
-        _STEPPERS[state.sid] = (sig, stepper)
-        while len(_STEPPERS) > MAX_STEPPERS:
-            _STEPPERS.popitem(last=False)
-    stepper.sync(state.tokens)
-    return stepper

@@ -4,32 +4,29 @@
 endpoints ``start``, ``step``, ``run``, ``back``, ``reset`` drive step-through decoding from
 ``gradio_client`` (``Client(url).predict("helloworld", api_name="/step")``); the per-user
 state lives server-side in ``gr.State``. This is the only module that imports gradio.
+
+The heatmaps are drawn in the page (``assets/viz.js`` on ``<canvas>``): a decoding event
+sends the page only the attention rows it does not hold yet; Back, scrub and layer/head
+changes redraw from what the page holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 from ..errors import AttnvizError
 from ..model import KINDS
-from ..plots import KIND_TITLES
-from . import labs, models, panels, session
-from .state import (
-    _STEP_LOCK,
-    _STEPPERS,
-    FIGURES,
-    SessionState,
-    checkpoint,
-    describe,
-    head_choices,
-    layer_count,
-)
+from . import labs, panels, session, store
+from .decoders import DECODERS
+from .state import SessionState, checkpoint, describe, head_choices
 
-CSS_FILE = models.ASSETS_DIR / "app.css"
+CSS_FILE = store.ASSETS_DIR / "app.css"
+JS_FILE = store.ASSETS_DIR / "viz.js"
 MAX_FILE_SIZE = "200mb"
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
 MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
@@ -39,6 +36,9 @@ SHARE_WARNING = (
     "gradio.live link for as long as it runs: anyone with the link can use it, run the "
     "model on this machine and upload files to it. Stop it with Ctrl+C."
 )
+# Decoding events skip gradio's queue (a queued event costs ~50 ms more round trip); each
+# session's decoder has its own lock, and a Step costs milliseconds of model time.
+FAST = dict(queue=False, show_progress="hidden")
 MODEL_EVENTS = dict(concurrency_id="model", concurrency_limit=2)
 HIDDEN = dict(api_visibility="undocumented")
 INTERNAL = dict(HIDDEN, **MODEL_EVENTS)
@@ -49,40 +49,155 @@ INTRO = (
     "pass. Grey cells are *masked* (blocked by construction); dark purple cells are weights "
     "the model *learned* to be near zero."
 )
+VIZ_TEMPLATE = '<div class="av-root"></div>'
+VIZ_ON_LOAD = """
+window.AttnViz.mount(element);
+if (props.value) window.AttnViz.apply(props.value);
+watch('value', () => window.AttnViz.apply(props.value));
+"""
+UPLOAD_LABEL = (
+    "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
+    "or one .zip of the folder"
+)
+STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
 class Page:
-    """The components of one page and how session results map onto them."""
+    """Every component of the page, declared here, and how session results map onto them."""
 
     def __init__(self, state: SessionState, ttl_s: float = SESSION_TTL_S):
         self.state = gr.State(state, time_to_live=ttl_s, delete_callback=forget_session)
-        self.plots: dict[str, gr.Plot] = {}
+        self.stamps = gr.State({})  # panel -> the state it was computed for
+        self.active = gr.State("step")  # the selected tab
+        self._top()
+        with gr.Tabs():
+            with gr.Tab("Step through", elem_id="tab-step") as self.step_tab:
+                self.viz = gr.HTML(
+                    value=None,
+                    html_template=VIZ_TEMPLATE,
+                    js_on_load=VIZ_ON_LOAD,
+                    head=f"<script>{JS_FILE.read_text()}</script>",
+                    elem_id="viz",
+                    padding=False,
+                )
+            self._mask_tab()
+            self._other_tabs()
 
+    # -- layout --------------------------------------------------------------------------------
+    def _top(self) -> None:
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=2):
+                self.model_pick = gr.Dropdown(
+                    choices=store.menu(), label="Model", elem_id="model-picker"
+                )
+                self.model_info = gr.Markdown(elem_id="model-info")
+            with gr.Column(scale=1):
+                self.upload = gr.File(label=UPLOAD_LABEL, file_count="multiple", elem_id="upload")
+        with gr.Row():
+            self.input_text = gr.Textbox(
+                label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
+            )
+            self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
+        with gr.Row():
+            self.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
+            self.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
+            self.back_btn = gr.Button("◀ Back", elem_id="back-btn")
+            self.reset_btn = gr.Button("Reset", elem_id="reset-btn")
+            self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
+        self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
+        self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
+        self.status = gr.HTML(elem_id="status")
+        self.beam_out = gr.HTML(elem_id="beam-result")
+        self.output_text = gr.Textbox(
+            label="Output so far", interactive=False, elem_id="output-text"
+        )
+        self.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
+
+    def _mask_tab(self) -> None:
+        with gr.Tab("Mask lab", elem_id="tab-mask") as self.mask_tab:
+            gr.Markdown(
+                "Switch a mask off or hide source tokens, and compare the attention and the "
+                "output with the masks as trained. Your input runs in a batch with a companion "
+                "input of another length, so there is padding to unmask.",
+                elem_classes="explain",
+            )
+            with gr.Row():
+                self.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
+                self.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
+                self.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
+            with gr.Row():
+                self.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
+                self.mask_layer = gr.Dropdown(label="layer")
+                self.mask_head = gr.Dropdown(["mean"], value="mean", label="head")
+            self.mask_msg = gr.Markdown(elem_id="mask-message")
+            self.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
+            self.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
+
+    def _other_tabs(self) -> None:
+        with gr.Tab("Head ablation", elem_id="tab-ablation") as self.ablation_tab:
+            self.ablate_sites = gr.CheckboxGroup(
+                label="heads to switch off", elem_id="ablate-heads"
+            )
+            with gr.Row():
+                self.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
+                self.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
+            self.ablate_msg = gr.Markdown(elem_id="ablate-message")
+            self.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
+            self.rank_table = gr.Dataframe(
+                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False
+            )
+        with gr.Tab("Attribution", elem_id="tab-attribution") as self.attr_tab:
+            with gr.Row():
+                self.attr_layer = gr.Dropdown(label="cross-attention layer to compare")
+                self.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
+            self.attr_msg = gr.Markdown(elem_id="attr-message")
+            self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
+            self.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
+        with gr.Tab("Checkpoint health", elem_id="tab-health") as self.health_tab:
+            self.health_btn = gr.Button("Run the health check", elem_id="health-btn")
+            self.health_html = gr.HTML(elem_id="health-report")
+            self.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
+        with gr.Tab("Training playback", elem_id="tab-playback") as self.play_tab:
+            with gr.Row():
+                self.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
+                self.play_layer = gr.Dropdown(label="layer", scale=1)
+                self.play_head = gr.Dropdown(["mean"], value="mean", label="head", scale=1)
+                self.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
+            self.play_timer = gr.Timer(0.6, active=False)
+            self.play_msg = gr.Markdown(elem_id="play-message")
+            self.play_plot = gr.Plot(label="cross-attention on the probe", elem_id="playback-plot")
+        with gr.Tab("Export", elem_id="tab-export") as self.export_tab:
+            gr.Markdown(
+                "Every heatmap has a PNG button; every lab figure a camera button. "
+                "Files of the state shown:"
+            )
+            with gr.Row():
+                self.exp_html = gr.Button("HTML report", elem_id="export-html")
+                self.exp_json = gr.Button("JSON trace", elem_id="export-json")
+                self.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+            self.exp_msg = gr.Markdown(elem_id="export-message")
+            self.exp_file = gr.File(label="download", elem_id="export-file")
+
+    # -- what events return --------------------------------------------------------------------
     def decode_outputs(self) -> list:
-        """Outputs of every decoding event; the state first, then ``output-text``."""
-        return [
-            self.state,
-            self.output_text,
-            self.output_html,
-            self.source_html,
-            self.status,
-            self.info,
-            self.slider,
-            *(self.plots[n] for n in FIGURES),
-        ]
+        """Outputs of every decoding event; the state first (not sent), then ``output-text``."""
+        return [self.state, self.output_text, self.status, self.slider, self.viz]
 
-    def decode(self, view: session.DecodeView) -> dict:
-        out = {
-            self.state: view.state,
-            self.output_text: view.output,
-            self.output_html: view.output_html,
-            self.source_html: view.source_html,
-            self.status: view.message,
-            self.info: view.info,
-            self.slider: gr.Slider(maximum=max(len(view.state.tokens), 1), value=view.state.step),
-        }
-        out.update({self.plots[n]: view.figures[n] for n in FIGURES})
-        return out
+    def decode(self, view: session.DecodeView, stamps: dict | None = None) -> tuple:
+        """A session result as the decoding outputs; ``stamps`` (what the other panels show)
+        decides whether the page should ask for them to follow (``payload["follow"]``)."""
+        top = max(len(view.state.tokens), 1)
+        if stamps is not None:
+            now = stamp(view.state)
+            view.payload["follow"] = any(v != now[k] for k, v in stamps.items())
+        return (
+            view.state,
+            view.output,
+            view.message,
+            gr.Slider(maximum=top, value=view.state.step),
+            view.payload,
+        )
 
     def controls(self, state: SessionState) -> dict:
         """Choices that depend on the loaded model (layers, heads, examples, snapshots)."""
@@ -90,305 +205,255 @@ class Page:
             ckpt = checkpoint(state)
         except AttnvizError:
             return {self.model_info: "⚠️ no model loaded: pick one or upload a checkpoint"}
-        heads = head_choices(ckpt)
-        out: dict = {
+        heads = [h for h in head_choices(ckpt) if h != "all heads"]
+        dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
+        steps = panels.playback_steps(state)
+        return {
             self.model_info: describe(state),
             self.model_pick: gr.Dropdown(
-                choices=list(models.shipped_models()), value=Path(state.model).name
+                choices=store.menu(state.model), value=store.model_name(state.model)
             ),
-            self.examples: gr.Dropdown(choices=models.examples_for(ckpt.task), value=None),
-            self.open_head: gr.Dropdown(choices=session.head_sites(state), value=None),
+            self.examples: gr.Dropdown(choices=store.examples_for(ckpt.task), value=None),
             self.ablate_sites: gr.CheckboxGroup(
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
+            self.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+            self.mask_head: gr.Dropdown(choices=heads, value="mean"),
+            self.attr_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
+            self.play_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.play_head: gr.Dropdown(choices=heads, value="mean"),
+            self.play_btn: gr.Button(interactive=bool(steps)),
         }
-        for kind in KINDS:
-            layers = [f"L{i}" for i in range(layer_count(ckpt, kind))]
-            out[self.layer[kind]] = gr.Dropdown(choices=layers, value=layers[-1])
-            out[self.head[kind]] = gr.Radio(choices=heads, value="mean")
-        dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
-        out[self.mask_layer] = gr.Dropdown(choices=["last", *dec], value="last")
-        out[self.mask_head] = gr.Dropdown(choices=[h for h in heads if h != "all heads"])
-        out[self.attr_layer] = gr.Dropdown(choices=dec, value=dec[-1])
-        steps = panels.playback_steps(state)
-        out[self.play_slider] = gr.Slider(maximum=max(len(steps) - 1, 1), value=0)
-        out[self.play_layer] = gr.Dropdown(choices=dec, value=dec[-1])
-        out[self.play_head] = gr.Dropdown(choices=[h for h in heads if h != "all heads"])
-        return out
 
     def control_outputs(self) -> list:
         return [
-            self.model_info,
-            self.model_pick,
-            self.examples,
-            self.open_head,
-            self.ablate_sites,
-            *self.layer.values(),
-            *self.head.values(),
-            self.mask_layer,
-            self.mask_head,
-            self.attr_layer,
-            self.play_slider,
-            self.play_layer,
-            self.play_head,
-        ]
+            self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
+            self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
+            self.play_btn,
+        ]  # fmt: skip
 
+    # -- keeping the other panels in step with the state --------------------------------------
+    def lab_outputs(self) -> list:
+        """Panels computed from the state, cleared (or rerun) when it moves on."""
+        return [
+            self.stamps, self.mask_plot, self.mask_probs, self.mask_msg, self.blocked,
+            self.beam_out, self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot,
+            self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
+            self.play_slider, self.health_html, self.health_plot,
+        ]  # fmt: skip
 
-def _layout_top(p: Page) -> None:
-    gr.Markdown(INTRO)
-    with gr.Row():
-        with gr.Column(scale=2):
-            p.model_pick = gr.Dropdown(
-                choices=list(models.shipped_models()), label="Model", elem_id="model-picker"
-            )
-            p.model_info = gr.Markdown(elem_id="model-info")
-        with gr.Column(scale=1):
-            p.upload = gr.File(
-                label="…or upload a checkpoint (model.safetensors + config.json, or a .zip)",
-                file_count="multiple",
-                elem_id="upload",
-            )
-    with gr.Row():
-        p.input_text = gr.Textbox(
-            label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
+    def follow(self, state: SessionState, stamps: dict, active: str, *mask_args) -> dict:
+        """After a decoding event: every panel computed for another state is cleared, the
+        mask lab rerun when it is the tab shown, the header and playback range renewed when
+        the checkpoint changed on disk."""
+        now = stamp(state)
+        out: dict = {}
+        stale = {k for k, v in stamps.items() if v != now[k]}
+        if not stale:
+            return {c: gr.skip() for c in self.lab_outputs()}
+        keep = {k: v for k, v in stamps.items() if k not in stale}
+        if "mask" in stale:
+            if active == "mask":
+                out.update(self.mask(state, *mask_args))
+                keep["mask"] = now["mask"]
+            else:
+                out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
+                out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
+        if "beam" in stale:
+            out[self.beam_out] = ""
+        if "attr" in stale:
+            out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
+        if "ablate" in stale:
+            out.update({self.ablate_plot: None, self.ablate_msg: STALE, self.rank_table: None})
+        if "export" in stale:
+            out.update({self.exp_file: None, self.exp_msg: STALE})
+        if "model" in stale:
+            ctl = self.controls(state)
+            out[self.model_info] = ctl[self.model_info]
+            out[self.play_slider] = ctl.get(self.play_slider, gr.skip())
+            out.update({self.health_html: "", self.health_plot: None})
+            keep["model"] = now["model"]
+        out[self.stamps] = keep
+        return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
+
+    def mask(self, state, causal, padding, blocked, kind, layer, head) -> dict:
+        v = labs.mask_lab(
+            state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head
         )
-        p.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
-    with gr.Row():
-        p.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
-        p.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
-        p.back_btn = gr.Button("◀ Back", elem_id="back-btn")
-        p.reset_btn = gr.Button("Reset", elem_id="reset-btn")
-        p.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
-    p.status = gr.Markdown(elem_id="status")
-    p.beam_out = gr.Markdown(elem_id="beam-result")
-    with gr.Row():
-        with gr.Column():
-            p.source_html = gr.HTML(label="Source tokens", elem_id="source-tokens")
-        with gr.Column():
-            p.output_html = gr.HTML(label="Output tokens", elem_id="output-tokens")
-    p.output_text = gr.Textbox(label="Output so far", interactive=False, elem_id="output-text")
-    p.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
+        return {
+            self.mask_plot: v.figures[0] if v.figures else None,
+            self.mask_probs: v.figures[1] if len(v.figures) > 1 else None,
+            self.mask_msg: v.message,
+            self.blocked: block_choices(state, blocked),
+        }
 
 
-def _layout_step_tab(p: Page) -> None:
-    with gr.Row():
-        with gr.Column(scale=2):
-            p.plots["topk"] = gr.Plot(label="Next-token probabilities", elem_id="topk-plot")
-        with gr.Column(scale=3):
-            p.plots["rows_cross"] = gr.Plot(
-                label="Rows this step added", elem_id="heatmap-rows-cross"
-            )
-            p.plots["rows_decoder"] = gr.Plot(
-                label="Rows this step added", elem_id="heatmap-rows-decoder"
-            )
-    p.layer, p.head = {}, {}
-    for kind in KINDS:
-        with gr.Row():
-            p.layer[kind] = gr.Dropdown(label=f"{KIND_TITLES[kind]}: layer", scale=1)
-            p.head[kind] = gr.Radio(label="head", scale=3)
-        p.plots[kind] = gr.Plot(label=KIND_TITLES[kind], elem_id=f"heatmap-{kind}")
-    with gr.Accordion("Model view: every layer × head", open=False):
-        gr.Markdown(
-            "Pick a head below to open it above (clicking a plotly panel cannot be wired to "
-            "Gradio's plot component, so the picker stands in for a click)."
-        )
-        with gr.Row():
-            p.model_kind = gr.Radio(list(KINDS), value="cross", label="attention kind")
-            p.open_head = gr.Dropdown(label="open head", choices=[])
-        p.plots["model"] = gr.Plot(label="Model view", elem_id="heatmap-model")
-    with gr.Accordion("Raw step data (JSON)", open=False):
-        p.info = gr.JSON(elem_id="step-info")
+def stamp(state: SessionState) -> dict[str, Any]:
+    """What each state-dependent panel depends on (a panel shown for another stamp is stale)."""
+    decode = (state.model, state.epoch, state.step)
+    return {
+        "mask": decode,
+        "attr": decode,
+        "export": decode,
+        "beam": (state.model, state.epoch),
+        "ablate": (state.model, state.epoch),
+        "model": (state.model, store.version_of(state.model) if state.model else 0),
+    }
 
 
-def _layout_labs(p: Page) -> None:
-    with gr.Tab("Mask lab", elem_id="tab-mask") as p.mask_tab:
-        gr.Markdown(
-            "Switch a mask off or hide source tokens, and compare the attention and the output "
-            "with the masks as trained. Your input runs in a batch with a companion input of "
-            "another length, so there is padding to unmask.",
-            elem_classes="explain",
-        )
-        with gr.Row():
-            p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
-            p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
-            p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
-        with gr.Row():
-            p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
-            p.mask_layer = gr.Dropdown(label="layer")
-            p.mask_head = gr.Dropdown(["mean"], value="mean", label="head")
-        p.mask_msg = gr.Markdown(elem_id="mask-message")
-        p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
-        p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
-    with gr.Tab("Head ablation", elem_id="tab-ablation"):
-        p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
-        with gr.Row():
-            p.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
-            p.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
-        p.ablate_msg = gr.Markdown()
-        p.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
-        p.rank_table = gr.Dataframe(
-            headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False
-        )
-    with gr.Tab("Attribution", elem_id="tab-attribution"):
-        with gr.Row():
-            p.attr_layer = gr.Dropdown(label="cross-attention layer to compare")
-            p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
-        p.attr_msg = gr.Markdown()
-        p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
-        p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
-    with gr.Tab("Checkpoint health", elem_id="tab-health"):
-        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
-        p.health_html = gr.HTML(elem_id="health-report")
-        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
-    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
-        with gr.Row():
-            p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
-            p.play_layer = gr.Dropdown(label="layer", scale=1)
-            p.play_head = gr.Dropdown(["mean"], value="mean", label="head", scale=1)
-        p.play_msg = gr.Markdown()
-        p.play_plot = gr.Plot(label="cross-attention on the probe", elem_id="playback-plot")
-    with gr.Tab("Export", elem_id="tab-export"):
-        gr.Markdown("Every figure has a camera button (PNG) in its toolbar. Files of the state:")
-        with gr.Row():
-            p.exp_html = gr.Button("HTML report", elem_id="export-html")
-            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
-            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
-        p.exp_msg = gr.Markdown()
-        p.exp_file = gr.File(label="download", elem_id="export-file")
+def block_choices(state: SessionState, chosen: list[str] | None):
+    """Source tokens of the current input as "position: token" choices."""
+    from .views import display_token
 
-
-def _wire_decoding(p: Page) -> None:
-    outs = p.decode_outputs()
-    for btn, fn, name in ((p.step_btn, session.step, "step"), (p.run_btn, session.run, "run")):
-        btn.click(
-            lambda t, s, fn=fn: p.decode(fn(s, t)), [p.input_text, p.state], outs,
-            api_name=name, **MODEL_EVENTS,
-        )  # fmt: skip
-    p.input_text.submit(
-        lambda t, s: p.decode(session.start(s, t)), [p.input_text, p.state], outs,
-        api_name="start", **MODEL_EVENTS,
-    )  # fmt: skip
-    p.back_btn.click(
-        lambda s: p.decode(session.back(s)), [p.state], outs, api_name="back", **MODEL_EVENTS
-    )
-    p.reset_btn.click(
-        lambda s: p.decode(session.reset(s)), [p.state], outs, api_name="reset", **MODEL_EVENTS
-    )
-    p.slider.release(
-        lambda s, v: p.decode(session.goto(s, v)), [p.state, p.slider], outs, **INTERNAL
-    )
-    for kind in KINDS:
-        p.layer[kind].input(
-            lambda s, lay, h, kind=kind: p.decode(session.set_view(s, kind, lay, h)),
-            [p.state, p.layer[kind], p.head[kind]], outs, **INTERNAL,
-        )  # fmt: skip
-        p.head[kind].input(
-            lambda s, lay, h, kind=kind: p.decode(session.set_view(s, kind, lay, h)),
-            [p.state, p.layer[kind], p.head[kind]], outs, **INTERNAL,
-        )  # fmt: skip
-    p.model_kind.input(
-        lambda s, k: p.decode(session.set_model_kind(s, k)), [p.state, p.model_kind], outs,
-        **INTERNAL,
-    ).then(lambda s: gr.Dropdown(choices=session.head_sites(s)), [p.state], [p.open_head], **HIDDEN)  # fmt: skip
-    p.open_head.input(
-        lambda s, site: p.decode(session.open_head(s, site)), [p.state, p.open_head], outs,
-        **INTERNAL,
-    )  # fmt: skip
-    p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
-    p.beam_btn.click(session.beam, [p.state], [p.beam_out], **INTERNAL)
-    p.model_pick.input(
-        lambda s, m, t: p.decode(session.choose_model(_with_text(s, t), m)),
-        [p.state, p.model_pick, p.input_text], outs, **INTERNAL,
-    ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
-    p.upload.upload(
-        lambda s, f, t: p.decode(session.upload_model(_with_text(s, t), f)),
-        [p.state, p.upload, p.input_text], outs, **INTERNAL,
-    ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
+    choices = [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
+    return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
 
 
 def forget_session(state: SessionState) -> None:
-    """Free the server-side stepper of a session whose state gradio deletes.
+    """Free the server-side decoder of a session whose state gradio deletes.
 
     The ``delete_callback`` of the page's ``gr.State``: gradio calls it when the state
     expires (``SESSION_TTL_S`` without a decoding event) or an hour after the tab closed.
     """
     sid = getattr(state, "sid", "")
     if sid:
-        with _STEP_LOCK:
-            _STEPPERS.pop(sid, None)
+        DECODERS.forget(sid)
 
 
-def _with_text(state: SessionState, text: str) -> SessionState:
-    """The state with the typed text as its input (decoding restarts on it)."""
-    from dataclasses import replace
+def _wire_decoding(p: Page) -> None:
+    outs = p.decode_outputs()
+    follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
+                 p.mask_layer, p.mask_head]  # fmt: skip
+    # the page presses the hidden follow button when a payload says other panels are stale
+    p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), **INTERNAL)
+    with_text = (
+        (p.step_btn.click, session.step, "step"),
+        (p.run_btn.click, session.run, "run"),
+        (p.input_text.submit, session.start, "start"),
+    )
+    for trigger, fn, name in with_text:
+        trigger(
+            lambda t, s, stamps, fn=fn: p.decode(fn(s, t), stamps), [p.input_text, p.state, p.stamps],
+            outs, api_name=name, **FAST,
+        )  # fmt: skip
+    for trigger, fn, name in ((p.back_btn.click, session.back, "back"),
+                              (p.reset_btn.click, session.reset, "reset")):  # fmt: skip
+        trigger(
+            lambda s, stamps, fn=fn: p.decode(fn(s), stamps), [p.state, p.stamps], outs,
+            api_name=name, **FAST,
+        )  # fmt: skip
+    p.slider.input(
+        lambda s, v, stamps: p.decode(session.goto(s, v), stamps), [p.state, p.slider, p.stamps],
+        outs, trigger_mode="always_last", **HIDDEN, **FAST,
+    )  # fmt: skip
+    p.resync_btn.click(
+        lambda s, stamps: p.decode(session.render(dataclasses.replace(s, page_rows=-1)), stamps),
+        [p.state, p.stamps], outs, **HIDDEN, **FAST,
+    )  # fmt: skip
+    p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
+    p.model_pick.input(
+        lambda s, m, t, stamps: p.decode(session.choose_model(s, m, t), stamps),
+        [p.state, p.model_pick, p.input_text, p.stamps], outs, **INTERNAL,
+    ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
+    p.upload.upload(
+        lambda s, f, t, stamps: p.decode(session.upload_model(s, f or [], t), stamps),
+        [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
+    ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
 
-    return replace(state, text=text or "")
+
+def _beam(state: SessionState, text: str, stamps: dict) -> tuple:
+    return session.beam(state, text=text), {**stamps, "beam": stamp(state)["beam"]}
 
 
 def _wire_labs(p: Page) -> None:
     mask_in = [p.state, p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head]
-    mask_out = [p.mask_plot, p.mask_probs, p.mask_msg]
+    mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
 
-    def mask(s, causal, padding, blocked, kind, layer, head):
-        v = labs.mask_lab(
-            s, causal, padding, blocked, kind, None if layer == "last" else layer, head
-        )
-        return *v.figures, v.message
+    def mask(s, stamps, *args):
+        out = p.mask(s, *args)
+        return (*out.values(), {**stamps, "mask": stamp(s)["mask"]})
 
-    for control in mask_in[1:]:
-        control.input(mask, mask_in, mask_out, **INTERNAL)
-    p.mask_tab.select(_block_choices, [p.state, p.blocked], [p.blocked], **HIDDEN).then(
-        mask, mask_in, mask_out, **INTERNAL
-    )
-    p.ablate_btn.click(
-        lambda s, sites: _lab(labs.ablation(s, sites), 1), [p.state, p.ablate_sites],
-        [p.ablate_plot, p.ablate_msg], **INTERNAL,
+    gr.on(
+        [p.causal.input, p.padding.input, p.blocked.input, p.mask_kind.input,
+         p.mask_layer.input, p.mask_head.input, p.mask_tab.select],
+        mask, [p.state, p.stamps, *mask_in[1:]], mask_out, **INTERNAL,
     )  # fmt: skip
-    p.rank_btn.click(
-        lambda s: _table(labs.rank_heads(s)), [p.state], [p.rank_table, p.ablate_msg], **INTERNAL
-    )
+    tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
+            p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
+            p.export_tab: "export"}  # fmt: skip
+    for tab, name in tabs.items():
+        tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
+
+    def lab(fn, key: str, n: int):
+        def run(s, stamps, *args):
+            view = fn(s, *args)
+            figs = (view.figures + [None] * n)[:n]
+            return (*figs, view.message, {**stamps, key: stamp(s)[key]})
+
+        return run
+
+    p.ablate_btn.click(
+        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites],
+        [p.ablate_plot, p.ablate_msg, p.stamps], **INTERNAL,
+    )  # fmt: skip
+    p.rank_btn.click(_rank, [p.state, p.stamps], [p.rank_table, p.ablate_msg, p.stamps], **INTERNAL)
     p.attr_btn.click(
-        lambda s, lay: _lab(labs.attribution(s, lay), 2), [p.state, p.attr_layer],
-        [p.attr_src, p.attr_tgt, p.attr_msg], **INTERNAL,
+        lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer],
+        [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], **INTERNAL,
     )  # fmt: skip
     p.health_btn.click(
-        lambda s: _swap(_lab(panels.health(s), 1)), [p.state], [p.health_html, p.health_plot],
+        _health, [p.state, p.stamps], [p.health_html, p.health_plot, p.stamps], **INTERNAL
+    )
+    play_in = [p.state, p.play_slider, p.play_layer, p.play_head]
+    gr.on(
+        [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
+        _play, play_in, [p.play_plot, p.play_msg], **INTERNAL,
+    )  # fmt: skip
+    p.play_btn.click(_play_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
+    p.play_timer.tick(
+        _play_tick, play_in, [p.play_slider, p.play_plot, p.play_msg, p.play_btn, p.play_timer],
         **INTERNAL,
     )  # fmt: skip
-    play_in = [p.state, p.play_slider, p.play_layer, p.play_head]
-    for event in (p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select):
-        event(
-            lambda s, i, lay, h: _lab(panels.playback(s, i, lay, h), 1), play_in,
-            [p.play_plot, p.play_msg], **INTERNAL,
-        )  # fmt: skip
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
-            lambda s, what=what: _file(panels.export(s, what)), [p.state],
-            [p.exp_file, p.exp_msg], **INTERNAL,
+            lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
+            [p.state, p.stamps], [p.exp_file, p.exp_msg, p.stamps], **INTERNAL,
         )  # fmt: skip
 
 
-def _block_choices(state: SessionState, chosen: list[str]):
-    """Source tokens of the current input as "position: token" choices."""
-    choices = [f"{i}: {t}" for i, t in enumerate(state.src_pieces)]
-    return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
+def _rank(state: SessionState, stamps: dict) -> tuple:
+    view = labs.rank_heads(state)
+    return view.rows or None, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
-def _lab(view: labs.LabView, n: int) -> tuple:
-    figs = (view.figures + [None] * n)[:n]
-    return *figs, view.message
+def _health(state: SessionState, stamps: dict) -> tuple:
+    view = panels.health(state)
+    return view.message, view.figures[0] if view.figures else None, stamps
 
 
-def _swap(values: tuple) -> tuple:
-    return values[-1], *values[:-1]
+def _play(state: SessionState, index, layer, head) -> tuple:
+    view = panels.playback(state, index, layer, head)
+    return (view.figures[0] if view.figures else None), view.message
 
 
-def _table(view: labs.LabView) -> tuple:
-    return view.rows, view.message
+def _play_toggle(label: str) -> tuple:
+    playing = str(label).startswith("Pause")
+    return gr.Button("Play ▶" if playing else "Pause ⏸"), gr.Timer(active=not playing)
 
 
-def _file(view: labs.LabView) -> tuple:
-    return view.path, view.message
+def _play_tick(state: SessionState, index, layer, head) -> tuple:
+    steps = panels.playback_steps(state)
+    nxt = int(index or 0) + 1
+    if nxt >= len(steps):  # the end: stop
+        return gr.skip(), gr.skip(), gr.skip(), gr.Button("Play ▶"), gr.Timer(active=False)
+    fig, msg = _play(state, nxt, layer, head)
+    return nxt, fig, msg, gr.skip(), gr.skip()
+
+
+def _file(view: labs.LabView, state: SessionState, stamps: dict) -> tuple:
+    return view.path, view.message, {**stamps, "export": stamp(state)["export"]}
 
 
 def build_app(
@@ -396,24 +461,21 @@ def build_app(
 ) -> gr.Blocks:
     """The whole page, on ``model`` (a folder; default the first shipped model).
 
-    A session's state (and its server-side stepper) is freed ``session_ttl_s`` seconds after
+    A session's state (and its server-side decoder) is freed ``session_ttl_s`` seconds after
     its last decoding event; gradio's temporary files (uploads, exports) after an hour.
     """
     title = "attnviz — attention inspector"
+    if model:
+        store.model_name(model)  # a --model folder gets its name in the menu
     # analytics off: a local inspection tool sends nothing anywhere
     with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
         p = Page(session.new_state(model, device), session_ttl_s)
-        _layout_top(p)
-        with gr.Tabs():
-            with gr.Tab("Step through", elem_id="tab-step"):
-                _layout_step_tab(p)
-            _layout_labs(p)
         _wire_decoding(p)
         _wire_labs(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
-            lambda s: p.decode(session.render(s)), [p.state], p.decode_outputs(), **INTERNAL
-        )
-    demo.page = p  # for tests and scripts
+            lambda s: p.decode(session.render(dataclasses.replace(s, page_rows=-1))),
+            [p.state], p.decode_outputs(), **HIDDEN, **FAST,
+        ).then(lambda s: {"model": stamp(s)["model"]}, [p.state], [p.stamps], **HIDDEN)  # fmt: skip
     return demo
 
 
@@ -433,6 +495,9 @@ def launch_kwargs(host: str = "127.0.0.1", port: int | None = 7860, share: bool 
         css=css,
         theme=gr.themes.Soft(),
         show_error=True,
+        # no run history: it would copy every event's outputs (the heatmap rows) into the
+        # browser's localStorage, ~100 ms per click on a large model, and keep inputs there
+        run_history=False,
     )
 
 
@@ -458,11 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     args = ap.parse_args(argv)
     try:
-        device = models.resolve_device(args.device)
-        model = args.model or next(iter(models.shipped_models().values()), None)
+        device = store.resolve_device(args.device)
+        model = args.model or next(iter(store.shipped_models().values()), None)
         if model is None:
             raise AttnvizError("no model under models/: train one or pass --model PATH")
-        models.get_checkpoint(model, device)  # fail now, with one line, not in the page
+        store.get_checkpoint(model, device)  # fail now, with one line, not in the page
     except AttnvizError as exc:
         print(f"attnviz app: {exc}", file=sys.stderr)
         return 2

@@ -1,57 +1,91 @@
-"""What the step-through page shows for a :class:`SessionState`: text, HTML and figures."""
+"""What the step-through page shows for a state: pure functions of (state, trace, steps).
+
+No lock, no decoding, no gradio: :mod:`attnviz.app.session` syncs the decoder once, then
+hands the state, the recorded :class:`~attnviz.record.Trace` and the steps' results here.
+The page draws heatmaps itself from :func:`payload` (the rows it does not hold yet);
+:func:`figures` builds the same views as plotly figures for Python users and exports.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
 from .. import plots
 from ..checkpoint import Checkpoint
+from ..decoding import StepResult
 from ..devices import as_numpy
-from ..errors import AttnvizError
 from ..model import KINDS
 from ..plots import KIND_TITLES
 from ..record import Trace
 from ..tasks import TASKS, get_task
-from ..tokenizer import BOS, UNK
-from . import figures, models
+from . import figures, store
 from .state import (
-    _STEP_LOCK,
-    FIGURES,
     DecodeView,
     SessionState,
-    checkpoint,
     head_choices,
     head_label,
     head_weights,
     layer_count,
-    synced_stepper,
+    special_ids,
 )
 
-
-def _token_html(pieces: list[str], mark: set[int], cls: str, tip: str = "") -> str:
-    spans = []
-    for i, p in enumerate(pieces):
-        label = html.escape(p.replace(" ", "␣")) or "∅"
-        extra = f' {cls}" title="{html.escape(tip)}' if i in mark else ""
-        spans.append(f'<span class="tok{extra}">{label}</span>')
-    return f'<div class="tokens">{"".join(spans) or "&nbsp;"}</div>'
+FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
+_VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
 
-def _messages(state: SessionState, ckpt: Checkpoint) -> list[str]:
-    out = []
+def display_token(token: str) -> str:
+    """A token as plain display text: whitespace made visible, the empty string as ``∅``."""
+    return "".join(_VISIBLE.get(c, c) for c in str(token)) or "∅"
+
+
+def _code(token: str) -> str:
+    return f"<code>{html.escape(display_token(token))}</code>"
+
+
+def _b64(a: np.ndarray) -> str:
+    """float32 little-endian bytes, base64: exact weights at 4 bytes each (+1/3)."""
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _bits(m: np.ndarray) -> str:
+    return "".join("1" if b else "0" for b in np.asarray(m, bool).ravel())
+
+
+def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
+    """The true target of a built-in task's input as display tokens (EOS last), else None."""
+    if ckpt.task not in TASKS:
+        return None
+    try:
+        target = get_task(ckpt.task).target(text)
+        pieces = ckpt.tgt_tokenizer.encode(target).pieces
+    except Exception:  # an input outside the task (unknown symbols): nothing to expect
+        return None
+    eos = ckpt.tgt_tokenizer.token(special_ids(ckpt)["eos"])
+    return [display_token(p) for p in pieces] + [eos]
+
+
+def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
+    """The status line as HTML (already escaped): ``message`` first, then hints."""
+    out = [message] if message else []
+    failed = message.startswith("⚠️")
     if not state.started:
-        task = ckpt.task or "this model's task"
-        examples = models.examples_for(ckpt.task, 1)
-        eg = f" (e.g. `{examples[0]}`)" if examples else ""
-        return [f"Type an input for {task}{eg} and press **Step** or **Run**."]
+        if not failed:
+            task = ckpt.task or "this model's task"
+            examples = store.examples_for(ckpt.task, 1)
+            eg = f" (e.g. {_code(examples[0])})" if examples else ""
+            out.append(
+                f"Type an input for {html.escape(task)}{eg} and press <b>Step</b> or <b>Run</b>."
+            )
+        return "<br>".join(out)
     if state.unknown:
-        pieces = ", ".join(f"`{html.escape(u)}`" for u in state.unknown)
-        out.append(f"⚠️ Not in this model's vocabulary, read as `<unk>`: {pieces}.")
+        pieces = ", ".join(_code(u) for u in state.unknown)
+        out.append(f"⚠️ Not in this model's vocabulary, read as <code>&lt;unk&gt;</code>: {pieces}.")
     if ckpt.task in TASKS:
         lengths = get_task(ckpt.task).lengths
         if len(state.src_ids) > lengths.stop - 1:
@@ -59,66 +93,178 @@ def _messages(state: SessionState, ckpt: Checkpoint) -> list[str]:
                 f"⚠️ {len(state.src_ids)} tokens: longer than anything this model was trained on "
                 f"({lengths.start}–{lengths.stop - 1}); expect mistakes."
             )
-    if state.done:
-        out.append(f"✅ Done after {state.step} steps.")
-    elif state.step == 0:
-        out.append("Ready: press **Step** to decode one token, **Run** to decode to the end.")
-    return out
+    if state.stopped_at_limit:
+        out.append(
+            f"⏹ Stopped at the length limit ({state.max_steps} tokens) without producing "
+            "<code>&lt;eos&gt;</code>."
+        )
+    elif state.done:
+        out.append(
+            f"✅ Done after {state.step} steps (the model produced <code>&lt;eos&gt;</code>)."
+        )
+    elif state.step == 0 and not failed:
+        out.append("Ready: press <b>Step</b> to decode one token, <b>Run</b> to decode to the end.")
+    return "<br>".join(out)
 
 
-def render(state: SessionState, message: str = "") -> DecodeView:
-    """Build the whole step-through view of ``state`` (outputs, figures, messages)."""
-    try:
-        ckpt = checkpoint(state)
-    except AttnvizError as exc:
-        msg = message or f"⚠️ {html.escape(str(exc))}"
-        figs = {name: figures.placeholder("no model loaded") for name in FIGURES}
-        return DecodeView(state, "", "", "", msg, {"step": 0, "done": False}, figs)
+def _src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
+    unk = special_ids(ckpt)["unk"]
+    return [
+        "<unk>" if i == unk else display_token(p)
+        for p, i in zip(state.src_pieces, state.src_ids, strict=True)
+    ]
+
+
+def needs_trace(state: SessionState) -> bool:
+    """Whether :func:`payload` will read the trace: the page lacks the encoder or rows."""
+    return state.started and (state.page_rows < 0 or len(state.tokens) > state.page_rows)
+
+
+def payload(
+    state: SessionState, ckpt: Checkpoint, trace: Trace | None, steps: Sequence[StepResult]
+) -> tuple[dict[str, Any], int]:
+    """What the page needs to show ``state``, given what it holds (``state.page_rows``).
+
+    Args:
+        trace: the decoder's trace of all ``len(state.tokens)`` decoded rows (batch 1), or
+            None before an input is started.
+        steps: the decoder's step results (at least ``len(state.tokens)``).
+    Returns:
+        ``(payload, rows)``: ``rows`` is what the page holds once it applied the payload.
+        The payload: ``epoch`` (the page drops what it holds when this changes), ``full``,
+        ``from``/``n`` (decoded rows ``from..n-1`` are in ``rows``), ``step`` (rows shown),
+        labels, and per kind and layer ``w`` (base64 float32 ``[rows, H, Tk_row]``) and
+        ``m`` (``"0"/"1"`` per cell, ``1`` = blocked by the recorded mask). The encoder's
+        ``[H, Ts, Ts]`` matrices come once per epoch.
+    """
+    n = len(state.tokens)
+    base: dict[str, Any] = {
+        "epoch": f"{state.sid}:{state.epoch}",
+        "step": state.step,
+        "n": n,
+        "done": state.done,
+        "view": state.view,
+        "model_kind": state.model_kind,
+    }
+    if not state.started:
+        return {**base, "epoch": "", "full": True, "from": 0, "started": False}, -1
+    full = state.page_rows < 0
+    start = 0 if full else min(state.page_rows, n)
+    tok = ckpt.tgt_tokenizer
+    out: dict[str, Any] = {
+        **base,
+        "started": True,
+        "full": full,
+        "from": start,
+        "tokens": [display_token(tok.token(t)) for t in state.tokens],
+        "prob": [round(float(s.prob), 6) for s in steps[start:n]],
+        "topk": [_topk(s, tok, state.top_k) for s in steps[start:n]],
+        "rows": {},
+    }
+    if full:
+        cfg = ckpt.config
+        out.update(
+            heads=cfg.n_heads,
+            layers={k: layer_count(ckpt, k) for k in KINDS},
+            src=_src_labels(state, ckpt),
+            pieces=[display_token(p) for p in state.src_pieces],
+            unk=[i for i, t in enumerate(state.src_ids) if t == special_ids(ckpt)["unk"]],
+            bos=display_token(tok.token(special_ids(ckpt)["bos"])),
+            expected=expected_output(ckpt, state.text),
+            max_steps=state.max_steps,
+            titles=KIND_TITLES,
+            encoder=[
+                {
+                    "w": _b64(trace.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
+                    "m": _bits(trace.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
+                }
+                for i in trace.layers("encoder_self")
+            ],
+        )
+    if n > start:
+        for kind in ("decoder_self", "cross"):
+            layers = []
+            for i in trace.layers(kind):
+                w = as_numpy(trace.weights(kind, i)[0, :, start:n])  # [H, rows, Tk]
+                m = as_numpy(trace.mask(kind, i)[0, 0, start:n]).astype(bool)  # [rows, Tk]
+                if kind == "decoder_self":  # row r holds keys 0..r; the rest is the future
+                    w_rows = [w[:, r - start, : r + 1] for r in range(start, n)]
+                    m_rows = [m[r - start, : r + 1] for r in range(start, n)]
+                else:
+                    w_rows = [w[:, r] for r in range(n - start)]
+                    m_rows = list(m)
+                layers.append(
+                    {
+                        "w": _b64(np.concatenate([x.ravel() for x in w_rows])),
+                        "m": "".join(_bits(x) for x in m_rows),
+                    }
+                )
+            out["rows"][kind] = layers
+    return out, n
+
+
+def _topk(step: StepResult, tok, k: int) -> list[list]:
+    p = as_numpy(step.probs)  # [V]
+    ids = np.argsort(-p, kind="stable")[:k]
+    top = [
+        [display_token(tok.token(int(i))), round(float(p[i]), 6), int(i) == step.token] for i in ids
+    ]
+    if step.token not in ids:
+        top.append([display_token(tok.token(step.token)), round(float(step.prob), 6), True])
+    return top
+
+
+def render(
+    state: SessionState,
+    ckpt: Checkpoint | None,
+    trace: Trace | None,
+    steps: Sequence[StepResult],
+    message: str = "",
+) -> DecodeView:
+    """The whole step-through view of ``state``: text, status, info and the page payload."""
+    if ckpt is None:
+        info = {"step": 0, "done": False, "output": ""}
+        empty = {"epoch": "", "started": False, "full": True, "from": 0, "step": 0, "n": 0}
+        return DecodeView(state, "", message, info, {**empty, "info": info})
     tok = ckpt.tgt_tokenizer
     shown = state.tokens[: state.step]
-    out_pieces = [tok.token(t) for t in shown]
     output = tok.decode(shown)
-    unk_at = {i for i, t in enumerate(state.src_ids) if t == UNK}
-    newest = {len(shown) - 1} if shown else set()
     info: dict[str, Any] = {
         "step": state.step,
         "done": state.done,
         "output": output,
-        "tokens": out_pieces,
+        "tokens": [tok.token(t) for t in shown],
         "max_steps": state.max_steps,
         "decoded": len(state.tokens),
     }
-    if state.started:
-        with _STEP_LOCK:
-            stepper = synced_stepper(state, ckpt)
-            trace = stepper.trace(upto=state.step)
-            last = stepper.steps[state.step - 1] if state.step else None
-        if last is not None:
-            info.update(newest=tok.token(last.token), prob=round(last.prob, 6))
-        figs = _figures(state, ckpt, trace, last)
-    else:
-        figs = {name: figures.placeholder("type an input and press Step") for name in FIGURES}
-    lines = ([message] if message else []) + _messages(state, ckpt)
-    return DecodeView(
-        state=state,
-        output=output,
-        output_html=_token_html(out_pieces, newest, "newest", "the token this step added"),
-        source_html=_token_html(state.src_pieces, unk_at, "unk", "unknown: read as <unk>"),
-        message="  \n".join(lines),
-        info=info,
-        figures=figs,
-    )
+    if shown:
+        last = steps[state.step - 1]
+        info.update(newest=tok.token(last.token), prob=round(float(last.prob), 6))
+    data, rows = payload(state, ckpt, trace, steps)
+    data["info"] = info
+    data["limit"] = state.stopped_at_limit
+    new = state if rows == state.page_rows else _with_rows(state, rows)
+    return DecodeView(new, output, messages(state, ckpt, message), info, data)
 
 
+def _with_rows(state: SessionState, rows: int) -> SessionState:
+    import dataclasses
+
+    return dataclasses.replace(state, page_rows=rows)
+
+
+# -- the same views as plotly figures (Python users, exports, tests) ------------------------------
 def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], list[str]]]:
     """(key tokens, query tokens) of each kind at the shown step."""
-    src = [p if i != UNK else "<unk>" for p, i in zip(state.src_pieces, state.src_ids, strict=True)]
+    src = _src_labels(state, ckpt)
     tok = ckpt.tgt_tokenizer
-    tgt = [tok.token(BOS), *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
+    bos = special_ids(ckpt)["bos"]
+    tgt = [tok.token(bos), *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
     return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}
 
 
-def _view_of(state: SessionState, ckpt: Checkpoint, kind: str) -> tuple[int, str]:
+def view_of(state: SessionState, ckpt: Checkpoint, kind: str) -> tuple[int, str]:
+    """The (layer, head) shown for ``kind``: the state's choice, clipped to this model."""
     layer, head = state.view.get(kind, [layer_count(ckpt, kind) - 1, "mean"])
     layer = int(np.clip(int(layer), 0, layer_count(ckpt, kind) - 1))
     if head not in head_choices(ckpt):
@@ -142,7 +288,8 @@ def kind_figure(
     if kind != "encoder_self":
         title += f" · step {step}"
     if head == "all heads":
-        return plots.heads_grid(w, keys, queries, mask=np.broadcast_to(mask, w.shape))
+        fig = plots.heads_grid(w, keys, queries, mask=np.broadcast_to(mask, w.shape))
+        return fig.update_layout(title=title)
     z = head_weights(w, head)  # [Tq, Tk]
     fig = plots.heatmap(z, keys, queries, mask=mask, title=title)
     if kind != "encoder_self":
@@ -150,14 +297,21 @@ def kind_figure(
     return fig
 
 
-def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[str, go.Figure]:
+def figures_of(
+    state: SessionState, ckpt: Checkpoint, trace: Trace, steps: Sequence[StepResult]
+) -> dict[str, go.Figure]:
+    """Every view of ``state`` as a plotly figure, by name (:data:`FIGURES`).
+
+    Args:
+        trace: the decoder's trace of the first ``state.step`` rows (batch 1).
+    """
     axes = _axes(state, ckpt)
     figs: dict[str, go.Figure] = {}
     for kind in KINDS:
         if kind != "encoder_self" and state.step == 0:
             figs[kind] = figures.placeholder(f"{KIND_TITLES[kind]}: press Step to add rows")
             continue
-        layer, head = _view_of(state, ckpt, kind)
+        layer, head = view_of(state, ckpt, kind)
         figs[kind] = kind_figure(trace, kind, layer, head, *axes[kind], state.step)
     kind = state.model_kind if state.step or state.model_kind == "encoder_self" else None
     if kind is None:
@@ -170,10 +324,11 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
             w, *axes[kind], mask=np.broadcast_to(m[:, None], w.shape), token_hover=False
         )
         figs["model"].update_layout(title=f"Model view: {KIND_TITLES[kind]}, layers × heads")
-    if last is None:
+    if state.step == 0:
         for name in ("topk", "rows_cross", "rows_decoder"):
             figs[name] = figures.placeholder("press Step: each step's numbers appear here")
         return figs
+    last = steps[state.step - 1]
     tok = ckpt.tgt_tokenizer
     query = axes["cross"][1][-1]
     figs["topk"] = plots.topk_bar(
@@ -185,11 +340,15 @@ def _figures(state: SessionState, ckpt: Checkpoint, trace: Trace, last) -> dict[
         f"“{html.escape(tok.token(last.token))}” (p = {last.prob:.3f})",
     )
     for name, kind in (("rows_cross", "cross"), ("rows_decoder", "decoder_self")):
-        rows = [last.attention[kind, i] for i in trace.layers(kind)]  # each [H, Tk]
-        w = as_numpy(torch.stack(rows))[:, :, None]  # [L, H, 1, Tk]
-        fig = plots.heads_grid(w, axes[kind][0], [query])
-        fig.update_layout(
-            title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}", height=300
-        )
+        w = np.stack([trace.numpy(kind, i)[0, :, -1:] for i in trace.layers(kind)])
+        fig = plots.heads_grid(w, axes[kind][0], [query])  # [L, H, 1, Tk]
+        fig.update_layout(title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}")
         figs[name] = fig
     return figs
+
+
+def json_size(data: Any) -> int:
+    """Bytes of ``data`` as the JSON the page receives."""
+    import json
+
+    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())

@@ -124,6 +124,57 @@ def version_of(path: str | Path) -> int:
     return _version(Path(path).resolve())
 
 
+# -- names in the model menu ----------------------------------------------------------------------
+_NAMED: dict[str, str] = {}  # menu name -> folder, for models that are not shipped
+_NAMED_LOCK = threading.Lock()
+
+
+def model_name(path: str | Path) -> str:
+    """The menu name of a checkpoint folder: its shipped name, or the name it was registered
+    under (an upload's file name, a ``--model`` folder's name)."""
+    path = str(Path(path).resolve()) if path else ""
+    for name, folder in shipped_models().items():
+        if str(Path(folder).resolve()) == path:
+            return name
+    with _NAMED_LOCK:
+        for name, folder in _NAMED.items():
+            if folder == path:
+                return name
+    return register(path)
+
+
+def register(path: str | Path, name: str | None = None) -> str:
+    """Give a folder a menu name (its folder name unless ``name``), unique among the menu's."""
+    path = str(Path(path).resolve())
+    base = name or Path(path).name or "model"
+    with _NAMED_LOCK:
+        for n, folder in _NAMED.items():
+            if folder == path:
+                return n
+        taken = set(shipped_models()) | set(_NAMED)
+        n, i = base, 2
+        while n in taken:
+            n, i = f"{base} ({i})", i + 1
+        _NAMED[n] = path
+        return n
+
+
+def menu(current: str | Path | None = None) -> list[str]:
+    """Names the model menu offers: the shipped models, then every registered one."""
+    if current:
+        model_name(current)
+    with _NAMED_LOCK:
+        return [*shipped_models(), *_NAMED]
+
+
+def resolve_model(name: str) -> str:
+    """A menu name (or a folder path) -> the folder."""
+    with _NAMED_LOCK:
+        if name in _NAMED:
+            return _NAMED[name]
+    return shipped_models().get(name, name)
+
+
 # -- what the pickers offer ----------------------------------------------------------------------
 def shipped_models(root: Path = MODELS_DIR) -> dict[str, str]:
     """``{name: folder}`` of the checkpoints under ``models/`` that have finished writing."""
@@ -206,6 +257,16 @@ def _digest(files: Sequence[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def _upload_name(files: Sequence[Path]) -> str:
+    """What the menu calls an upload: the zip's name, else the weights file's (not "model")."""
+    pick = [f for f in files if f.suffix.lower() == ".zip"] or [
+        f for f in files if f.suffix == ".safetensors" and f.name != SNAPSHOTS
+    ]
+    stem = pick[0].stem if pick else "upload"
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem).strip("._")
+    return stem if stem and stem != "model" else "upload"
+
+
 def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str, Checkpoint]:
     """Check an uploaded checkpoint (a folder's files, or one zip) and load it.
 
@@ -225,7 +286,8 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         raise CheckpointError(f"uploaded files not found: {', '.join(missing)}")
     if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
         raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
-    dest = private_dir("uploads") / _digest(files)
+    dest = private_dir("uploads") / _digest(files) / _upload_name(files)
+    dest.parent.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=private_dir("uploads")))
     try:
         zips = [f for f in files if f.suffix.lower() == ".zip"]
@@ -249,7 +311,9 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
-        return str(dest), get_checkpoint(dest, device)
+        ckpt = get_checkpoint(dest, device)
+        register(dest)
+        return str(dest), ckpt
     except CheckpointError as exc:
         shutil.rmtree(dest, ignore_errors=True)
         # the loader names our private temporary path; the user knows the file they sent

@@ -1,0 +1,501 @@
+// attnviz page-side drawing: the page keeps the decode's attention rows and draws every
+// heatmap on <canvas>. The server sends only what the page lacks (new rows, as float32
+// base64) plus the step to show; Back, scrub and layer/head changes redraw from what is here.
+// A cell is grey exactly where the recorded mask is True; hover values are computed here.
+(() => {
+  if (window.AttnViz) return;
+  const AV = (window.AttnViz = {});
+  const KINDS = ["encoder_self", "decoder_self", "cross"];
+  const MASKED = "#c4c4c4"; // plots.MASKED: never a viridis colour
+  const OUTLINE = "#e45756"; // plots.HIGHLIGHT
+  const STOPS = [[68, 1, 84], [72, 35, 116], [64, 67, 135], [52, 94, 141], [41, 120, 142],
+    [32, 144, 140], [34, 167, 132], [68, 190, 112], [121, 209, 81], [189, 222, 38], [253, 231, 37]];
+  const LUT = new Uint8Array(256 * 3);
+  for (let i = 0; i < 256; i++) {
+    const x = (i / 255) * (STOPS.length - 1), j = Math.min(Math.floor(x), STOPS.length - 2), f = x - j;
+    for (let c = 0; c < 3; c++) LUT[i * 3 + c] = Math.round(STOPS[j][c] * (1 - f) + STOPS[j + 1][c] * f);
+  }
+  const MASK_RGB = [196, 196, 196];
+  const OFF = document.createElement("canvas");
+  let S = fresh("");
+  let root = null;
+  const view = {}; // kind -> [layer, head]
+  const ui = { fixed: false, modelKind: "cross" };
+  AV.drawn = { epoch: "", step: -1, t: 0 };
+
+  function fresh(epoch) {
+    return { epoch, started: false, have: 0, n: 0, step: 0, tokens: [], prob: [], topk: [],
+      rows: { decoder_self: [], cross: [] }, enc: [], src: [], pieces: [], unk: [], H: 0,
+      layers: {}, expected: null, bos: "<bos>", titles: {}, info: {}, done: false };
+  }
+  function f32(b64) {
+    const bin = atob(b64), u8 = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
+    return new Float32Array(u8.buffer);
+  }
+  function bits(s, from, n) {
+    const u = new Uint8Array(n);
+    for (let i = 0; i < n; i++) u[i] = s.charCodeAt(from + i) === 49 ? 1 : 0;
+    return u;
+  }
+
+  // -- applying what the server sent ---------------------------------------------------------
+  AV.apply = function (p) {
+    if (!p || typeof p !== "object") return;
+    if (!p.started) {
+      S = fresh(p.epoch || "");
+      S.info = p.info || {};
+      render();
+      if (p.follow) document.querySelector("#follow-btn")?.click();
+      return;
+    }
+    if (p.epoch !== S.epoch || p.full) {
+      if (!p.full) return AV.resync();
+      S = fresh(p.epoch);
+      S.started = true;
+      S.H = p.heads; S.layers = p.layers; S.src = p.src; S.pieces = p.pieces; S.unk = p.unk;
+      S.bos = p.bos; S.expected = p.expected; S.titles = p.titles;
+      const ts = p.src.length;
+      S.enc = p.encoder.map((e) => ({ w: f32(e.w), m: bits(e.m, 0, ts * ts) }));
+      for (const k of ["decoder_self", "cross"]) S.rows[k] = Array.from({ length: p.layers[k] }, () => []);
+      for (const k of KINDS) {
+        const v = (p.view || {})[k];
+        view[k] = v ? [v[0], v[1]] : [p.layers[k] - 1, "mean"];
+      }
+    } else if (S.have < p.from) {
+      return AV.resync(); // the page lost rows (a dropped event): ask for everything
+    }
+    const ts = S.src.length, H = S.H;
+    for (const k of ["decoder_self", "cross"]) {
+      const layers = (p.rows || {})[k];
+      if (!layers) continue;
+      layers.forEach((lay, l) => {
+        const w = f32(lay.w);
+        let off = 0, moff = 0;
+        for (let pos = p.from; pos < p.n; pos++) {
+          const tk = k === "decoder_self" ? pos + 1 : ts;
+          S.rows[k][l][pos] = { w: w.subarray(off, off + H * tk), m: bits(lay.m, moff, tk) };
+          off += H * tk; moff += tk;
+        }
+      });
+    }
+    for (const k of ["decoder_self", "cross"]) S.rows[k].forEach((r) => (r.length = Math.min(r.length, p.n)));
+    S.prob.length = S.topk.length = p.from;
+    S.prob.push(...(p.prob || [])); S.topk.push(...(p.topk || []));
+    S.prob.length = S.topk.length = p.n;
+    S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done;
+    S.info = p.info || {}; S.limit = p.limit;
+    render();
+    if (p.follow) { // other panels show an older state: let them follow, after this paint
+      const b = document.querySelector("#follow-btn");
+      if (b) requestAnimationFrame(() => setTimeout(() => b.click(), 0));
+    }
+  };
+  AV.resync = function () {
+    const b = document.querySelector("#resync-btn");
+    if (b) b.click();
+  };
+
+  // -- matrices as shown at the current step -------------------------------------------------
+  function labels(kind) {
+    const tgt = [S.bos, ...S.tokens.slice(0, Math.max(S.step - 1, 0))];
+    return kind === "encoder_self" ? [S.src, S.src] : kind === "decoder_self" ? [tgt, tgt] : [S.src, tgt];
+  }
+  // value of head h (or the mean) at (q, k) and whether the recorded mask blocks it
+  function cell(kind, layer, head, q, k) {
+    const H = S.H, ts = S.src.length;
+    let w, m, tk, base;
+    if (kind === "encoder_self") {
+      const e = S.enc[layer]; w = e.w; m = e.m[q * ts + k]; tk = ts; base = q * ts;
+      const at = (h) => w[h * ts * ts + base + k];
+      return [head < 0 ? mean(at, H) : at(head), m];
+    }
+    const row = S.rows[kind][layer][q];
+    tk = kind === "decoder_self" ? q + 1 : ts;
+    if (k >= tk) return [0, 1]; // the future: blocked by the causal mask
+    const at = (h) => row.w[h * tk + k];
+    return [head < 0 ? mean(at, H) : at(head), row.m[k]];
+  }
+  function mean(at, H) {
+    let s = 0;
+    for (let h = 0; h < H; h++) s += at(h);
+    return s / H;
+  }
+  function matrix(kind, layer, head) {
+    const [xl, yl] = labels(kind);
+    const tq = yl.length, tk = xl.length;
+    const z = new Float32Array(tq * tk), m = new Uint8Array(tq * tk);
+    for (let q = 0; q < tq; q++)
+      for (let k = 0; k < tk; k++) {
+        const [v, b] = cell(kind, layer, head, q, k);
+        z[q * tk + k] = v; m[q * tk + k] = b;
+      }
+    return { z, m, tq, tk, xl, yl };
+  }
+  AV.maskedCells = function (kind, layer) { // for tests: the blocked cells this page draws
+    const mat = matrix(kind, layer, -1), out = [];
+    for (let q = 0; q < mat.tq; q++) out.push(Array.from(mat.m.subarray(q * mat.tk, (q + 1) * mat.tk)));
+    return out;
+  };
+
+  // -- drawing -------------------------------------------------------------------------------
+  let COL = null, WIDTHS = {}; // read once per render, before anything is written
+  function colours() {
+    if (COL) return COL;
+    const cs = getComputedStyle(root || document.body);
+    const dark = document.body.classList.contains("dark") || document.documentElement.classList.contains("dark");
+    return { text: cs.color || (dark ? "#f3f4f6" : "#1f2937"), bg: dark ? "#1f2937" : "#ffffff", dark };
+  }
+  function measure() {
+    COL = null; COL = colours(); WIDTHS = {};
+    root.querySelectorAll(".av-panel").forEach((p) => (WIDTHS[p.id] = p.clientWidth - 18));
+  }
+  function short(s, n) { s = String(s); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
+  function vmaxOf(mats) {
+    if (ui.fixed) return 1;
+    let mx = 0;
+    for (const mat of mats) for (let i = 0; i < mat.z.length; i++) if (!mat.m[i] && mat.z[i] > mx) mx = mat.z[i];
+    return mx > 0 ? mx : 1;
+  }
+  // lay out panels [{mat, title, outline}] in a grid on one canvas; returns hit boxes
+  function drawPanels(canvas, panels, opts) {
+    const col = colours(), dpr = window.devicePixelRatio || 1;
+    const avail = Math.max(240, opts.width || WIDTHS[canvas.parentElement.id] || 600);
+    const cols = Math.min(opts.cols || 1, panels.length);
+    const small = cols > 1 || opts.tiny;
+    const font = small ? 10 : 12;
+    const ctx = canvas.getContext("2d");
+    ctx.font = `${font}px sans-serif`;
+    const tk = Math.max(...panels.map((p) => p.mat.tk), 1), tq = Math.max(...panels.map((p) => p.mat.tq), 1);
+    const showLabels = !opts.tiny;
+    let left = 6, bottom = 6;
+    if (showLabels) {
+      const yw = Math.max(...panels.flatMap((p) => p.mat.yl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      left = Math.min(yw, 110) + 8;
+    }
+    const titleH = (opts.title ? 22 : 0), subH = panels.length > 1 || opts.subtitles ? font + 6 : 0;
+    const barW = opts.noBar ? 0 : 56;
+    const panelW = Math.floor((avail - barW) / cols);
+    let cellPx = Math.floor((panelW - left - 8) / tk);
+    cellPx = Math.max(2, Math.min(cellPx, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
+    const rotate = showLabels && (cellPx < 14 || panels.some((p) => p.mat.xl.some((s) => String(s).length > 1)));
+    if (showLabels) {
+      const xw = Math.max(...panels.flatMap((p) => p.mat.xl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      bottom = rotate ? Math.min(xw, 110) + 10 : font + 8;
+    }
+    const pw = left + tk * cellPx + 8, ph = subH + tq * cellPx + bottom;
+    const rows = Math.ceil(panels.length / cols);
+    const W = Math.max(pw * cols + barW, 200), Hh = titleH + rows * ph + 4;
+    if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(Hh * dpr)) {
+      canvas.width = Math.round(W * dpr); canvas.height = Math.round(Hh * dpr);
+      canvas.style.width = W + "px"; canvas.style.height = Hh + "px";
+    }
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.fillStyle = col.bg; ctx.fillRect(0, 0, W, Hh);
+    ctx.fillStyle = col.text; ctx.textBaseline = "middle";
+    if (opts.title) { ctx.font = `bold 13px sans-serif`; ctx.fillText(short(opts.title, Math.floor(W / 7)), 4, 11); }
+    ctx.font = `${font}px sans-serif`;
+    const vmax = opts.vmax, boxes = [];
+    const every = Math.max(1, Math.ceil((font + 1) / cellPx));
+    panels.forEach((p, i) => {
+      const x0 = (i % cols) * pw, y0 = titleH + Math.floor(i / cols) * ph;
+      const gx = x0 + left, gy = y0 + subH, mat = p.mat;
+      if (subH) { ctx.fillStyle = col.text; ctx.textAlign = "left"; ctx.fillText(short(p.title || "", 24), gx, y0 + subH / 2); }
+      const img = ctx.createImageData(mat.tk, mat.tq);
+      for (let j = 0; j < mat.z.length; j++) {
+        let rgb;
+        if (mat.m[j]) rgb = MASK_RGB;
+        else { const t = Math.max(0, Math.min(255, Math.round((mat.z[j] / vmax) * 255))); rgb = [LUT[t * 3], LUT[t * 3 + 1], LUT[t * 3 + 2]]; }
+        img.data[j * 4] = rgb[0]; img.data[j * 4 + 1] = rgb[1]; img.data[j * 4 + 2] = rgb[2]; img.data[j * 4 + 3] = 255;
+      }
+      OFF.width = Math.max(mat.tk, 1); OFF.height = Math.max(mat.tq, 1);
+      OFF.getContext("2d").putImageData(img, 0, 0);
+      const off = OFF;
+      ctx.imageSmoothingEnabled = false;
+      if (mat.tk && mat.tq) ctx.drawImage(off, gx, gy, mat.tk * cellPx, mat.tq * cellPx);
+      if (p.outline != null && p.outline >= 0) {
+        ctx.strokeStyle = OUTLINE; ctx.lineWidth = 2;
+        ctx.strokeRect(gx - 1, gy + p.outline * cellPx - 1, mat.tk * cellPx + 2, cellPx + 2);
+      }
+      if (showLabels) {
+        ctx.fillStyle = col.text; ctx.textAlign = "right";
+        for (let q = 0; q < mat.tq; q += every) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q + 0.5) * cellPx);
+        for (let k = 0; k < mat.tk; k += every) {
+          const x = gx + (k + 0.5) * cellPx, y = gy + mat.tq * cellPx + 4;
+          if (rotate) { ctx.save(); ctx.translate(x, y); ctx.rotate(-Math.PI / 2); ctx.textAlign = "right"; ctx.fillText(short(mat.xl[k], 12), 0, 0); ctx.restore(); }
+          else { ctx.textAlign = "center"; ctx.fillText(short(mat.xl[k], 12), x, y + font / 2); }
+        }
+      }
+      boxes.push({ x: gx, y: gy, cell: cellPx, mat, title: p.title, key: p.key });
+    });
+    if (!opts.noBar) { // colour bar: 0 .. vmax, and the masked grey
+      const bx = W - barW + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
+      for (let y = 0; y < bh; y++) {
+        const t = Math.round((1 - y / bh) * 255);
+        ctx.fillStyle = `rgb(${LUT[t * 3]},${LUT[t * 3 + 1]},${LUT[t * 3 + 2]})`;
+        ctx.fillRect(bx, by + y, 10, 1);
+      }
+      ctx.fillStyle = col.text; ctx.textAlign = "left"; ctx.font = "10px sans-serif";
+      ctx.fillText(vmax.toFixed(vmax >= 0.1 ? 2 : 3), bx + 13, by + 4); ctx.fillText("0", bx + 13, by + bh - 2);
+      ctx.fillStyle = MASKED; ctx.fillRect(bx, by + bh + 8, 10, 10);
+      ctx.fillStyle = col.text; ctx.fillText("masked", bx - 4, by + bh + 28);
+    }
+    canvas._av = boxes;
+    return boxes;
+  }
+
+  function hover(canvas, tip) {
+    canvas.addEventListener("mousemove", (ev) => {
+      const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (const b of canvas._av || []) {
+        const k = Math.floor((x - b.x) / b.cell), q = Math.floor((y - b.y) / b.cell);
+        if (k >= 0 && q >= 0 && k < b.mat.tk && q < b.mat.tq) {
+          const i = q * b.mat.tk + k;
+          const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `weight ${b.mat.z[i].toFixed(4)}`;
+          tip.textContent = `${b.title ? b.title + ": " : ""}query ${q} “${b.mat.yl[q]}” → key ${k} “${b.mat.xl[k]}”: ${what}`;
+          tip.style.display = "block"; tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
+          return;
+        }
+      }
+      tip.style.display = "none";
+    });
+    canvas.addEventListener("mouseleave", () => (tip.style.display = "none"));
+  }
+
+  function png(canvas, name) {
+    canvas.toBlob((blob) => {
+      const a = document.createElement("a");
+      a.href = URL.createObjectURL(blob); a.download = `attnviz-${name}-step${S.step}.png`;
+      document.body.appendChild(a); a.click(); a.remove();
+      setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+    }, "image/png");
+  }
+
+  // -- the page ------------------------------------------------------------------------------
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
+    }
+    for (const c of kids) if (c) e.appendChild(c);
+    return e;
+  }
+  function panel(id, label) {
+    const p = el("div", { class: "av-panel", id });
+    const head = el("div", { class: "av-head" }, el("span", { class: "av-title", text: label }));
+    const canvas = el("canvas", { class: "av-canvas" });
+    const btn = el("button", { class: "av-png", type: "button", title: "download this figure as PNG", text: "PNG" });
+    btn.addEventListener("click", () => png(canvas, id));
+    head.appendChild(btn);
+    p.append(head, el("div", { class: "av-empty" }), canvas);
+    hover(canvas, tipEl());
+    return p;
+  }
+  let tip = null;
+  function tipEl() {
+    if (!tip) { tip = el("div", { class: "av-tip" }); document.body.appendChild(tip); }
+    return tip;
+  }
+
+  AV.mount = function (element) {
+    if (element.querySelector(".av-root")?.dataset.mounted) return;
+    root = element.querySelector(".av-root") || element;
+    root.dataset.mounted = "1";
+    const top = el("div", { class: "av-tokens" },
+      el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Source" }), el("div", { id: "source-tokens", class: "tokens" })),
+      el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Output" }), el("div", { id: "output-tokens", class: "tokens" })),
+      el("div", { class: "av-line av-expected-line" }, el("span", { class: "av-label", text: "Expected" }), el("div", { id: "expected-tokens", class: "tokens" })));
+    const fixed = el("input", { type: "checkbox", id: "fixed-scale" });
+    fixed.addEventListener("change", () => { ui.fixed = fixed.checked; render(); });
+    const bar = el("div", { class: "av-bar" },
+      el("label", { class: "av-check" }, fixed, el("span", { text: " fixed 0–1 colour scale (else each figure spans 0 to its largest weight)" })),
+      el("span", { class: "av-keys", id: "key-hint", text: "Keys (outside a text field): → or n Step · ← or b Back · r Run · Home Reset" }));
+    const topk = el("div", { class: "av-panel", id: "topk-plot" }, el("div", { class: "av-head" }, el("span", { class: "av-title", text: "Next-token probabilities" })), el("div", { class: "av-bars" }));
+    const rows = el("div", { class: "av-col" }, panel("heatmap-rows-cross", "Rows this step added"), panel("heatmap-rows-decoder", "Rows this step added"));
+    const main = el("div", { class: "av-grid2" }, topk, rows);
+    root.append(top, bar, main);
+    for (const k of KINDS) {
+      const p = panel(`heatmap-${k}`, k);
+      const layer = el("select", { class: "av-layer", "aria-label": "layer" });
+      const headSel = el("select", { class: "av-headsel", "aria-label": "head" });
+      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
+      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
+      const h = p.querySelector(".av-head");
+      h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layer), h.querySelector(".av-png"));
+      h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel), h.querySelector(".av-png"));
+      root.appendChild(p);
+    }
+    const kindSel = el("select", { class: "av-modelkind", "aria-label": "attention kind" });
+    for (const k of KINDS) kindSel.appendChild(el("option", { value: k, text: k }));
+    kindSel.value = ui.modelKind;
+    kindSel.addEventListener("change", () => { ui.modelKind = kindSel.value; measure(); drawModel(); });
+    const mv = panel("heatmap-model", "Model view: every layer × head (click a head to open it above)");
+    mv.querySelector(".av-head").insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "kind " }), kindSel), mv.querySelector(".av-png"));
+    const details = el("details", { class: "av-details", id: "model-view" }, el("summary", { text: "Model view: every layer × head" }), mv);
+    details.addEventListener("toggle", () => { if (details.open) { measure(); drawModel(); } });
+    mv.querySelector("canvas").addEventListener("click", (ev) => {
+      const c = ev.currentTarget, r = c.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (const b of c._av || []) {
+        if (x >= b.x && y >= b.y - 14 && x < b.x + b.mat.tk * b.cell && y < b.y + b.mat.tq * b.cell) {
+          view[ui.modelKind] = [b.key[0], `H${b.key[1]}`]; measure(); drawKind(ui.modelKind);
+          document.getElementById(`heatmap-${ui.modelKind}`).scrollIntoView({ block: "center" });
+          return;
+        }
+      }
+    });
+    root.appendChild(details);
+    new ResizeObserver(() => { if (root.clientWidth && root._w !== root.clientWidth) { root._w = root.clientWidth; render(); } }).observe(root);
+    render();
+  };
+
+  function setOptions(sel, values, labelsOf, value) {
+    const key = values.join("|");
+    if (sel._key !== key) {
+      sel.textContent = "";
+      values.forEach((v, i) => sel.appendChild(el("option", { value: v, text: labelsOf[i] })));
+      sel._key = key;
+    }
+    sel.value = value;
+  }
+  function headName(h) { return h === "mean" ? "mean of heads" : h === "all heads" ? "all heads" : `head ${h.slice(1)}`; }
+
+  function drawKind(kind) {
+    const p = document.getElementById(`heatmap-${kind}`);
+    if (!p) return;
+    const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
+    const name = S.titles[kind] || kind;
+    if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
+      title.textContent = name;
+      empty.textContent = S.started ? `${name}: press Step to add rows` : "type an input and press Step";
+      empty.style.display = "block"; canvas.style.display = "none";
+      p.querySelectorAll("select").forEach((s) => (s.disabled = !S.started));
+      return;
+    }
+    const L = S.layers[kind], [layer, head] = view[kind];
+    const lay = Math.max(0, Math.min(layer, L - 1));
+    p.querySelectorAll("select").forEach((s) => (s.disabled = false));
+    setOptions(p.querySelector(".av-layer"), [...Array(L).keys()].map(String), [...Array(L).keys()].map((i) => `L${i}`), String(lay));
+    const heads = ["mean", "all heads", ...Array.from({ length: S.H }, (_, h) => `H${h}`)];
+    setOptions(p.querySelector(".av-headsel"), heads, heads, head);
+    const stepTxt = kind === "encoder_self" ? "" : ` · step ${S.step}`;
+    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}`;
+    title.textContent = t;
+    const outline = kind === "encoder_self" ? null : S.step - 1;
+    let panels;
+    if (head === "all heads") panels = Array.from({ length: S.H }, (_, h) => ({ mat: matrix(kind, lay, h), title: `H${h}`, outline }));
+    else panels = [{ mat: matrix(kind, lay, head === "mean" ? -1 : +head.slice(1)), outline }];
+    empty.style.display = "none"; canvas.style.display = "block";
+    drawPanels(canvas, panels, { title: t, cols: head === "all heads" ? Math.min(4, S.H) : 1, vmax: vmaxOf(panels.map((x) => x.mat)), maxCell: 34 });
+  }
+
+  function drawModel() {
+    const d = document.getElementById("model-view");
+    if (!d || !d.open) return;
+    const p = document.getElementById("heatmap-model"), kind = ui.modelKind;
+    const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas");
+    if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
+      empty.textContent = "model view: press Step (or pick encoder_self)"; empty.style.display = "block"; canvas.style.display = "none"; return;
+    }
+    const panels = [];
+    for (let l = 0; l < S.layers[kind]; l++)
+      for (let h = 0; h < S.H; h++) panels.push({ mat: matrix(kind, l, h), title: `L${l} H${h}`, key: [l, h], outline: kind === "encoder_self" ? null : S.step - 1 });
+    empty.style.display = "none"; canvas.style.display = "block";
+    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
+  }
+
+  function drawRows() {
+    for (const [id, kind] of [["heatmap-rows-cross", "cross"], ["heatmap-rows-decoder", "decoder_self"]]) {
+      const p = document.getElementById(id);
+      if (!p) continue;
+      const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
+      if (!S.started || S.step === 0) {
+        title.textContent = `Rows this step added: ${S.titles[kind] || kind}`;
+        empty.textContent = "press Step: each step's new query rows appear here"; empty.style.display = "block"; canvas.style.display = "none"; continue;
+      }
+      const q = S.step - 1, [xl, yl] = labels(kind), tk = xl.length;
+      const L = S.layers[kind], H = S.H, z = new Float32Array(L * H * tk), m = new Uint8Array(L * H * tk), names = [];
+      for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+        names.push(`L${l} H${h}`);
+        for (let k = 0; k < tk; k++) { const [v, b] = cell(kind, l, h, q, k); z[(l * H + h) * tk + k] = v; m[(l * H + h) * tk + k] = b; }
+      }
+      const mat = { z, m, tq: L * H, tk, xl, yl: names };
+      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head`;
+      title.textContent = t;
+      empty.style.display = "none"; canvas.style.display = "block";
+      drawPanels(canvas, [{ mat }], { title: t, vmax: vmaxOf([mat]), maxCell: 22, maxH: 400 });
+    }
+  }
+
+  function drawTopk() {
+    const p = document.getElementById("topk-plot");
+    if (!p) return;
+    const box = p.querySelector(".av-bars"), title = p.querySelector(".av-title");
+    box.textContent = "";
+    if (!S.started || S.step === 0) { title.textContent = "Next-token probabilities"; box.appendChild(el("div", { class: "av-empty", text: "press Step: each step's numbers appear here" })); return; }
+    const q = S.step - 1, top = S.topk[q] || [], [, yl] = labels("cross");
+    const chosen = top.find((x) => x[2]) || ["?", 0];
+    title.textContent = `step ${S.step}: after “${yl[q]}”, chose “${chosen[0]}” (p = ${chosen[1].toFixed(3)})`;
+    for (const [tok, pr, isChosen] of top) {
+      const row = el("div", { class: "av-barrow" + (isChosen ? " chosen" : "") },
+        el("span", { class: "av-bartok", text: tok }),
+        el("span", { class: "av-bartrack" }, el("span", { class: "av-barfill", style: `width:${(pr * 100).toFixed(1)}%` })),
+        el("span", { class: "av-barval", text: pr.toFixed(3) }));
+      box.appendChild(row);
+    }
+  }
+
+  function chips(box, labels, cls) {
+    box.textContent = "";
+    labels.forEach((t, i) => {
+      const c = el("span", { class: "tok" + (cls[i] ? " " + cls[i] : ""), text: t });
+      box.appendChild(c);
+    });
+    if (!labels.length) box.appendChild(el("span", { class: "tok-none", text: "—" }));
+  }
+  function drawTokens() {
+    const src = document.getElementById("source-tokens"), out = document.getElementById("output-tokens"), exp = document.getElementById("expected-tokens");
+    if (!src) return;
+    const unk = new Set(S.unk);
+    chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
+    const shown = S.tokens.slice(0, S.step), want = S.expected;
+    let bad = -1;
+    if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
+    chips(out, shown, shown.map((_, i) => [i === shown.length - 1 ? "newest" : "", i === bad ? "mismatch" : ""].join(" ").trim()));
+    out.querySelectorAll(".tok").forEach((c, i) => { // confidence strip: the chosen token's probability
+      const p = S.prob[i] ?? 0;
+      c.title = `step ${i + 1}: p = ${p.toFixed(3)}${i === bad ? " · first mismatch with the expected output" : ""}`;
+      c.appendChild(el("span", { class: "conf", style: `width:${Math.round(p * 100)}%` }));
+    });
+    const line = exp.parentElement;
+    if (want && S.started) { line.style.display = ""; chips(exp, want, want.map((_, i) => (i === bad ? "mismatch" : ""))); }
+    else line.style.display = "none";
+  }
+
+  function render() {
+    if (!root) return;
+    if (!root.clientWidth) { drawTokens(); return; } // hidden tab: drawn when it shows (ResizeObserver)
+    measure();
+    drawTokens();
+    drawTopk();
+    drawRows();
+    for (const k of KINDS) drawKind(k);
+    drawModel();
+    root.dataset.epoch = S.epoch; root.dataset.step = String(S.step);
+    AV.drawn = { epoch: S.epoch, step: S.step, t: performance.now() };
+  }
+  AV.render = render;
+
+  // -- keyboard: with focus outside a text field ---------------------------------------------
+  document.addEventListener("keydown", (ev) => {
+    const t = ev.target, tag = (t && t.tagName) || "";
+    if (ev.ctrlKey || ev.metaKey || ev.altKey || t?.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(tag)) {
+      if (tag === "INPUT" && t.type === "number" && ev.key === "Enter" && t.closest("#step-slider")) t.blur(); // apply on Enter
+      return;
+    }
+    const ids = { ArrowRight: "step-btn", n: "step-btn", ArrowLeft: "back-btn", b: "back-btn", r: "run-btn", Home: "reset-btn" };
+    const id = ids[ev.key];
+    if (!id) return;
+    const b = document.getElementById(id);
+    if (b) { ev.preventDefault(); b.click(); }
+  });
+})();

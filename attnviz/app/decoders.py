@@ -1,0 +1,88 @@
+"""The server-side decoders of the app: one :class:`~attnviz.GreedyStepper` per session.
+
+A session's state holds token ids, never a model; its stepper (KV cache, recorded rows) lives
+here, keyed by the session id, each behind the session's own lock so two users never wait for
+each other and one user's two events never interleave. A stepper that is missing or stale
+(evicted, a new input, a rewritten checkpoint) is rebuilt by forcing the state's tokens
+(:meth:`~attnviz.GreedyStepper.sync`), with the same attention: eval mode is deterministic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import torch
+
+from ..checkpoint import Checkpoint
+from ..decoding import GreedyStepper
+from .state import SessionState, special_ids
+
+MAX_STEPPERS = 64
+
+
+class DecoderCache:
+    """Per-session steppers, bounded (least recently used dropped), one lock per session."""
+
+    def __init__(self, maxsize: int = MAX_STEPPERS):
+        self.maxsize = maxsize
+        self._items: OrderedDict[str, tuple[tuple, GreedyStepper]] = OrderedDict()
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()  # guards the two dicts, held for microseconds
+
+    def _lock(self, sid: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(sid, threading.Lock())
+
+    @contextlib.contextmanager
+    def hold(self, state: SessionState, ckpt: Checkpoint, version: int) -> Iterator[GreedyStepper]:
+        """This session's stepper holding exactly ``state.tokens``, locked for the block.
+
+        Args:
+            state: a started state (``sid`` and ``src_ids`` set).
+            ckpt: its checkpoint; version: the checkpoint file's version (a new one rebuilds).
+        """
+        sig = (state.model, version, state.device, tuple(state.src_ids))
+        with self._lock(state.sid):
+            with self._guard:
+                hit = self._items.get(state.sid)
+                if hit is not None:
+                    self._items.move_to_end(state.sid)
+            if hit is not None and hit[0] == sig:
+                stepper = hit[1]
+            else:
+                ids = special_ids(ckpt)
+                src = torch.tensor(state.src_ids, dtype=torch.long)
+                stepper = GreedyStepper(
+                    ckpt.model, src, ids["bos"], ids["eos"], max_len=state.max_steps or None
+                )
+                with self._guard:
+                    self._items[state.sid] = (sig, stepper)
+                    self._items.move_to_end(state.sid)
+                    while len(self._items) > self.maxsize:
+                        old, _ = self._items.popitem(last=False)
+                        if old != state.sid:
+                            self._locks.pop(old, None)
+            stepper.sync(state.tokens)
+            yield stepper
+
+    def forget(self, sid: str) -> None:
+        """Free a session's stepper (its state expired or the tab closed)."""
+        with self._guard:
+            self._items.pop(sid, None)
+            self._locks.pop(sid, None)
+
+    def sessions(self) -> set[str]:
+        """Ids of the sessions holding a stepper now."""
+        with self._guard:
+            return set(self._items)
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._items)
+
+
+#: The process's decoders (the app's sessions share the process's models).
+DECODERS = DecoderCache()
