@@ -185,7 +185,10 @@
     }
     const pw = left + tk * cellPx + 8, ph = subH + tq * cellPx + bottom;
     const rows = Math.ceil(panels.length / cols);
-    const W = Math.max(pw * cols + barW, 200), Hh = titleH + rows * ph + 4;
+    ctx.font = "bold 13px sans-serif";
+    const titleW = opts.title ? ctx.measureText(opts.title).width + 12 : 0;
+    ctx.font = `${font}px sans-serif`;
+    const W = Math.max(pw * cols + barW, 200, Math.min(titleW, avail)), Hh = titleH + rows * ph + 4;
     if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(Hh * dpr)) {
       canvas.width = Math.round(W * dpr); canvas.height = Math.round(Hh * dpr);
       canvas.style.width = W + "px"; canvas.style.height = Hh + "px";
@@ -193,7 +196,7 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.fillStyle = col.bg; ctx.fillRect(0, 0, W, Hh);
     ctx.fillStyle = col.text; ctx.textBaseline = "middle";
-    if (opts.title) { ctx.font = `bold 13px sans-serif`; ctx.fillText(short(opts.title, Math.floor(W / 7)), 4, 11); }
+    if (opts.title) { ctx.font = "bold 13px sans-serif"; ctx.fillText(opts.title, 4, 11, W - 8); }
     ctx.font = `${font}px sans-serif`;
     const vmax = opts.vmax, boxes = [];
     const every = Math.max(1, Math.ceil((font + 1) / cellPx));

@@ -1,13 +1,16 @@
-"""The app in a real headless Chromium: type, step to the end, heatmaps drawn, mask lab reacts.
+"""The app in a real headless Chromium, as a person uses it.
 
-This is also the check that figures made by our pinned plotly render in Gradio's bundled
-plotly.js (typed-array encoding, heatmap traces, layouts). Screenshots go to ``assets/``.
+Type, step to the end, heatmaps drawn with grey exactly where the recorded mask blocks;
+every panel follows Back, scrub (mouse and keyboard), a new input and a model switch; the
+keyboard shortcuts; dark-mode text contrast. Screenshots go to ``assets/``. No timings are
+asserted here (``attnviz bench`` measures them).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -18,13 +21,14 @@ sync_api = pytest.importorskip(
 )
 pytest.importorskip("gradio")
 
-from tests.conftest import launched_app  # noqa: E402  (after the skips)
+import attnviz  # noqa: E402  (after the skips)
+from attnviz.bench import CHROMIUM_ARGS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 TIMEOUT = 30_000  # ms; a 2-core machine that is also training is slow to draw
 
-# Traces plotly.js actually built for the figure in a container (null before it has drawn).
+# Traces plotly.js built for the figure in a container (the labs still draw with plotly).
 TRACES = """(sel) => {
   const gd = document.querySelector(sel + ' .js-plotly-plot');
   if (!gd || !gd._fullData) return null;
@@ -35,76 +39,206 @@ TITLE_HAS = """([sel, text]) => {
   const gd = document.querySelector(sel + ' .js-plotly-plot');
   return !!gd && !!gd._fullLayout && (gd._fullLayout.title.text || '').includes(text);
 }"""
+# What a heatmap canvas shows at every cell's centre: 1 where the pixel is the masked grey.
+GREY_CELLS = """(id) => {
+  const c = document.querySelector('#' + id + ' canvas');
+  const b = c._av[0], dpr = c.width / parseFloat(c.style.width);
+  const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  const out = [];
+  for (let q = 0; q < b.mat.tq; q++) {
+    const row = [];
+    for (let k = 0; k < b.mat.tk; k++) {
+      const x = Math.floor((b.x + (k + 0.5) * b.cell) * dpr), y = Math.floor((b.y + (q + 0.5) * b.cell) * dpr);
+      const i = (y * c.width + x) * 4;
+      row.push(px[i] === 196 && px[i + 1] === 196 && px[i + 2] === 196 ? 1 : 0);
+    }
+    out.push(row);
+  }
+  return out;
+}"""
+# WCAG contrast of every visible text element's colour on its effective background.
+CONTRAST = """(sel) => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const bg = (el) => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
+    if (c.length >= 3 && (c.length < 4 || c[3] > 0.5)) return c; } return [255, 255, 255]; };
+  const out = [];
+  for (const el of document.querySelectorAll(sel)) {
+    if (!el.offsetParent || !el.textContent.trim()) continue;
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(bg(el));
+    out.push([el.textContent.trim().slice(0, 30), (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)]);
+  }
+  return out;
+}"""
 
 
 @pytest.fixture(scope="module")
-def url():
-    with launched_app() as (_, port):
+def url(launched_app, models_dir):
+    with launched_app(models_dir / "reverse") as (_, port):
         yield f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture(scope="module")
-def page(url):
+def browser():
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        page.set_default_timeout(TIMEOUT)
-        page.goto(url)
-        page.wait_for_function(
-            "() => document.querySelector('#model-info')?.innerText.includes('running on')"
-        )
-        yield page
+        yield browser
         browser.close()
+
+
+def open_page(browser, url, **context):
+    page = browser.new_page(viewport={"width": 1400, "height": 1600}, **context)
+    page.set_default_timeout(TIMEOUT)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function(
+        "() => document.querySelector('#model-info')?.innerText.includes('running on')"
+    )
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    page.errors = errors
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, url):
+    page = open_page(browser, url)
+    yield page
+    assert page.errors == []
+    page.close()
 
 
 def output(page) -> str:
     return page.locator("#output-text textarea").input_value()
 
 
+def wait_step(page, step: int, out: str | None = None) -> None:
+    page.wait_for_function(f"() => window.AttnViz.drawn.step === {step}")
+    if out is not None:
+        page.wait_for_function(
+            "(o) => document.querySelector('#output-text textarea').value === o", arg=out
+        )
+
+
+def title(page, kind: str) -> str:
+    return page.locator(f"#heatmap-{kind} .av-title").inner_text()
+
+
+def recorded(ckpt, text: str, steps: int):
+    """The trace the model records when greedily decoding ``text`` for ``steps`` tokens."""
+    cfg = ckpt.config
+    src = np.array(ckpt.encode_source(text).ids)
+    stepper = attnviz.GreedyStepper(ckpt.model, src, cfg.bos_id, cfg.eos_id)
+    for _ in range(steps):
+        stepper.step()
+    return stepper.trace()
+
+
 def test_type_step_to_the_end_and_heatmaps_render(page):
     page.locator("#input-text textarea").fill("helloworld")
     for n in range(1, 12):  # 10 letters, then EOS
         page.locator("#step-btn").click()
-        if n <= 10:
-            page.wait_for_function(
-                f"() => document.querySelector('#output-text textarea').value.length == {n}"
-            )
+        wait_step(page, n)
     page.wait_for_function("() => document.querySelector('#status').innerText.includes('Done')")
     assert output(page) == "dlrowolleh"
     assert page.locator("#output-tokens .tok.newest").inner_text() == "<eos>"
-    page.wait_for_function(TITLE_HAS, arg=["#heatmap-cross", "step 11"])
+    assert "step 11" in title(page, "cross") and "step 11" in title(page, "decoder_self")
+    assert page.locator("#expected-tokens .tok").count() == 11  # dlrowolleh + <eos>
+    assert page.locator("#expected-tokens .tok.mismatch").count() == 0
     for kind in ("encoder_self", "decoder_self", "cross"):
-        sel = f"#heatmap-{kind}"
-        assert page.locator(f"{sel} .js-plotly-plot .main-svg").count() > 0
-        traces = page.evaluate(TRACES, sel)
-        assert traces and traces[0]["type"] == "heatmap", kind
-        assert page.locator(f"{sel} .hm image, {sel} g.trace").count() > 0, kind
-    dec = page.evaluate(TRACES, "#heatmap-decoder_self")
-    assert [t["name"] for t in dec] == ["weights", "masked"]  # the causal mask drawn apart
-    assert len(dec[0]["z"]) == 11  # BOS + 10 letters as query rows
-    ticks = [t.text_content() for t in page.locator("#heatmap-decoder_self .ytick text").all()]
-    assert ticks[:3] == ["<bos>", "d", "l"]
-    assert page.evaluate(TRACES, "#topk-plot")[0]["type"] == "bar"
+        assert page.locator(f"#heatmap-{kind} canvas").is_visible()
+    dec = page.evaluate("() => window.AttnViz.maskedCells('decoder_self', 1)")
+    assert len(dec) == 11 and dec[0][1] == 1 and dec[10][10] == 0  # BOS + 10 letters, causal
+    bars = page.locator("#topk-plot .av-barrow")
+    assert bars.count() >= 2 and "chosen" in bars.first.get_attribute("class")
     page.screenshot(path=str(ASSETS / "screenshot-main.png"), full_page=True)
 
 
-def test_back_and_reset_in_the_page(page):
+def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
+    wait_step(page, 11)
+    trace = recorded(attnviz.load_checkpoint(models_dir / "reverse"), "helloworld", 11)
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        for layer in (0, 1):
+            want = trace.numpy(kind, layer, "mask")[0, 0].astype(int).tolist()
+            assert page.evaluate(f"() => window.AttnViz.maskedCells('{kind}', {layer})") == want
+            page.select_option(f"#heatmap-{kind} .av-layer", str(layer))
+            page.select_option(f"#heatmap-{kind} .av-headsel", "H1")
+            assert page.evaluate(GREY_CELLS, f"heatmap-{kind}") == want, (kind, layer)
+    assert "layer 1 · head 1" in title(page, "cross")
+    page.select_option("#heatmap-cross .av-headsel", "all heads")
+    assert "all heads" in title(page, "cross")
+    page.select_option("#heatmap-cross .av-headsel", "mean")
+
+
+def test_back_scrub_and_reset_redraw_every_panel(page):
     page.locator("#back-btn").click()
-    page.wait_for_function(TITLE_HAS, arg=["#heatmap-cross", "step 10"])
-    assert output(page) == "dlrowolleh"
+    wait_step(page, 10, "dlrowolleh")
+    assert "step 10" in title(page, "cross") and "step 10" in title(page, "decoder_self")
+    assert "Done" not in page.locator("#status").inner_text()
+    slider = page.locator("#step-slider input[type=range]")
+    slider.focus()
+    page.keyboard.press("ArrowLeft")  # the keyboard on the slider moves the page too
+    wait_step(page, 9, "dlrowolle")
+    assert "step 9" in title(page, "cross")
+    assert "“e”" in page.locator("#topk-plot .av-title").inner_text()
+    number = page.locator("#step-slider input[type=number]")
+    number.fill("3")
+    number.press("Enter")  # applies on Enter, not only on blur
+    wait_step(page, 3, "dlr")
+    assert "step 3" in page.locator("#heatmap-rows-cross .av-title").inner_text()
     page.locator("#reset-btn").click()
-    page.wait_for_function("() => document.querySelector('#output-text textarea').value === ''")
+    wait_step(page, 0, "")
+    assert page.locator("#heatmap-cross .av-empty").is_visible()
     page.locator("#run-btn").click()
-    page.wait_for_function(
-        "() => document.querySelector('#output-text textarea').value === 'dlrowolleh'"
-    )
+    wait_step(page, 11, "dlrowolleh")
 
 
-def test_mask_lab_causal_toggle_changes_the_view(page):
+def test_keyboard_shortcuts_outside_text_fields(page):
+    assert "→ or n Step" in page.locator("#key-hint").inner_text()
+    page.locator("h1").first.click()  # focus outside any text field
+    page.keyboard.press("Home")
+    wait_step(page, 0, "")
+    page.keyboard.press("ArrowRight")
+    wait_step(page, 1, "d")
+    page.keyboard.press("n")
+    wait_step(page, 2, "dl")
+    page.keyboard.press("ArrowLeft")
+    wait_step(page, 1, "d")
+    page.keyboard.press("b")
+    wait_step(page, 0, "")
+    page.keyboard.press("r")
+    wait_step(page, 11, "dlrowolleh")
+    page.locator("#input-text textarea").focus()
+    page.keyboard.press("n")  # typing in the input is typing, not stepping
+    assert page.locator("#input-text textarea").input_value() == "helloworldn"
+    page.locator("#input-text textarea").fill("helloworld")
+
+
+def test_a_new_input_replaces_every_panel(page):
+    page.locator("#input-text textarea").fill("abc")
+    page.locator("#step-btn").click()
+    wait_step(page, 1, "c")
+    assert page.locator("#source-tokens .tok").all_inner_texts() == ["a", "b", "c"]
+    assert page.locator("#expected-tokens .tok").all_inner_texts() == ["c", "b", "a", "<eos>"]
+    assert page.evaluate("() => window.AttnViz.maskedCells('cross', 0)[0].length") == 3
+    refused = "a" * 300
+    page.locator("#input-text textarea").fill(refused)
+    page.locator("#step-btn").click()
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('at most')")
+    assert "Ready" not in page.locator("#status").inner_text()
+    assert page.locator("#source-tokens .tok").count() == 0 and output(page) == ""
+
+
+def test_mask_lab_follows_the_step_and_the_input(page):
+    page.locator("#input-text textarea").fill("helloworld")
+    page.locator("#run-btn").click()
+    wait_step(page, 11, "dlrowolleh")
     page.get_by_role("tab", name="Mask lab").click()
     page.wait_for_function(TITLE_HAS, arg=["#heatmap-mask", "input"])
+    page.wait_for_function(TITLE_HAS, arg=["#mask-next", "step 11"])
     before = page.evaluate(TRACES, "#heatmap-mask")
     diff = next(t["z"] for t in before if t["name"] == "after - before")
     assert max(abs(x) for row in diff for x in row if x is not None) == 0
@@ -117,3 +251,54 @@ def test_mask_lab_causal_toggle_changes_the_view(page):
     diff = next(t["z"] for t in after if t["name"] == "after - before")
     assert max(abs(x) for row in diff for x in row if x is not None) > 0.01
     page.screenshot(path=str(ASSETS / "screenshot-mask-lab.png"), full_page=True)
+    page.locator("#back-btn").click()  # the lab is shown: it reruns on the new step
+    page.wait_for_function(TITLE_HAS, arg=["#mask-next", "step 10"])
+    page.locator("#causal-toggle input").uncheck()
+    page.locator("#input-text textarea").fill("abc")
+    page.locator("#run-btn").click()  # a new input: the block choices are its tokens
+    page.wait_for_function(TITLE_HAS, arg=["#heatmap-mask", "“abc”"])
+    labels = page.locator("#block-tokens label").all_inner_texts()
+    assert [x.strip() for x in labels] == ["0: a", "1: b", "2: c"]
+    page.get_by_role("tab", name="Step through").click()
+
+
+def test_model_switch_replaces_every_panel(page):
+    page.get_by_role("tab", name="Step through").click()
+    page.locator("#input-text textarea").fill("dcba")
+    page.locator("#run-btn").click()
+    wait_step(page, 5, "abcd")
+    page.locator("#model-picker input").click()
+    page.get_by_role("option", name="copy").click()
+    page.wait_for_function("() => document.querySelector('#model-info').innerText.includes('copy')")
+    wait_step(page, 0, "")  # decoding restarts on the kept input, with the new model
+    assert page.locator("#expected-tokens .tok").all_inner_texts() == ["d", "c", "b", "a", "<eos>"]
+    page.locator("#step-btn").click()
+    wait_step(page, 1, "d")
+    page.locator("#model-picker input").click()
+    page.get_by_role("option", name="reverse").click()
+    page.wait_for_function(
+        "() => document.querySelector('#model-info').innerText.includes('reverse')"
+    )
+    wait_step(page, 0, "")
+
+
+def test_dark_mode_text_is_readable(browser, url):
+    page = open_page(browser, url, color_scheme="dark")
+    try:
+        assert page.evaluate("() => document.body.classList.contains('dark')")
+        page.locator("#input-text textarea").fill("heLLo")
+        page.locator("#run-btn").click()
+        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
+        page.get_by_role("tab", name="Checkpoint health").click()
+        page.locator("#health-btn").click()
+        page.wait_for_selector("#health-report .finding", timeout=120_000)
+        worst = page.evaluate(CONTRAST, "#health-report li, #health-report p, #status, .explain")
+        page.get_by_role("tab", name="Step through").click()
+        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
+        worst += page.evaluate(
+            CONTRAST, ".av-title, .av-label, .av-keys, .tok, .av-barrow, #status, #model-info p"
+        )
+        assert worst and min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
+        page.screenshot(path=str(ASSETS / "screenshot-dark.png"), full_page=True)
+    finally:
+        page.close()
