@@ -284,10 +284,8 @@ def _dead_heads(
             Finding(
                 "dead heads",
                 "warning",
-                "; ".join(
-                    f"{k} {v}, zeroing it changes nothing on {n_ablated} inputs"
-                    for k, v in dead.items()
-                ),  # fmt: skip
+                f"{len(dead)} heads look unused and zeroing each changes nothing on "
+                f"{n_ablated} inputs: " + "; ".join(f"{k} {v}" for k, v in dead.items()),
                 dead,
             )
         )

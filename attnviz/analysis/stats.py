@@ -150,7 +150,7 @@ PATTERN_SHARE = 0.4
 #: next-token probability by this much or more.
 NO_EFFECT = 0.01
 UNIFORM_ROLE = "uniform-looking head"
-DEAD_ROLE = "dead head (uniform, zeroing it changes nothing)"
+DEAD_ROLE = "dead head (uniform, no effect)"
 BROAD_ROLE = "broad head (uniform-looking but needed)"
 _PATTERNS = {
     "anti_diagonal": "reversal head",
