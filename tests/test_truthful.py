@@ -176,7 +176,12 @@ def test_training_playback_greys_the_mask_the_probe_was_run_with(reverse_ckpt, m
         reverse_ckpt.model(src, tgt)
     for kind in ("decoder_self", "cross"):
         fig = plots.snapshot_timeline(snaps, kind, 0)
-        assert_marks(panels(fig)["x"], trace.mask(kind, 0)[0, 0], f"playback {kind}")
+        blocked = as_numpy(trace.mask(kind, 0)[0, 0])
+        assert_marks(panels(fig)["x"], blocked, f"playback {kind}")
+        frames = json.loads(fig.to_json())["frames"]
+        assert len(frames) == len(snaps.steps) > 1
+        for frame in frames:  # every training step keeps the weights off the grey cells
+            np.testing.assert_array_equal(np.isnan(_array(frame["data"][0]["z"])), blocked)
 
 
 # -- strict JSON -------------------------------------------------------------------------------
