@@ -48,7 +48,8 @@ GREY_CELLS = """(id) => {
   for (let q = 0; q < b.mat.tq; q++) {
     const row = [];
     for (let k = 0; k < b.mat.tk; k++) {
-      const x = Math.floor((b.x + (k + 0.5) * b.cell) * dpr), y = Math.floor((b.y + (q + 0.5) * b.cell) * dpr);
+      const x = Math.floor((b.x + (k + 0.5) * b.cell) * dpr);
+      const y = Math.floor((b.y + (q + 0.5) * b.cell) * dpr);
       const i = (y * c.width + x) * 4;
       row.push(px[i] === 196 && px[i + 1] === 196 && px[i + 2] === 196 ? 1 : 0);
     }

@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("gradio")
 
 from attnviz.app import ui
-from tests.conftest import launched_app  # noqa: E402  (after the skip)
 
 ROOT = Path(__file__).resolve().parent.parent
 REVERSE = ROOT / "models" / "reverse"
@@ -22,7 +21,7 @@ PASSWD = Path("/etc/passwd")
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(launched_app):
     with launched_app() as running:
         yield running
 

@@ -18,13 +18,19 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
     assert result["quick"] is True and "threads" in result["machine"]
     names = [r["name"] for r in result["rows"]]
     for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
-                     "forward with recording / without", "app step", "figure JSON per step",
+                     "forward with recording / without", "app step", "page payload per step",
                      "beam search", "greedy", "trace of 6+6 layers", "train reverse to 99%",
                      "peak RSS after 10 app sessions"):  # fmt: skip
         assert any(n.startswith(expected) for n in names), (expected, names)
+    browser = [r for r in result["rows"] if r["name"].startswith("browser")]
+    assert browser, names  # measured, or one row saying why not
     for row in result["rows"]:
         assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
+        if row["detail"].startswith("skipped"):
+            continue
         assert math.isfinite(row["value"]) and row["value"] > 0, row
+    for action in ("step", "back", "scrub", "layer/head"):
+        assert any(f"redrawn: {action}," in r["name"] for r in browser) or len(browser) == 1
     assert "| train step vs nn.Transformer |" in capsys.readouterr().out
 
 
