@@ -232,7 +232,7 @@
       boxes.push({ x: gx, y: gy, cell: cellPx, mat, title: p.title, key: p.key });
     });
     if (!opts.noBar) { // colour bar: 0 .. vmax, and the masked grey
-      const bx = W - barW + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
+      const bx = pw * cols + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
       for (let y = 0; y < bh; y++) {
         const t = Math.round((1 - y / bh) * 255);
         ctx.fillStyle = `rgb(${LUT[t * 3]},${LUT[t * 3 + 1]},${LUT[t * 3 + 2]})`;

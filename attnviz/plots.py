@@ -38,6 +38,12 @@ SCALE = "Viridis"  # a learned zero is dark purple, never the grey of a masked c
 DIVERGING = "RdBu_r"
 MASKED = "#c4c4c4"
 BAR, HIGHLIGHT = "#4c78a8", "#e45756"
+#: One colour per method, the same in every chart.
+METHOD_COLOURS = {
+    "Integrated Gradients": HIGHLIGHT,
+    "gradient × input": "#54a24b",
+    "attention": BAR,
+}
 #: A small template: the stock ones add ~6 KB and ~6 ms to every figure.
 TEMPLATE = go.layout.Template(
     layout=dict(
@@ -48,6 +54,19 @@ TEMPLATE = go.layout.Template(
         hoverlabel=dict(align="left"),
         xaxis=dict(gridcolor="#ebf0f8", zeroline=False, automargin=True),
         yaxis=dict(gridcolor="#ebf0f8", zeroline=False, automargin=True),
+        margin=dict(t=70, b=50, l=60, r=30),
+    )
+)
+#: The same for a dark page: light text on the page's dark grey, faint grid lines.
+DARK_TEMPLATE = go.layout.Template(
+    layout=dict(
+        paper_bgcolor="#1f2937",
+        plot_bgcolor="#1f2937",
+        font=dict(family="system-ui, sans-serif", size=12, color="#e5e7eb"),
+        hovermode="closest",
+        hoverlabel=dict(align="left"),
+        xaxis=dict(gridcolor="#374151", zeroline=False, automargin=True),
+        yaxis=dict(gridcolor="#374151", zeroline=False, automargin=True),
         margin=dict(t=70, b=50, l=60, r=30),
     )
 )
@@ -210,6 +229,15 @@ def _grid(
     for a in layout["annotations"]:
         a.update(xref="paper", yref="paper", xanchor="center", yanchor="bottom")
     return layout
+
+
+def themed(fig: go.Figure, dark: bool) -> go.Figure:
+    """``fig`` on the dark template when ``dark`` (titles, ticks and legends stay readable on
+    a dark page); the data and its colours are untouched."""
+    if dark:
+        fig.update_layout(template=DARK_TEMPLATE)
+        fig.update_annotations(font_color="#e5e7eb")
+    return fig
 
 
 def _figure(data: list[dict[str, Any]], **layout: Any) -> go.Figure:
@@ -394,7 +422,7 @@ def topk_bar(
     )
 
 
-def _share(a: np.ndarray) -> np.ndarray:
+def share(a: np.ndarray) -> np.ndarray:
     """Each entry as a signed share of the total magnitude (absolute values sum to 1)."""
     total = float(np.abs(a).sum())
     return a / total if total > 0 else a
@@ -416,7 +444,8 @@ def attribution_vs_attention(
         names: legend names of the two series.
     Returns:
         Two bar traces, each normalised so its absolute values sum to 1 (signs kept); raw
-        values are in the hover; the title gives the correlation of the magnitudes.
+        values are in the hover; the title gives the Spearman rank correlation of the raw
+        values (the agreement :func:`attnviz.analysis.attribute` reports).
     """
     attr = _array(attribution, "attribution", (1,), "[Ts]")
     att = _array(attention, "attention", (1,), "[Ts]")
@@ -424,18 +453,21 @@ def attribution_vs_attention(
         raise InputError(f"attribution {list(attr.shape)} and attention {list(att.shape)} differ")
     labels = _labels(tokens, attr.shape[0], "tokens", "positions")
     bars = []
-    for raw, name, colour in ((attr, names[0], HIGHLIGHT), (att, names[1], BAR)):
+    # a method named like METHOD_COLOURS keeps its colour; attention of any layer is blue
+    colours = [METHOD_COLOURS.get(names[0], HIGHLIGHT), BAR]
+    for raw, name, colour in zip((attr, att), names, colours, strict=True):
         custom = np.array([[t, f"{r:.4g}"] for t, r in zip(labels, raw, strict=True)], object)
         hover = f"{html.escape(name)}<br>%{{x}}: %{{customdata[0]}}<br>share %{{y:.3f}}"
-        bar = dict(type="bar", x=np.arange(len(raw)), y=_share(raw), name=name, customdata=custom)
+        bar = dict(type="bar", x=np.arange(len(raw)), y=share(raw), name=name, customdata=custom)
         bar.update(
             marker_color=colour, hovertemplate=hover + "<br>raw %{customdata[1]}<extra></extra>"
         )
         bars.append(bar)
-    a, b = np.abs(_share(attr)), np.abs(_share(att))
-    if a.std() > 0 and b.std() > 0:
-        r = float(np.corrcoef(a, b)[0, 1])
-        title = f"{title} (r = {r:.2f})" if title else f"correlation of magnitudes r = {r:.2f}"
+    if np.ptp(attr) > 0 and np.ptp(att) > 0:  # the agreement attnviz.analysis.attribute reports
+        ra, rb = (np.argsort(np.argsort(v)).astype(float) for v in (attr, att))
+        rho = float(np.corrcoef(ra, rb)[0, 1])
+        what = f"Spearman ρ = {rho:.2f}"
+        title = f"{title} ({what})" if title else what
     return _figure(
         bars,
         title=title,
@@ -449,6 +481,19 @@ def attribution_vs_attention(
 # -- head statistics ---------------------------------------------------------------------------
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float | np.number) and not isinstance(v, bool)
+
+
+def _wrap_role(role: str, width: int = 9) -> str:
+    """A role as short lines (``"uniform/dead head"`` -> ``"uniform/<br>dead head"``): cells
+    are narrow, and a clipped label reads as another word."""
+    words = role.replace("/", "/ ").split()
+    lines: list[str] = []
+    for w in words:
+        if lines and len(lines[-1]) + 1 + len(w) <= width and not lines[-1].endswith("/"):
+            lines[-1] += " " + w
+        else:
+            lines.append(w)
+    return "<br>".join(lines)
 
 
 def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy") -> go.Figure:
@@ -480,8 +525,9 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
         role, hover = np.full((2, layers, n_h), "", dtype=object)
         for r in mine:
             i, h, v = int(r["layer"]), int(r["head"]), float(r[metric])
-            z[i, h], role[i, h] = v, html.escape(str(r.get("role", "")))
-            hover[i, h] = f"{kind} L{i} H{h}<br>{metric}: {v:.4g}<br>role: {role[i, h]}"
+            full = html.escape(str(r.get("role", "")))
+            z[i, h], role[i, h] = v, _wrap_role(full)
+            hover[i, h] = f"{kind} L{i} H{h}<br>{metric}: {v:.4g}<br>role: {full}"
         s = "" if n == 1 else str(n)
         cells = dict(type="heatmap", z=z, x=np.arange(n_h), y=np.arange(layers), name=kind)
         cells.update(text=role, texttemplate="%{text}", textfont=dict(size=10), xgap=2, ygap=2)

@@ -31,7 +31,9 @@ def test_named_endpoints(client):
 
 def test_start_then_step_until_done(client):
     out = client.predict("helloworld", api_name="/start")
-    assert out[OUTPUT] == "" and out[PAYLOAD]["info"]["step"] == 0 and not out[PAYLOAD]["info"]["done"]
+    assert (
+        out[OUTPUT] == "" and out[PAYLOAD]["info"]["step"] == 0 and not out[PAYLOAD]["info"]["done"]
+    )
     seen = []
     for _ in range(30):
         out = client.predict("helloworld", api_name="/step")
@@ -53,7 +55,11 @@ def test_run_and_sessions_are_separate(url):
     assert ran[OUTPUT] == "cba" and ran[PAYLOAD]["info"]["step"] == 4  # c, b, a, <eos>
     assert b.predict("xyz", api_name="/step")[OUTPUT] == "z"
     back = a.predict(api_name="/back")  # a's state untouched by b's step
-    assert back[OUTPUT] == "cba" and back[PAYLOAD]["info"]["step"] == 3 and not back[PAYLOAD]["info"]["done"]
+    assert (
+        back[OUTPUT] == "cba"
+        and back[PAYLOAD]["info"]["step"] == 3
+        and not back[PAYLOAD]["info"]["done"]
+    )
     bad = b.predict("", api_name="/start")
     assert "empty" in bad[STATUS]
 

@@ -174,6 +174,12 @@ def test_attribution_beside_cross_attention(done):
     view = labs.attribution(session.goto(done, 3).state, "L1", n_steps=8)
     assert "`ig~cross L1` " in view.message and len(view.figures) == 2
     assert "cross-attention L1" in view.figures[0].data[1].name
+    rho = view.message.split("`ig~cross L1` ")[1][:4]
+    assert f"Spearman ρ = {rho}" in view.figures[0].layout.title.text  # one measure, one value
+    ig_colours = {t.marker.color for f in view.figures for t in f.data if "Integrated" in t.name}
+    assert len(ig_colours) == 1  # one colour for a method in every chart
+    gxi = next(t for t in view.figures[1].data if t.name == "gradient × input")
+    assert np.abs(np.asarray(gxi.y)).sum() == pytest.approx(1.0)  # visible, not ~1e-7
     assert labs.attribution(session.reset(done).state).message.startswith("⚠️")
 
 

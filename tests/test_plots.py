@@ -209,7 +209,27 @@ def test_attribution_vs_attention_normalises_both():
     np.testing.assert_allclose(np.abs(b.y).sum(), 1.0)
     assert a.customdata[1][1] == "-1"  # raw value in the hover
     assert list(fig.layout.xaxis.ticktext) == list("lllo") and len(set(a.x)) == 4
-    assert "r = " in fig.layout.title.text
+    from attnviz.analysis.attribution import spearman
+
+    assert f"Spearman ρ = {spearman(attr, att):.2f}" in fig.layout.title.text  # as reported
+    ig = plots.attribution_vs_attention(attr, att, None, names=("Integrated Gradients", "x"))
+    assert ig.data[0].marker.color == plots.METHOD_COLOURS["Integrated Gradients"]
+
+
+def test_long_head_roles_wrap_instead_of_clipping():
+    rows = [dict(kind="cross", layer=0, head=h, entropy=1.0, role="uniform/dead head")
+            for h in range(4)]  # fmt: skip
+    cells = plots.head_stats_figure(rows).data[0].text
+    assert cells[0][0] == "uniform/<br>dead head"
+    assert all(len(line) <= 10 for line in cells[0][0].split("<br>"))
+
+
+def test_dark_theme_keeps_the_data():
+    fig = plots.heatmap(np.eye(3), list("abc"), list("abc"), title="t")
+    z = np.asarray(fig.data[0].z).copy()
+    dark = plots.themed(fig, True)
+    assert dark.layout.template.layout.paper_bgcolor == plots.DARK_TEMPLATE.layout.paper_bgcolor
+    np.testing.assert_array_equal(np.asarray(dark.data[0].z), z)
 
 
 def _head_rows():

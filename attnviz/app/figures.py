@@ -45,6 +45,7 @@ def paired_bars(
     title: str = "",
     value_name: str = "probability",
     horizontal: bool = False,
+    colours: Sequence[str] | None = None,
 ) -> go.Figure:
     """Several named series over the same labels as grouped bars.
 
@@ -53,13 +54,14 @@ def paired_bars(
         labels: ``N`` category labels (tokens).
         value_name: axis title and hover name of the values.
         horizontal: bars left to right, first label at the top.
+        colours: one per series (default: blue, red, green, purple).
     Returns:
         One bar trace per series, named after it.
     """
     labels = [plots.token_label(t) for t in labels]  # the one token-label rule
     pos = np.arange(len(labels))
     bars = []
-    for (name, values), colour in zip(series.items(), COLOURS, strict=False):
+    for (name, values), colour in zip(series.items(), colours or COLOURS, strict=False):
         v = np.asarray(values, dtype=np.float32)
         hover = f"{html.escape(name)}<br>%{{customdata}}: %{{{'x' if horizontal else 'y'}:.4f}}"
         bar = dict(type="bar", name=name, marker_color=colour, customdata=labels)

@@ -271,16 +271,20 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         title=f"step {a.step + 1} “{html.escape(a.token)}”: source tokens",
         names=("Integrated Gradients", f"cross-attention L{layer} (mean of heads)"),
     )
-    tgt = figures.paired_bars(
-        {"Integrated Gradients": a.ig_tgt, "gradient × input": a.gxi_tgt},
+    methods = {"Integrated Gradients": a.ig_tgt, "gradient × input": a.gxi_tgt}
+    tgt = figures.paired_bars(  # each method as shares of its own total: scales differ by 1e6
+        {name: plots.share(np.asarray(v, float)) for name, v in methods.items()},
         a.tgt_tokens,
-        title="attribution to the previous output tokens (decoder input)",
-        value_name="attribution",
+        title="attribution to the previous output tokens (decoder input), each method "
+        "normalised to its own total",
+        value_name="share of the method's total |attribution|",
+        colours=[plots.METHOD_COLOURS[name] for name in methods],
     )
     scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())  # ~ is markdown
     msg = (
         f"Explaining step {a.step + 1}: “{html.escape(a.token)}” (p = {a.prob:.3f}). "
-        f"Spearman agreement of attribution with attention — {scores}. "
+        f"Agreement of attribution with attention as Spearman rank correlation ρ (the "
+        f"chart's title gives the same ρ for the layer shown) — {scores}. "
         f"IG convergence delta {a.delta:.2g} (near 0 means the integral converged)."
     )
     return LabView([src, tgt], msg)

@@ -19,6 +19,7 @@ from typing import Any
 
 import gradio as gr
 
+from .. import plots
 from ..errors import AttnvizError
 from ..model import KINDS
 from . import labs, panels, session, store
@@ -58,6 +59,11 @@ watch('value', () => window.AttnViz.apply(props.value));
 UPLOAD_LABEL = (
     "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
     "or one .zip of the folder"
+)
+# Events that draw figures read the page's theme (the OS preference gradio follows) first.
+THEME_JS = (
+    "(...a) => { a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light';"
+    " return a; }"
 )
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
@@ -107,6 +113,7 @@ class Page:
             self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
         self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
         self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
+        self.theme = gr.Textbox("light", elem_id="theme", elem_classes="av-hidden")
         self.status = gr.HTML(elem_id="status")
         self.beam_out = gr.HTML(elem_id="beam-result")
         self.output_text = gr.Textbox(
@@ -243,10 +250,11 @@ class Page:
             self.play_slider, self.health_html, self.health_plot,
         ]  # fmt: skip
 
-    def follow(self, state: SessionState, stamps: dict, active: str, *mask_args) -> dict:
+    def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
         the checkpoint changed on disk."""
+        *mask_args, theme = args
         now = stamp(state)
         out: dict = {}
         stale = {k for k, v in stamps.items() if v != now[k]}
@@ -255,7 +263,7 @@ class Page:
         keep = {k: v for k, v in stamps.items() if k not in stale}
         if "mask" in stale:
             if active == "mask":
-                out.update(self.mask(state, *mask_args))
+                out.update(self.mask(state, *mask_args, theme=theme))
                 keep["mask"] = now["mask"]
             else:
                 out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
@@ -277,13 +285,14 @@ class Page:
         out[self.stamps] = keep
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
 
-    def mask(self, state, causal, padding, blocked, kind, layer, head) -> dict:
+    def mask(self, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:
         v = labs.mask_lab(
             state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head
         )
+        figs = _dark((v.figures + [None, None])[:2], theme)
         return {
-            self.mask_plot: v.figures[0] if v.figures else None,
-            self.mask_probs: v.figures[1] if len(v.figures) > 1 else None,
+            self.mask_plot: figs[0],
+            self.mask_probs: figs[1],
             self.mask_msg: v.message,
             self.blocked: block_choices(state, blocked),
         }
@@ -324,9 +333,9 @@ def forget_session(state: SessionState) -> None:
 def _wire_decoding(p: Page) -> None:
     outs = p.decode_outputs()
     follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
-                 p.mask_layer, p.mask_head]  # fmt: skip
+                 p.mask_layer, p.mask_head, p.theme]  # fmt: skip
     # the page presses the hidden follow button when a payload says other panels are stale
-    p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), **INTERNAL)
+    p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), js=THEME_JS, **INTERNAL)
     with_text = (
         (p.step_btn.click, session.step, "step"),
         (p.run_btn.click, session.run, "run"),
@@ -367,18 +376,23 @@ def _beam(state: SessionState, text: str, stamps: dict) -> tuple:
     return session.beam(state, text=text), {**stamps, "beam": stamp(state)["beam"]}
 
 
+def _dark(figs: list, theme: str) -> list:
+    return [plots.themed(f, theme == "dark") if f is not None else None for f in figs]
+
+
 def _wire_labs(p: Page) -> None:
-    mask_in = [p.state, p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head]
+    lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head]
     mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
 
     def mask(s, stamps, *args):
-        out = p.mask(s, *args)
+        *args, theme = args
+        out = p.mask(s, *args, theme=theme)
         return (*out.values(), {**stamps, "mask": stamp(s)["mask"]})
 
     gr.on(
         [p.causal.input, p.padding.input, p.blocked.input, p.mask_kind.input,
          p.mask_layer.input, p.mask_head.input, p.mask_tab.select],
-        mask, [p.state, p.stamps, *mask_in[1:]], mask_out, **INTERNAL,
+        mask, [p.state, p.stamps, *lab_in, p.theme], mask_out, js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
             p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
@@ -388,33 +402,35 @@ def _wire_labs(p: Page) -> None:
 
     def lab(fn, key: str, n: int):
         def run(s, stamps, *args):
+            *args, theme = args
             view = fn(s, *args)
-            figs = (view.figures + [None] * n)[:n]
+            figs = _dark((view.figures + [None] * n)[:n], theme)
             return (*figs, view.message, {**stamps, key: stamp(s)[key]})
 
         return run
 
     p.ablate_btn.click(
-        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites],
-        [p.ablate_plot, p.ablate_msg, p.stamps], **INTERNAL,
+        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites, p.theme],
+        [p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.rank_btn.click(_rank, [p.state, p.stamps], [p.rank_table, p.ablate_msg, p.stamps], **INTERNAL)
     p.attr_btn.click(
-        lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer],
-        [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], **INTERNAL,
+        lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer, p.theme],
+        [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.health_btn.click(
-        _health, [p.state, p.stamps], [p.health_html, p.health_plot, p.stamps], **INTERNAL
-    )
-    play_in = [p.state, p.play_slider, p.play_layer, p.play_head]
+        _health, [p.state, p.stamps, p.theme], [p.health_html, p.health_plot, p.stamps],
+        js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
     gr.on(
         [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
-        _play, play_in, [p.play_plot, p.play_msg], **INTERNAL,
+        _play, play_in, [p.play_plot, p.play_msg], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.play_btn.click(_play_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
     p.play_timer.tick(
         _play_tick, play_in, [p.play_slider, p.play_plot, p.play_msg, p.play_btn, p.play_timer],
-        **INTERNAL,
+        js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
@@ -428,14 +444,15 @@ def _rank(state: SessionState, stamps: dict) -> tuple:
     return view.rows or None, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
-def _health(state: SessionState, stamps: dict) -> tuple:
+def _health(state: SessionState, stamps: dict, theme: str) -> tuple:
     view = panels.health(state)
-    return view.message, view.figures[0] if view.figures else None, stamps
+    fig = _dark(view.figures[:1], theme)[0] if view.figures else None
+    return view.message, fig, stamps
 
 
-def _play(state: SessionState, index, layer, head) -> tuple:
+def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
     view = panels.playback(state, index, layer, head)
-    return (view.figures[0] if view.figures else None), view.message
+    return (_dark(view.figures[:1], theme)[0] if view.figures else None), view.message
 
 
 def _play_toggle(label: str) -> tuple:
@@ -443,12 +460,12 @@ def _play_toggle(label: str) -> tuple:
     return gr.Button("Play ▶" if playing else "Pause ⏸"), gr.Timer(active=not playing)
 
 
-def _play_tick(state: SessionState, index, layer, head) -> tuple:
+def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
     steps = panels.playback_steps(state)
     nxt = int(index or 0) + 1
     if nxt >= len(steps):  # the end: stop
         return gr.skip(), gr.skip(), gr.skip(), gr.Button("Play ▶"), gr.Timer(active=False)
-    fig, msg = _play(state, nxt, layer, head)
+    fig, msg = _play(state, nxt, layer, head, theme)
     return nxt, fig, msg, gr.skip(), gr.skip()
 
 
