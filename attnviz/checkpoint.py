@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .config import ModelConfig
 from .data import source_batch
-from .decoding import default_max_len, greedy_decode, until_eos
+from .decoding import LogitRules, default_max_len, greedy_decode, until_eos
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import Encoding, Tokenizer
@@ -175,10 +175,18 @@ def _locate(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint folder (or its ``model.safetensors``) into an eval-mode model.
 
+    A Hugging Face folder (``config.json`` with a ``model_type``: Marian, BART, mBART,
+    Pegasus, FSMT, T5) is opened the same way, through :mod:`attnviz.interop.hf`.
+
     Raises:
         CheckpointError: missing or truncated file, a pickle, bad metadata, or tensors whose
             names or shapes do not match the config.
+        InteropError: a Hugging Face folder of an unsupported ``model_type``.
     """
+    from .interop.hf import is_hf_folder, load_hf_checkpoint
+
+    if is_hf_folder(path):
+        return load_hf_checkpoint(path, device)
     weights = _locate(path)
     tensors, meta = read_tensors(weights)
     if meta is None:
@@ -255,14 +263,21 @@ class Prediction:
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: ``.model`` (eval mode), tokenizers, ``.config``, ``.meta``."""
+    """A loaded checkpoint: ``.model`` (eval mode), tokenizers, ``.config``, ``.meta``.
+
+    ``rules`` and ``max_new_tokens`` come from a Hugging Face folder's generation config
+    (None for attnviz checkpoints); :meth:`predict` follows them. A Hugging Face folder
+    without tokenizer files has ``None`` tokenizers (``meta["tokenizer_missing"]`` says why).
+    """
 
     model: Transformer
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
+    src_tokenizer: Tokenizer | None
+    tgt_tokenizer: Tokenizer | None
     config: ModelConfig
     meta: dict
     path: Path
+    rules: LogitRules | None = None
+    max_new_tokens: int | None = None
 
     @property
     def task(self) -> str | None:
@@ -273,6 +288,9 @@ class Checkpoint:
 
         Unknown characters/words become UNK and are listed in ``Encoding.unknown``.
         """
+        if self.src_tokenizer is None:
+            why = self.meta.get("tokenizer_missing") or "this checkpoint has no tokenizer"
+            raise InputError(f"cannot read text: {why}")
         enc = self.src_tokenizer.encode(text)
         if not enc.ids:
             raise InputError("the input is empty: type something to run the model on")
@@ -288,7 +306,14 @@ class Checkpoint:
         enc = self.encode_source(text)
         src = torch.tensor([enc.ids], device=self.device)
         cfg = self.config
-        out = greedy_decode(self.model, src, cfg.bos_id, cfg.eos_id, max_len=max_len)[0].tolist()
+        out = greedy_decode(
+            self.model,
+            src,
+            cfg.bos_id,
+            cfg.eos_id,
+            max_len=max_len or self.max_new_tokens,
+            rules=self.rules,
+        )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
 
@@ -300,7 +325,15 @@ class Checkpoint:
         """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
-        return greedy_texts(self.model, self.src_tokenizer, self.tgt_tokenizer, texts, batch_size)
+        return greedy_texts(
+            self.model,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
+            texts,
+            batch_size,
+            rules=self.rules,
+            max_len=self.max_new_tokens,
+        )
 
     @property
     def device(self) -> torch.device:
@@ -313,8 +346,12 @@ def greedy_texts(
     tgt_tokenizer: Tokenizer,
     texts: Sequence[str],
     batch_size: int = 512,
+    rules: LogitRules | None = None,
+    max_len: int | None = None,
 ) -> list[str]:
     """Batched greedy decoding of texts to texts; the same outputs as one at a time.
+
+    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decoding.greedy_decode`.
 
     Inputs are sorted by length to waste less padding; each row is cut at its own length
     limit (:func:`~attnviz.decoding.default_max_len`), not the padded batch's.
@@ -327,8 +364,14 @@ def greedy_texts(
         ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
         batch = source_batch(ids, cfg, device)
         decoded = greedy_decode(
-            model, batch.src, cfg.bos_id, cfg.eos_id, src_pad_mask=batch.src_pad
+            model,
+            batch.src,
+            cfg.bos_id,
+            cfg.eos_id,
+            src_pad_mask=batch.src_pad,
+            rules=rules,
+            max_len=max_len,
         )
         for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
-            out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own))])
+            out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own), max_len)])
     return out

@@ -8,7 +8,12 @@ from typing import Any
 
 from .errors import ConfigError
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+#: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
+#: Pegasus); fairseq's sinusoids (FSMT); a learned table per stack (BART, mBART); none, with a
+#: relative position bias added to the self-attention scores instead (T5).
+POSITIONS = ("sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative")
+NORMS = ("layer", "rms")
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class ModelConfig:
         src_vocab_size: number of source token ids.
         tgt_vocab_size: number of target token ids.
         d_model: width D of the residual stream.
-        n_heads: attention heads H; must divide ``d_model`` (head width Dh = D / H).
+        n_heads: attention heads H; must divide ``d_model`` unless ``d_head`` is given.
         n_encoder_layers / n_decoder_layers: depth of each stack (may differ).
         d_ff: hidden width of the position-wise feed-forward block.
         dropout: dropout on embeddings, attention weights, sublayer outputs and the FFN.
@@ -35,7 +40,22 @@ class ModelConfig:
             ``pad_id`` (T5, Marian); a start token is never treated as padding.
         eos_id: the end-of-sequence id; decoding stops when it is produced.
         unk_id: the id unknown characters or words map to.
-        layer_norm_eps: epsilon of every LayerNorm.
+        layer_norm_eps: epsilon of every LayerNorm (or RMSNorm).
+        d_head: head width Dh when it is not ``d_model / n_heads`` (T5: 6 heads x 64 with
+            D = 512); None = ``d_model // n_heads``.
+        gated_ff: gated feed-forward ``linear2(act(linear1(x)) * gate(x))`` (T5 v1.1).
+        positions: one of :data:`POSITIONS`.
+        position_offset: row of the position table for position 0 (BART/mBART tables start
+            at row 2; fairseq's at ``pad_id + 1``).
+        scale_embeddings: multiply token embeddings by sqrt(D) (off for T5, most BARTs).
+        embed_norm: a LayerNorm on the embeddings (plus positions) of each stack (BART).
+        norm: ``"layer"`` (LayerNorm) or ``"rms"`` (T5's RMSNorm: no mean, no bias).
+        bias: biases in the attention and feed-forward linears (T5 has none).
+        scale_attention: divide scores by sqrt(Dh); False = scale 1 (T5).
+        output_bias: a bias on the output projection (``final_logits_bias`` of BART/Marian).
+        scale_decoder_output: multiply the decoder output by D^-0.5 before the output
+            projection (T5 v1.0 with its tied lm_head).
+        relative_buckets / relative_max_distance: T5's relative position buckets.
     """
 
     src_vocab_size: int
@@ -57,6 +77,19 @@ class ModelConfig:
     eos_id: int = 2
     unk_id: int = 3
     layer_norm_eps: float = 1e-5
+    d_head: int | None = None
+    gated_ff: bool = False
+    positions: str = "sinusoidal"
+    position_offset: int = 0
+    scale_embeddings: bool = True
+    embed_norm: bool = False
+    norm: str = "layer"
+    bias: bool = True
+    scale_attention: bool = True
+    output_bias: bool = True
+    scale_decoder_output: bool = False
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -70,7 +103,9 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value!r}")
-        if self.d_model % self.n_heads:
+        if self.d_head is not None:
+            positive("d_head")
+        elif self.d_model % self.n_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} "
                 f"(try n_heads in {[h for h in range(1, 17) if self.d_model % h == 0]})"
@@ -79,6 +114,15 @@ class ModelConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if not isinstance(self.position_offset, int) or self.position_offset < 0:
+            raise ConfigError(f"position_offset must be >= 0, got {self.position_offset!r}")
+        if self.positions == "relative":
+            positive("relative_buckets")
+            positive("relative_max_distance")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -90,8 +134,8 @@ class ModelConfig:
                 raise ConfigError(f"{name} must be an integer, got {value!r}")
             if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
-        if self.eos_id in (self.pad_id, self.bos_id):
-            raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id and bos_id")
+        if self.eos_id == self.pad_id:  # the start id may equal the end id (BART, FSMT)
+            raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -101,7 +145,7 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         """Width Dh of one attention head."""
-        return self.d_model // self.n_heads
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field."""

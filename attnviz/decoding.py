@@ -67,6 +67,66 @@ def default_max_len(model: Transformer, src_len: int, max_len: int | None = None
     return min(limit, max_len)
 
 
+@dataclass(frozen=True)
+class LogitRules:
+    """Constraints on next-token logits before the argmax, as transformers' ``generate`` has them.
+
+    Greedy decoding with these rules gives the tokens of ``generate(num_beams=1,
+    do_sample=False)`` under a folder's ``generation_config.json`` (see
+    :func:`attnviz.interop.hf.generation_rules`). The logits a step reports stay the model's
+    own; only the choice is constrained, and a token given to ``GreedyStepper.step`` is fed
+    whatever the rules say.
+
+    Attributes:
+        forced_bos_id: the first token produced (BART's ``<s>``, mBART's target language).
+        forced_eos_id: the token forced at the last step the length limit allows.
+        banned: ids never chosen (single-token ``bad_words_ids``, ``suppress_tokens``).
+        begin_banned: ids not chosen as the first token (``begin_suppress_tokens``).
+        min_new_tokens: the end id (``eos_id``) is banned before this many tokens.
+        eos_id: the end id that ``min_new_tokens`` holds back.
+    """
+
+    forced_bos_id: int | None = None
+    forced_eos_id: int | None = None
+    banned: tuple[int, ...] = ()
+    begin_banned: tuple[int, ...] = ()
+    min_new_tokens: int = 0
+    eos_id: int | None = None
+
+    def apply(self, logits: Tensor, step: int, limit: int) -> Tensor:
+        """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
+        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one."""
+        logits = logits.clone()
+        vocab = logits.shape[-1]
+
+        def ban(ids) -> None:
+            ids = [i for i in ids if 0 <= i < vocab]
+            if ids:
+                logits[:, ids] = float("-inf")
+
+        def force(i: int) -> None:
+            logits.fill_(float("-inf"))
+            logits[:, i] = 0.0
+
+        if self.eos_id is not None and step < self.min_new_tokens:
+            ban([self.eos_id])
+        ban(self.banned)
+        if step == 0:
+            ban(self.begin_banned)
+        if step == 0 and self.forced_bos_id is not None:
+            force(self.forced_bos_id)
+        elif step == limit - 1 and self.forced_eos_id is not None:
+            force(self.forced_eos_id)
+        return logits
+
+
+def _choose(logits: Tensor, rules: LogitRules | None, step: int, limit: int) -> Tensor:
+    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules."""
+    if rules is not None:
+        logits = rules.apply(logits, step, limit)
+    return logits.argmax(-1)
+
+
 def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRecord]]) -> Trace:
     """Full attention matrices of a decoded sequence from per-step records.
 
@@ -146,6 +206,7 @@ class GreedyStepper:
         src_pad_mask: ``[1, Ts]`` bool, default from ``config.pad_id``.
         edits: attention edits (``ZeroHeads``, ``DropMask``, ...) applied to every pass,
             the encoder's included, so the whole decode runs the edited model.
+        rules: :class:`LogitRules` for the argmax (a Hugging Face folder's generation config).
     """
 
     def __init__(
@@ -157,12 +218,14 @@ class GreedyStepper:
         max_len: int | None = None,
         src_pad_mask: Tensor | None = None,
         edits: Sequence[Edit] = (),
+        rules: LogitRules | None = None,
     ):
         src = _as_batch(src_ids, "src_ids")
         if src.shape[0] != 1:
             raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
         self.edits = tuple(edits)
+        self.rules = rules
         self.src = src.to(next(model.parameters()).device)
         self.max_len = default_max_len(model, src.shape[1], max_len)
         pad = _pad_mask(model, self.src, src_pad_mask)
@@ -217,7 +280,12 @@ class GreedyStepper:
         with _inference(self.model), record(self.model, self.edits, capture=STEP_FIELDS) as trace:
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)
-        chosen = int(logits.argmax()) if token is None else token
+        step = len(self._steps)
+        chosen = (
+            token
+            if token is not None
+            else int(_choose(logits[None], self.rules, step, self.max_len)[0])
+        )
         recs = _step_records(trace)
         attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
         result = StepResult(
@@ -291,6 +359,7 @@ def greedy_decode(
     src_pad_mask: Tensor | None = None,
     edits: Sequence[Edit] = (),
     cache: bool = True,
+    rules: LogitRules | None = None,
 ) -> Tensor:
     """Batched greedy decoding; each row stops at its own end id.
 
@@ -305,6 +374,7 @@ def greedy_decode(
             recomputes the whole prefix every step, so earlier positions are re-run too:
             what a mask experiment needs when the causal mask is off (with a cache there is
             no future for the mask to hide).
+        rules: :class:`LogitRules` applied before each argmax.
     Returns:
         ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
         (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
@@ -320,12 +390,12 @@ def greedy_decode(
         prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
         out = []
-        for _ in range(n_max):
+        for step in range(n_max):
             if kv is not None:
                 logits = model.decode(prefix[:, -1:], None, cache=kv)  # [B, 1, V]
             else:  # rows are independent: a finished row's tail needs no mask
                 logits = model.decode(prefix, memory, src_pad_mask=pad)  # [B, 1+t, V]
-            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)  # [B]
+            nxt = _choose(logits[:, -1], rules, step, n_max).masked_fill(finished, pad_id)  # [B]
             out.append(nxt)
             if eos_id is not None:
                 finished |= nxt == eos_id

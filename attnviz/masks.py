@@ -160,17 +160,26 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return weights.masked_fill(dead, 0.0)  # [B, H, Tq, Tk]
 
 
-def sdpa_mask(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+def sdpa_mask(
+    mask: Tensor | None, bias: Tensor | None = None
+) -> tuple[Tensor | None, Tensor | None]:
     """Translate a True = blocked mask into ``F.scaled_dot_product_attention``'s convention.
 
     Fully blocked rows are opened to every key (so the fused kernel never sees an empty row
     and never makes NaN) and returned separately, so the caller zeroes their output.
 
+    Args:
+        mask: bool, True = blocked, broadcastable to ``[B, H, Tq, Tk]``, or None.
+        bias: a float position bias ``[1, H, Tq, Tk]`` added to the scores (T5), or None.
     Returns:
-        ``(allowed, dead)``: allowed is bool True = may attend (SDPA's meaning) or None;
-        dead is ``[..., Tq, 1]`` bool or None.
+        ``(allowed, dead)``: allowed is bool True = may attend (SDPA's meaning), or with a
+        bias the float additive mask (bias, -inf where blocked), or None; dead is
+        ``[..., Tq, 1]`` bool or None.
     """
     if mask is None:
-        return None, None
+        return bias, None
     dead = dead_rows(mask)
+    if bias is not None:
+        blocked = torch.tensor(float("-inf"), dtype=bias.dtype, device=bias.device)
+        return torch.where(mask & ~dead, blocked, bias), dead  # [B, H, Tq, Tk]
     return ~(mask & ~dead), dead  # the one place the convention flips

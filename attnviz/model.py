@@ -59,6 +59,112 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
     return table
 
 
+def split_sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """Sinusoids with all sines first, then all cosines (Marian, Pegasus).
+
+    Computed in float64 and rounded once: a float32 table drifts by 3e-5 at position 511.
+
+    Returns:
+        ``[max_len, D]`` float32.
+    """
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # [max_len, 1]
+    freq = 10000.0 ** (-2 * torch.arange((d_model + 1) // 2, dtype=torch.float64) / d_model)
+    angles = position * freq  # [max_len, ceil(D / 2)]
+    return torch.cat([torch.sin(angles), torch.cos(angles[:, : d_model // 2])], dim=1).float()
+
+
+def fairseq_positions(rows: int, d_model: int, pad_id: int) -> Tensor:
+    """fairseq's sinusoids (FSMT), float32 as fairseq computes them; row ``pad_id`` is zero.
+
+    Returns:
+        ``[rows, D]`` float32; position p of a sequence reads row ``pad_id + 1 + p``.
+    """
+    half = d_model // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(rows, dtype=torch.float32).unsqueeze(1) * freq.unsqueeze(0)
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # [rows, 2 * half]
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(rows, 1)], dim=1)
+    table[pad_id] = 0
+    return table
+
+
+def relative_position_buckets(
+    tq: int, tk: int, start: int, bidirectional: bool, n_buckets: int, max_distance: int, device
+) -> Tensor:
+    """T5's bucket of every (query, key) distance: exact near, logarithmic far.
+
+    Queries sit at positions ``start .. start + tq - 1`` (``start`` = cached length).
+
+    Returns:
+        ``[Tq, Tk]`` long.
+    """
+    q_pos = torch.arange(tq, dtype=torch.long, device=device)[:, None] + start
+    rel = torch.arange(tk, dtype=torch.long, device=device)[None, :] - q_pos  # key - query
+    buckets = torch.zeros_like(rel)
+    if bidirectional:
+        n_buckets //= 2
+        buckets += (rel > 0).long() * n_buckets
+        rel = rel.abs()
+    else:
+        rel = -torch.clamp(rel, max=0)
+    exact = n_buckets // 2
+    far = (
+        exact
+        + (
+            torch.log(rel.float() / exact) / math.log(max_distance / exact) * (n_buckets - exact)
+        ).long()
+    )
+    far = torch.clamp(far, max=n_buckets - 1)
+    return buckets + torch.where(rel < exact, rel, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned bias per head and distance bucket, added to self-attention scores."""
+
+    def __init__(self, cfg: ModelConfig, bidirectional: bool):
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
+        self.embedding = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
+
+    def forward(self, tq: int, tk: int, start: int = 0) -> Tensor:
+        """Bias of ``tq`` queries (from position ``start``) over ``tk`` keys: ``[1, H, Tq, Tk]``."""
+        buckets = relative_position_buckets(
+            tq, tk, start, self.bidirectional, self.n_buckets, self.max_distance,
+            self.embedding.weight.device,
+        )  # fmt: skip
+        return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, Tq, Tk]
+
+
+class RMSNorm(nn.Module):
+    """T5's norm: scale by the root mean square (in float32), no centring, no bias."""
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)  # [B, T, 1]
+        return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The config's norm over D: LayerNorm or RMSNorm."""
+    if cfg.norm == "rms":
+        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+
+ACTIVATION_FNS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
 class KVBuffer:
     """Growing self-attention keys/values of one decoder layer, room for ``capacity`` positions.
 
@@ -132,24 +238,40 @@ class MultiHeadAttention(nn.Module):
     matmul and imported ``nn.Transformer`` weights copy over unchanged.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, kind: str, layer: int):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        kind: str,
+        layer: int,
+        head_dim: int | None = None,
+        bias: bool = True,
+        scale: bool = True,
+    ):
         super().__init__()
-        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads = d_model, n_heads
+        self.head_dim = head_dim or d_model // n_heads
+        inner = self.inner = n_heads * self.head_dim  # H * Dh, D unless Dh is set apart (T5)
         self.kind, self.layer = kind, layer
         self.dropout = dropout
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.scale = None if scale else 1.0  # None: SDPA's and the paper's 1 / sqrt(Dh)
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * inner, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * inner)) if bias else None
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
 
+    def _project(self, x: Tensor, part: slice) -> Tensor:
+        bias = self.in_proj_bias[part] if self.in_proj_bias is not None else None
+        return F.linear(x, self.in_proj_weight[part], bias)
+
     def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``context`` ``[B, Tk, D]`` -> two ``[B, H, Tk, Dh]``."""
-        d = self.d_model
-        kv = F.linear(context, self.in_proj_weight[d:], self.in_proj_bias[d:])  # [B, Tk, 2D]
+        kv = self._project(context, slice(self.inner, None))  # [B, Tk, 2 * H * Dh]
         k, v = kv.chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
@@ -161,6 +283,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         kv: tuple[Tensor, Tensor] | None = None,
         cache: KVBuffer | None = None,
+        position_bias: Tensor | None = None,
     ) -> Tensor:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
 
@@ -171,53 +294,86 @@ class MultiHeadAttention(nn.Module):
             attn_mask: ``[Tq, Tk]`` bool, True = blocked (the causal mask).
             kv: precomputed keys/values ``[B, H, Tk, Dh]`` (cross-attention while decoding).
             cache: self-attention buffer; new keys/values are appended and all are attended.
+            position_bias: ``[1, H, Tq, Tk]`` added to the scores before the mask (T5).
         Returns:
             ``[B, Tq, D]``.
         """
-        b, tq, d = x.shape
+        b, tq, _ = x.shape
         if context is None and kv is None:
-            q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+            q, k, v = self._project(x, slice(None)).chunk(3, dim=-1)
             q, k, v = self._split(q), self._split(k), self._split(v)  # [B, H, T, Dh]
             if cache is not None:
                 k, v = cache.append(k, v)  # [B, H, Tk, Dh]
         else:
-            q = self._split(F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d]))
+            q = self._split(self._project(x, slice(0, self.inner)))  # [B, H, Tq, Dh]
             k, v = kv if kv is not None else self.project_kv(context)
 
         recorder = ACTIVE_RECORDER.get()
         hook = recorder.hook_for(self) if recorder is not None else None
+        if position_bias is not None:
+            position_bias = position_bias.to(q.dtype)
         if hook is None:
-            allowed, dead = masks.sdpa_mask(masks.combine(key_padding_mask, attn_mask))
+            mask = masks.combine(key_padding_mask, attn_mask)
+            allowed, dead = masks.sdpa_mask(mask, position_bias)
             p = self.dropout if self.training else 0.0
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=p, scale=self.scale
+            )
             if dead is not None:
                 z = z.masked_fill(dead, 0.0)  # [B, H, Tq, Dh]
         else:
             key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
             mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Tq, Tk]
+            if self.scale is not None:  # T5 does not scale
+                scores = q @ k.transpose(-2, -1)  # [B, H, Tq, Tk]
+            else:
+                scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            if position_bias is not None:
+                scores = scores + position_bias  # what the softmax sees
             # softmax in float32 even under autocast; the weights used are these, cast to V's dtype
             weights = masks.masked_softmax(scores.float(), mask).to(v.dtype)
             weights = hook.edit_weights(weights)
             z = self.attn_dropout(weights) @ v  # [B, H, Tq, Dh]
             z = hook.edit_heads(z)
-            hook.save(scores=scores, mask=mask, weights=weights, values=v, head_output=z)
-        z = z.transpose(1, 2).reshape(b, tq, d)  # [B, Tq, D]
+            hook.save(
+                scores=scores,
+                mask=mask,
+                weights=weights,
+                values=v,
+                head_output=z,
+                position_bias=position_bias,
+            )
+        z = z.transpose(1, 2).reshape(b, tq, self.inner)  # [B, Tq, H * Dh]
         return self.out_proj(z)
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward block: ``linear2(dropout(act(linear1(x))))``."""
+    """Position-wise feed-forward: ``linear2(dropout(act(linear1(x)) [* gate(x)]))``.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str):
+    The gate (T5 v1.1's ``wi_1``) exists only with ``gated_ff``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.act = F.gelu if activation == "gelu" else F.relu
+        d, d_ff = cfg.d_model, cfg.d_ff
+        self.linear1 = nn.Linear(d, d_ff, bias=cfg.bias)
+        self.gate = nn.Linear(d, d_ff, bias=cfg.bias) if cfg.gated_ff else None
+        self.linear2 = nn.Linear(d_ff, d, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.act = ACTIVATION_FNS[cfg.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.act(self.linear1(x))))  # [B, T, D]
+        h = self.act(self.linear1(x))  # [B, T, d_ff]
+        if self.gate is not None:
+            h = h * self.gate(x)
+        return self.linear2(self.dropout(h))  # [B, T, D]
+
+
+def _attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.dropout, kind, layer,
+        head_dim=cfg.head_dim, bias=cfg.bias, scale=cfg.scale_attention,
+    )  # fmt: skip
 
 
 class EncoderLayer(nn.Module):
@@ -225,21 +381,27 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        d = cfg.d_model
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "encoder_self", layer)
-        self.ff = FeedForward(d, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.self_attn = _attention(cfg, "encoder_self", layer)
+        self.ff = FeedForward(cfg)
+        self.norm1 = make_norm(cfg)
+        self.norm2 = make_norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:
-        """``x [B, Ts, D]``, ``pad_mask [B, Ts]`` -> ``[B, Ts, D]``."""
+    def forward(
+        self, x: Tensor, pad_mask: Tensor | None, position_bias: Tensor | None = None
+    ) -> Tensor:
+        """``x [B, Ts, D]``, ``pad_mask [B, Ts]``, bias ``[1, H, Ts, Ts]`` -> ``[B, Ts, D]``."""
+
+        def attend(h: Tensor) -> Tensor:
+            out = self.self_attn(h, key_padding_mask=pad_mask, position_bias=position_bias)
+            return self.dropout1(out)
+
         if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), key_padding_mask=pad_mask))
+            x = x + attend(self.norm1(x))
             return x + self.dropout2(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, key_padding_mask=pad_mask)))
+        x = self.norm1(x + attend(x))
         return self.norm2(x + self.dropout2(self.ff(x)))
 
 
@@ -248,14 +410,13 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        d = cfg.d_model
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "decoder_self", layer)
-        self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout, "cross", layer)
-        self.ff = FeedForward(d, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.norm3 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.self_attn = _attention(cfg, "decoder_self", layer)
+        self.cross_attn = _attention(cfg, "cross", layer)
+        self.ff = FeedForward(cfg)
+        self.norm1 = make_norm(cfg)
+        self.norm2 = make_norm(cfg)
+        self.norm3 = make_norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
         self.dropout3 = nn.Dropout(cfg.dropout)
@@ -269,12 +430,17 @@ class DecoderLayer(nn.Module):
         causal: Tensor | None,
         self_cache: KVBuffer | None = None,
         cross_kv: tuple[Tensor, Tensor] | None = None,
+        position_bias: Tensor | None = None,
     ) -> Tensor:
         """``x [B, Tt, D]``, ``memory [B, Ts, D]`` -> ``[B, Tt, D]``."""
 
         def self_block(h: Tensor) -> Tensor:
             out = self.self_attn(
-                h, key_padding_mask=tgt_pad_mask, attn_mask=causal, cache=self_cache
+                h,
+                key_padding_mask=tgt_pad_mask,
+                attn_mask=causal,
+                cache=self_cache,
+                position_bias=position_bias,
             )
             return self.dropout1(out)
 
@@ -292,15 +458,46 @@ class DecoderLayer(nn.Module):
 
 
 class Stack(nn.Module):
-    """A list of layers plus an optional final LayerNorm (``nn.Transformer`` has one)."""
+    """A list of layers plus what the stack owns around them.
 
-    def __init__(self, layers: list[nn.Module], cfg: ModelConfig):
+    ``norm``: a final norm (``nn.Transformer``, mBART, Pegasus, T5); ``embed_norm``: a norm on
+    the embeddings (BART); ``pos_embed``: a learned position table (BART);
+    ``position_bias``: T5's relative position bias, computed once per pass for all layers.
+    """
+
+    def __init__(self, layers: list[nn.Module], cfg: ModelConfig, decoder: bool):
         super().__init__()
         self.layers = nn.ModuleList(layers)
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else None
+        self.norm = make_norm(cfg) if cfg.final_norm else None
+        self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
+        self.pos_embed = (
+            nn.Embedding(cfg.max_len + cfg.position_offset, cfg.d_model)
+            if cfg.positions == "learned"
+            else None
+        )
+        self.position_bias = (
+            RelativePositionBias(cfg, bidirectional=not decoder)
+            if cfg.positions == "relative"
+            else None
+        )
+
+    def bias(self, tq: int, tk: int, start: int = 0) -> Tensor | None:
+        """Relative position bias ``[1, H, Tq, Tk]`` of this stack's self-attention, or None."""
+        return None if self.position_bias is None else self.position_bias(tq, tk, start)
 
     def finish(self, x: Tensor) -> Tensor:
         return x if self.norm is None else self.norm(x)
+
+
+def _position_table(cfg: ModelConfig) -> Tensor | None:
+    """The fixed position table of the config (None for learned or relative positions)."""
+    if cfg.positions == "sinusoidal":
+        return sinusoidal_positions(cfg.max_len, cfg.d_model)
+    if cfg.positions == "sinusoidal_split":
+        return split_sinusoidal_positions(cfg.max_len, cfg.d_model)
+    if cfg.positions == "fairseq":
+        return fairseq_positions(cfg.max_len + cfg.position_offset, cfg.d_model, cfg.pad_id)
+    return None
 
 
 class Transformer(nn.Module):
@@ -321,11 +518,15 @@ class Transformer(nn.Module):
             if cfg.share_embeddings
             else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         )
-        self.register_buffer("pe", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False)
+        self.register_buffer("pe", _position_table(cfg), persistent=False)
         self.emb_dropout = nn.Dropout(cfg.dropout)
-        self.encoder = Stack([EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)], cfg)
-        self.decoder = Stack([DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)], cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+        self.encoder = Stack(
+            [EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)], cfg, decoder=False
+        )
+        self.decoder = Stack(
+            [DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)], cfg, decoder=True
+        )
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self._reset_parameters()
         if cfg.tie_output:
             self.generator.weight = self.tgt_embed.weight
@@ -365,9 +566,25 @@ class Transformer(nn.Module):
                 f"{name} holds id {lo if lo < 0 else hi}, outside the vocabulary 0..{vocab - 1}"
             )
 
-    def _embed(self, table: nn.Embedding, ids: Tensor, start: int = 0) -> Tensor:
-        x = table(ids) * math.sqrt(self.config.d_model)  # [B, T, D]
-        return self.emb_dropout(x + self.pe[start : start + ids.shape[1]].to(x.dtype))
+    def _embed(
+        self, table: nn.Embedding, ids: Tensor, start: int = 0, stack: Stack | None = None
+    ) -> Tensor:
+        """Token embeddings plus positions of one stack (default: the encoder's for the source
+        table): ``[B, T]`` -> ``[B, T, D]``."""
+        cfg = self.config
+        if stack is None:
+            stack = self.encoder if table is self.src_embed else self.decoder
+        x = table(ids)  # [B, T, D]
+        if cfg.scale_embeddings:
+            x = x * math.sqrt(cfg.d_model)
+        rows = slice(start + cfg.position_offset, start + cfg.position_offset + ids.shape[1])
+        if self.pe is not None:
+            x = x + self.pe[rows].to(x.dtype)
+        elif stack.pos_embed is not None:
+            x = x + stack.pos_embed.weight[rows].to(x.dtype)
+        if stack.embed_norm is not None:
+            x = stack.embed_norm(x)
+        return self.emb_dropout(x)
 
     # -- forward ---------------------------------------------------------------------------
     def encode(self, src: Tensor, src_pad_mask: Tensor | None = None) -> Tensor:
@@ -383,9 +600,10 @@ class Transformer(nn.Module):
         pad = masks.as_bool_mask(
             src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]", src.device
         )
-        x = self._embed(self.src_embed, src)
+        x = self._embed(self.src_embed, src, stack=self.encoder)
+        bias = self.encoder.bias(src.shape[1], src.shape[1])  # [1, H, Ts, Ts] or None
         for layer in self.encoder.layers:
-            x = layer(x, pad)
+            x = layer(x, pad, bias)
         return self.encoder.finish(x)
 
     def decode(
@@ -431,12 +649,16 @@ class Transformer(nn.Module):
                 )
             src_pad, tgt_pad = cache.src_pad_mask, None
         causal = masks.causal_mask(t, start + t, device=tgt.device)  # [Tt, start + Tt]
-        x = self._embed(self.tgt_embed, tgt, start)
+        x = self._embed(self.tgt_embed, tgt, start, stack=self.decoder)
+        bias = self.decoder.bias(t, start + t, start)  # [1, H, Tt, start + Tt] or None
         for i, layer in enumerate(self.decoder.layers):
             self_cache = cache.self_kv[i] if cache is not None else None
             cross_kv = cache.cross_kv[i] if cache is not None else None
-            x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv)
-        return self.generator(self.decoder.finish(x))
+            x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv, bias)
+        x = self.decoder.finish(x)
+        if self.config.scale_decoder_output:  # T5 v1.0 rescales before its tied lm_head
+            x = x * self.config.d_model**-0.5
+        return self.generator(x)
 
     def forward(
         self,

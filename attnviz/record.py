@@ -25,7 +25,7 @@ from .errors import EditError, TraceLookupError
 from .model import ACTIVE_RECORDER, KINDS, MultiHeadAttention, Transformer
 
 #: What a record can hold, in hook-point order.
-FIELDS = ("scores", "mask", "weights", "values", "head_output")
+FIELDS = ("scores", "mask", "weights", "values", "head_output", "position_bias")
 
 
 @dataclass
@@ -34,11 +34,14 @@ class AttentionRecord:
 
     Attributes:
         kind, layer, name: which module (``"cross"``, 1, ``"decoder.layers.1.cross_attn"``).
-        scores: ``[B, H, Tq, Tk]`` raw q·kᵀ/√Dh before masking.
+        scores: ``[B, H, Tq, Tk]`` raw q·kᵀ/√Dh (plus the position bias, where the model
+            has one: what the softmax saw) before masking.
         mask: ``[B, 1, Tq, Tk]`` bool, True = blocked (all False when nothing was masked).
         weights: ``[B, H, Tq, Tk]`` after softmax (and any edit), before dropout.
         values: ``[B, H, Tk, Dh]`` or None.
         head_output: ``[B, H, Tq, Dh]`` per-head output (after any head edit) or None.
+        position_bias: ``[1, H, Tq, Tk]`` relative position bias already inside ``scores``
+            (T5 self-attention), or None where the model has none.
     """
 
     kind: str
@@ -49,6 +52,7 @@ class AttentionRecord:
     weights: Tensor | None = None
     values: Tensor | None = None
     head_output: Tensor | None = None
+    position_bias: Tensor | None = None
 
 
 class Trace:
@@ -132,6 +136,10 @@ class Trace:
     def head_output(self, kind: str, layer: int, call: int = -1) -> Tensor:
         """Per-head outputs ``weights @ values`` ``[B, H, Tq, Dh]`` (before merging heads)."""
         return self._field(kind, layer, "head_output", call)
+
+    def position_bias(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """Relative position bias ``[1, H, Tq, Tk]`` that ``scores`` include (T5 only)."""
+        return self._field(kind, layer, "position_bias", call)
 
     def numpy(self, kind: str, layer: int, what: str = "weights", call: int = -1) -> np.ndarray:
         """One captured tensor as a CPU float32 numpy array (a bool array for ``mask``)."""

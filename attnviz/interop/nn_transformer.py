@@ -25,9 +25,9 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from .config import ModelConfig
-from .errors import AttnvizError, InteropError
-from .model import Transformer, sinusoidal_positions
+from ..config import ModelConfig
+from ..errors import AttnvizError, InteropError
+from ..model import Transformer, sinusoidal_positions
 
 # Tutorial names outside the nn.Transformer -> ours.
 _OUTER = {

@@ -1,0 +1,19 @@
+"""Imports into :class:`attnviz.Transformer` from other implementations.
+
+- :func:`from_torch_state_dict`: models built on ``torch.nn.Transformer`` (the PyTorch
+  translation tutorial's state dict), in :mod:`attnviz.interop.nn_transformer`.
+- :func:`load_hf_model` / :func:`load_hf_checkpoint`: Hugging Face encoder-decoder folders
+  (Marian, BART, mBART, Pegasus, FSMT, T5), weights from safetensors and ``config.json``
+  alone, in :mod:`attnviz.interop.hf`.
+"""
+
+from .hf import SUPPORTED_MODEL_TYPES, is_hf_folder, load_hf_checkpoint, load_hf_model
+from .nn_transformer import from_torch_state_dict
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "from_torch_state_dict",
+    "is_hf_folder",
+    "load_hf_checkpoint",
+    "load_hf_model",
+]

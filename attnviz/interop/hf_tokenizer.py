@@ -1,0 +1,132 @@
+"""A Hugging Face folder's tokenizer behind the interface of :class:`attnviz.Tokenizer`.
+
+Needs the optional ``hf`` extra (``pip install 'attnviz[hf]'``: transformers, sentencepiece,
+tokenizers, protobuf). ``trust_remote_code`` is never enabled. Pieces are the tokenizer's own
+(sentencepiece ``▁`` marks a word start; byte-level BPE's ``Ġ`` is shown as ``▁`` too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import InputError
+from ..tokenizer import Encoding
+
+#: Files any one of which means the folder has a tokenizer.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "spiece.model",
+    "source.spm",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab-src.json",
+)
+EXTRA = "pip install 'attnviz[hf]'  (transformers, sentencepiece, tokenizers, protobuf)"
+
+
+def readable(piece: str) -> str:
+    """A piece as an axis label: byte-level BPE's word-start ``Ġ`` shown as ``▁``."""
+    return piece.replace("Ġ", "▁").replace("Ċ", "\\n")
+
+
+class HFTokenizer:
+    """Text <-> ids with a folder's transformers tokenizer; the :class:`attnviz.Tokenizer` API.
+
+    ``encode`` adds the special tokens transformers adds (EOS; BOS for BART), so the ids are
+    what ``tokenizer(text)`` gives. The model's vocabulary may be larger than the tokenizer's
+    (T5: 32128 vs 32100); ids past the tokenizer show as ``<unused N>`` and decode to nothing.
+
+    Args:
+        tok: a ``transformers`` tokenizer.
+        specials: ``{"pad", "bos", "eos", "unk"}`` ids (the model's).
+        path: the folder it came from.
+    """
+
+    kind = "hf"
+
+    def __init__(self, tok, specials: dict[str, int], path: Path):
+        self._tok = tok
+        self.path = Path(path)
+        self.specials = dict(specials)
+        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
+        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self._size = len(tok)
+        self.tokens: list[str] = [
+            readable(t) if t is not None else f"<unused {i}>"
+            for i, t in enumerate(tok.convert_ids_to_tokens(list(range(self._size))))
+        ]
+        self._special_ids = set(tok.all_special_ids)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
+
+    def split(self, text: str) -> list[str]:
+        """The pieces of ``text`` without special tokens."""
+        return [readable(p) for p in self._tok.tokenize(text)]
+
+    def encode(self, text: str) -> Encoding:
+        """Text -> :class:`Encoding` with the special tokens transformers adds.
+
+        ``unknown`` lists the stretches of text that became the unknown id.
+        """
+        if not isinstance(text, str):
+            raise InputError(f"text must be a string, got {type(text).__name__}")
+        ids = list(self._tok(text, add_special_tokens=True)["input_ids"])
+        pieces = [self.token(i) for i in ids]
+        unknown: list[str] = []
+        if self.unk_id in ids:
+            try:
+                spans = self._tok(text, return_offsets_mapping=True)["offset_mapping"]
+                unknown = [
+                    text[a:b] for i, (a, b) in zip(ids, spans, strict=True) if i == self.unk_id
+                ]
+            except (NotImplementedError, KeyError, ValueError, TypeError):
+                unknown = [p for i, p in zip(ids, pieces, strict=True) if i == self.unk_id]
+        return Encoding(ids, pieces, list(dict.fromkeys(unknown)))
+
+    def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
+        """Ids -> text as transformers decodes it (special tokens skipped); stops at the end id."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id and stop_at_eos:
+                break
+            if 0 <= i < self._size:
+                out.append(i)
+        return self._tok.decode(out, skip_special_tokens=True)
+
+    def token(self, i: int) -> str:
+        """The piece of one id (specials included, e.g. ``"</s>"``)."""
+        if i < 0:
+            raise InputError(f"token id {i} is negative")
+        return self.tokens[i] if i < self._size else f"<unused {i}>"
+
+    def to_dict(self) -> dict:
+        """Where it comes from (a folder's tokenizer is not copied into attnviz checkpoints)."""
+        return {"kind": self.kind, "path": str(self.path), "specials": dict(self.specials)}
+
+
+def load_hf_tokenizer(folder: Path, ids: dict[str, int]) -> tuple[HFTokenizer | None, str | None]:
+    """The folder's tokenizer, or ``(None, why)`` when it has none or transformers is missing.
+
+    Args:
+        ids: the model's ``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``.
+    """
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None, f"{folder} has no tokenizer files; ids in, ids out"
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None, f"reading this folder's tokenizer needs transformers: {EXTRA}"
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except Exception as exc:  # transformers raises many kinds; say which and go on without
+        return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
+    unk = tok.unk_token_id if tok.unk_token_id is not None else ids["unk_id"]
+    specials = {"pad": ids["pad_id"], "bos": ids["bos_id"], "eos": ids["eos_id"], "unk": unk}
+    return HFTokenizer(tok, specials, folder), None

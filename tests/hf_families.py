@@ -1,0 +1,231 @@
+"""Tiny random Hugging Face encoder-decoders, one per family, for the import tests.
+
+Every parameter and buffer is random (zero biases and unit norms would hide mapping bugs),
+sizes are odd (D = 40, Dh = 10 or T5's own 8, unequal depths). Needs ``transformers``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+V = 61  # vocabulary of the tiny models
+
+_COMMON = dict(
+    d_model=40,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=56,
+    decoder_ffn_dim=56,
+    max_position_embeddings=64,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+)
+
+#: family -> (config class name, model class name, config kwargs)
+FAMILIES = {
+    "marian": (
+        "MarianConfig",
+        "MarianMTModel",
+        dict(
+            _COMMON,
+            vocab_size=V,
+            pad_token_id=V - 1,
+            decoder_start_token_id=V - 1,
+            eos_token_id=0,
+            forced_eos_token_id=0,
+            activation_function="swish",
+            scale_embedding=True,
+        ),
+    ),
+    "bart": (
+        "BartConfig",
+        "BartForConditionalGeneration",
+        dict(_COMMON, vocab_size=V, activation_function="gelu", scale_embedding=False),
+    ),
+    "mbart": (
+        "MBartConfig",
+        "MBartForConditionalGeneration",
+        dict(
+            _COMMON,
+            vocab_size=V,
+            activation_function="gelu",
+            scale_embedding=True,
+            decoder_start_token_id=2,
+        ),
+    ),
+    "pegasus": (
+        "PegasusConfig",
+        "PegasusForConditionalGeneration",
+        dict(
+            _COMMON,
+            vocab_size=V,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+            activation_function="relu",
+            scale_embedding=True,
+        ),
+    ),
+    "fsmt": (
+        "FSMTConfig",
+        "FSMTForConditionalGeneration",
+        dict(
+            _COMMON,
+            langs=["en", "de"],
+            src_vocab_size=V,
+            tgt_vocab_size=V - 8,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+            activation_function="relu",
+            scale_embedding=True,
+            tie_word_embeddings=False,
+        ),
+    ),
+    "t5": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        dict(
+            vocab_size=V,
+            d_model=40,
+            d_kv=8,
+            num_heads=3,
+            d_ff=56,
+            num_layers=2,
+            num_decoder_layers=3,
+            feed_forward_proj="relu",
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+        ),
+    ),
+    "t5-v1.1": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        dict(
+            vocab_size=V,
+            d_model=40,
+            d_kv=8,
+            num_heads=3,
+            d_ff=56,
+            num_layers=2,
+            num_decoder_layers=3,
+            feed_forward_proj="gated-gelu",
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            tie_word_embeddings=False,
+        ),
+    ),
+}
+
+
+def build(family: str, seed: int = 0, **overrides):
+    """A random transformers model of ``family`` in eval mode with eager attention."""
+    import transformers
+
+    config_cls, model_cls, kwargs = FAMILIES[family]
+    config = getattr(transformers, config_cls)(**{**kwargs, **overrides})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" in name and family not in ("bart", "mbart"):
+                continue  # a fixed sinusoidal table, not a weight
+            base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            p.copy_(base + 0.3 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if "final_logits_bias" in name:
+                b.copy_(0.3 * torch.randn_like(b))
+    return model
+
+
+def save(model, folder: Path, **generation) -> Path:
+    """``save_pretrained`` with safetensors, with ``generation`` settings in its config."""
+    for key, value in generation.items():
+        setattr(model.generation_config, key, value)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+CORPUS = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the bird sang a song",
+    "we read a book at home",
+    "the sun is warm today",
+    "she sat by the river",
+    "they walked to the shop",
+    "it rained on the town",
+] * 4
+
+
+def _train_sentencepiece(folder: Path, name: str, vocab_size: int, **kwargs) -> Path:
+    import sentencepiece as spm
+
+    prefix = folder / name
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS),
+        model_prefix=str(prefix),
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=1,
+        **kwargs,
+    )
+    return prefix.with_suffix(".model")
+
+
+def marian_tokenizer(folder: Path):
+    """A MarianTokenizer on a sentencepiece model trained here: </s> 0, <unk> 1, <pad> last."""
+    import json
+
+    from transformers import MarianTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = _train_sentencepiece(folder, "spm", 48, unk_id=1, bos_id=-1, eos_id=0, pad_id=-1)
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    vocab["<pad>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    return MarianTokenizer(
+        source_spm=str(model), target_spm=str(model), vocab=str(folder / "vocab.json")
+    )
+
+
+def t5_tokenizer(folder: Path):
+    """A T5Tokenizer on a sentencepiece model trained here: <pad> 0, </s> 1, <unk> 2."""
+    from transformers import T5Tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    import sentencepiece as spm
+
+    model = _train_sentencepiece(folder, "spiece", 48, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    return T5Tokenizer(vocab=vocab, extra_ids=0)
+
+
+def bart_tokenizer(folder: Path):
+    """A byte-level BPE BartTokenizer trained here: <s> 0, <pad> 1, </s> 2, <unk> 3."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    bpe = ByteLevelBPETokenizer()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=specials)
+    bpe.save_model(str(folder))
+    return BartTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
