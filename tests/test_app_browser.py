@@ -219,9 +219,24 @@ def test_keyboard_shortcuts_outside_text_fields(page):
 
 
 def test_a_new_input_replaces_every_panel(page):
+    page.locator("#beam-btn").click()  # results computed for the old input ...
+    page.wait_for_function(
+        "() => document.querySelector('#beam-result').innerText.includes('“helloworld”')"
+    )
+    page.get_by_role("tab", name="Attribution").click()
+    page.locator("#attr-btn").click()
+    page.wait_for_function(
+        "() => document.querySelector('#attr-message').innerText.includes('Explaining')"
+    )
+    page.get_by_role("tab", name="Step through").click()
     page.locator("#input-text textarea").fill("abc")
     page.locator("#step-btn").click()
     wait_step(page, 1, "c")
+    page.wait_for_function("() => document.querySelector('#beam-result').innerText.trim() === ''")
+    page.get_by_role("tab", name="Attribution").click()  # ... are gone, not shown as current
+    assert "changed since" in page.locator("#attr-message").inner_text()
+    assert page.locator("#attribution-src .js-plotly-plot").count() == 0
+    page.get_by_role("tab", name="Step through").click()
     assert page.locator("#source-tokens .tok").all_inner_texts() == ["a", "b", "c"]
     assert page.locator("#expected-tokens .tok").all_inner_texts() == ["c", "b", "a", "<eos>"]
     assert page.evaluate("() => window.AttnViz.maskedCells('cross', 0)[0].length") == 3
@@ -303,3 +318,35 @@ def test_dark_mode_text_is_readable(browser, url):
         page.screenshot(path=str(ASSETS / "screenshot-dark.png"), full_page=True)
     finally:
         page.close()
+
+
+def test_a_checkpoint_rewritten_on_disk_renews_the_header(
+    browser, launched_app, models_dir, tmp_path
+):
+    import shutil
+
+    folder = tmp_path / "rewritten"
+    shutil.copytree(models_dir / "reverse", folder)
+    with launched_app(folder) as (_, port):
+        page = open_page(browser, f"http://127.0.0.1:{port}/")
+        try:
+            page.locator("#input-text textarea").fill("abc")
+            page.locator("#run-btn").click()
+            wait_step(page, 4, "cba")
+            assert "exact match 1.000" in page.locator("#model-info").inner_text()
+            ckpt = attnviz.load_checkpoint(folder)
+            meta = {**ckpt.meta, "metrics": {"val_exact_match": 0.5}}
+            attnviz.save_checkpoint(
+                folder, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, meta
+            )
+            page.locator("#back-btn").click()
+            page.wait_for_function(
+                "() => document.querySelector('#status').innerText.includes('changed on disk')"
+            )
+            wait_step(page, 0, "")  # decoding restarted on the new weights
+            page.wait_for_function(
+                "() => document.querySelector('#model-info').innerText.includes('exact match 0.500')"
+            )
+            assert page.errors == []
+        finally:
+            page.close()

@@ -58,6 +58,10 @@ __all__ = [
     "upload_model",
 ]
 
+# One torch thread per request (what `attnviz app` sets): users' events run side by side, and
+# on a small shared CPU two threads per request spin against each other (a Step on
+# models/reverse went from ~17 ms to ~150 ms).
+APP_THREADS = 1
 Decode = Callable[[SessionState, GreedyStepper], SessionState]
 RESTARTED = "The checkpoint changed on disk: decoding restarted with the new weights."
 

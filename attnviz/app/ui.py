@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 import gradio as gr
+import torch
 
 from .. import plots
 from ..errors import AttnvizError
@@ -29,6 +30,7 @@ from .state import SessionState, checkpoint, describe, head_choices
 CSS_FILE = store.ASSETS_DIR / "app.css"
 JS_FILE = store.ASSETS_DIR / "viz.js"
 MAX_FILE_SIZE = "200mb"
+APP_THREADS = session.APP_THREADS
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
 MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
 CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
@@ -530,13 +532,18 @@ def exposure_warnings(host: str, share: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--no-browser]``."""
+    """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
+    [--no-browser]``."""
     ap = argparse.ArgumentParser(prog="attnviz app", description="the attention inspector")
     ap.add_argument("--model", help="checkpoint folder (default: the first under models/)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=7860)
     ap.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     ap.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    ap.add_argument(
+        "--threads", type=int, default=APP_THREADS,
+        help=f"torch threads per request (default {APP_THREADS}: requests run side by side)",
+    )  # fmt: skip
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     args = ap.parse_args(argv)
     try:
@@ -548,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     except AttnvizError as exc:
         print(f"attnviz app: {exc}", file=sys.stderr)
         return 2
+    torch.set_num_threads(max(1, args.threads))
     for line in exposure_warnings(args.host, args.share):
         print(line, file=sys.stderr, flush=True)
     demo = build_app(model, device)
