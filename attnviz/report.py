@@ -166,11 +166,15 @@ def inspection_figures(ins: Inspection, top_k: int = 10) -> dict[str, go.Figure]
 def experiment_figures(ckpt: Checkpoint, ins: Inspection) -> dict[str, go.Figure]:
     """Views that run the model again: causal mask off, attribution, training playback."""
     figs: dict[str, go.Figure] = {}
-    exp = masking.causal_experiment(ckpt, [ins.text], [ins.output])
+    # teacher-forced on the task's correct output where there is one (else the model's own,
+    # and the summary then says "agreement with the model's own output", not accuracy)
+    exp = masking.causal_experiment(ckpt, [ins.text])
     last = ckpt.config.n_decoder_layers - 1
     before = exp.before.trace.numpy("decoder_self", last)[0].mean(0)  # [Tt, Tt], head mean
     after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
-    tokens = [*ins.tgt_tokens, ins.out_tokens[-1]][: before.shape[0]]
+    tok = ckpt.tgt_tokenizer
+    reference = tok.encode(exp.targets[0]).ids
+    tokens = [tok.token(i) for i in (ckpt.config.bos_id, *reference)][: before.shape[0]]
     figs[f"Causal mask off (decoder self-attention L{last}, mean of heads): {exp.summary()}"] = (
         plots.mask_comparison(
             before,
