@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attnviz
-from attnviz.analysis import alignment as al
+from attnviz.analysis import align as al
 from attnviz.analysis.lenses import attention_module, lens, rollout, value_contributions
 from attnviz.tasks import get_task
 
@@ -160,3 +160,22 @@ def test_rollout_rows_sum_to_one(make_model, random_batch, kind):
     if kind == "decoder_self":  # causal: rollout never reaches a later position
         r = rollout(trace, kind, 1)[0, 0]
         assert np.allclose(np.triu(r, 1), 0.0)
+
+
+def test_align_command_reads_pharaoh_files_and_writes_links(models_dir, tmp_path, capsys):
+    from attnviz.cli import main
+
+    task = get_task("copy")
+    sources = [e.src for e in task.examples("test", 8, seed=3)]
+    (tmp_path / "src.txt").write_text("\n".join(sources) + "\n")
+    al.write_pharaoh(tmp_path / "gold.txt", [task.links(s) for s in sources])
+    out = tmp_path / "pred.txt"
+    args = ["align", str(models_dir / "copy"), "--sources", str(tmp_path / "src.txt"),
+            "--gold", str(tmp_path / "gold.txt"), "--pharaoh", str(out)]  # fmt: skip
+    assert main(args) == 0
+    assert "best: cross L" in capsys.readouterr().out
+    predicted = al.read_pharaoh(out)
+    assert len(predicted) == len(sources)
+    assert al.aer([g.sure for g in predicted], al.read_pharaoh(tmp_path / "gold.txt")) < 0.05
+    assert main(["align", str(models_dir / "copy"), "--sources", str(tmp_path / "src.txt")]) == 2
+    assert "together" in capsys.readouterr().err

@@ -6,7 +6,7 @@ CLI and the app alike.
 """
 
 from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
-from .alignment import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
+from .align import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
 from .export import Inspection, inspect_text, write_json, write_npz
 from .faithfulness import METHODS as FAITHFULNESS_METHODS
