@@ -157,15 +157,15 @@ def test_mask_lab_toggles_change_weights_and_report_output(done):
     assert "Blocked positions: 0, 3" in blocked.message and "**changed**" in blocked.message
     assert blocked.figures[1].data[0].name == "masks as trained"
     bad = labs.mask_lab(done, blocked=[40])
-    assert bad.message.startswith("⚠️")
+    assert bad.message.startswith("⚠")
 
 
 def test_ablation_and_ranking(done):
     res = labs.ablation(done, ["cross L0 H2", "cross L0 H0"])
     assert "**changed**" in res.message
     assert [t.name for t in res.figures[0].data] == ["all heads on", "ablated"]
-    assert labs.ablation(done, []).message.startswith("⚠️")
-    assert labs.ablation(done, ["nonsense"]).message.startswith("⚠️")
+    assert labs.ablation(done, []).message.startswith("⚠")
+    assert labs.ablation(done, ["nonsense"]).message.startswith("⚠")
     ranked = labs.rank_heads(done, n_inputs=3)
     assert len(ranked.rows) == 24 and ranked.rows[0][1] >= ranked.rows[-1][1]
 
@@ -180,7 +180,7 @@ def test_attribution_beside_cross_attention(done):
     assert len(ig_colours) == 1  # one colour for a method in every chart
     gxi = next(t for t in view.figures[1].data if t.name == "gradient × input")
     assert np.abs(np.asarray(gxi.y)).sum() == pytest.approx(1.0)  # visible, not ~1e-7
-    assert labs.attribution(session.reset(done).state).message.startswith("⚠️")
+    assert labs.attribution(session.reset(done).state).message.startswith("⚠")
 
 
 # -- model-level panels -------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_bad_uploads_are_refused_with_a_message(fresh, tmp_path):
     for name, paths in cases.items():
         paths = [paths] if isinstance(paths, str) else paths
         view = session.upload_model(fresh, paths)
-        assert view.message.startswith("⚠️"), name
+        assert view.message.startswith("⚠"), name
         assert view.state.model == REVERSE, name  # the loaded model stays
     assert "pickle" in session.upload_model(fresh, [str(pickle)]).message
     renamed = tmp_path / "weights.bin"  # a pickle under another name is caught by its bytes
@@ -243,7 +243,7 @@ def test_good_upload_zip_loads_and_decodes(fresh, tmp_path):
     files = {f"reverse/{n}": (MODELS / "reverse" / n).read_bytes()
              for n in ("model.safetensors", "config.json")}  # fmt: skip
     view = session.upload_model(dataclasses.replace(fresh, text="abc"), [_zip(tmp_path, files)])
-    assert view.state.model != REVERSE and not view.message.startswith("⚠️")
+    assert view.state.model != REVERSE and not view.message.startswith("⚠")
     assert session.run(view.state).output == "cba"
 
 

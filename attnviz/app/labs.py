@@ -63,7 +63,7 @@ class LabView:
 
 def _error(exc: Exception, n_figures: int = 1) -> LabView:
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
-    return LabView(figs, f"⚠️ {html.escape(str(exc))}")
+    return LabView(figs, f"⚠ {html.escape(str(exc))}")
 
 
 def _started(state: SessionState) -> Checkpoint:

@@ -31,7 +31,7 @@ from .state import (
     special_ids,
 )
 
-LEVELS = {"ok": "✅", "info": "ℹ️", "warning": "⚠️", "error": "❌"}
+LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
 _HEALTH = store.LRU(16)  # reports by (model, version, device, n)
 _SNAPS = store.LRU(16)  # snapshots by (model, version)
 

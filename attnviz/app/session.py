@@ -67,7 +67,7 @@ RESTARTED = "The checkpoint changed on disk: decoding restarted with the new wei
 
 
 def _warn(exc: Exception) -> str:
-    return f"⚠️ {html.escape(str(exc))}"
+    return f"⚠ {html.escape(str(exc))}"
 
 
 # -- the one path every action takes --------------------------------------------------------------

@@ -213,7 +213,7 @@ class Page:
         try:
             ckpt = checkpoint(state)
         except AttnvizError:
-            return {self.model_info: "⚠️ no model loaded: pick one or upload a checkpoint"}
+            return {self.model_info: "⚠ no model loaded: pick one or upload a checkpoint"}
         heads = [h for h in head_choices(ckpt) if h != "all heads"]
         dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
         steps = panels.playback_steps(state)

@@ -73,7 +73,7 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
 def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
     """The status line as HTML (already escaped): ``message`` first, then hints."""
     out = [message] if message else []
-    failed = message.startswith("⚠️")
+    failed = message.startswith("⚠")
     if not state.started:
         if not failed:
             task = ckpt.task or "this model's task"
@@ -85,22 +85,22 @@ def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
         return "<br>".join(out)
     if state.unknown:
         pieces = ", ".join(_code(u) for u in state.unknown)
-        out.append(f"⚠️ Not in this model's vocabulary, read as <code>&lt;unk&gt;</code>: {pieces}.")
+        out.append(f"⚠ Not in this model's vocabulary, read as <code>&lt;unk&gt;</code>: {pieces}.")
     if ckpt.task in TASKS:
         lengths = get_task(ckpt.task).lengths
         if len(state.src_ids) > lengths.stop - 1:
             out.append(
-                f"⚠️ {len(state.src_ids)} tokens: longer than anything this model was trained on "
+                f"⚠ {len(state.src_ids)} tokens: longer than anything this model was trained on "
                 f"({lengths.start}–{lengths.stop - 1}); expect mistakes."
             )
     if state.stopped_at_limit:
         out.append(
-            f"⏹ Stopped at the length limit ({state.max_steps} tokens) without producing "
+            f"■ Stopped at the length limit ({state.max_steps} tokens) without producing "
             "<code>&lt;eos&gt;</code>."
         )
     elif state.done:
         out.append(
-            f"✅ Done after {state.step} steps (the model produced <code>&lt;eos&gt;</code>)."
+            f"✓ Done after {state.step} steps (the model produced <code>&lt;eos&gt;</code>)."
         )
     elif state.step == 0 and not failed:
         out.append("Ready: press <b>Step</b> to decode one token, <b>Run</b> to decode to the end.")
