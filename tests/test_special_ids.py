@@ -186,3 +186,25 @@ def test_inspect_html_and_json_match(base, case, tmp_path):
     assert ja["out_tokens"] == jb["out_tokens"] and ja["src_tokens"] == jb["src_tokens"]
     html = (tmp_path / f"{name}.html").read_text()
     assert "dlrowolleh" in html
+
+
+def test_an_app_session_matches(base, case):
+    from attnviz.app import session
+
+    name, ckpt, _ = case
+    views = []
+    for c in (base, ckpt):
+        view = session.start(session.new_state(str(c.path)), "helloworld")
+        view = session.step(view.state)
+        assert view.output == "d", view.message
+        view = session.run(view.state)
+        view = session.back(view.state)
+        views.append(view)
+    a, b = views
+    assert a.output == b.output == "dlrowolleh"  # Back from the end hides only the EOS
+    assert a.info["tokens"] == b.info["tokens"]
+    fa, fb = a.figures, b.figures
+    for key in ("cross", "decoder_self", "encoder_self"):
+        za = np.asarray(fa[key].data[0].z, dtype=float)
+        zb = np.asarray(fb[key].data[0].z, dtype=float)
+        np.testing.assert_allclose(zb, za, atol=1e-5, equal_nan=True)
