@@ -350,3 +350,17 @@ def test_a_checkpoint_rewritten_on_disk_renews_the_header(
             assert page.errors == []
         finally:
             page.close()
+
+
+def test_training_playback_plays(page):
+    page.get_by_role("tab", name="Training playback").click()
+    page.wait_for_function(TITLE_HAS, arg=["#playback-plot", "training step"])
+    page.locator("#play-btn").click()
+    page.wait_for_function("() => document.querySelector('#play-btn').innerText.includes('Pause')")
+    page.wait_for_function(
+        "() => +document.querySelector('#tab-playback input[type=number]').value >= 2",
+        timeout=60_000,
+    )
+    page.locator("#play-btn").click()
+    page.wait_for_function("() => document.querySelector('#play-btn').innerText.includes('Play')")
+    page.get_by_role("tab", name="Step through").click()
