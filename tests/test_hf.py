@@ -392,7 +392,7 @@ def test_feature_models_fused_equals_recording_and_cache(overrides):
 
 
 def test_split_sinusoids_are_computed_in_float64():
-    from attnviz.model import split_sinusoidal_positions
+    from attnviz.positions import split_sinusoidal_positions
 
     table = split_sinusoidal_positions(512, 6)
     pos, i = 511, 1  # the second frequency, sine half and cosine half
@@ -402,7 +402,7 @@ def test_split_sinusoids_are_computed_in_float64():
 
 
 def test_relative_buckets_follow_t5():
-    from attnviz.model import relative_position_buckets
+    from attnviz.positions import relative_position_buckets
 
     enc = relative_position_buckets(1, 5, 2, True, 8, 20, "cpu")[0].tolist()
     assert enc == [2, 1, 0, 5, 6]  # before the query: 2, 1; itself 0; after: 4 + 1, 4 + 2
