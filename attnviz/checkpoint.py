@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .config import ModelConfig
 from .data import source_batch
-from .decoding import LogitRules, default_max_len, greedy_decode, until_eos
+from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import Encoding, Tokenizer
@@ -316,6 +316,21 @@ class Checkpoint:
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
+
+    def stepper(self, text: str, max_len: int | None = None, edits: Sequence = ()) -> GreedyStepper:
+        """A :class:`~attnviz.GreedyStepper` on ``text`` with this checkpoint's special ids and
+        generation rules (its ``run()`` gives :meth:`predict`'s tokens)."""
+        enc = self.encode_source(text)
+        cfg = self.config
+        return GreedyStepper(
+            self.model,
+            torch.tensor(enc.ids, device=self.device),
+            cfg.bos_id,
+            cfg.eos_id,
+            max_len=max_len or self.max_new_tokens,
+            edits=edits,
+            rules=self.rules,
+        )
 
     def predict(self, text: str, max_len: int | None = None) -> str:
         """Greedy-decode one input to text (unknown pieces run as UNK)."""

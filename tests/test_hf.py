@@ -223,6 +223,47 @@ def test_t5_scores_include_the_position_bias(folders):
     assert torch.equal(dec_bias[0, :, 0, 1], dec_bias[0, :, 0, 0])
 
 
+@needs_hf
+def test_t5_folders_written_by_transformers_4(folders, tmp_path):
+    """4.x folders: v1.1 says tie_word_embeddings false and carries its own lm_head (no
+    output scaling); v1.0 says nothing and scales the decoder output by D^-0.5."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    hf_model, folder = folders["t5-v1.1"]
+    old = tmp_path / "flan"
+    shutil.copytree(folder, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["scale_decoder_outputs"]
+    config["tie_word_embeddings"] = False
+    (old / "config.json").write_text(json.dumps(config))
+    tensors = load_file(old / "model.safetensors")
+    lm_head = torch.randn(
+        tensors["shared.weight"].shape, generator=torch.Generator().manual_seed(3)
+    )
+    save_file({**tensors, "lm_head.weight": lm_head}, old / "model.safetensors")
+    model = attnviz.load_checkpoint(old).model
+    assert not model.config.tie_output and not model.config.scale_decoder_output
+    src, tgt, src_real, tgt_real = batch(model.config)
+    with torch.no_grad():
+        out = hf_model(
+            input_ids=src, attention_mask=src_real.long(), decoder_input_ids=tgt,
+            decoder_attention_mask=tgt_real.long(), output_hidden_states=True,
+        )  # fmt: skip
+        expected = out.decoder_hidden_states[-1] @ lm_head.T  # the folder's own lm_head
+        ours = model(src, tgt, ~src_real, ~tgt_real)
+    assert torch.allclose(ours[tgt_real], expected[tgt_real], atol=1e-4, rtol=1e-4)
+
+    v10 = tmp_path / "t5"
+    shutil.copytree(folders["t5"][1], v10)
+    config = json.loads((v10 / "config.json").read_text())
+    del config["scale_decoder_outputs"], config["tie_word_embeddings"]
+    (v10 / "config.json").write_text(json.dumps(config))
+    model = attnviz.load_checkpoint(v10).model
+    assert model.config.tie_output and model.config.scale_decoder_output
+
+
 # -- folders: shards, refusals ----------------------------------------------------------------------
 @needs_hf
 def test_sharded_folder_loads(tmp_path):
@@ -323,6 +364,7 @@ def test_predict_text_equals_transformers(tmp_path, family):
         expected = tok.decode(out[0], skip_special_tokens=True)
         assert ckpt.encode_source(text).ids == enc.input_ids[0].tolist()
         assert ckpt.predict(text) == expected
+        assert ckpt.tgt_tokenizer.decode(ckpt.stepper(text).run()) == expected
     assert ckpt.predict_batch(TEXTS) == [ckpt.predict(t) for t in TEXTS]
     pieces = ckpt.encode_source("the cat").pieces
     assert pieces[-1] == tok.eos_token and any(p.startswith("▁") for p in pieces)

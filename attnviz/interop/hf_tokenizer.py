@@ -7,6 +7,7 @@ tokenizers, protobuf). ``trust_remote_code`` is never enabled. Pieces are the to
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -124,7 +125,9 @@ def load_hf_tokenizer(folder: Path, ids: dict[str, int]) -> tuple[HFTokenizer | 
     except ImportError:
         return None, f"reading this folder's tokenizer needs transformers: {EXTRA}"
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+        with warnings.catch_warnings():  # e.g. Marian's "Recommended: pip install sacremoses"
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers raises many kinds; say which and go on without
         return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
     unk = tok.unk_token_id if tok.unk_token_id is not None else ids["unk_id"]
