@@ -364,3 +364,16 @@ def test_training_playback_plays(page):
     page.locator("#play-btn").click()
     page.wait_for_function("() => document.querySelector('#play-btn').innerText.includes('Play')")
     page.get_by_role("tab", name="Step through").click()
+
+
+def test_a_page_missing_rows_asks_for_everything(page):
+    page.locator("#input-text textarea").fill("helloworld")
+    page.locator("#run-btn").click()
+    wait_step(page, 11, "dlrowolleh")
+    epoch = page.evaluate("() => document.querySelector('.av-root').dataset.epoch")
+    page.evaluate(  # a reply that assumes rows this page never got
+        "(e) => window.AttnViz.apply({started: true, epoch: e, full: false, from: 50, n: 60, step: 60})",
+        epoch,
+    )
+    wait_step(page, 11, "dlrowolleh")  # resent in full by the server, drawn again
+    assert len(page.evaluate("() => window.AttnViz.maskedCells('cross', 0)")) == 11

@@ -128,9 +128,11 @@ def mask_lab(
     layer = int(np.clip(layer, 0, layers[-1]))
     keys, queries = lab.labels(kind)
     (w0, m0), (w1, m1) = lab.view("before", kind, layer), lab.view("after", kind, layer)
-    title = (
-        f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)} · "
-        f"input “{html.escape(lab.texts[lab.row])}”"
+    shown = lab.texts[lab.row]
+    shown = shown if len(shown) <= 48 else shown[:47] + "…"
+    title = (  # two short lines: a plotly title does not wrap, and clips at 800 px
+        f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)}<br>"
+        f"<sup>input “{html.escape(shown)}”</sup>"
     )
     fig = plots.mask_comparison(
         np.where(m0, 0, head_weights(w0, head)),

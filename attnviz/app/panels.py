@@ -106,8 +106,8 @@ def playback(
     y = [tok.token(special_ids(checkpoint(state))["bos"]), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)
     title = (
-        f"cross-attention L{layer} ({which}) at training step {snaps.steps[i]} · "
-        f"loss {snaps.losses[i]:.4f}"
+        f"cross-attention L{layer} ({which})<br>"
+        f"<sup>at training step {snaps.steps[i]} · loss {snaps.losses[i]:.4f}</sup>"
     )
     fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
     msg = (
