@@ -1,14 +1,22 @@
 """The attnviz web app: a Gradio attention inspector over the library.
 
-- :mod:`~attnviz.app.session`: per-user actions (start, step, run, back, reset, ...), plain
-  Python returning :class:`~attnviz.app.state.DecodeView`; no gradio.
-- :mod:`~attnviz.app.state`, :mod:`~attnviz.app.views`: the deep-copyable per-user state and
-  what the page shows for it.
+A Step click goes ui -> session -> views -> the page, one way:
+
+- :mod:`~attnviz.app.session`: per-user actions (start, step, run, back, reset, goto, ...),
+  plain Python returning :class:`~attnviz.app.state.DecodeView`; one per-session lock and one
+  decoder sync per action; no gradio.
+- :mod:`~attnviz.app.decoders`: the server-side decoders (one ``GreedyStepper`` per session)
+  behind :class:`~attnviz.app.decoders.DecoderCache`.
+- :mod:`~attnviz.app.state`: the small, deep-copyable per-user state.
+- :mod:`~attnviz.app.views`: pure functions of state + trace: the status line and the
+  payload the page draws from (only the rows it lacks); the same views as plotly figures.
 - :mod:`~attnviz.app.labs`, :mod:`~attnviz.app.panels`: mask lab, head ablation, attribution,
   checkpoint health, training playback, export.
-- :mod:`~attnviz.app.models`: checkpoints loaded once per process and shared; upload checks.
+- :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;
+  the model menu's names.
 - :mod:`~attnviz.app.ui`: the Gradio layout and wiring (the only module importing gradio);
-  ``attnviz app`` runs :func:`attnviz.app.ui.main`.
+  ``attnviz app`` runs :func:`attnviz.app.ui.main`. ``assets/viz.js`` draws the heatmaps in
+  the page.
 
 Importing this package does not import gradio.
 """

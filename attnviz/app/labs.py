@@ -61,12 +61,14 @@ class LabView:
     path: str | None = None  # a written file, for the export buttons
 
 
-def _error(exc: Exception, n_figures: int = 1) -> LabView:
+def error_view(exc: Exception, n_figures: int = 1) -> LabView:
+    """A panel's answer to a user error: placeholders and the reason as the message."""
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
     return LabView(figs, f"⚠ {html.escape(str(exc))}")
 
 
-def _started(state: SessionState) -> Checkpoint:
+def started_checkpoint(state: SessionState) -> Checkpoint:
+    """The checkpoint of a state with an input started (else a message to start one)."""
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
     return checkpoint(state)
@@ -109,7 +111,7 @@ def mask_lab(
         before vs after at the current step; the message says what changed.
     """
     try:
-        ckpt = _started(state)
+        ckpt = started_checkpoint(state)
         try:
             positions = [int(str(b).split(":")[0]) for b in blocked or ()]
         except ValueError:
@@ -118,7 +120,7 @@ def mask_lab(
             ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions
         )
     except AttnvizError as exc:
-        return _error(exc, 2)
+        return error_view(exc, 2)
     exp = lab.experiment
     if kind == "auto":
         kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
@@ -199,13 +201,13 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
         One figure: each baseline output token's probability with and without the heads.
     """
     try:
-        ckpt = _started(state)
+        ckpt = started_checkpoint(state)
         heads = parse_sites(sites)
         if not heads:
             raise InputError("tick at least one head to switch off")
         res = analysis.ablate(ckpt, state.text, heads)
     except AttnvizError as exc:
-        return _error(exc)
+        return error_view(exc)
     fig = figures.paired_bars(
         {"all heads on": res.prob_baseline, "ablated": res.prob_ablated},
         res.baseline_tokens,
@@ -229,12 +231,12 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
         ``rows``: ``[site, changed outputs, max |Δp|, mean |Δp|]`` per head.
     """
     try:
-        ckpt = _started(state)
+        ckpt = started_checkpoint(state)
         texts = [state.text, *store.examples_for(ckpt.task, n_inputs - 1)]
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
     except AttnvizError as exc:
-        return _error(exc, 0)
+        return error_view(exc, 0)
     rows = [
         [e.site, e.changed_outputs, round(e.max_prob_change, 4), round(e.mean_prob_change, 4)]
         for e in effects
@@ -256,7 +258,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         attribution over the previous target tokens; the message gives the agreement scores.
     """
     try:
-        ckpt = _started(state)
+        ckpt = started_checkpoint(state)
         if state.step == 0:
             raise InputError("take at least one Step: attribution explains the newest token")
         layer = layer_index(layer or 0, list(range(ckpt.config.n_decoder_layers)))
@@ -264,7 +266,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
             ckpt, state.text, state.step - 1, tokens=state.tokens[: state.step], n_steps=n_steps
         )
     except AttnvizError as exc:
-        return _error(exc, 2)
+        return error_view(exc, 2)
     layer = int(np.clip(layer, 0, max(a.cross)))
     src = plots.attribution_vs_attention(
         a.ig_src,

@@ -20,7 +20,7 @@ from ..errors import AttnvizError, InputError
 from ..snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
-from .labs import LabView, _error, _started
+from .labs import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
     checkpoint,
@@ -52,7 +52,7 @@ def health(state: SessionState, n: int = 100) -> LabView:
             rep = analysis.check(ckpt, n=n, ablation_sample=16)
             _HEALTH.put(key, rep)
     except AttnvizError as exc:
-        return _error(exc)
+        return error_view(exc)
     items = []
     for f in rep.findings:
         items.append(
@@ -99,7 +99,7 @@ def playback(
         layers = sorted(layer for kind, layer in snaps.weights if kind == "cross")
         layer = layer_index(layer, layers)
     except AttnvizError as exc:
-        return _error(exc)
+        return error_view(exc)
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
     w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
     tok = checkpoint(state).tgt_tokenizer
@@ -122,7 +122,7 @@ def playback(
 def inspection(state: SessionState) -> Inspection:
     """The current view as an :class:`~attnviz.analysis.Inspection` (the steps shown so far;
     the whole greedy decode when nothing is decoded yet)."""
-    ckpt = _started(state)
+    ckpt = started_checkpoint(state)
     if state.step == 0:
         return analysis.inspect_text(ckpt, state.text)
     enc = ckpt.src_tokenizer.encode(state.text)
@@ -137,7 +137,7 @@ def export(state: SessionState, what: str) -> LabView:
         ``path`` set to the written file (None on error, with the reason in ``message``).
     """
     if what not in ("html", "json", "npz"):
-        return _error(InputError(f"export html, json or npz, not {what!r}"), 0)
+        return error_view(InputError(f"export html, json or npz, not {what!r}"), 0)
     try:
         ins = inspection(state)
         folder = Path(tempfile.mkdtemp(prefix="export-", dir=store.private_dir("exports")))
@@ -150,7 +150,7 @@ def export(state: SessionState, what: str) -> LabView:
         else:
             analysis.write_npz(ins, path)
     except AttnvizError as exc:
-        return _error(exc, 0)
+        return error_view(exc, 0)
     return LabView([], f"Wrote {path.name} ({path.stat().st_size // 1024} KB).", path=str(path))
 
 
