@@ -463,3 +463,13 @@ def test_uploads_are_named_by_their_file(fresh, tmp_path):
     assert store.model_name(view.state.model).startswith("my-model")
     assert store.model_name(view.state.model) in store.menu()
     assert store.resolve_model(store.model_name(view.state.model)) == view.state.model
+
+
+def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
+    before = views.panel_stamps(done)
+    back = views.panel_stamps(session.back(done).state)
+    assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export"}
+    new = views.panel_stamps(session.start(done, "abc").state)
+    assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "beam",
+                                                          "ablate"}  # fmt: skip
+    assert before["model"] == new["model"]

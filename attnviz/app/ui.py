@@ -3,7 +3,8 @@
 ``attnviz app`` runs :func:`main`. The page is built by :func:`build_app`; the named API
 endpoints ``start``, ``step``, ``run``, ``back``, ``reset`` drive step-through decoding from
 ``gradio_client`` (``Client(url).predict("helloworld", api_name="/step")``); the per-user
-state lives server-side in ``gr.State``. This is the only module that imports gradio.
+state lives server-side in ``gr.State``. This is the only module that imports gradio, so all
+of the page's layout and wiring is here (hence its length).
 
 The heatmaps are drawn in the page (``assets/viz.js`` on ``<canvas>``): a decoding event
 sends the page only the attention rows it does not hold yet; Back, scrub and layer/head
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import Any
 
 import gradio as gr
 import torch
@@ -26,6 +26,7 @@ from ..model import KINDS
 from . import labs, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint, describe, head_choices
+from .views import panel_stamps as stamp
 
 CSS_FILE = store.ASSETS_DIR / "app.css"
 JS_FILE = store.ASSETS_DIR / "viz.js"
@@ -298,19 +299,6 @@ class Page:
             self.mask_msg: v.message,
             self.blocked: block_choices(state, blocked),
         }
-
-
-def stamp(state: SessionState) -> dict[str, Any]:
-    """What each state-dependent panel depends on (a panel shown for another stamp is stale)."""
-    decode = (state.model, state.epoch, state.step)
-    return {
-        "mask": decode,
-        "attr": decode,
-        "export": decode,
-        "beam": (state.model, state.epoch),
-        "ablate": (state.model, state.epoch),
-        "model": (state.model, store.version_of(state.model) if state.model else 0),
-    }
 
 
 def block_choices(state: SessionState, chosen: list[str] | None):
