@@ -185,8 +185,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     """
     from .interop.hf import is_hf_folder, load_hf_checkpoint
 
+    path = Path(path).expanduser()
     if is_hf_folder(path):
         return load_hf_checkpoint(path, device)
+    if path.is_file() and path.name == WEIGHTS and is_hf_folder(path.parent):
+        return load_hf_checkpoint(path.parent, device)
     weights = _locate(path)
     tensors, meta = read_tensors(weights)
     if meta is None:

@@ -172,10 +172,11 @@ class StepResult:
 
     Attributes:
         step: index of the produced token (0 = first token after BOS).
-        token: the token id chosen (argmax unless forced).
+        token: the token id chosen (argmax under the stepper's rules, unless forced).
         prob: its probability.
-        probs: next-token distribution ``[V]`` (float32, CPU).
-        logits: ``[V]`` (float32, CPU).
+        probs: next-token distribution ``[V]`` (float32, CPU): the model's own, before any
+            :class:`LogitRules`.
+        logits: ``[V]`` (float32, CPU), likewise the model's own.
         attention: ``(kind, layer) -> [H, Tk]`` weights of this step's query row for
             ``"decoder_self"`` (Tk = step + 1) and ``"cross"`` (Tk = Ts).
         done: EOS produced or the length limit reached.

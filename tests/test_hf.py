@@ -90,7 +90,7 @@ def reference(hf_model, src, tgt, src_real, tgt_real):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_logits_match_transformers(folders, family):
     hf_model, folder = folders[family]
-    ckpt = attnviz.load_checkpoint(folder)
+    ckpt = attnviz.load_checkpoint(folder / "model.safetensors")  # the file works too
     assert isinstance(ckpt.model, attnviz.Transformer)
     src, tgt, src_real, tgt_real = batch(ckpt.config)
     ref = reference(hf_model, src, tgt, src_real, tgt_real).logits
@@ -370,6 +370,31 @@ def test_predict_text_equals_transformers(tmp_path, family):
     assert pieces[-1] == tok.eos_token and any(p.startswith("▁") for p in pieces)
     if family != "bart":  # byte-level BPE has no unknown pieces
         assert ckpt.encode_source("the cat xq").unknown
+
+
+@needs_hf
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_check_and_inspect_find_no_false_leak(tmp_path, family, capsys):
+    """Their decoder starts from the pad id: a start token is never taken for padding."""
+    from attnviz.cli import main
+    from tests import hf_families
+
+    tok = getattr(hf_families, f"{family}_tokenizer")(tmp_path / "tok")
+    sizes = {"vocab_size": len(tok), "pad_token_id": tok.pad_token_id}
+    if family == "marian":
+        sizes |= {"decoder_start_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id}
+    hf_model = hf_families.build(family, **sizes)
+    hf_model.generation_config.max_new_tokens = 8
+    hf_model.save_pretrained(tmp_path / "model", safe_serialization=True)
+    tok.save_pretrained(tmp_path / "model")
+    folder = str(tmp_path / "model")
+    texts = ["--text", "the cat sat on the mat", "--text", "a bird"]
+    assert main(["check", folder, *texts, "--ablation-sample", "0"]) == 0
+    assert "verdict: PASS" in capsys.readouterr().out
+    html = tmp_path / "out.html"
+    assert main(["inspect", folder, "--text", "the cat sat", "--html", str(html)]) == 0
+    assert html.stat().st_size > 0
 
 
 # -- logit rules (no transformers needed) -------------------------------------------------------------

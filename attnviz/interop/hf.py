@@ -174,7 +174,7 @@ def special_ids(hf: dict, gen: dict, unk_id: int | None = None) -> dict[str, int
     return {"pad_id": pad, "bos_id": _first(start), "eos_id": eos, "unk_id": unk}
 
 
-def _bart_like_config(hf: dict, shapes: dict[str, tuple], where: Path) -> dict[str, Any]:
+def _bart_like_config(hf: dict, where: Path, logits_bias: bool) -> dict[str, Any]:
     family = hf["model_type"]
     heads = _int(hf, "encoder_attention_heads", where)
     d_ff = _int(hf, "encoder_ffn_dim", where)
@@ -200,11 +200,11 @@ def _bart_like_config(hf: dict, shapes: dict[str, tuple], where: Path) -> dict[s
         position_offset=2 if family in ("bart", "mbart") else 0,
         scale_embeddings=bool(hf.get("scale_embedding", family == "fsmt")),
         max_len=_int(hf, "max_position_embeddings", where),
-        output_bias="final_logits_bias" in shapes,
+        output_bias=logits_bias,
     )
 
 
-def _t5_config(hf: dict, shapes: dict[str, tuple], where: Path) -> dict[str, Any]:
+def _t5_config(hf: dict, where: Path) -> dict[str, Any]:
     proj = str(hf.get("feed_forward_proj", "relu"))
     gated = proj.startswith("gated-")
     act = hf.get("dense_act_fn") or proj.split("-")[-1]
@@ -374,15 +374,14 @@ def convert(
     tensors once, as :func:`attnviz.checkpoint.unique_state_dict` names them)."""
     family = hf["model_type"]
     src = _Source(tensors, where)
-    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
     if family == "t5":
         emb = _embeddings(src, "", ("lm_head.weight",))
-        fields = _t5_config(hf, shapes, where)
+        fields = _t5_config(hf, where)
         ignore: tuple[str, ...] = ()
     else:
         lm_keys = ("lm_head.weight", "model.decoder.output_projection.weight")
         emb = _embeddings(src, "model.", lm_keys)
-        fields = _bart_like_config(hf, shapes, where)
+        fields = _bart_like_config(hf, where, "final_logits_bias" in tensors)
         ignore = ("embed_positions",) if fields["positions"] != "learned" else ()
     if family == "fsmt":
         fields["position_offset"] = ids["pad_id"] + 1
