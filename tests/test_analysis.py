@@ -72,8 +72,10 @@ def test_without_ablation_no_head_is_called_dead(reverse_ckpt):
 def test_a_model_that_ignores_a_mask_fails_the_check(reverse_ckpt, which, check):
     report = health.check(reverse_ckpt, n=64, edits=[DropMask(which)], ablation_sample=0)
     assert not report.passed
-    failed = [f for f in report.findings if f.level == "error"]
-    assert [f.check for f in failed] == [check], report.text()
+    failed = {f.check for f in report.findings if f.level == "error"}
+    # the leak is named; outputs may also go wrong (padded rows read PAD without its mask),
+    # but no other leak is reported
+    assert check in failed and failed - {"accuracy"} == {check}, report.text()
     assert "verdict: FAIL" in report.text()
 
 
