@@ -244,6 +244,7 @@
       ctx.fillStyle = col.text; ctx.fillText("masked", bx - 4, by + bh + 28);
     }
     canvas._av = boxes;
+    canvas._vmax = vmax;
     return boxes;
   }
 

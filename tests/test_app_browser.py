@@ -155,6 +155,10 @@ def test_type_step_to_the_end_and_heatmaps_render(page):
     assert len(dec) == 11 and dec[0][1] == 1 and dec[10][10] == 0  # BOS + 10 letters, causal
     bars = page.locator("#topk-plot .av-barrow")
     assert bars.count() >= 2 and "chosen" in bars.first.get_attribute("class")
+    strip = page.locator("#output-tokens .tok .conf")  # the confidence strip: p of each token
+    assert strip.count() == 11 and "step 1: p = " in page.locator(
+        "#output-tokens .tok"
+    ).first.get_attribute("title")
     page.screenshot(path=str(ASSETS / "screenshot-main.png"), full_page=True)
 
 
@@ -169,6 +173,20 @@ def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
             page.select_option(f"#heatmap-{kind} .av-headsel", "H1")
             assert page.evaluate(GREY_CELLS, f"heatmap-{kind}") == want, (kind, layer)
     assert "layer 1 · head 1" in title(page, "cross")
+    page.locator("#heatmap-cross canvas").scroll_into_view_if_needed()
+    box = page.locator("#heatmap-cross canvas").bounding_box()
+    cell = page.evaluate("() => document.querySelector('#heatmap-cross canvas')._av[0]")
+    x, y = cell["x"] + 2.5 * cell["cell"], cell["y"] + 1.5 * cell["cell"]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+    assert "→ key" in page.locator(".av-tip").inner_text()  # hover values come from the page
+    vmax = "() => document.querySelector('#heatmap-cross canvas')._vmax"
+    assert page.evaluate(vmax) < 1
+    page.locator("#fixed-scale").check()  # one 0–1 scale for every figure
+    assert page.evaluate(vmax) == 1
+    page.locator("#fixed-scale").uncheck()
+    with page.expect_download() as download:
+        page.locator("#heatmap-cross .av-png").click()
+    assert download.value.suggested_filename == "attnviz-heatmap-cross-step11.png"
     page.select_option("#heatmap-cross .av-headsel", "all heads")
     assert "all heads" in title(page, "cross")
     page.select_option("#heatmap-cross .av-headsel", "mean")
