@@ -219,6 +219,10 @@ def test_t5_scores_include_the_position_bias(folders):
         assert torch.equal(trace.position_bias("decoder_self", layer), dec_bias)
     with pytest.raises(attnviz.TraceLookupError):
         trace.position_bias("cross", 0)  # cross-attention has no position bias
+    names = trace.names()
+    assert "encoder.layers.1.self_attn.position_bias" in names
+    assert "decoder.layers.0.self_attn.position_bias" in names
+    assert not any(n.endswith("cross_attn.position_bias") for n in names)
     # the decoder's bias is causal-bucketed: a key after the query shares bucket 0's value
     assert torch.equal(dec_bias[0, :, 0, 1], dec_bias[0, :, 0, 0])
 
@@ -318,6 +322,22 @@ def test_folder_without_tokenizer_loads_ids_in_ids_out(folders):
         ckpt.predict("hello")
     cfg = ckpt.config
     assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (60, 60, 0)  # Marian: start = pad = V - 1
+
+
+@needs_hf
+def test_tokenizer_without_transformers_names_the_extra(folders, tmp_path, monkeypatch):
+    import shutil
+    import sys
+
+    folder = tmp_path / "marian"
+    shutil.copytree(folders["marian"][1], folder)
+    (folder / "tokenizer_config.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.src_tokenizer is None
+    assert "attnviz[hf]" in ckpt.meta["tokenizer_missing"]
+    with pytest.raises(InputError, match=r"attnviz\[hf\]"):
+        ckpt.encode_source("hello")
 
 
 @needs_hf
