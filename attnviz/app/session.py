@@ -15,6 +15,7 @@ import dataclasses
 import html
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 
 import numpy as np
@@ -134,8 +135,6 @@ def _start_state(
     if not (text or "").strip():
         raise InputError("the input is empty: type something (or pick an example) first")
     enc = ckpt.encode_source(text)  # InputError: empty or too long
-    import uuid
-
     return dataclasses.replace(
         state,
         sid=state.sid or uuid.uuid4().hex,

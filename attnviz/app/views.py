@@ -9,7 +9,9 @@ The page draws heatmaps itself from :func:`payload` (the rows it does not hold y
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -248,8 +250,6 @@ def render(
 
 
 def _with_rows(state: SessionState, rows: int) -> SessionState:
-    import dataclasses
-
     return dataclasses.replace(state, page_rows=rows)
 
 
@@ -367,6 +367,4 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
 
 def json_size(data: Any) -> int:
     """Bytes of ``data`` as the JSON the page receives."""
-    import json
-
     return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
