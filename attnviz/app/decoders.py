@@ -21,13 +21,18 @@ from ..decoding import GreedyStepper
 from .state import SessionState, special_ids
 
 MAX_STEPPERS = 64
+#: Model work running at once, all sessions together: more only makes each wait longer on a
+#: small CPU (threads preempt each other) while the total work stays the same.
+COMPUTE_SLOTS = 2
 
 
 class DecoderCache:
-    """Per-session steppers, bounded (least recently used dropped), one lock per session."""
+    """Per-session steppers, bounded (least recently used dropped), one lock per session, and
+    at most ``slots`` sessions computing at once."""
 
-    def __init__(self, maxsize: int = MAX_STEPPERS):
+    def __init__(self, maxsize: int = MAX_STEPPERS, slots: int = COMPUTE_SLOTS):
         self.maxsize = maxsize
+        self._slots = threading.BoundedSemaphore(slots)
         self._items: OrderedDict[str, tuple[tuple, GreedyStepper]] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()  # guards the two dicts, held for microseconds
@@ -45,7 +50,7 @@ class DecoderCache:
             ckpt: its checkpoint; version: the checkpoint file's version (a new one rebuilds).
         """
         sig = (state.model, version, state.device, tuple(state.src_ids))
-        with self._lock(state.sid):
+        with self._lock(state.sid), self._slots:
             with self._guard:
                 hit = self._items.get(state.sid)
                 if hit is not None:
