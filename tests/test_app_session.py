@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import io
@@ -356,7 +357,7 @@ def test_a_rewritten_checkpoint_restarts_decoding(tmp_path):
 
 # -- what the page is sent ----------------------------------------------------------------------
 def _rows(payload, kind, layer=0):
-    data = views.base64.b64decode(payload["rows"][kind][layer]["w"])
+    data = base64.b64decode(payload["rows"][kind][layer]["w"])
     return np.frombuffer(data, "<f4")
 
 
@@ -399,7 +400,7 @@ def test_payload_rows_are_the_recorded_weights_and_masks(done):
     bits = p["rows"]["decoder_self"][0]["m"]
     assert len(bits) == sum(range(1, n + 1)) and set(bits) == {"0"}  # the past is never blocked
     assert stepper_trace.numpy("decoder_self", 0, "mask")[0, 0].sum() == n * (n - 1) // 2
-    enc = np.frombuffer(views.base64.b64decode(p["encoder"][1]["w"]), "<f4").reshape(4, 10, 10)
+    enc = np.frombuffer(base64.b64decode(p["encoder"][1]["w"]), "<f4").reshape(4, 10, 10)
     np.testing.assert_array_equal(enc, stepper_trace.numpy("encoder_self", 1)[0])
     assert figs["cross"].data[0].z is not None and ckpt.task == "reverse"
 
