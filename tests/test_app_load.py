@@ -132,7 +132,11 @@ def session(url: str, text: str, expected: str, barrier: threading.Barrier) -> d
         want = (expected[:step], step, step == total)
         if got != want:
             mismatches.append((i, action, got, want))
-    final = None if out is None else (out[OUTPUT], out[PAYLOAD]["info"]["done"], out[PAYLOAD]["info"].get("newest"))
+    final = (
+        None
+        if out is None
+        else (out[OUTPUT], out[PAYLOAD]["info"]["done"], out[PAYLOAD]["info"].get("newest"))
+    )
     return dict(
         text=text,
         latencies=latencies,
