@@ -295,7 +295,7 @@ class Checkpoint:
             why = self.meta.get("tokenizer_missing") or "this checkpoint has no tokenizer"
             raise InputError(f"cannot read text: {why}")
         enc = self.src_tokenizer.encode(text)
-        if not enc.ids:
+        if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")
         limit = self.config.max_len
         if len(enc.ids) > limit:

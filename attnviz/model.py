@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer, written out by hand.
 
 Shape legend: B batch, H heads, Tq/Tk query/key length, Ts/Tt source/target length,
-D model width, Dh head width (D / H), V vocabulary.
+D model width, Dh head width (D / H, or ``config.d_head``), V vocabulary.
 
 Attention has two paths chosen by one ``if`` in :meth:`MultiHeadAttention.forward`: the fused
 ``F.scaled_dot_product_attention`` kernel, and the explicit math that hands scores, mask and
@@ -144,8 +144,10 @@ class DecoderCache:
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention with the ``nn.MultiheadAttention`` layout.
 
-    ``in_proj_weight`` stacks the Q, K and V projections (``[3D, D]``), so self-attention is one
-    matmul and imported ``nn.Transformer`` weights copy over unchanged.
+    ``in_proj_weight`` stacks the Q, K and V projections (``[3 * H * Dh, D]``, ``[3D, D]``
+    unless Dh is set apart, as T5 does), so self-attention is one matmul and imported
+    ``nn.Transformer`` weights copy over unchanged. ``bias=False`` drops every bias (T5);
+    ``scale=False`` leaves the scores unscaled (T5) instead of dividing them by sqrt(Dh).
     """
 
     def __init__(

@@ -386,6 +386,8 @@ def test_predict_text_equals_transformers(tmp_path, family):
         assert ckpt.predict(text) == expected
         assert ckpt.tgt_tokenizer.decode(ckpt.stepper(text).run()) == expected
     assert ckpt.predict_batch(TEXTS) == [ckpt.predict(t) for t in TEXTS]
+    with pytest.raises(InputError, match="empty"):
+        ckpt.predict("")
     pieces = ckpt.encode_source("the cat").pieces
     assert pieces[-1] == tok.eos_token and any(p.startswith("▁") for p in pieces)
     if family != "bart":  # byte-level BPE has no unknown pieces
