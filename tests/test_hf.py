@@ -388,6 +388,7 @@ def test_predict_text_equals_transformers(tmp_path, family):
     assert ckpt.predict_batch(TEXTS) == [ckpt.predict(t) for t in TEXTS]
     with pytest.raises(InputError, match="empty"):
         ckpt.predict("")
+    assert len(ckpt.tgt_tokenizer.tokens) == ckpt.config.tgt_vocab_size  # a label for every id
     pieces = ckpt.encode_source("the cat").pieces
     assert pieces[-1] == tok.eos_token and any(p.startswith("▁") for p in pieces)
     if family != "bart":  # byte-level BPE has no unknown pieces

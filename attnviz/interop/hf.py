@@ -486,7 +486,8 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     for role, value in ids.items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise InteropError(f"{folder}: no usable {role} in config.json ({value!r})")
-    tokenizer, why = load_hf_tokenizer(folder, ids)
+    vocab = hf.get("tgt_vocab_size") or hf.get("vocab_size")  # FSMT names its target's
+    tokenizer, why = load_hf_tokenizer(folder, ids, vocab if isinstance(vocab, int) else None)
     if tokenizer is not None:
         ids["unk_id"] = tokenizer.unk_id
     model = _build(folder, hf, ids, device, tensors)

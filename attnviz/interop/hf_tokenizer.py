@@ -43,25 +43,28 @@ class HFTokenizer:
         tok: a ``transformers`` tokenizer.
         specials: ``{"pad", "bos", "eos", "unk"}`` ids (the model's).
         path: the folder it came from.
+        vocab_size: the model's vocabulary; ``tokens`` and ``len()`` cover it, so every id
+            the model can produce has a label.
     """
 
     kind = "hf"
 
-    def __init__(self, tok, specials: dict[str, int], path: Path):
+    def __init__(self, tok, specials: dict[str, int], path: Path, vocab_size: int | None = None):
         self._tok = tok
         self.path = Path(path)
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
-        self._size = len(tok)
+        self._size = len(tok)  # ids the tokenizer itself knows
         self.tokens: list[str] = [
             readable(t) if t is not None else f"<unused {i}>"
             for i, t in enumerate(tok.convert_ids_to_tokens(list(range(self._size))))
         ]
+        self.tokens += [f"<unused {i}>" for i in range(self._size, vocab_size or 0)]
         self._special_ids = set(tok.all_special_ids)
 
     def __len__(self) -> int:
-        return self._size
+        return len(self.tokens)
 
     def __repr__(self) -> str:
         return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
@@ -105,18 +108,21 @@ class HFTokenizer:
         """The piece of one id (specials included, e.g. ``"</s>"``)."""
         if i < 0:
             raise InputError(f"token id {i} is negative")
-        return self.tokens[i] if i < self._size else f"<unused {i}>"
+        return self.tokens[i] if i < len(self.tokens) else f"<unused {i}>"
 
     def to_dict(self) -> dict:
         """Where it comes from (a folder's tokenizer is not copied into attnviz checkpoints)."""
         return {"kind": self.kind, "path": str(self.path), "specials": dict(self.specials)}
 
 
-def load_hf_tokenizer(folder: Path, ids: dict[str, int]) -> tuple[HFTokenizer | None, str | None]:
+def load_hf_tokenizer(
+    folder: Path, ids: dict[str, int], vocab_size: int | None = None
+) -> tuple[HFTokenizer | None, str | None]:
     """The folder's tokenizer, or ``(None, why)`` when it has none or transformers is missing.
 
     Args:
         ids: the model's ``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``.
+        vocab_size: the model's (target) vocabulary, which may be larger (T5).
     """
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None, f"{folder} has no tokenizer files; ids in, ids out"
@@ -132,4 +138,4 @@ def load_hf_tokenizer(folder: Path, ids: dict[str, int]) -> tuple[HFTokenizer | 
         return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
     unk = tok.unk_token_id if tok.unk_token_id is not None else ids["unk_id"]
     specials = {"pad": ids["pad_id"], "bos": ids["bos_id"], "eos": ids["eos_id"], "unk": unk}
-    return HFTokenizer(tok, specials, folder), None
+    return HFTokenizer(tok, specials, folder, vocab_size), None
