@@ -314,6 +314,30 @@ def test_missing_weights_are_named(tmp_path):
 
 
 @needs_hf
+def test_weights_that_do_not_fit_are_named(folders, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "bart"
+    shutil.copytree(folders["bart"][1], folder)
+    tensors = load_file(folder / "model.safetensors")
+    save_file(
+        {**tensors, "model.encoder.extra.weight": torch.zeros(2)}, folder / "model.safetensors"
+    )
+    with pytest.raises(InteropError, match="does not know: model.encoder.extra.weight"):
+        attnviz.load_checkpoint(folder)
+    del tensors["model.decoder.layers.1.fc2.bias"]
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"missing tensors: decoder\.layers\.1\.ff\.linear2"):
+        attnviz.load_checkpoint(folder)
+    tensors["model.decoder.layers.1.fc2.bias"] = torch.zeros(7)
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match="shapes that do not match"):
+        attnviz.load_checkpoint(folder)
+
+
+@needs_hf
 def test_folder_without_tokenizer_loads_ids_in_ids_out(folders):
     ckpt = attnviz.load_checkpoint(folders["marian"][1])
     assert ckpt.src_tokenizer is None
