@@ -14,11 +14,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
-import torch
-
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
-from .state import SessionState, special_ids
+from .state import SessionState
 
 MAX_STEPPERS = 64
 #: Model work running at once, all sessions together: more only makes each wait longer on a
@@ -57,12 +55,8 @@ class DecoderCache:
                     self._items.move_to_end(state.sid)
             if hit is not None and hit[0] == sig:
                 stepper = hit[1]
-            else:
-                ids = special_ids(ckpt)
-                src = torch.tensor(state.src_ids, dtype=torch.long)
-                stepper = GreedyStepper(
-                    ckpt.model, src, ids["bos"], ids["eos"], max_len=state.max_steps or None
-                )
+            else:  # the checkpoint's ids and generation rules, as its predict() uses them
+                stepper = ckpt.stepper(state.text, max_len=state.max_steps or None)
                 with self._guard:
                     self._items[state.sid] = (sig, stepper)
                     self._items.move_to_end(state.sid)

@@ -144,7 +144,7 @@ def _start_state(
         unknown=list(enc.unknown),
         tokens=[],
         step=0,
-        max_steps=default_max_len(ckpt.model, len(enc.ids)),
+        max_steps=default_max_len(ckpt.model, len(enc.ids), ckpt.max_new_tokens),
         version=store.version_of(state.model) if version is None else version,
         epoch=state.epoch + 1,
         page_rows=-1,
