@@ -108,6 +108,9 @@ STAT_HEADINGS = {
     "first": "on first<br>token",
     "last": "on last<br>token",
     "eos": "on EOS",
+    "bos": "on start<br>token",
+    "punct": "on punct-<br>uation",
+    "sink": "on sinks",
     "distance": "mean<br>distance",
 }
 _WIDTHS = {"kind": 100, "layer": 48, "head": 45, "role": 165}

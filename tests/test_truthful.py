@@ -9,6 +9,7 @@ that built them.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import numpy as np
@@ -127,7 +128,8 @@ def test_report_head_table_headings_are_whole_words(inspected):
     # the role column is the widest; every metric column has room for its longest line
     assert widths[3] == max(widths) and min(widths[4:]) >= 80
     cells = dict(zip(headings, table["cells"]["values"], strict=True))
-    assert set(cells["on EOS"]) == {"n/a"}  # undefined, said so, not "nan"
+    assert not any(str(v) == "nan" for col in cells.values() for v in col)  # "n/a", never "nan"
+    assert {float(v) for v in cells["on EOS"]} == {0.0}  # measured: no key here is an end token
 
 
 # -- every figure function that draws a mask ----------------------------------------------------
@@ -194,9 +196,11 @@ def _strict(text: str):
 
 def test_json_exports_are_strict_json(reverse_ckpt, tmp_path, models_dir):
     ins = export.inspect_text(reverse_ckpt, "hello")
-    assert np.isnan([s.eos for s in ins.stats]).all()  # undefined here: must come out as null
+    # a statistic can be undefined (NaN: e.g. "previous" with a single query row): null in JSON
+    ins.stats[1] = dataclasses.replace(ins.stats[1], eos=float("nan"), previous=float("inf"))
     data = _strict(export.write_json(ins, tmp_path / "t.json").read_text())
-    assert [s["eos"] for s in data["head_stats"]] == [None] * len(ins.stats)
+    assert data["head_stats"][1]["eos"] is None and data["head_stats"][1]["previous"] is None
+    assert data["head_stats"][0]["eos"] == pytest.approx(ins.stats[0].eos)
     assert data["head_stats"][0]["entropy"] == pytest.approx(ins.stats[0].entropy)
     out = tmp_path / "cli.json"
     assert (
@@ -204,6 +208,7 @@ def test_json_exports_are_strict_json(reverse_ckpt, tmp_path, models_dir):
     )
     assert _strict(out.read_text())["output"] == "olleh"
     check = health.check(reverse_ckpt, n=8, ablation_sample=0)
+    check.stats[0] = dataclasses.replace(check.stats[0], eos=float("nan"))
     assert _strict(check.to_json())["head_stats"][0]["eos"] is None
     assert _strict(export.dumps({"a": [np.float32("nan"), float("inf"), 1.5]})) == {
         "a": [None, None, 1.5]

@@ -20,7 +20,7 @@ from ..decoding import GreedyStepper
 from ..devices import as_numpy
 from ..record import Trace
 from ..tokenizer import Encoding
-from .stats import HeadStats, head_stats
+from .stats import HeadStats, head_stats, punctuation_ids
 
 
 @dataclass
@@ -93,6 +93,17 @@ def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Ins
     return from_stepper(ckpt, text, enc, stepper)
 
 
+def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=None) -> list:
+    """:func:`head_stats` with the checkpoint's end, start and punctuation ids, so the shares
+    on those keys (and sinks) are measured. ``src_ids``/``tgt_ids``: ``[B, Ts]``/``[B, Tt]``
+    key ids (the decoder's inputs, start token first)."""
+    cfg = ckpt.config
+    punct = sorted(set(punctuation_ids(ckpt.src_tokenizer.tokens))
+                   | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
+    return head_stats(trace, src_pad, tgt_pad, np.asarray(src_ids), np.asarray(tgt_ids),
+                      eos_id=cfg.eos_id, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
+
+
 def from_stepper(
     ckpt: Checkpoint, text: str, enc: Encoding, stepper: GreedyStepper, upto: int | None = None
 ) -> Inspection:
@@ -114,7 +125,7 @@ def from_stepper(
         trace=trace,
         probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
-        stats=head_stats(trace),
+        stats=key_stats(ckpt, trace, [enc.ids], [[ckpt.config.bos_id, *ids[:-1]]]),
     )
 
 

@@ -41,13 +41,14 @@ from ..masks import causal_mask
 from ..record import Edit, record
 from ..tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
-from .export import dumps
+from .export import dumps, key_stats
 from .stats import (
     PATTERN_SHARE,
+    SINK_SHARE,
     UNIFORM_ENTROPY,
     HeadStats,
     changes_nothing,
-    head_stats,
+    sink_heads,
     with_ablation,
 )
 
@@ -172,7 +173,8 @@ def check(
             with record(model, edits, capture=("weights", "mask", "head_output")) as trace:
                 logits = b.forward(model)  # [B, Tt, V]
             if not stats:  # statistics over the first batch (the trace keeps every head)
-                stats = head_stats(trace, b.src_pad, b.tgt_pad)
+                stats = key_stats(ckpt, trace, as_numpy(b.src), as_numpy(b.tgt_in),
+                                  b.src_pad, b.tgt_pad)  # fmt: skip
             if not torch.isfinite(logits).all():
                 nonfinite.append("logits")
             for kind, layer in trace.keys():
@@ -206,6 +208,7 @@ def check(
         effects = head_effects(ckpt, texts[:ablation_sample], edits=edits)
         stats = with_ablation(stats, effects)
     findings += _dead_heads(stats, rms, effects, min(ablation_sample, len(texts)))
+    findings.append(_sinks(stats))
     if effects is not None:
         findings.append(_removable_heads(effects, min(ablation_sample, len(texts))))
     return HealthReport(str(ckpt.path), inputs, findings, stats)
@@ -348,6 +351,22 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
         f"validation inputs{why}; right by source length: {breakdown}"
     )
     return [Finding("accuracy", level, message, details), _recorded(recorded, exact, examples)]
+
+
+def _sinks(stats: list[HeadStats]) -> Finding:
+    """Heads that park most of their weight on start, end, punctuation or first tokens."""
+    sinks = sink_heads(stats)
+    if not sinks:
+        return Finding("sinks", "ok", f"no head puts {SINK_SHARE:.0%} or more of its weight on "
+                       "start, end, punctuation or first tokens")  # fmt: skip
+    names = "; ".join(f"{s.kind} L{s.layer} H{s.head} ({s.sink:.2f})" for s in sinks)
+    return Finding(
+        "sinks",
+        "info",
+        f"{len(sinks)} heads put most of their weight on start, end, punctuation or first "
+        f"tokens (a sink: read their maps with care, the weight there carries little): {names}",
+        {f"{s.kind} L{s.layer} H{s.head}": round(s.sink, 4) for s in sinks},
+    )
 
 
 def _task_pattern(task: Task, stats: list[HeadStats]) -> Finding:

@@ -10,6 +10,9 @@ padding and that may attend to at least one key). Positions are 0-based. For a r
   unpadded length (the mirror position, what reversal needs); ``previous``: ``w_i,i-1``;
   ``first``: ``w_i0``; ``last``: weight on the last unpadded key; ``eos``: weight on keys
   that are EOS tokens (only when key ids are given);
+- ``bos``, ``punct``: weight on keys that are the start token or punctuation; ``sink``: weight
+  on keys that are start, end, punctuation or the first position: where heads park weight
+  they do not use (a "sink"; only when key ids are given);
 - ``distance``: ``sum_j w_ij |i - j|``, the mean attention distance.
 
 A role from statistics alone never calls a head dead: a near-uniform head may still be needed
@@ -19,7 +22,8 @@ only when zeroing it also changes nothing, and "broad" when zeroing it moves out
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -37,8 +41,14 @@ METRICS = (
     "first",
     "last",
     "eos",
+    "bos",
+    "punct",
+    "sink",
     "distance",
 )
+KEY_CLASSES = ("eos", "bos", "punct", "sink")  # metrics that need to know what each key is
+#: A head is "mostly sink" when at least this share of its weight lands on sink keys.
+SINK_SHARE = 0.5
 
 
 def _np(x) -> np.ndarray | None:
@@ -52,6 +62,7 @@ def matrix_stats(
     mask=None,
     query_valid=None,
     key_is_eos=None,
+    key_is: dict | None = None,
 ) -> dict[str, np.ndarray]:
     """Statistics of attention matrices, averaged over valid rows.
 
@@ -60,6 +71,7 @@ def matrix_stats(
         mask: bool, True = blocked, broadcastable to ``weights`` (default: nothing blocked).
         query_valid: bool ``[..., Tq]`` broadcastable to the rows, False for padded queries.
         key_is_eos: bool ``[..., Tk]`` broadcastable to the keys, True where the key is EOS.
+        key_is: the same for any of :data:`KEY_CLASSES` (``{"bos": ..., "sink": ...}``).
     Returns:
         ``{metric: array [...]}``, one value per matrix (``[B, H]`` for ``[B, H, Tq, Tk]``),
         NaN where a matrix has no valid row.
@@ -81,6 +93,8 @@ def matrix_stats(
     length = np.where(seen.any(-1), tk - np.argmax(seen[..., ::-1], -1), 0)  # [...]
     length = length[..., None, None]
 
+    keys = {**(key_is or {}), **({"eos": key_is_eos} if key_is_eos is not None else {})}
+
     def share(select: np.ndarray) -> np.ndarray:
         return (w * select).sum(-1)  # [..., Tq]
 
@@ -101,11 +115,14 @@ def matrix_stats(
         "previous": np.where(after_first, share(j == i - 1), np.nan),
         "first": share(j == 0),
         "last": share(j == length - 1),
-        "eos": (
-            share(np.broadcast_to(_np(key_is_eos).astype(bool)[..., None, :], w.shape))
-            if key_is_eos is not None
-            else np.full(rows.shape, np.nan)
-        ),
+        **{
+            name: (
+                share(np.broadcast_to(_np(keys[name]).astype(bool)[..., None, :], w.shape))
+                if keys.get(name) is not None
+                else np.full(rows.shape, np.nan)
+            )
+            for name in KEY_CLASSES
+        },
         "distance": (w * np.abs(i - j)).sum(-1),
     }
     out = {}
@@ -135,6 +152,9 @@ class HeadStats:
     first: float
     last: float
     eos: float
+    bos: float
+    punct: float
+    sink: float
     distance: float
     role: str
 
@@ -179,6 +199,16 @@ def role_of(metrics: dict[str, float]) -> str:
     return "mixed head"
 
 
+def punctuation_ids(tokens: Sequence[str]) -> list[int]:
+    """Ids of tokens made only of punctuation (a sentencepiece ``▁`` word mark ignored)."""
+    out = []
+    for i, t in enumerate(tokens):
+        t = t.replace("▁", "")
+        if t and all(unicodedata.category(c).startswith("P") for c in t):
+            out.append(i)
+    return out
+
+
 def head_stats(
     trace: Trace,
     src_pad_mask=None,
@@ -186,6 +216,8 @@ def head_stats(
     src_ids=None,
     tgt_ids=None,
     eos_id: int | None = None,
+    bos_id: int | None = None,
+    punct_ids: Sequence[int] = (),
 ) -> list[HeadStats]:
     """Statistics of every kind/layer/head in a trace, over its whole batch.
 
@@ -193,7 +225,9 @@ def head_stats(
         trace: from :func:`attnviz.record` (a forward pass or ``GreedyStepper.trace()``).
         src_pad_mask / tgt_pad_mask: ``[B, Ts]`` / ``[B, Tt]`` bool, True at padding; padded
             queries are left out (padded keys are already blocked in the trace's mask).
-        src_ids / tgt_ids / eos_id: ``[B, Ts]`` / ``[B, Tt]`` ids, to measure weight on EOS keys.
+        src_ids / tgt_ids: ``[B, Ts]`` / ``[B, Tt]`` key ids (the decoder's: its inputs, start
+            token first), to measure weight on end, start, punctuation and sink keys;
+            ``eos_id``, ``bos_id``, ``punct_ids`` say which ids those are.
     Returns:
         one :class:`HeadStats` per head, in trace order (kind, layer, head).
     """
@@ -210,10 +244,9 @@ def head_stats(
         weights = trace.numpy(kind, layer, "weights")  # [B, H, Tq, Tk]
         mask = trace.numpy(kind, layer, "mask").astype(bool)  # [B, 1, Tq, Tk]
         q_valid = None if pads[q_side] is None else ~pads[q_side].astype(bool)[:, None, :]
-        eos = None
-        if eos_id is not None and ids[k_side] is not None:
-            eos = (ids[k_side] == eos_id)[:, None, :]
-        m = matrix_stats(weights, mask, q_valid, eos)  # each [B, H]
+        m = matrix_stats(
+            weights, mask, q_valid, key_is=_key_classes(ids[k_side], eos_id, bos_id, punct_ids)
+        )
         for h in range(weights.shape[1]):
             values = {
                 k: float(np.nanmean(v[:, h])) if not np.isnan(v[:, h]).all() else float("nan")
@@ -221,6 +254,30 @@ def head_stats(
             }
             out.append(HeadStats(kind, layer, h, **values, role=role_of(values)))
     return out
+
+
+def _key_classes(ids, eos_id, bos_id, punct_ids) -> dict[str, np.ndarray]:
+    """``{class: bool [B, 1, Tk]}`` for the keys ``ids`` ``[B, Tk]`` (empty without ids)."""
+    if ids is None:
+        return {}
+    ids = np.asarray(ids)
+    none = np.zeros(ids.shape, bool)
+    eos = ids == eos_id if eos_id is not None else none
+    bos = ids == bos_id if bos_id is not None else none
+    punct = np.isin(ids, list(punct_ids))
+    first = np.zeros(ids.shape, bool)
+    first[:, :1] = True
+    classes = {"eos": eos, "bos": bos, "punct": punct, "sink": eos | bos | punct | first}
+    if eos_id is None:
+        del classes["eos"]
+    if bos_id is None:
+        del classes["bos"]
+    return {k: v[:, None, :] for k, v in classes.items()}
+
+
+def sink_heads(stats: Iterable[HeadStats], share: float = SINK_SHARE) -> list[HeadStats]:
+    """Heads that park most of their weight on sink keys (start, end, punctuation, first)."""
+    return [s for s in stats if not np.isnan(s.sink) and s.sink >= share]
 
 
 def changes_nothing(effect) -> bool:
