@@ -19,7 +19,6 @@ from .errors import InputError
 #: The built-in layout: ids 0-3 are pad, decoder start, end and unknown. Models brought from
 #: elsewhere have their own (the model config's ``pad_id``/``bos_id``/``eos_id``/``unk_id``).
 DEFAULT_IDS = {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
-PAD, BOS, EOS, UNK = DEFAULT_IDS.values()  # the built-in layout only; read ids from a config
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 SPECIAL_TOKENS = dict(zip(DEFAULT_IDS, SPECIALS, strict=True))
 TOKENIZER_KINDS = ("char", "word")
@@ -177,7 +176,7 @@ def _reserved(token: str) -> bool:
 
 
 def _check_specials(specials: dict[str, int] | None) -> dict[str, int]:
-    specials = dict(DEFAULT_IDS if specials is None else specials)
+    specials = DEFAULT_IDS if specials is None else specials
     if not isinstance(specials, dict) or set(specials) != set(DEFAULT_IDS):
         raise InputError(f"tokenizer specials must name exactly {sorted(DEFAULT_IDS)}")
     for role, i in specials.items():

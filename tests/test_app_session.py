@@ -19,20 +19,18 @@ import torch
 from attnviz.app import labs, panels, session, store, views
 from attnviz.app.decoders import DECODERS, DecoderCache
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
-REVERSE = str(MODELS / "reverse")
-EOS = 2  # the built-in models' end id (ckpt.config.eos_id)
+EOS = 2  # the built-in models' end id (ckpt.config.eos_id); test_special_ids covers others
 
 
 @pytest.fixture
-def fresh() -> session.SessionState:
-    return session.new_state(REVERSE)
+def fresh(models_dir) -> session.SessionState:
+    return session.new_state(str(models_dir / "reverse"))
 
 
 @pytest.fixture(scope="module")
-def done() -> session.SessionState:
+def done(models_dir) -> session.SessionState:
     """helloworld decoded to the end on the shipped reversal model."""
-    return session.run(session.new_state(REVERSE), "helloworld").state
+    return session.run(session.new_state(str(models_dir / "reverse")), "helloworld").state
 
 
 def _walk(value):
@@ -201,8 +199,10 @@ def test_health_playback_and_exports(done):
 
 
 # -- models and uploads --------------------------------------------------------------------------
-def test_models_are_shared_and_listed():
-    assert store.get_checkpoint(REVERSE) is store.get_checkpoint(REVERSE)
+def test_models_are_shared_and_listed(models_dir):
+    assert store.get_checkpoint(str(models_dir / "reverse")) is store.get_checkpoint(
+        str(models_dir / "reverse")
+    )
     assert "reverse" in store.shipped_models()
     assert store.resolve_device("auto") in ("cpu", "cuda")
     assert "helloworld" in store.examples_for("reverse")
@@ -216,7 +216,7 @@ def _zip(tmp_path, files: dict[str, bytes]) -> str:
     return str(path)
 
 
-def test_bad_uploads_are_refused_with_a_message(fresh, tmp_path):
+def test_bad_uploads_are_refused_with_a_message(models_dir, fresh, tmp_path):
     pickle = tmp_path / "model.pt"
     torch.save({"w": torch.zeros(2)}, pickle)
     garbage = tmp_path / "model.safetensors"
@@ -233,23 +233,23 @@ def test_bad_uploads_are_refused_with_a_message(fresh, tmp_path):
         paths = [paths] if isinstance(paths, str) else paths
         view = session.upload_model(fresh, paths)
         assert view.message.startswith("⚠"), name
-        assert view.state.model == REVERSE, name  # the loaded model stays
+        assert view.state.model == str(models_dir / "reverse"), name  # the loaded model stays
     assert "pickle" in session.upload_model(fresh, [str(pickle)]).message
     renamed = tmp_path / "weights.bin"  # a pickle under another name is caught by its bytes
     renamed.write_bytes(pickle.read_bytes())
     assert "pickle" in session.upload_model(fresh, [str(renamed)]).message
 
 
-def test_good_upload_zip_loads_and_decodes(fresh, tmp_path):
-    files = {f"reverse/{n}": (MODELS / "reverse" / n).read_bytes()
+def test_good_upload_zip_loads_and_decodes(models_dir, fresh, tmp_path):
+    files = {f"reverse/{n}": (models_dir / "reverse" / n).read_bytes()
              for n in ("model.safetensors", "config.json")}  # fmt: skip
     view = session.upload_model(dataclasses.replace(fresh, text="abc"), [_zip(tmp_path, files)])
-    assert view.state.model != REVERSE and not view.message.startswith("⚠")
+    assert view.state.model != str(models_dir / "reverse") and not view.message.startswith("⚠")
     assert session.run(view.state).output == "cba"
 
 
-def test_bench_step_measures_a_step():
-    assert 0 < session.bench_step(REVERSE, "helloworld", repeats=2) < 10
+def test_bench_step_measures_a_step(models_dir):
+    assert 0 < session.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
 
 
 def test_session_layer_does_not_import_gradio():
@@ -385,12 +385,12 @@ def test_payload_sends_only_what_the_page_lacks(fresh):
     assert reset.payload["n"] == 0 and reset.state.page_rows == 0
 
 
-def test_payload_rows_are_the_recorded_weights_and_masks(done):
+def test_payload_rows_are_the_recorded_weights_and_masks(models_dir, done):
     view = session.goto(dataclasses.replace(done, page_rows=-1), 6)
     p = view.payload
     figs = session.figures(view.state)
-    ckpt = store.get_checkpoint(REVERSE)
-    stepper_trace = attnviz_trace(view.state)
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"))
+    stepper_trace = attnviz_trace(ckpt, view.state)
     n = len(done.tokens)
     w = _rows(p, "cross", 1).reshape(n, 4, 10)  # [rows, H, Ts]
     np.testing.assert_array_equal(w.transpose(1, 0, 2), stepper_trace.numpy("cross", 1)[0])
@@ -405,10 +405,7 @@ def test_payload_rows_are_the_recorded_weights_and_masks(done):
     assert figs["cross"].data[0].z is not None and ckpt.task == "reverse"
 
 
-def attnviz_trace(state):
-    from attnviz.app.decoders import DECODERS
-
-    ckpt = store.get_checkpoint(REVERSE)
+def attnviz_trace(ckpt, state):
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         return stepper.trace()
 
@@ -441,10 +438,13 @@ def test_expected_output_for_built_in_tasks(fresh):
     assert view.payload["expected"] == ["c", "b", "a", "<eos>"]
 
 
-def test_decoder_cache_is_bounded_and_forgets():
+def test_decoder_cache_is_bounded_and_forgets(models_dir):
     cache = DecoderCache(maxsize=2)
-    ckpt = store.get_checkpoint(REVERSE)
-    states = [session.start(session.new_state(REVERSE), t).state for t in ("ab", "cd", "ef")]
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"))
+    states = [
+        session.start(session.new_state(str(models_dir / "reverse")), t).state
+        for t in ("ab", "cd", "ef")
+    ]
     for s in states:
         with cache.hold(s, ckpt, s.version) as stepper:
             stepper.step()
@@ -453,8 +453,8 @@ def test_decoder_cache_is_bounded_and_forgets():
     assert cache.sessions() == {states[1].sid}
 
 
-def test_uploads_are_named_by_their_file(fresh, tmp_path):
-    files = {f"reverse/{n}": (MODELS / "reverse" / n).read_bytes()
+def test_uploads_are_named_by_their_file(models_dir, fresh, tmp_path):
+    files = {f"reverse/{n}": (models_dir / "reverse" / n).read_bytes()
              for n in ("model.safetensors", "config.json")}  # fmt: skip
     path = tmp_path / "my-model.zip"
     with zipfile.ZipFile(path, "w") as z:

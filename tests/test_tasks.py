@@ -10,7 +10,6 @@ import pytest
 from attnviz import tasks
 from attnviz.errors import InputError
 from attnviz.tasks import TASKS, Task, get_task, register
-from attnviz.tokenizer import UNK
 
 
 @pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate"])
@@ -32,8 +31,8 @@ def test_every_length_occurs_and_tokenizers_cover_every_target(name):
     exs = task.examples("train", 2000, seed=0)
     assert {task.length_of(e.src) for e in exs} == set(task.lengths)
     for e in exs:
-        assert UNK not in src_tok.encode(e.src).ids
-        assert UNK not in tgt_tok.encode(e.tgt).ids
+        assert src_tok.unk_id not in src_tok.encode(e.src).ids
+        assert tgt_tok.unk_id not in tgt_tok.encode(e.tgt).ids
     for length in task.lengths:
         fixed = task.examples("test", 5, seed=0, length=length)
         assert fixed and all(task.length_of(e.src) == length for e in fixed)

@@ -28,7 +28,6 @@ from .state import (
     head_label,
     head_weights,
     layer_index,
-    special_ids,
 )
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
@@ -103,7 +102,7 @@ def playback(
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
     w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
     tok = checkpoint(state).tgt_tokenizer
-    y = [tok.token(special_ids(checkpoint(state))["bos"]), *snaps.probe_tgt][: w.shape[0]]
+    y = [tok.token(checkpoint(state).config.bos_id), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)
     title = (
         f"cross-attention L{layer} ({which})<br>"

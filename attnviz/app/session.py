@@ -35,7 +35,6 @@ from .state import (
     checkpoint,
     layer_count,
     new_state,
-    special_ids,
 )
 
 __all__ = [
@@ -148,7 +147,7 @@ def _start_state(
         version=store.version_of(state.model) if version is None else version,
         epoch=state.epoch + 1,
         page_rows=-1,
-        eos_id=special_ids(ckpt)["eos"],
+        eos_id=ckpt.config.eos_id,
     )
 
 
@@ -322,7 +321,7 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
         if not (text or "").strip():
             raise InputError("type an input first")
         enc = ckpt.encode_source(text)
-        ids = special_ids(ckpt)
+        ids = ckpt.config.special_ids
         src = torch.tensor([enc.ids], device=ckpt.device)
         best = beam_search(ckpt.model, src, ids["bos"], ids["eos"], beam_size=int(beam_size))[0]
         greedy = ckpt.predict(text)

@@ -46,12 +46,6 @@ def head_weights(w, head: str):
     return w.mean(0) if not str(head).startswith("H") else w[int(str(head)[1:])]
 
 
-def special_ids(ckpt: Checkpoint) -> dict[str, int]:
-    """``{"pad", "bos", "eos", "unk"}``: the special ids of a checkpoint's model config."""
-    cfg = ckpt.config
-    return {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
-
-
 @dataclass
 class SessionState:
     """What one user is looking at. Deep-copyable: no model, no tensors.

@@ -34,7 +34,6 @@ from .state import (
     head_label,
     head_weights,
     layer_count,
-    special_ids,
 )
 
 FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
@@ -68,7 +67,7 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
         pieces = ckpt.tgt_tokenizer.encode(target).pieces
     except Exception:  # an input outside the task (unknown symbols): nothing to expect
         return None
-    eos = ckpt.tgt_tokenizer.token(special_ids(ckpt)["eos"])
+    eos = ckpt.tgt_tokenizer.token(ckpt.config.eos_id)
     return [display_token(p) for p in pieces] + [eos]
 
 
@@ -110,7 +109,7 @@ def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
 
 
 def _src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
-    unk = special_ids(ckpt)["unk"]
+    unk = ckpt.config.unk_id
     return [
         "<unk>" if i == unk else display_token(p)
         for p, i in zip(state.src_pieces, state.src_ids, strict=True)
@@ -170,8 +169,8 @@ def payload(
             layers={k: layer_count(ckpt, k) for k in KINDS},
             src=_src_labels(state, ckpt),
             pieces=[display_token(p) for p in state.src_pieces],
-            unk=[i for i, t in enumerate(state.src_ids) if t == special_ids(ckpt)["unk"]],
-            bos=display_token(tok.token(special_ids(ckpt)["bos"])),
+            unk=[i for i, t in enumerate(state.src_ids) if t == ckpt.config.unk_id],
+            bos=display_token(tok.token(ckpt.config.bos_id)),
             expected=expected_output(ckpt, state.text),
             max_steps=state.max_steps,
             titles=KIND_TITLES,
@@ -258,7 +257,7 @@ def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], l
     """(key tokens, query tokens) of each kind at the shown step."""
     src = _src_labels(state, ckpt)
     tok = ckpt.tgt_tokenizer
-    bos = special_ids(ckpt)["bos"]
+    bos = ckpt.config.bos_id
     tgt = [tok.token(bos), *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
     return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}
 
