@@ -258,7 +258,8 @@ def _add_analysis_parsers(sub) -> None:
     c = sub.add_parser(
         "check",
         help="health check of a checkpoint: mask leaks, NaN, dead/removable heads, accuracy",
-        description="Exit status 0 when the check passes, 1 when it finds a leak or NaN.",
+        description="Exit status 0 when the check passes, 1 when it finds an error: a mask "
+        "leak, NaN, or exact match below 0.5 against the task's true targets.",
     )
     c.add_argument("checkpoint")
     c.add_argument("--text", action="append", help="an input to check on (repeatable; default: "
