@@ -341,8 +341,7 @@
       const c = ev.currentTarget, r = c.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
       for (const b of c._av || []) {
         if (x >= b.x && y >= b.y - 14 && x < b.x + b.mat.tk * b.cell && y < b.y + b.mat.tq * b.cell) {
-          view[ui.modelKind] = [b.key[0], `H${b.key[1]}`]; measure(); drawKind(ui.modelKind);
-          document.getElementById(`heatmap-${ui.modelKind}`).scrollIntoView({ block: "center" });
+          AV.openHead(ui.modelKind, b.key[0], b.key[1]);
           return;
         }
       }
@@ -351,6 +350,26 @@
     new ResizeObserver(() => { if (root.clientWidth && root._w !== root.clientWidth) { root._w = root.clientWidth; render(); } }).observe(root);
     render();
   };
+
+  // open one head in its kind's heatmap (the model view's click, the Alignment tab's grid)
+  AV.openHead = function (kind, layer, head) {
+    view[kind] = [+layer, `H${+head}`];
+    const p = document.getElementById(`heatmap-${kind}`);
+    if (!p) return;
+    if (root && root.clientWidth) { measure(); drawKind(kind); }
+    p.scrollIntoView({ block: "center" });
+  };
+  // a button with data-av-open="kind layer head" anywhere on the page opens that head in the
+  // step view, switching to its tab first (the page redraws when the tab shows)
+  document.addEventListener("click", (ev) => {
+    const b = ev.target.closest && ev.target.closest("[data-av-open]");
+    if (!b) return;
+    const [kind, layer, head] = b.dataset.avOpen.split(" ");
+    const tab = [...document.querySelectorAll("[role=tab]")].find((t) => t.textContent.trim() === "Step through");
+    if (tab && tab.getAttribute("aria-selected") !== "true") tab.click();
+    view[kind] = [+layer, `H${+head}`];
+    requestAnimationFrame(() => setTimeout(() => { render(); AV.openHead(kind, layer, head); }, 0));
+  });
 
   function setOptions(sel, values, labelsOf, value) {
     const key = values.join("|");

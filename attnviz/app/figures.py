@@ -105,3 +105,146 @@ def mark_row(fig: go.Figure, row: int, n_cols: int) -> go.Figure:
         line=dict(color=plots.HIGHLIGHT, width=2),
     )
     return fig
+
+
+# -- the Alignment tab ------------------------------------------------------------------------------
+#: Faithfulness methods in the order and colours of every chart.
+FAITH_COLOURS = {
+    "weights": plots.BAR,
+    "norms": "#54a24b",
+    "rollout": "#b279a2",
+    "ig": plots.HIGHLIGHT,
+    "random": "#9ca3af",
+}
+FAITH_NAMES = {
+    "weights": "attention weights",
+    "norms": "norms ‖αf(x)‖",
+    "rollout": "rollout",
+    "ig": "Integrated Gradients",
+    "random": "random ranking",
+}
+
+
+def aer_grid(
+    aer: np.ndarray, layer_aer: np.ndarray, mean_aer: float, best: tuple[tuple[int, int], float]
+) -> go.Figure:
+    """Per-head AER ``[L, H]`` as an annotated heatmap (lower is better; best head outlined)."""
+    aer = np.asarray(aer, dtype=np.float64)
+    n_layers, n_heads = aer.shape
+    x = [f"H{h}" for h in range(n_heads)]
+    y = [f"L{i} (mean {layer_aer[i]:.2f})" for i in range(n_layers)]
+    text = [[f"{v:.3f}" for v in row] for row in aer]
+    (bl, bh), value = best
+    fig = go.Figure(
+        data=[
+            dict(
+                type="heatmap",
+                z=aer,
+                x=x,
+                y=y,
+                zmin=0,
+                zmax=1,
+                colorscale="RdYlGn_r",
+                text=text,
+                texttemplate="%{text}",
+                hovertemplate="cross %{y} %{x}<br>AER %{z:.3f}<extra></extra>",
+                colorbar=dict(title="AER"),
+            )
+        ],
+        layout=dict(
+            template=plots.TEMPLATE,
+            title=f"AER per cross-attention head (all heads {mean_aer:.3f}; best L{bl} H{bh} "
+            f"{value:.3f})",
+            height=int(np.clip(160 + 60 * n_layers, 260, 700)),
+            xaxis=dict(title="head"),
+            yaxis=dict(title="layer", autorange="reversed"),
+        ),
+    )
+    fig.add_shape(
+        type="rect", x0=bh - 0.5, x1=bh + 0.5, y0=bl - 0.5, y1=bl + 0.5,
+        line=dict(color="#111827", width=3),
+    )  # fmt: skip
+    return fig
+
+
+def alignment_overlay(cur, lens: str, setting: str) -> go.Figure:
+    """One head's word-level cross-attention of the current input with predicted links
+    (white circles) and gold links (red crosses). ``cur``: :class:`attnviz.app.alignment.Current`."""
+    fig = plots.heatmap(
+        cur.matrix,
+        cur.src_words,
+        cur.tgt_words,
+        title=f"cross L{cur.layer} H{cur.head} · lens {lens} · {setting} setting<br>"
+        "<sup>○ predicted link (argmax) · ✕ gold link</sup>",
+    )
+    pred = sorted(cur.predicted)
+    fig.add_trace(
+        go.Scatter(
+            x=[i for i, _ in pred],
+            y=[j for _, j in pred],
+            customdata=[f"{cur.tgt_words[j]} → {cur.src_words[i]}" for i, j in pred],
+            mode="markers",
+            name="predicted",
+            marker=dict(symbol="circle-open", size=16, color="white", line=dict(width=3)),
+            hovertemplate="predicted: %{customdata}<extra></extra>",
+        )
+    )
+    if cur.gold is not None:
+        ns, nt = len(cur.src_words), len(cur.tgt_words)
+        gold = sorted(g for g in cur.gold.possible if g[0] < ns and g[1] < nt)
+        fig.add_trace(
+            go.Scatter(
+                x=[i for i, _ in gold],
+                y=[j for _, j in gold],
+                customdata=[f"{cur.tgt_words[j]} → {cur.src_words[i]}" for i, j in gold],
+                mode="markers",
+                name="gold",
+                marker=dict(
+                    symbol="x-thin-open", size=11, color=plots.HIGHLIGHT, line=dict(width=3)
+                ),
+                hovertemplate="gold: %{customdata}<extra></extra>",
+            )
+        )
+    return fig.update_layout(showlegend=False)  # the subtitle names the two markers
+
+
+def faithfulness_curves(
+    comprehensiveness: Mapping[str, np.ndarray], sufficiency: Mapping[str, np.ndarray]
+) -> go.Figure:
+    """Comprehensiveness and sufficiency over k = 1..K, one line per method, side by side."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("comprehensiveness (higher: more faithful)",
+                                        "sufficiency (lower: more faithful)"),
+    )  # fmt: skip
+    for col, curves in ((1, comprehensiveness), (2, sufficiency)):
+        for method, values in curves.items():
+            v = np.asarray(values, dtype=np.float64)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.arange(1, len(v) + 1),
+                    y=v,
+                    mode="lines+markers",
+                    name=FAITH_NAMES.get(method, method),
+                    legendgroup=method,
+                    showlegend=col == 1,
+                    line=dict(
+                        color=FAITH_COLOURS.get(method),
+                        dash="dot" if method == "random" else "solid",
+                    ),
+                    hovertemplate=f"{FAITH_NAMES.get(method, method)}<br>k %{{x}}: "
+                    "Δp %{y:+.4f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_xaxes(title_text="k (top source tokens)", dtick=1, row=1, col=col)
+    fig.update_yaxes(title_text="drop in p(chosen token)", row=1, col=1)
+    fig.update_layout(
+        template=plots.TEMPLATE,
+        height=420,
+        title="faithfulness at this step",
+        legend=dict(orientation="h", y=-0.25, yanchor="top", x=0, xanchor="left"),
+    )
+    return fig

@@ -21,9 +21,10 @@ import gradio as gr
 import torch
 
 from .. import plots
+from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import labs, panels, session, store
+from . import alignment, labs, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint, describe, head_choices
 from .views import panel_stamps as stamp
@@ -68,6 +69,14 @@ THEME_JS = (
     "(...a) => { a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light';"
     " return a; }"
 )
+ALIGN_INTRO = (
+    "Reads each cross-attention head as a word aligner: every target word is linked to the "
+    "source word its head attends to most, and the links are scored against gold links with "
+    "the alignment error rate (AER, lower is better). **Lens**: attention *weights*, *norms* "
+    "(weight × size of what the key adds) or *rollout* (through the layers, heads averaged). "
+    "**Setting**: *output* reads the row that predicts a word; *input* the row where the word "
+    "is fed in."
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
@@ -91,6 +100,7 @@ class Page:
                 )
             self._mask_tab()
             self._other_tabs()
+            self._align_tab()
 
     # -- layout --------------------------------------------------------------------------------
     def _top(self) -> None:
@@ -189,6 +199,45 @@ class Page:
             self.exp_msg = gr.Markdown(elem_id="export-message")
             self.exp_file = gr.File(label="download", elem_id="export-file")
 
+    def _align_tab(self) -> None:
+        with gr.Tab("Alignment", elem_id="tab-align") as self.align_tab:
+            gr.Markdown(ALIGN_INTRO, elem_classes="explain")
+            with gr.Row():
+                self.align_lens = gr.Radio(list(LENSES), value="weights", label="lens")
+                self.align_setting = gr.Radio(["output", "input"], value="output", label="setting")
+                self.align_layer = gr.Dropdown(["best"], value="best", label="layer")
+                self.align_head = gr.Dropdown(["best"], value="best", label="head")
+            with gr.Row():
+                self.align_gold = gr.Textbox(
+                    label="gold links of the current input (Pharaoh line, e.g. 0-2 1-1 2p0)",
+                    elem_id="align-gold", scale=2,
+                )  # fmt: skip
+                self.align_sources = gr.File(label="grid: sources, one per line", scale=1)
+                self.align_gold_file = gr.File(label="grid: gold links (Pharaoh)", scale=1)
+            with gr.Row():
+                self.align_btn = gr.Button(
+                    "Score every head", variant="primary", elem_id="align-btn"
+                )
+                self.align_dl = gr.Button("Download the head's links (Pharaoh)", elem_id="align-dl")
+            self.align_msg = gr.Markdown(elem_id="align-message")
+            self.align_grid = gr.HTML(elem_id="align-grid")
+            with gr.Row():
+                self.align_plot = gr.Plot(label="AER per head", elem_id="align-aer")
+                self.align_overlay = gr.Plot(
+                    label="links on the current input", elem_id="align-links"
+                )
+            self.align_file = gr.File(label="download", elem_id="align-file")
+            gr.Markdown("### Faithfulness at this step")
+            self.faith_btn = gr.Button(
+                "Measure faithfulness of the newest token", elem_id="faith-btn"
+            )
+            self.faith_msg = gr.Markdown(elem_id="faith-message")
+            self.faith_plot = gr.Plot(label="comprehensiveness / sufficiency", elem_id="faith-plot")
+
+    def align_inputs(self) -> list:
+        return [self.align_lens, self.align_setting, self.align_layer, self.align_head,
+                self.align_gold, self.align_sources, self.align_gold_file]  # fmt: skip
+
     # -- what events return --------------------------------------------------------------------
     def decode_outputs(self) -> list:
         """Outputs of every decoding event; the state first (not sent), then ``output-text``."""
@@ -234,13 +283,17 @@ class Page:
             self.play_layer: gr.Dropdown(choices=dec, value=dec[-1]),
             self.play_head: gr.Dropdown(choices=heads, value="mean"),
             self.play_btn: gr.Button(interactive=bool(steps)),
+            self.align_layer: gr.Dropdown(choices=["best", *dec], value="best"),
+            self.align_head: gr.Dropdown(
+                choices=["best", *(f"H{h}" for h in range(ckpt.config.n_heads))], value="best"
+            ),
         }
 
     def control_outputs(self) -> list:
         return [
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
-            self.play_btn,
+            self.play_btn, self.align_layer, self.align_head,
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------
@@ -250,7 +303,8 @@ class Page:
             self.stamps, self.mask_plot, self.mask_probs, self.mask_msg, self.blocked,
             self.beam_out, self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot,
             self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
-            self.play_slider, self.health_html, self.health_plot,
+            self.play_slider, self.health_html, self.health_plot, self.align_grid,
+            self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -279,6 +333,11 @@ class Page:
             out.update({self.ablate_plot: None, self.ablate_msg: STALE, self.rank_table: None})
         if "export" in stale:
             out.update({self.exp_file: None, self.exp_msg: STALE})
+        if "align" in stale:
+            out.update({self.align_grid: "", self.align_plot: None, self.align_overlay: None})
+            out[self.align_msg] = STALE
+        if "faith" in stale:
+            out.update({self.faith_plot: None, self.faith_msg: STALE})
         if "model" in stale:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
@@ -386,7 +445,7 @@ def _wire_labs(p: Page) -> None:
     )  # fmt: skip
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
             p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
-            p.export_tab: "export"}  # fmt: skip
+            p.export_tab: "export", p.align_tab: "align"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 
@@ -422,11 +481,52 @@ def _wire_labs(p: Page) -> None:
         _play_tick, play_in, [p.play_slider, p.play_plot, p.play_msg, p.play_btn, p.play_timer],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
+    _wire_alignment(p)
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
             lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
             [p.state, p.stamps], [p.exp_file, p.exp_msg, p.stamps], **INTERNAL,
         )  # fmt: skip
+
+
+def _wire_alignment(p: Page) -> None:
+    """The Alignment tab: computed when it opens or a control changes, never on a Step."""
+    outs = [p.align_grid, p.align_plot, p.align_overlay, p.align_msg, p.stamps]
+
+    def run(state, stamps, *args):
+        *args, theme = args
+        view = alignment.view(state, *args)
+        figs = _dark(view.figures, theme)
+        return (view.grid_html, *figs, view.message, {**stamps, "align": stamp(state)["align"]})
+
+    gr.on(
+        [p.align_tab.select, p.align_btn.click, p.align_lens.input, p.align_setting.input,
+         p.align_layer.input, p.align_head.input, p.align_gold.submit, p.align_sources.upload,
+         p.align_gold_file.upload, p.align_sources.clear, p.align_gold_file.clear],
+        run, [p.state, p.stamps, *p.align_inputs(), p.theme], outs, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    dl_in = [p.state, p.align_lens, p.align_setting, p.align_layer, p.align_head,
+             p.align_sources, p.align_gold_file]  # fmt: skip
+    p.align_dl.click(
+        lambda s, lens, setting, ly, hd, src, gold: _file_only(
+            alignment.download(s, ly, hd, lens, setting, src, gold)
+        ),
+        dl_in, [p.align_file, p.align_msg], **INTERNAL,
+    )  # fmt: skip
+
+    def faith(state, stamps, theme):
+        view = alignment.faithfulness_view(state)
+        fig = _dark(view.figures, theme)[0]
+        return fig, view.message, {**stamps, "faith": stamp(state)["faith"]}
+
+    p.faith_btn.click(
+        faith, [p.state, p.stamps, p.theme], [p.faith_plot, p.faith_msg, p.stamps],
+        js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+
+def _file_only(view) -> tuple:
+    return view.path, view.message
 
 
 def _rank(state: SessionState, stamps: dict) -> tuple:

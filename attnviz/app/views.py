@@ -350,16 +350,19 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel: a panel computed for a
     stamp other than the current one shows an earlier state (the page clears or reruns it).
 
-    ``mask``, ``attr``, ``export`` follow the shown step; ``beam`` and ``ablate`` the input;
-    ``model`` the checkpoint file's version (the header, health, playback range).
+    ``mask``, ``attr``, ``export``, ``faith`` follow the shown step; ``beam``, ``ablate``
+    and ``align`` the input; ``model`` the checkpoint file's version (the header, health,
+    playback range).
     """
     decode = (state.model, state.epoch, state.step)
     return {
         "mask": decode,
         "attr": decode,
         "export": decode,
+        "faith": decode,
         "beam": (state.model, state.epoch),
         "ablate": (state.model, state.epoch),
+        "align": (state.model, state.epoch),
         "model": (state.model, store.version_of(state.model) if state.model else 0),
     }
 
