@@ -434,6 +434,7 @@ def beam_search(
     src_pad_mask: Tensor | None = None,
     return_attention: bool = False,
     edits: Sequence[Edit] = (),
+    rules: LogitRules | None = None,
 ) -> list[BeamResult]:
     """Beam search, one source sequence at a time.
 
@@ -446,6 +447,8 @@ def beam_search(
         return_attention: also return each best hypothesis's attention, recorded during the
             search and followed back through the beam's reordering.
         edits: attention edits applied to every pass (see :func:`attnviz.record`).
+        rules: :class:`LogitRules` applied to each step's log-probabilities (a blocked
+            extension is never kept), as transformers' beam search applies them.
     Returns:
         One :class:`BeamResult` per source row.
     """
@@ -457,7 +460,7 @@ def beam_search(
     with record(model, edits, capture=None):  # the search's own record blocks nest inside
         for i in range(src.shape[0]):
             row_pad = None if pad is None else pad[i : i + 1]
-            args = (bos_id, eos_id, beam_size, max_len, length_penalty, return_attention)
+            args = (bos_id, eos_id, beam_size, max_len, length_penalty, return_attention, rules)
             results.append(_beam_one(model, src[i : i + 1], row_pad, *args))
     return results
 
@@ -472,6 +475,7 @@ def _beam_one(
     max_len: int | None,
     length_penalty: float,
     return_attention: bool,
+    rules: LogitRules | None = None,
 ) -> BeamResult:
     n_max = default_max_len(model, src.shape[1], max_len)
     capture = STEP_FIELDS if return_attention else ()
@@ -485,15 +489,20 @@ def _beam_one(
         scores = torch.zeros(1, device=device)  # [n_live]
         finished: list[tuple[list[int], float, list[dict]]] = []
         prev = torch.full((1, 1), bos_id, dtype=torch.long, device=device)
-        for _ in range(n_max):
+        for step in range(n_max):
             with record(model, capture=capture) as trace:
                 logits = model.decode(prev, None, cache=cache)[:, -1].float()  # [n, V]
             vocab = logits.shape[-1]
-            cand = scores[:, None] + torch.log_softmax(logits, dim=-1)  # [n, V]
+            logp = torch.log_softmax(logits, dim=-1)  # [n, V]
+            if rules is not None:
+                logp = rules.apply(logp, step, n_max)
+            cand = scores[:, None] + logp  # [n, V]
             top = cand.flatten().topk(min(beam_size - len(finished), cand.numel()))
             step_recs = _step_records(trace)
             keep, new_tokens, new_history, new_scores = [], [], [], []
             for score, flat in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                if score == -math.inf:  # blocked by the rules
+                    continue
                 beam, tok = divmod(flat, vocab)
                 hist = history[beam]
                 if return_attention:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.decoding import GreedyStepper, LogitRules, greedy_decode, until_eos
+from attnviz.decoding import GreedyStepper, LogitRules, beam_search, greedy_decode, until_eos
 from attnviz.errors import CheckpointError, InputError, InteropError
 
 try:
@@ -174,6 +174,30 @@ def test_greedy_matches_generate(folders, family):
     assert int(theirs[0, 0]) == cfg.bos_id
     for mine, ref in zip(ours.tolist(), theirs[:, 1:].tolist(), strict=True):
         assert until_eos(mine, cfg.eos_id, cfg.pad_id) == until_eos(ref, cfg.eos_id, cfg.pad_id)
+
+
+@needs_hf
+@pytest.mark.parametrize("family", ["marian", "bart", "mbart"])
+def test_beam_of_one_follows_the_rules_as_greedy_does(folders, family):
+    ckpt = attnviz.load_checkpoint(folders[family][1])
+    cfg = ckpt.config
+    src = batch(cfg)[0][:1]
+    greedy = greedy_decode(
+        ckpt.model, src, cfg.bos_id, cfg.eos_id, max_len=ckpt.max_new_tokens, rules=ckpt.rules
+    )[0].tolist()
+    beam = beam_search(
+        ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=1, max_len=ckpt.max_new_tokens,
+        rules=ckpt.rules,
+    )[0]  # fmt: skip
+    assert beam.tokens == until_eos(greedy, cfg.eos_id, cfg.pad_id)
+    wide = beam_search(
+        ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=3, max_len=ckpt.max_new_tokens,
+        rules=ckpt.rules,
+    )[0]  # fmt: skip
+    if ckpt.rules.forced_bos_id is not None:
+        assert wide.tokens[0] == ckpt.rules.forced_bos_id
+    banned = set(ckpt.rules.banned)
+    assert not banned & set(wide.tokens)
 
 
 @needs_hf
