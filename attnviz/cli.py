@@ -16,7 +16,6 @@ import torch
 
 from . import __version__
 from .checkpoint import load_checkpoint
-from .decoding import GreedyStepper
 from .errors import AttnvizError
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "reverse"
@@ -28,8 +27,7 @@ def _step_through(args: argparse.Namespace) -> int:
     enc = ckpt.encode_source(args.text)
     if enc.unknown:
         print(f"note: not in this model's vocabulary, read as <unk>: {' '.join(enc.unknown)}")
-    cfg = ckpt.config
-    stepper = GreedyStepper(ckpt.model, torch.tensor(enc.ids), cfg.bos_id, cfg.eos_id)
+    stepper = ckpt.stepper(args.text)  # the checkpoint's ids and generation rules
     last = ckpt.config.n_decoder_layers - 1
     print(f"model : {args.model} (task {ckpt.task}, {ckpt.model.num_parameters():,} parameters)")
     print(f"input : {args.text}")

@@ -188,13 +188,13 @@ def experiment_figures(ckpt: Checkpoint, ins: Inspection) -> dict[str, go.Figure
             after_mask=recorded_mask(exp.after.trace, "decoder_self", last),
         )
     )
-    if ckpt.model.src_embed is not ckpt.model.tgt_embed:
-        a = attribution.attribute(ckpt, ins.text, 0, tokens=ins.out_ids)
-        figs[
-            f"Step 1 ({a.token}): Integrated Gradients vs attention rollout "
-            f"(convergence delta {a.delta:.3g}, Spearman {a.agreement['ig~rollout']:.2f})"
-        ] = plots.attribution_vs_attention(a.ig_src, a.rollout, a.src_tokens,
-                                           names=("Integrated Gradients", "attention rollout"))  # fmt: skip
+    a = attribution.attribute(ckpt, ins.text, 0, tokens=ins.out_ids)
+    figs[
+        f"Step 1 ({a.token}): Integrated Gradients vs attention rollout "
+        f"(convergence delta {a.delta:.3g}, Spearman {a.agreement['ig~rollout']:.2f})"
+    ] = plots.attribution_vs_attention(
+        a.ig_src, a.rollout, a.src_tokens, names=("Integrated Gradients", "attention rollout")
+    )
     if (ckpt.path / SNAPSHOTS).is_file():
         snaps = Snapshots.load(ckpt.path)
         figs[f"Training playback: cross-attention L{last} on the probe input"] = (

@@ -182,6 +182,6 @@ def _check_specials(specials: dict[str, int] | None) -> dict[str, int]:
     for role, i in specials.items():
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
             raise InputError(f"special id {role} must be a non-negative integer, got {i!r}")
-    if specials["eos"] in (specials["pad"], specials["bos"]):
-        raise InputError("the end id must differ from the pad and start ids")
+    if specials["eos"] == specials["pad"]:  # a start id equal to the end id is fine (BART)
+        raise InputError("the end id must differ from the pad id")
     return {role: specials[role] for role in DEFAULT_IDS}

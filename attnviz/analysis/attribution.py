@@ -30,7 +30,6 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..data import source_batch
-from ..decoding import greedy_decode, until_eos
 from ..devices import as_numpy
 from ..errors import InputError
 from ..record import record
@@ -98,15 +97,14 @@ def attribute(
     # model that other users (app sessions, threads) are running at the same time. Same
     # weights, so the attention and attributions are those of the model itself.
     model = copy.deepcopy(ckpt.model).eval()
-    if model.src_embed is model.tgt_embed:
-        raise InputError("attribution needs separate source and target embeddings")
+    if model.src_embed is model.tgt_embed:  # one table (most imported models): untie the copy
+        model.tgt_embed = copy.deepcopy(model.src_embed)  # same weights, attributable apart
     cfg = ckpt.config
     enc = ckpt.encode_source(text)
     batch = source_batch([enc.ids], cfg, ckpt.device)
     src, src_pad = batch.src, batch.src_pad
-    if tokens is None:
-        out = greedy_decode(model, src, cfg.bos_id, cfg.eos_id, src_pad_mask=src_pad)
-        tokens = until_eos(out[0].tolist(), cfg.eos_id, cfg.pad_id)
+    if tokens is None:  # the model's own output, under the checkpoint's generation rules
+        tokens = ckpt.predict_details(text).tokens
     if not 0 <= step < len(tokens):
         raise InputError(f"step must be in 0..{len(tokens) - 1}, got {step}")
     tgt = torch.tensor([[cfg.bos_id, *tokens[:step]]], device=ckpt.device)
