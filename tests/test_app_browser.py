@@ -395,3 +395,30 @@ def test_a_page_missing_rows_asks_for_everything(page):
     )
     wait_step(page, 11, "dlrowolleh")  # resent in full by the server, drawn again
     assert len(page.evaluate("() => window.AttnViz.maskedCells('cross', 0)")) == 11
+
+
+def test_alignment_tab_opens_a_head_in_the_step_view(page):
+    page.locator("#input-text textarea").fill("helloworld")
+    page.locator("#run-btn").click()
+    wait_step(page, 11, "dlrowolleh")
+    page.get_by_role("tab", name="Alignment").click()  # computed when the tab opens
+    page.wait_for_selector("#align-grid .av-aer.best", timeout=120_000)
+    assert "AER on 40 test sentences" in page.locator("#align-message").inner_text()
+    page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
+    page.screenshot(path=str(ASSETS / "screenshot-alignment.png"), full_page=True)
+    cell = page.locator("#align-grid [data-av-open='cross 0 2']")
+    assert cell.inner_text().startswith("0.")
+    cell.click()
+    page.wait_for_function(  # the step view is shown, cross-attention on that head
+        "() => document.querySelector('#heatmap-cross .av-title').innerText"
+        ".includes('layer 0 · head 2')"
+    )
+    assert page.locator("#heatmap-cross canvas").is_visible()
+    assert page.locator("#heatmap-cross .av-headsel").input_value() == "H2"
+    page.locator("#input-text textarea").fill("abc")  # a new input: the tab's results go
+    page.locator("#run-btn").click()
+    wait_step(page, 4, "cba")
+    page.get_by_role("tab", name="Alignment").click()  # ... and come back for it on opening
+    page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
+    assert "aligned with “cba”" in page.locator("#align-message").inner_text()
+    page.get_by_role("tab", name="Step through").click()
