@@ -20,7 +20,9 @@
   let S = fresh("");
   let root = null;
   const view = {}; // kind -> [layer, head]
-  const ui = { fixed: false, modelKind: "cross" };
+  const ui = { fixed: false, modelKind: "cross", lens: "weights" };
+  // another lens's matrices of this decode, sent once on request (null: the weights path)
+  let LENS = null;
   AV.drawn = { epoch: "", step: -1, t: 0 };
 
   function fresh(epoch) {
@@ -42,6 +44,7 @@
   // -- applying what the server sent ---------------------------------------------------------
   AV.apply = function (p) {
     if (!p || typeof p !== "object") return;
+    if (p.lens) return setLens(p.lens);
     if (!p.started) {
       S = fresh(p.epoch || "");
       S.info = p.info || {};
@@ -86,6 +89,7 @@
     S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done;
     S.info = p.info || {}; S.limit = p.limit;
     render();
+    if (ui.lens !== "weights" && !lensCovers()) requestLens(); // only off the weights path
     if (p.follow) { // other panels show an older state: let them follow, after this paint
       const b = document.querySelector("#follow-btn");
       if (b) requestAnimationFrame(() => setTimeout(() => b.click(), 0));
@@ -96,6 +100,42 @@
     if (b) b.click();
   };
 
+  // -- lenses other than the weights -----------------------------------------------------------
+  function lensCovers() { return !!LENS && LENS.epoch === S.epoch && S.step <= LENS.n; }
+  function requestLens() {
+    if (!S.started || ui.lensAsked === `${S.epoch}:${S.n}:${ui.lens}`) return;
+    ui.lensAsked = `${S.epoch}:${S.n}:${ui.lens}`;
+    document.querySelector(`#lens-${ui.lens}-btn`)?.click();
+  }
+  function setLens(l) {
+    const msg = document.getElementById("lens-msg");
+    if (msg) msg.textContent = l.error ? l.error : "";
+    if (l.name === "weights" || l.name !== ui.lens) { if (l.name === "weights") LENS = null; render(); return; }
+    const kinds = {};
+    for (const [k, layers] of Object.entries(l.kinds || {})) kinds[k] = layers.map((e) => ({ h: e.h, tq: e.tq, tk: e.tk, w: f32(e.w) }));
+    LENS = { name: l.name, epoch: l.epoch, n: l.n, kinds };
+    render();
+  }
+  AV.setLens = function (name) {
+    ui.lens = name; ui.lensAsked = "";
+    const sel = document.getElementById("lens-select");
+    if (sel) sel.value = name;
+    if (name === "weights") { LENS = null; render(); return; }
+    if (LENS && LENS.name !== name) LENS = null;
+    if (lensCovers()) render(); else { render(); requestLens(); }
+  };
+  function lensOn(kind, q) {
+    if (!LENS || LENS.epoch !== S.epoch || !LENS.kinds[kind]) return false;
+    return kind === "encoder_self" || q < LENS.n;
+  }
+  function lensValue(kind, layer, head, q, k) {
+    const e = LENS.kinds[kind][layer];
+    const at = (h) => e.w[h * e.tq * e.tk + q * e.tk + k];
+    return e.h === 1 ? at(0) : head < 0 ? mean(at, e.h) : at(head);
+  }
+  function lensName() { return LENS && LENS.epoch === S.epoch ? LENS.name : "weights"; }
+  function lensSuffix() { const n = lensName(); return n === "weights" ? "" : ` · ${n}${n === "rollout" ? " (heads averaged)" : ""}`; }
+
   // -- matrices as shown at the current step -------------------------------------------------
   function labels(kind) {
     const tgt = [S.bos, ...S.tokens.slice(0, Math.max(S.step - 1, 0))];
@@ -103,6 +143,11 @@
   }
   // value of head h (or the mean) at (q, k) and whether the recorded mask blocks it
   function cell(kind, layer, head, q, k) {
+    const r = rawCell(kind, layer, head, q, k);
+    if (LENS && !r[1] && lensOn(kind, q)) r[0] = lensValue(kind, layer, head, q, k);
+    return r;
+  }
+  function rawCell(kind, layer, head, q, k) {
     const H = S.H, ts = S.src.length;
     let w, m, tk, base;
     if (kind === "encoder_self") {
@@ -152,7 +197,7 @@
   }
   function short(s, n) { s = String(s); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
   function vmaxOf(mats) {
-    if (ui.fixed) return 1;
+    if (ui.fixed && lensName() === "weights") return 1;
     let mx = 0;
     for (const mat of mats) for (let i = 0; i < mat.z.length; i++) if (!mat.m[i] && mat.z[i] > mx) mx = mat.z[i];
     return mx > 0 ? mx : 1;
@@ -255,7 +300,7 @@
         const k = Math.floor((x - b.x) / b.cell), q = Math.floor((y - b.y) / b.cell);
         if (k >= 0 && q >= 0 && k < b.mat.tk && q < b.mat.tq) {
           const i = q * b.mat.tk + k;
-          const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `weight ${b.mat.z[i].toFixed(4)}`;
+          const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `${lensName() === "weights" ? "weight" : lensName()} ${b.mat.z[i].toFixed(4)}`;
           tip.textContent = `${b.title ? b.title + ": " : ""}query ${q} “${b.mat.yl[q]}” → key ${k} “${b.mat.xl[k]}”: ${what}`;
           tip.style.display = "block"; tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
           return;
@@ -311,8 +356,12 @@
       el("div", { class: "av-line av-expected-line" }, el("span", { class: "av-label", text: "Expected" }), el("div", { id: "expected-tokens", class: "tokens" })));
     const fixed = el("input", { type: "checkbox", id: "fixed-scale" });
     fixed.addEventListener("change", () => { ui.fixed = fixed.checked; render(); });
+    const lensSel = el("select", { id: "lens-select", "aria-label": "lens" });
+    for (const [v, t] of [["weights", "attention weights"], ["norms", "norms ‖α·f(x)‖"], ["rollout", "rollout (heads averaged)"]]) lensSel.appendChild(el("option", { value: v, text: t }));
+    lensSel.addEventListener("change", () => AV.setLens(lensSel.value));
     const bar = el("div", { class: "av-bar" },
       el("label", { class: "av-check" }, fixed, el("span", { text: " fixed 0–1 colour scale (else each figure spans 0 to its largest weight)" })),
+      el("label", { class: "av-ctl" }, el("span", { text: "lens " }), lensSel, el("span", { id: "lens-msg", class: "av-keys" })),
       el("span", { class: "av-keys", id: "key-hint", text: "Keys (outside a text field): → or n Step · ← or b Back · r Run · Home Reset" }));
     const topk = el("div", { class: "av-panel", id: "topk-plot" }, el("div", { class: "av-head" }, el("span", { class: "av-title", text: "Next-token probabilities" })), el("div", { class: "av-bars" }));
     const rows = el("div", { class: "av-col" }, panel("heatmap-rows-cross", "Rows this step added"), panel("heatmap-rows-decoder", "Rows this step added"));
@@ -401,7 +450,7 @@
     const heads = ["mean", "all heads", ...Array.from({ length: S.H }, (_, h) => `H${h}`)];
     setOptions(p.querySelector(".av-headsel"), heads, heads, head);
     const stepTxt = kind === "encoder_self" ? "" : ` · step ${S.step}`;
-    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}`;
+    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}${lensSuffix()}`;
     title.textContent = t;
     const outline = kind === "encoder_self" ? null : S.step - 1;
     let panels;
@@ -423,7 +472,7 @@
     for (let l = 0; l < S.layers[kind]; l++)
       for (let h = 0; h < S.H; h++) panels.push({ mat: matrix(kind, l, h), title: `L${l} H${h}`, key: [l, h], outline: kind === "encoder_self" ? null : S.step - 1 });
     empty.style.display = "none"; canvas.style.display = "block";
-    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
+    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
   }
 
   function drawRows() {
@@ -442,7 +491,7 @@
         for (let k = 0; k < tk; k++) { const [v, b] = cell(kind, l, h, q, k); z[(l * H + h) * tk + k] = v; m[(l * H + h) * tk + k] = b; }
       }
       const mat = { z, m, tq: L * H, tk, xl, yl: names };
-      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head`;
+      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}`;
       title.textContent = t;
       empty.style.display = "none"; canvas.style.display = "block";
       drawPanels(canvas, [{ mat }], { title: t, vmax: vmaxOf([mat]), maxCell: 22, maxH: 400 });

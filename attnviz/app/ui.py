@@ -24,7 +24,7 @@ from .. import plots
 from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import alignment, labs, panels, session, store
+from . import alignment, labs, lensview, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint, describe, head_choices
 from .views import panel_stamps as stamp
@@ -126,6 +126,10 @@ class Page:
             self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
         self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
         self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
+        self.lens_btns = {  # the page asks for another lens's matrices through these
+            name: gr.Button(name, elem_id=f"lens-{name}-btn", elem_classes="av-hidden")
+            for name in ("norms", "rollout")
+        }
         self.theme = gr.Textbox("light", elem_id="theme", elem_classes="av-hidden")
         self.status = gr.HTML(elem_id="status")
         self.beam_out = gr.HTML(elem_id="beam-result")
@@ -410,6 +414,8 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
+        btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
     p.model_pick.input(
         lambda s, m, t, stamps: p.decode(session.choose_model(s, m, t), stamps),
