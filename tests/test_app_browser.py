@@ -422,3 +422,31 @@ def test_alignment_tab_opens_a_head_in_the_step_view(page):
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
     assert "aligned with “cba”" in page.locator("#align-message").inner_text()
     page.get_by_role("tab", name="Step through").click()
+
+
+def test_lens_switch_redraws_the_step_view_and_weights_stay_the_fast_path(page):
+    page.locator("#input-text textarea").fill("helloworld")
+    page.locator("#reset-btn").click()
+    wait_step(page, 0, "")
+    page.locator("#step-btn").click()
+    wait_step(page, 1, "d")
+    weights = page.evaluate(
+        "() => Array.from(document.querySelector('#heatmap-cross canvas')._av[0].mat.z)"
+    )
+    page.select_option("#lens-select", "norms")  # asks the server once
+    page.wait_for_function(
+        "() => document.querySelector('#heatmap-cross .av-title').innerText.endsWith('step 1 · norms')"
+    )
+    norms = page.evaluate(
+        "() => Array.from(document.querySelector('#heatmap-cross canvas')._av[0].mat.z)"
+    )
+    assert len(norms) == len(weights) and norms != weights
+    page.locator("#step-btn").click()  # past what the page holds: it asks again
+    page.wait_for_function(
+        "() => document.querySelector('#heatmap-cross .av-title').innerText.endsWith('step 2 · norms')"
+    )
+    page.select_option("#lens-select", "weights")  # back on the page's own rows, no request
+    assert title(page, "cross").endswith("step 2")
+    page.locator("#step-btn").click()
+    wait_step(page, 3, "dlr")
+    assert title(page, "cross").endswith("step 3")

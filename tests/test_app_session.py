@@ -474,3 +474,32 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "beam", "ablate", "align"}  # fmt: skip
     assert before["model"] == new["model"]
+
+
+def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:
+    return [
+        np.frombuffer(base64.b64decode(e["w"]), "<f4").reshape(e["h"], e["tq"], e["tk"])
+        for e in p["lens"]["kinds"][kind]
+    ]
+
+
+def test_lens_payload_covers_the_decode_and_matches_the_recorded_weights(done):
+    from attnviz.app import lensview
+
+    n = len(done.tokens)
+    with DECODERS.hold(done, session.checkpoint(done), done.version) as stepper:
+        trace = stepper.trace(upto=n)
+    rollout = lensview.payload(done, "rollout")["lens"]
+    assert rollout["n"] == n and rollout["epoch"] == f"{done.sid}:{done.epoch}"
+    for kind, shape in (("encoder_self", (10, 10)), ("decoder_self", (n, n)), ("cross", (n, 10))):
+        for layer, m in enumerate(_lens_arrays({"lens": rollout}, kind)):
+            assert m.shape == (1, *shape)
+            np.testing.assert_allclose(m.sum(-1), 1, atol=1e-5)  # rollout rows sum to 1
+            assert layer < 2
+    norms = lensview.payload(done, "norms")
+    for layer, m in enumerate(_lens_arrays(norms, "cross")):
+        w = trace.numpy("cross", layer)[0]  # [H, n, Ts]: what the stepper recorded
+        assert m.shape == w.shape and np.all((m > 0) == (w > 0))
+    assert lensview.payload(done, "weights")["lens"]["kinds"] == {}  # the page has those
+    bad = lensview.payload(done, "gradients")["lens"]
+    assert bad["name"] == "weights" and "lens must be one of" in bad["error"]
