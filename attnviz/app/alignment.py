@@ -413,6 +413,6 @@ def faithfulness_view(state: SessionState, k_max: int = 5) -> AlignView:
         f"Step {state.step}: the drop in the chosen token's probability when each method's "
         f"top-k source tokens are blocked (comprehensiveness: higher is more faithful) or are "
         f"the only ones kept (sufficiency: lower is better). AOPC comprehensiveness / "
-        f"sufficiency — {rows}."
+        f"sufficiency — {rows}. Methods that rank the tokens alike draw one line over another."
     )
     return AlignView([figures.faithfulness_curves(rep.comprehensiveness, rep.sufficiency)], msg)

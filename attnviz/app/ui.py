@@ -230,7 +230,7 @@ class Page:
                 self.align_overlay = gr.Plot(
                     label="links on the current input", elem_id="align-links"
                 )
-            self.align_file = gr.File(label="download", elem_id="align-file")
+            self.align_file = gr.File(label="download", elem_id="align-file", height=90)
             gr.Markdown("### Faithfulness at this step")
             self.faith_btn = gr.Button(
                 "Measure faithfulness of the newest token", elem_id="faith-btn"
