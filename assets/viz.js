@@ -110,18 +110,18 @@
   function setLens(l) {
     const msg = document.getElementById("lens-msg");
     if (msg) msg.textContent = l.error ? l.error : "";
-    if (l.name === "weights" || l.name !== ui.lens) { if (l.name === "weights") LENS = null; render(); return; }
+    if (l.name === "weights" || l.name !== ui.lens) { if (l.name === "weights") useLens(null); render(); return; }
     const kinds = {};
     for (const [k, layers] of Object.entries(l.kinds || {})) kinds[k] = layers.map((e) => ({ h: e.h, tq: e.tq, tk: e.tk, w: f32(e.w) }));
-    LENS = { name: l.name, epoch: l.epoch, n: l.n, kinds };
+    useLens({ name: l.name, epoch: l.epoch, n: l.n, kinds });
     render();
   }
   AV.setLens = function (name) {
     ui.lens = name; ui.lensAsked = "";
     const sel = document.getElementById("lens-select");
     if (sel) sel.value = name;
-    if (name === "weights") { LENS = null; render(); return; }
-    if (LENS && LENS.name !== name) LENS = null;
+    if (name === "weights") { useLens(null); render(); return; }
+    if (LENS && LENS.name !== name) useLens(null);
     if (lensCovers()) render(); else { render(); requestLens(); }
   };
   function lensOn(kind, q) {
@@ -142,11 +142,14 @@
     return kind === "encoder_self" ? [S.src, S.src] : kind === "decoder_self" ? [tgt, tgt] : [S.src, tgt];
   }
   // value of head h (or the mean) at (q, k) and whether the recorded mask blocks it
-  function cell(kind, layer, head, q, k) {
+  // the weights path reads the page's rows only; another lens swaps in lensCell
+  let cell = rawCell;
+  function lensCell(kind, layer, head, q, k) {
     const r = rawCell(kind, layer, head, q, k);
-    if (LENS && !r[1] && lensOn(kind, q)) r[0] = lensValue(kind, layer, head, q, k);
+    if (!r[1] && lensOn(kind, q)) r[0] = lensValue(kind, layer, head, q, k);
     return r;
   }
+  function useLens(l) { LENS = l; cell = l ? lensCell : rawCell; }
   function rawCell(kind, layer, head, q, k) {
     const H = S.H, ts = S.src.length;
     let w, m, tk, base;
