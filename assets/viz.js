@@ -142,15 +142,14 @@
     return kind === "encoder_self" ? [S.src, S.src] : kind === "decoder_self" ? [tgt, tgt] : [S.src, tgt];
   }
   // value of head h (or the mean) at (q, k) and whether the recorded mask blocks it
-  // the weights path reads the page's rows only; another lens swaps in lensCell
-  let cell = rawCell;
+  // the weights path reads the page's rows only (cell); another lens reads through lensCell
   function lensCell(kind, layer, head, q, k) {
-    const r = rawCell(kind, layer, head, q, k);
+    const r = cell(kind, layer, head, q, k);
     if (!r[1] && lensOn(kind, q)) r[0] = lensValue(kind, layer, head, q, k);
     return r;
   }
-  function useLens(l) { LENS = l; cell = l ? lensCell : rawCell; }
-  function rawCell(kind, layer, head, q, k) {
+  function useLens(l) { LENS = l; }
+  function cell(kind, layer, head, q, k) {
     const H = S.H, ts = S.src.length;
     let w, m, tk, base;
     if (kind === "encoder_self") {
@@ -172,10 +171,10 @@
   function matrix(kind, layer, head) {
     const [xl, yl] = labels(kind);
     const tq = yl.length, tk = xl.length;
-    const z = new Float32Array(tq * tk), m = new Uint8Array(tq * tk);
+    const z = new Float32Array(tq * tk), m = new Uint8Array(tq * tk), get = LENS ? lensCell : cell;
     for (let q = 0; q < tq; q++)
       for (let k = 0; k < tk; k++) {
-        const [v, b] = cell(kind, layer, head, q, k);
+        const [v, b] = get(kind, layer, head, q, k);
         z[q * tk + k] = v; m[q * tk + k] = b;
       }
     return { z, m, tq, tk, xl, yl };
@@ -489,9 +488,10 @@
       }
       const q = S.step - 1, [xl, yl] = labels(kind), tk = xl.length;
       const L = S.layers[kind], H = S.H, z = new Float32Array(L * H * tk), m = new Uint8Array(L * H * tk), names = [];
+      const get = LENS ? lensCell : cell;
       for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
         names.push(`L${l} H${h}`);
-        for (let k = 0; k < tk; k++) { const [v, b] = cell(kind, l, h, q, k); z[(l * H + h) * tk + k] = v; m[(l * H + h) * tk + k] = b; }
+        for (let k = 0; k < tk; k++) { const [v, b] = get(kind, l, h, q, k); z[(l * H + h) * tk + k] = v; m[(l * H + h) * tk + k] = b; }
       }
       const mat = { z, m, tq: L * H, tk, xl, yl: names };
       const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}`;
