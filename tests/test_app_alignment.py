@@ -116,6 +116,9 @@ def test_bad_gold_is_one_line_and_loses_nothing(decoded, tmp_path):
     assert "gold file, line 1" in bad.message and "'1x1'" in bad.message.replace("&#x27;", "'")
     half = alignment.view(decoded, sources_file=str(tmp_path / "src.txt"))
     assert "upload the gold (Pharaoh) file too" in half.message
+    (tmp_path / "one.txt").write_text("0-9 1-8\n")  # one line, no sources: this input's gold
+    one = alignment.view(decoded, gold_file=str(tmp_path / "one.txt"))
+    assert "2 gold" in one.message and "AER on 40" in one.message
     line = alignment.view(decoded, gold_line="0-0 nonsense")
     assert "the gold line" in line.message and "AER on 40" in line.message  # the grid stays
 

@@ -320,6 +320,11 @@ def view(
     lines: list[str] = []
     rep = None
     try:
+        gold_line, gold_file = _one_line_gold(gold_line, sources_file, gold_file)
+    except AttnvizError as exc:
+        lines.append(_warn(exc))
+        gold_file = None
+    try:
         rep, c = report(state, lens, setting, sources_file, gold_file)
         lines.append(_summary(rep, c))
         out.best = rep.best[0]
@@ -341,6 +346,18 @@ def view(
         out.grid_html = grid_html(rep, cur.sinks if cur else None)
     out.message = "  \n".join(lines)
     return out
+
+
+def _one_line_gold(
+    gold_line: str, sources_file: str | None, gold_file: str | None
+) -> tuple[str, str | None]:
+    """A one-line gold file uploaded without sources is the current input's gold (unless a
+    line is typed): returns ``(gold line, gold file left for the grid)``."""
+    if gold_file and not sources_file:
+        lines = _lines(gold_file, "gold")
+        if len(lines) == 1:
+            return (gold_line or "").strip() or lines[0], None
+    return gold_line, gold_file
 
 
 def _index(value, default: int) -> int:
@@ -382,6 +399,7 @@ def download(
 ) -> AlignView:
     """The chosen head's predicted links of the grid's sentences as a Pharaoh file."""
     try:
+        _, gold_file = _one_line_gold("", sources_file, gold_file)
         rep, _ = report(state, lens, setting, sources_file, gold_file)
         ly = _index(layer, rep.best[0][0])
         hd = _index(head, rep.best[0][1])

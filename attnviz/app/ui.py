@@ -217,7 +217,10 @@ class Page:
                     elem_id="align-gold", scale=2,
                 )  # fmt: skip
                 self.align_sources = gr.File(label="grid: sources, one per line", scale=1)
-                self.align_gold_file = gr.File(label="grid: gold links (Pharaoh)", scale=1)
+                self.align_gold_file = gr.File(
+                    label="gold links (Pharaoh): one line per source line, or one line for "
+                    "the current input", scale=1,
+                )  # fmt: skip
             with gr.Row():
                 self.align_btn = gr.Button(
                     "Score every head", variant="primary", elem_id="align-btn"
