@@ -69,9 +69,11 @@ def test_random_unicode_through_the_app_session(models_dir, text):
     state = session.new_state(str(models_dir / "reverse"))
     view = session.start(state, text)
     view = session.step(view.state)
-    assert view.state is not None
-    if not text.strip():
-        assert view.message  # a hint, not an exception
+    if text.strip():  # any text runs (unknown characters as <unk>): exactly one step taken
+        assert view.state.step == 1 and len(view.state.tokens) == 1, view.message
+        assert view.info["step"] == 1 and isinstance(view.output, str)
+    else:
+        assert view.message and view.state.step == 0  # a hint, not an exception
     for fig in view.figures.values():
         data = fig.to_plotly_json()["data"]
         for trace in data:
