@@ -19,7 +19,7 @@ from ..errors import AttnvizError, InputError
 from ..model import KINDS
 from ..record import record
 from .state import SessionState, checkpoint
-from .views import _b64
+from .views import b64
 
 
 def payload(state: SessionState, name: str) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
             layers = []
             for layer in trace.layers(kind):
                 m = lens(model, trace, kind, layer, name)[0]  # [H', Tq, Tk]
-                layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": _b64(m)})
+                layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64(m)})
             base["kinds"][kind] = layers
     except AttnvizError as exc:
         return {"lens": {**base, "name": "weights", "error": f"⚠ {html.escape(str(exc))}"}}

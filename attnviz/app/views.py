@@ -49,7 +49,7 @@ def _code(token: str) -> str:
     return f"<code>{html.escape(display_token(token))}</code>"
 
 
-def _b64(a: np.ndarray) -> str:
+def b64(a: np.ndarray) -> str:
     """float32 little-endian bytes, base64: exact weights at 4 bytes each (+1/3)."""
     return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
 
@@ -176,7 +176,7 @@ def payload(
             titles=KIND_TITLES,
             encoder=[
                 {
-                    "w": _b64(trace.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
+                    "w": b64(trace.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
                     "m": _bits(trace.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
                 }
                 for i in trace.layers("encoder_self")
@@ -196,7 +196,7 @@ def payload(
                     m_rows = list(m)
                 layers.append(
                     {
-                        "w": _b64(np.concatenate([x.ravel() for x in w_rows])),
+                        "w": b64(np.concatenate([x.ravel() for x in w_rows])),
                         "m": "".join(_bits(x) for x in m_rows),
                     }
                 )
