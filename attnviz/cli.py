@@ -179,7 +179,7 @@ def _align(args: argparse.Namespace) -> int:
 
 
 def _faithfulness(args: argparse.Namespace) -> int:
-    from .analysis.faithfulness import faithfulness
+    from .analysis.faithful import faithfulness
 
     ckpt = load_checkpoint(args.checkpoint)
     texts = args.text or [e.src for e in _task_inputs(ckpt, args.n)]

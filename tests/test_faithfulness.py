@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.analysis.faithfulness import METHODS, faithfulness, rankings
+from attnviz.analysis.faithful import METHODS, faithfulness, rankings
 from attnviz.tasks import get_task
 
 

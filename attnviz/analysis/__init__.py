@@ -9,8 +9,8 @@ from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effect
 from .align import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
 from .export import Inspection, inspect_text, write_json, write_npz
-from .faithfulness import METHODS as FAITHFULNESS_METHODS
-from .faithfulness import FaithfulnessReport, faithfulness
+from .faithful import METHODS as FAITHFULNESS_METHODS
+from .faithful import FaithfulnessReport, faithfulness
 from .health import Finding, HealthReport, check
 from .lenses import LENSES, lens
 from .masking import (
