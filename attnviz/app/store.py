@@ -4,13 +4,15 @@ Loaded checkpoints live in a module-level dict keyed by ``(path, device)`` and g
 lock, so every session (and thread) shares one read-only model per file. A checkpoint that is
 rewritten on disk (training still running) is loaded again on its next use. Uploads are
 unpacked into a private temporary folder; only ``model.safetensors``, ``config.json`` and
-``snapshots.safetensors`` are ever written there, and nothing is unpickled.
+``snapshots.safetensors`` are ever written there (a Hugging Face folder: its config, weights or
+shards and tokenizer files, under their own flat names), and nothing is unpickled.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -22,6 +24,7 @@ from pathlib import Path
 from .. import devices
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError
+from ..interop.hf import is_hf_folder
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS, get_task
 
@@ -33,6 +36,26 @@ SHIPPED_ORDER = ("reverse", "copy", "sort", "translate")
 #: Largest upload (all files together) the app unpacks.
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 _ALLOWED = (WEIGHTS, METADATA, SNAPSHOTS)
+#: The index of a sharded Hugging Face checkpoint.
+HF_INDEX = "model.safetensors.index.json"
+#: What an uploaded Hugging Face folder may hold (plus the shards its index names).
+HF_ALLOWED = (
+    "config.json",
+    "generation_config.json",
+    WEIGHTS,
+    HF_INDEX,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "source.spm",
+    "target.spm",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "merges.txt",
+)
+_SHARD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.safetensors")
 _PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
 
 
@@ -91,6 +114,8 @@ def resolve_device(device: str = "auto") -> str:
 def _version(path: Path) -> int:
     """Modification time of the weights file (0 if it is missing: loading will say so)."""
     weights = path / WEIGHTS if path.is_dir() else path
+    if path.is_dir() and not weights.is_file() and (path / HF_INDEX).is_file():
+        weights = path / HF_INDEX  # a sharded Hugging Face folder
     try:
         return weights.stat().st_mtime_ns
     except OSError:
@@ -177,12 +202,19 @@ def resolve_model(name: str) -> str:
 
 # -- what the pickers offer ----------------------------------------------------------------------
 def shipped_models(root: Path = MODELS_DIR) -> dict[str, str]:
-    """``{name: folder}`` of the checkpoints under ``models/`` that have finished writing."""
+    """``{name: folder}`` of the checkpoints under ``models/`` that have finished writing:
+    attnviz folders and Hugging Face ones (``config.json`` + weights or a shard index)."""
     if not root.is_dir():
         return {}
-    found = {p.name: str(p) for p in root.iterdir() if (p / WEIGHTS).is_file()}
+    found = {p.name: str(p) for p in root.iterdir() if _is_model_dir(p)}
     order = [n for n in SHIPPED_ORDER if n in found] + sorted(set(found) - set(SHIPPED_ORDER))
     return {n: found[n] for n in order}
+
+
+def _is_model_dir(p: Path) -> bool:
+    if (p / WEIGHTS).is_file():
+        return True
+    return (p / HF_INDEX).is_file() and is_hf_folder(p)
 
 
 def examples_for(task: str | None, n: int = 6) -> list[str]:
@@ -209,6 +241,49 @@ def _refuse_pickle(name: str) -> None:
         )
 
 
+def _is_hf_config(data: bytes) -> bool:
+    """A ``config.json`` of a Hugging Face folder (a ``model_type``, no attnviz ``config``)."""
+    try:
+        cfg = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(cfg, dict) and "model_type" in cfg and "config" not in cfg
+
+
+def _shards(index: bytes) -> set[str]:
+    """The shard file names a ``model.safetensors.index.json`` names (plain names only)."""
+    try:
+        data = json.loads(index)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{HF_INDEX} is not readable JSON") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{HF_INDEX} has no weight_map")
+    names = {str(v) for v in weight_map.values()}
+    bad = sorted(n for n in names if not _SHARD.fullmatch(n) or n == SNAPSHOTS)
+    if bad:
+        raise CheckpointError(f"{HF_INDEX} names a shard that is not a plain file name: {bad[0]}")
+    return names
+
+
+def _hf_wanted(read, names: list[str]) -> list[str] | None:
+    """For a Hugging Face folder's files (``read(name) -> bytes``): the names to keep;
+    ``None`` when the files are not a Hugging Face folder."""
+    if "config.json" not in names or not _is_hf_config(read("config.json")):
+        return None
+    allowed = set(HF_ALLOWED)
+    if HF_INDEX in names:
+        allowed |= _shards(read(HF_INDEX))
+        missing = sorted(n for n in allowed - set(HF_ALLOWED) if n not in names)
+        if missing:
+            raise CheckpointError(f"the upload lacks the shard {missing[0]} its index names")
+    elif WEIGHTS not in names:
+        raise CheckpointError(
+            f"the Hugging Face folder holds no {WEIGHTS} (nor {HF_INDEX} and its shards)"
+        )
+    return [n for n in names if n in allowed]
+
+
 def _from_zip(zpath: Path, dest: Path) -> None:
     with zipfile.ZipFile(zpath) as z:
         members = [m for m in z.infolist() if not m.is_dir()]
@@ -216,6 +291,15 @@ def _from_zip(zpath: Path, dest: Path) -> None:
             _refuse_pickle(m.filename)
         if sum(m.file_size for m in members) > MAX_UPLOAD_BYTES:
             raise CheckpointError(f"the zip unpacks to more than {MAX_UPLOAD_BYTES >> 20} MB")
+        by_name: dict[str, zipfile.ZipInfo] = {}
+        for m in members:  # flattened: the first member of each base name counts
+            by_name.setdefault(Path(m.filename).name, m)
+        hf = _hf_wanted(lambda n: z.read(by_name[n]), list(by_name))
+        if hf is not None:
+            for name in hf:  # flat names checked above: no path from the zip is used
+                with z.open(by_name[name]) as src, open(dest / name, "wb") as out:
+                    shutil.copyfileobj(src, out)
+            return
         wanted = {Path(m.filename).name: m for m in members if Path(m.filename).name in _ALLOWED}
         if WEIGHTS not in wanted:
             names = ", ".join(sorted(Path(m.filename).name for m in members)[:6]) or "nothing"
@@ -226,9 +310,15 @@ def _from_zip(zpath: Path, dest: Path) -> None:
 
 
 def _place(files: list[Path], dest: Path) -> None:
-    """Loose files -> ``dest`` under their canonical names."""
+    """Loose files -> ``dest`` under their canonical names (a Hugging Face folder's: their own)."""
     for f in files:
         _refuse_pickle(f.name)
+    by_name = {f.name: f for f in files}
+    hf = _hf_wanted(lambda n: by_name[n].read_bytes(), list(by_name))
+    if hf is not None:
+        for name in hf:
+            shutil.copyfile(by_name[name], dest / name)
+        return
     weights = [f for f in files if f.suffix == ".safetensors" and f.name != SNAPSHOTS]
     json_files = [f for f in files if f.suffix == ".json"]
     others = [f for f in files if f not in weights and f not in json_files and f.name != SNAPSHOTS]
@@ -272,7 +362,8 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
 
     Args:
         paths: uploaded file paths: ``model.safetensors`` (+ ``config.json``,
-            ``snapshots.safetensors``), or one ``.zip`` holding them.
+            ``snapshots.safetensors``), or one ``.zip`` holding them; or a Hugging Face
+            folder's files (``config.json``, weights or index + shards, tokenizer files).
     Returns:
         ``(folder, checkpoint)``; the folder is what sessions refer to.
     Raises:
