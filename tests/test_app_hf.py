@@ -51,6 +51,7 @@ def marian(tmp_path_factory):
             out = hf_model.generate(**enc, num_beams=1, do_sample=False)
         expected[text] = tok.decode(out[0], skip_special_tokens=True)
         pieces[text] = tok.convert_ids_to_tokens(enc.input_ids[0])
+    assert all(expected.values()), expected  # the comparison must be about real text
     return folder, expected, pieces
 
 
