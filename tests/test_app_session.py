@@ -487,7 +487,7 @@ def test_lens_payload_covers_the_decode_and_matches_the_recorded_weights(done):
     from attnviz.app import lensview
 
     n = len(done.tokens)
-    with DECODERS.hold(done, session.checkpoint(done), done.version) as stepper:
+    with DECODERS.hold(done, session.checkpoint_of(done), done.version) as stepper:
         trace = stepper.trace(upto=n)
     rollout = lensview.payload(done, "rollout")["lens"]
     assert rollout["n"] == n and rollout["epoch"] == f"{done.sid}:{done.epoch}"

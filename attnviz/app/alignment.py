@@ -36,7 +36,7 @@ from ..record import record
 from ..tasks import TASKS, get_task
 from . import figures, store
 from .labs import started_checkpoint
-from .state import SessionState, checkpoint
+from .state import SessionState, checkpoint_of
 
 GRID_SENTENCES = 40  # a built-in task's test sentences scored in the grid
 MAX_UPLOAD_LINES = 2000
@@ -156,7 +156,7 @@ def report(
     gold_file: str | None = None,
 ) -> tuple[analysis.AlignmentReport, Corpus]:
     """The grid's :class:`~attnviz.analysis.AlignmentReport` (cached)."""
-    ckpt = checkpoint(state)
+    ckpt = checkpoint_of(state)
     c = corpus(ckpt, sources_file, gold_file)
     digest = hashlib.sha256(
         repr(

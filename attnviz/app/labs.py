@@ -22,7 +22,7 @@ from ..plots import KIND_TITLES
 from . import figures, store
 from .state import (
     SessionState,
-    checkpoint,
+    checkpoint_of,
     head_label,
     head_weights,
     layer_index,
@@ -71,7 +71,7 @@ def started_checkpoint(state: SessionState) -> Checkpoint:
     """The checkpoint of a state with an input started (else a message to start one)."""
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
-    return checkpoint(state)
+    return checkpoint_of(state)
 
 
 def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:

@@ -18,7 +18,7 @@ from ..analysis import LENSES, lens
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
 from ..record import record
-from .state import SessionState, checkpoint
+from .state import SessionState, checkpoint_of
 from .views import b64
 
 
@@ -34,7 +34,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
             raise InputError(f"lens must be one of {', '.join(LENSES)}, got {name!r}")
         if name == "weights" or not state.started:
             return {"lens": base}
-        ckpt = checkpoint(state)
+        ckpt = checkpoint_of(state)
         cfg, model = ckpt.config, ckpt.model
         n = len(state.tokens)
         src = torch.tensor([state.src_ids], device=ckpt.device)

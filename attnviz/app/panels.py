@@ -23,7 +23,7 @@ from .decoders import DECODERS
 from .labs import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
-    checkpoint,
+    checkpoint_of,
     has_snapshots,
     head_label,
     head_weights,
@@ -44,7 +44,7 @@ def health(state: SessionState, n: int = 100) -> LabView:
         head's normalised entropy with its role.
     """
     try:
-        ckpt = checkpoint(state)
+        ckpt = checkpoint_of(state)
         key = (state.model, store.version_of(state.model), state.device, n)
         rep = _HEALTH.get(key)
         if rep is None:
@@ -101,8 +101,8 @@ def playback(
         return error_view(exc)
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
     w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
-    tok = checkpoint(state).tgt_tokenizer
-    y = [tok.token(checkpoint(state).config.bos_id), *snaps.probe_tgt][: w.shape[0]]
+    tok = checkpoint_of(state).tgt_tokenizer
+    y = [tok.token(checkpoint_of(state).config.bos_id), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)
     title = (
         f"cross-attention L{layer} ({which})<br>"
@@ -143,7 +143,7 @@ def export(state: SessionState, what: str) -> LabView:
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
         path = folder / f"attnviz-{name}-step{len(ins.out_ids)}.{what}"
         if what == "html":
-            report.write_html(ins, path, checkpoint(state))
+            report.write_html(ins, path, checkpoint_of(state))
         elif what == "json":
             analysis.write_json(ins, path)
         else:

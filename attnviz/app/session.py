@@ -32,7 +32,7 @@ from .figures import placeholder
 from .state import (
     DecodeView,
     SessionState,
-    checkpoint,
+    checkpoint_of,
     layer_count,
     new_state,
 )
@@ -87,7 +87,7 @@ def _apply(
     """
     notice = ""
     try:
-        ckpt = checkpoint(state)
+        ckpt = checkpoint_of(state)
         version = store.version_of(state.model)
         if state.started and state.version != version:
             state = _start_state(state, ckpt, state.text, version)
@@ -119,7 +119,7 @@ def _render(
 def render(state: SessionState, message: str = "") -> DecodeView:
     """The view of ``state`` as it is (no action)."""
     try:
-        ckpt = checkpoint(state)
+        ckpt = checkpoint_of(state)
         if state.started and state.version != store.version_of(state.model):
             return _apply(state, lambda s, c: s)
         return _render(state, ckpt, message)
@@ -273,7 +273,7 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
         new_state(path, state.device), text=typed, sid=state.sid, epoch=state.epoch + 1
     )
     try:
-        ckpt = checkpoint(new)  # load now: a broken file is reported here, not at the first step
+        ckpt = checkpoint_of(new)  # load now: a broken file is reported here, not at the first step
     except AttnvizError as exc:
         return render(state, message=_warn(exc))
     if not typed.strip():
@@ -292,7 +292,7 @@ def upload_model(state: SessionState, paths: list[str], text: str | None = None)
 
 def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
     """``["cross L0 H0", ...]``: every head of ``kind`` (default: the model view's kind)."""
-    ckpt = checkpoint(state)
+    ckpt = checkpoint_of(state)
     kind = kind or state.model_kind
     return [
         f"{kind} L{i} H{h}"
@@ -305,7 +305,7 @@ def figures(state: SessionState) -> dict[str, go.Figure]:
     """Every view of ``state`` as a plotly figure (see :func:`attnviz.app.views.figures_of`)."""
     if not state.started:
         return {name: placeholder("type an input and press Step") for name in views.FIGURES}
-    ckpt = checkpoint(state)
+    ckpt = checkpoint_of(state)
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         trace = stepper.trace(upto=state.step)
         steps = stepper.steps
@@ -316,7 +316,7 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
     """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
     (default: the state's input)."""
     try:
-        ckpt = checkpoint(state)
+        ckpt = checkpoint_of(state)
         text = state.text if text is None else text
         if not (text or "").strip():
             raise InputError("type an input first")

@@ -140,7 +140,7 @@ def new_state(model: str | None = None, device: str = "cpu") -> SessionState:
     return SessionState(model=str(model), device=device)
 
 
-def checkpoint(state: SessionState) -> Checkpoint:
+def checkpoint_of(state: SessionState) -> Checkpoint:
     """The shared, read-only checkpoint of ``state`` (loaded once per process)."""
     if not state.model:
         raise InputError("no model is loaded: pick a shipped model or upload a checkpoint")
@@ -163,7 +163,7 @@ def has_snapshots(state: SessionState) -> bool:
 
 def describe(state: SessionState) -> str:
     """Markdown naming the loaded model, its task and the device it runs on."""
-    ckpt = checkpoint(state)
+    ckpt = checkpoint_of(state)
     cfg, task = ckpt.config, ckpt.task
     about = TASKS[task].description if task in TASKS else "no built-in task recorded"
     acc = (ckpt.meta.get("metrics") or {}).get("val_exact_match")

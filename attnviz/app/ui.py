@@ -26,7 +26,7 @@ from ..errors import AttnvizError
 from ..model import KINDS
 from . import alignment, labs, lensview, panels, session, store
 from .decoders import DECODERS
-from .state import SessionState, checkpoint, describe, head_choices
+from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import panel_stamps as stamp
 
 CSS_FILE = store.ASSETS_DIR / "app.css"
@@ -268,7 +268,7 @@ class Page:
     def controls(self, state: SessionState) -> dict:
         """Choices that depend on the loaded model (layers, heads, examples, snapshots)."""
         try:
-            ckpt = checkpoint(state)
+            ckpt = checkpoint_of(state)
         except AttnvizError:
             return {self.model_info: "⚠ no model loaded: pick one or upload a checkpoint"}
         heads = [h for h in head_choices(ckpt) if h != "all heads"]
