@@ -15,7 +15,10 @@ repeats, so the ratio carries between machines even where absolute times do not.
    bytes the page receives per Step, on models/reverse and an opus-mt-shaped random model;
 7. bytes held by a Trace of a 6+6-layer, d_model 512, 8-head model on 256 + 256 tokens;
 8. training time to 99 % validation exact match on ``reverse`` (from ``models/reverse``'s
-   recorded history).
+   recorded history);
+9. a Hugging Face opus-mt-shaped Marian model (random weights, ``save_pretrained``, opened
+   with :func:`attnviz.load_checkpoint`): one recorded ``GreedyStepper`` step vs one step of
+   transformers' cached greedy ``generate`` on the same model and input: <= 1.2.
 """
 
 from __future__ import annotations
@@ -326,6 +329,70 @@ def bench_app_memory(quick: bool) -> list[Row]:
                 f"{base:.0f} MB after the first step (torch, one model loaded)")]  # fmt: skip
 
 
+HF_ROW = "HF Marian (opus-mt shape) recorded step vs transformers' cached greedy step"
+
+
+def bench_hf_marian(quick: bool) -> list[Row]:
+    """Row 9: a recorded stepper step on an opus-mt-shaped Marian folder vs ``generate``."""
+    try:
+        import transformers
+    except ImportError:
+        return [Row(HF_ROW, float("nan"), "ratio", "<= 1.2", None,
+                    "skipped: transformers is not installed (pip install 'attnviz[hf]')")]  # fmt: skip
+    import tempfile
+
+    from .checkpoint import load_checkpoint
+
+    n, reps = (8, 3) if quick else (32, 7)
+    vocab = 8000
+    cfg = transformers.MarianConfig(
+        vocab_size=vocab, d_model=512, encoder_layers=6, decoder_layers=6,
+        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048, max_position_embeddings=512, pad_token_id=vocab - 1,
+        decoder_start_token_id=vocab - 1, eos_token_id=0, forced_eos_token_id=0,
+        scale_embedding=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.MarianMTModel(cfg).eval()
+    with torch.no_grad():  # random weights rarely pick EOS, but never let it end a run early
+        hf.final_logits_bias[..., 0] = -1e4
+    hf.generation_config.bad_words_ids = [[vocab - 1]]  # what opus-mt folders carry
+    src = torch.randint(1, vocab - 1, (1, 20))
+    with tempfile.TemporaryDirectory(prefix="attnviz-bench-hf-") as tmp, app_threads():
+        bars = transformers.utils.logging.is_progress_bar_enabled()
+        transformers.utils.logging.disable_progress_bar()
+        try:
+            hf.save_pretrained(tmp, safe_serialization=True)
+        finally:
+            if bars:
+                transformers.utils.logging.enable_progress_bar()
+        ckpt = load_checkpoint(tmp)
+        c = ckpt.config
+
+        def ours():
+            stepper = GreedyStepper(
+                ckpt.model, src[0], c.bos_id, c.eos_id, max_len=n + 2, rules=ckpt.rules
+            )
+            for _ in range(n):
+                stepper.step()
+            return stepper.tokens
+
+        def theirs():
+            with torch.no_grad():
+                return hf.generate(
+                    input_ids=src, attention_mask=torch.ones_like(src), max_new_tokens=n,
+                    min_new_tokens=n, num_beams=1, do_sample=False,
+                )  # fmt: skip
+
+        # generate forces EOS as its last token (the folder's forced_eos_token_id)
+        same = ours()[: n - 1] == theirs()[0, 1:n].tolist()
+        t_ours, t_base = paired_times(ours, theirs, reps, 1)
+    t_ours, t_base = t_ours / n, t_base / n
+    return [Row(HF_ROW, t_ours / t_base, "ratio", "<= 1.2", t_ours / t_base <= 1.2,
+                f"{t_ours * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms per token, {n} tokens from a "
+                f"20-token input, encoder included{'' if same else ', tokens differ'}")]  # fmt: skip
+
+
 def bench_training() -> list[Row]:
     """Row 8: time to 99 % validation exact match, from the shipped reverse model's history."""
     meta_file = MODELS / "reverse" / "config.json"
@@ -351,6 +418,7 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
         ("app memory", lambda: bench_app_memory(quick)),  # before the big trace: its RSS
         ("browser", lambda: bench_browser(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
+        ("hf marian", lambda: bench_hf_marian(quick)),
         ("training", bench_training),
     ]
     rows: list[Row] = []
