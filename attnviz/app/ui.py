@@ -62,6 +62,7 @@ watch('value', () => window.AttnViz.apply(props.value));
 """
 UPLOAD_LABEL = (
     "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
+    "a Hugging Face folder's files (config, safetensors weights, tokenizer files), "
     "or one .zip of the folder"
 )
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
