@@ -29,7 +29,7 @@ _PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>body {{ font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
-padding: 0 1em; color: #222 }} .attnviz-figure {{ margin: 1.5em 0 }}</style>
+padding: 0 1em; color: #222 }} .attnviz-figure {{ margin: 1.5em 0; overflow-x: auto }}</style>
 </head>
 <body>
 <h1>{title}</h1>
@@ -134,8 +134,10 @@ def stats_table(rows: Sequence[Mapping]) -> go.Figure:
         ),
         columnwidth=[_WIDTHS.get(c, 85) for c in cols],
     )
-    fig.update_layout(
-        height=int(np.clip(60 + 22 * len(rows), 200, 1400)), margin=dict(t=10, b=10, l=5, r=5)
+    fig.update_layout(  # as wide as its columns (the page scrolls sideways rather than clip)
+        width=sum(_WIDTHS.get(c, 85) for c in cols) + 10,
+        height=int(np.clip(60 + 22 * len(rows), 200, 1400)),
+        margin=dict(t=10, b=10, l=5, r=5),
     )
     return fig
 
