@@ -33,12 +33,12 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
         then the output without its last token.
     """
     cfg = ckpt.config
-    src = source_batch([ckpt.encode_source(t).ids for t in texts], cfg, ckpt.device)
+    ids = [ckpt.encode_source(t).ids for t in texts]
+    src = source_batch(ids, cfg, ckpt.device)
     out = greedy_decode(ckpt.model, src.src, cfg.bos_id, cfg.eos_id, src_pad_mask=src.src_pad,
                         edits=edits)  # fmt: skip
     rows = [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
-    return make_batch([ckpt.encode_source(t).ids for t in texts], rows, cfg, ckpt.device,
-                      add_eos=False)  # fmt: skip
+    return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
 
 
 @torch.no_grad()

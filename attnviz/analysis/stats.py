@@ -257,21 +257,16 @@ def head_stats(
 
 
 def _key_classes(ids, eos_id, bos_id, punct_ids) -> dict[str, np.ndarray]:
-    """``{class: bool [B, 1, Tk]}`` for the keys ``ids`` ``[B, Tk]`` (empty without ids)."""
+    """``{class: bool [B, 1, Tk]}`` for the keys ``ids`` ``[B, Tk]`` (empty without ids); the
+    end and start classes only where their id is given."""
     if ids is None:
         return {}
     ids = np.asarray(ids)
-    none = np.zeros(ids.shape, bool)
-    eos = ids == eos_id if eos_id is not None else none
-    bos = ids == bos_id if bos_id is not None else none
-    punct = np.isin(ids, list(punct_ids))
+    classes = {name: ids == i for name, i in (("eos", eos_id), ("bos", bos_id)) if i is not None}
+    classes["punct"] = np.isin(ids, list(punct_ids))
     first = np.zeros(ids.shape, bool)
     first[:, :1] = True
-    classes = {"eos": eos, "bos": bos, "punct": punct, "sink": eos | bos | punct | first}
-    if eos_id is None:
-        del classes["eos"]
-    if bos_id is None:
-        del classes["bos"]
+    classes["sink"] = first | np.logical_or.reduce(list(classes.values()))
     return {k: v[:, None, :] for k, v in classes.items()}
 
 

@@ -177,34 +177,26 @@ def alignment_overlay(cur, lens: str, setting: str) -> go.Figure:
         title=f"cross L{cur.layer} H{cur.head} · lens {lens} · {setting} setting<br>"
         "<sup>○ predicted link (argmax) · ✕ gold link</sup>",
     )
-    pred = sorted(cur.predicted)
-    fig.add_trace(
-        go.Scatter(
-            x=[i for i, _ in pred],
-            y=[j for _, j in pred],
-            customdata=[f"{cur.tgt_words[j]} → {cur.src_words[i]}" for i, j in pred],
+
+    def links(pairs, name: str, marker: dict) -> go.Scatter:
+        pairs = sorted(pairs)
+        return go.Scatter(
+            x=[i for i, _ in pairs],
+            y=[j for _, j in pairs],
+            customdata=[f"{cur.tgt_words[j]} → {cur.src_words[i]}" for i, j in pairs],
             mode="markers",
-            name="predicted",
-            marker=dict(symbol="circle-open", size=16, color="white", line=dict(width=3)),
-            hovertemplate="predicted: %{customdata}<extra></extra>",
+            name=name,
+            marker=marker,
+            hovertemplate=f"{name}: %{{customdata}}<extra></extra>",
         )
-    )
+
+    fig.add_trace(links(cur.predicted, "predicted", dict(symbol="circle-open", size=16,
+                                                           color="white", line=dict(width=3))))  # fmt: skip
     if cur.gold is not None:
         ns, nt = len(cur.src_words), len(cur.tgt_words)
-        gold = sorted(g for g in cur.gold.possible if g[0] < ns and g[1] < nt)
-        fig.add_trace(
-            go.Scatter(
-                x=[i for i, _ in gold],
-                y=[j for _, j in gold],
-                customdata=[f"{cur.tgt_words[j]} → {cur.src_words[i]}" for i, j in gold],
-                mode="markers",
-                name="gold",
-                marker=dict(
-                    symbol="x-thin-open", size=11, color=plots.HIGHLIGHT, line=dict(width=3)
-                ),
-                hovertemplate="gold: %{customdata}<extra></extra>",
-            )
-        )
+        gold = [g for g in cur.gold.possible if g[0] < ns and g[1] < nt]
+        fig.add_trace(links(gold, "gold", dict(symbol="x-thin-open", size=11,
+                                               color=plots.HIGHLIGHT, line=dict(width=3))))  # fmt: skip
     return fig.update_layout(showlegend=False)  # the subtitle names the two markers
 
 
