@@ -30,6 +30,7 @@ from .data import source_batch
 from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
+from .scoring import Scored, score_reference
 from .tokenizer import Encoding, Tokenizer
 
 FORMAT = "attnviz-checkpoint/1"
@@ -352,6 +353,11 @@ class Checkpoint:
             rules=self.rules,
             max_len=self.max_new_tokens,
         )
+
+    def score(self, source: str, target: str | Sequence[int]) -> Scored:
+        """Teacher-force ``target`` on ``source``: per-token probabilities, ranks, attention
+        (see :func:`attnviz.scoring.score`)."""
+        return score_reference(self, source, target if isinstance(target, str) else list(target))
 
     @property
     def device(self) -> torch.device:
