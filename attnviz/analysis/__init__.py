@@ -8,6 +8,7 @@ CLI and the app alike.
 from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
 from .align import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
+from .compare import Comparison, TokenChange, compare
 from .export import Inspection, inspect_text, write_json, write_npz
 from .faithful import METHODS as FAITHFULNESS_METHODS
 from .faithful import FaithfulnessReport, faithfulness
@@ -39,6 +40,9 @@ __all__ = [
     "METRICS",
     "AblationResult",
     "Attribution",
+    "Comparison",
+    "TokenChange",
+    "compare",
     "Finding",
     "HeadEffect",
     "HeadStats",
