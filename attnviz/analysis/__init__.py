@@ -25,6 +25,7 @@ from .masking import (
     references,
 )
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
+from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
     "LENSES",
@@ -68,4 +69,7 @@ __all__ = [
     "spearman",
     "write_json",
     "write_npz",
+    "Decode",
+    "WhatIf",
+    "what_if",
 ]
