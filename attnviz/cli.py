@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, compare_cli
 from .checkpoint import load_checkpoint
 from .errors import AttnvizError
 
@@ -359,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_step_through)
     _add_train_parser(sub)
     _add_analysis_parsers(sub)
+    compare_cli.add_parser(sub)
     return parser
 
 
