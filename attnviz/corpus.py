@@ -376,3 +376,50 @@ def filter_length(
         raise CorpusError(f"the maximum length must be at least 1, got {max_len}")
     kept = [p for p in corpus if len(p[0]) <= max_len and len(p[1]) <= max_len]
     return kept, len(corpus) - len(kept)
+
+
+# -- writing --------------------------------------------------------------------------------
+def write_tsv(path: str | Path, pairs: Sequence[Pair]) -> Path:
+    """Write pairs as ``source<TAB>target`` lines (UTF-8), replacing the file in one step.
+
+    Raises:
+        CorpusError: a text holding a tab or a line break (it would not read back).
+    """
+    bad = next((i for i, p in enumerate(pairs) if any(c in s for s in p for c in "\t\r\n")), None)
+    if bad is not None:
+        raise CorpusError(f"pair {bad} holds a tab or line break: {pairs[bad]!r}")
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+#: The file name of each split :func:`write_task_corpus` writes, with the task split it draws.
+CORPUS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+def write_task_corpus(
+    task, out: str | Path, sizes: dict[str, int], seed: int = 0
+) -> list[tuple[Path, int]]:
+    """A built-in task's splits as ``train.tsv``, ``dev.tsv`` and ``test.tsv`` in ``out``.
+
+    Args:
+        task: a :class:`attnviz.tasks.Task`.
+        sizes: pairs per split, keys ``train``, ``dev``, ``test`` (fewer when a split holds
+            fewer distinct sources).
+    Returns:
+        ``(path, pairs written)`` per file. Every split is drawn before anything is written.
+    """
+    if set(sizes) != set(CORPUS_SPLITS):
+        raise CorpusError(f"give the size of each of {list(CORPUS_SPLITS)}, got {list(sizes)}")
+    bad = [f"{k}={n}" for k, n in sizes.items() if n < 1]
+    if bad:
+        raise CorpusError(f"each split needs at least 1 pair, got {', '.join(bad)}")
+    drawn = {
+        name: [(e.src, e.tgt) for e in task.examples(CORPUS_SPLITS[name], sizes[name], seed=seed)]
+        for name in CORPUS_SPLITS
+    }
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    return [(write_tsv(folder / f"{name}.tsv", pairs), len(pairs)) for name, pairs in drawn.items()]
