@@ -4,9 +4,6 @@ slice stable, the encoded corpus compact and equal to encoding pair by pair."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -149,7 +146,7 @@ def _corpus(n: int) -> list[tuple[str, str]]:
     return [(f"source sentence {i}", f"target {i}") for i in range(n)]
 
 
-@pytest.mark.parametrize("n, want", [(300, 100), (50_000, 500), (400_000, 2000), (120, 60)])
+@pytest.mark.parametrize("n, want", [(300, 100), (50_000, 500), (250_000, 2000), (120, 60)])
 def test_dev_size_is_one_percent_clamped(n, want):
     train, dev, desc = split_dev(_corpus(n))
     assert len(dev) == want and len(train) == n - want
@@ -163,14 +160,9 @@ def test_dev_slice_does_not_depend_on_line_order_or_the_python_hash_seed():
     np.random.default_rng(0).shuffle(shuffled)
     _, dev2, _ = split_dev(shuffled)
     assert sorted(dev) == sorted(dev2)
-    code = (
-        "from attnviz.data import split_dev; "
-        "print(sorted(split_dev([(f'source sentence {i}', f'target {i}') "
-        "for i in range(5000)])[1])[:5])"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == str(sorted(dev)[:5])
+    # a golden value: Python's hash() changes from process to process, blake2b does not
+    _, dev_idx, _ = split_indices([s for s, _ in pairs])
+    assert dev_idx[:5].tolist() == [22, 164, 245, 354, 440]
 
 
 def test_copies_of_a_source_land_on_the_same_side():
