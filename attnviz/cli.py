@@ -16,7 +16,7 @@ import torch
 
 from . import __version__, compare_cli
 from .checkpoint import load_checkpoint
-from .errors import AttnvizError
+from .errors import AttnvizError, one_line
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "reverse"
 
@@ -404,10 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "attnviz " + shlex.join(argv)
     try:
         return args.func(args)
-    except (AttnvizError, OSError) as exc:  # OSError: an unwritable output path, say
+    except (AttnvizError, OSError, MemoryError, RecursionError) as exc:
+        # OSError: an unwritable output path, say; MemoryError / RecursionError: a file too
+        # big or too deeply nested for this machine, whichever step met it
         if debug:
             raise
-        print(f"attnviz: error: {exc}", file=sys.stderr)
+        print(f"attnviz: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 
