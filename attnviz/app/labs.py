@@ -112,10 +112,7 @@ def mask_lab(
     """
     try:
         ckpt = started_checkpoint(state)
-        try:
-            positions = [int(str(b).split(":")[0]) for b in blocked or ()]
-        except ValueError:
-            raise InputError(f"not a source position: {list(blocked)!r}") from None
+        positions, dropped = current_blocked(state, blocked)
         lab = analysis.mask_lab(
             ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions
         )
@@ -160,7 +157,46 @@ def mask_lab(
         horizontal=True,
     )
     message = _mask_message(lab, causal_off, padding_off, positions, pos)
+    if dropped:
+        message = (
+            f"Blocked tokens of an earlier input ({', '.join(map(str, dropped))}) are not "
+            "blocked: choose tokens of this input.  \n" + message
+        )
     return LabView([fig, probs], message + ("  \n" + PADDED_ROWS if lab.padded_rows else ""))
+
+
+def block_labels(state: SessionState) -> list[str]:
+    """The current input's source tokens as the mask lab's ``"position: token"`` choices."""
+    from .views import display_token  # views imports nothing of the labs
+
+    return [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
+
+
+def current_blocked(
+    state: SessionState, blocked: Sequence[int | str] | None
+) -> tuple[list[int], list[str]]:
+    """Source positions to block in the current input, and the choices left from another.
+
+    A ``"3: x"`` label counts only when it names a token of the current input (the page can
+    send the ticks of an earlier input with the new one); a bare position is passed on (and
+    refused by :func:`attnviz.analysis.mask_lab` when out of range).
+
+    Returns:
+        ``(positions, dropped)``: sorted positions, and the choices that were ignored.
+    """
+    labels = block_labels(state)
+    positions, dropped = set(), []
+    for b in blocked or ():
+        text = str(b).strip()
+        try:
+            i = int(text.split(":")[0])
+        except ValueError:
+            raise InputError(f"not a source position: {b!r}") from None
+        if ":" not in text or text in labels:
+            positions.add(i)
+        else:
+            dropped.append(text)
+    return sorted(positions), dropped
 
 
 def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:

@@ -1,0 +1,36 @@
+"""The app's lab and model panels through the session layer: mask lab, ablation, health,
+the status line, and the HTML report's contents."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnviz.app import labs, session
+
+
+@pytest.fixture(scope="module")
+def reverse_path(models_dir) -> str:
+    return str(models_dir / "reverse")
+
+
+@pytest.fixture(scope="module")
+def done(reverse_path) -> session.SessionState:
+    """helloworld decoded to the end on the shipped reversal model."""
+    return session.run(session.new_state(reverse_path), "helloworld").state
+
+
+# -- mask lab ----------------------------------------------------------------------------------
+def test_mask_lab_drops_blocked_tokens_of_an_earlier_input(done):
+    """Block 0 and 9 on helloworld, then Step on abcdef: the old ticks must not count."""
+    ticks = labs.block_labels(done)
+    assert ticks[0] == "0: h" and ticks[9] == "9: d"
+    both = labs.mask_lab(done, blocked=[ticks[0], ticks[9]])
+    assert "Blocked positions: 0, 9" in both.message
+    new = session.step(done, "abcdef").state
+    view = labs.mask_lab(new, blocked=[ticks[0], ticks[9]])
+    assert not view.message.startswith("⚠"), view.message
+    assert "0..5" not in view.message and "Blocked positions" not in view.message
+    assert "earlier input" in view.message and len(view.figures) == 2
+    # a tick of the new input still blocks
+    kept = labs.mask_lab(new, blocked=[ticks[9], labs.block_labels(new)[2]])
+    assert "Blocked positions: 2." in kept.message
