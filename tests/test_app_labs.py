@@ -34,3 +34,28 @@ def test_mask_lab_drops_blocked_tokens_of_an_earlier_input(done):
     # a tick of the new input still blocks
     kept = labs.mask_lab(new, blocked=[ticks[9], labs.block_labels(new)[2]])
     assert "Blocked positions: 2." in kept.message
+
+
+# -- status line -------------------------------------------------------------------------------
+def test_status_says_when_the_length_limit_forced_the_end(reverse_path, monkeypatch):
+    """A folder whose generation config forces EOS at the length limit: the status line must
+    not say the model produced it."""
+    import dataclasses
+
+    from attnviz.app import store
+    from attnviz.decoding import LogitRules
+
+    real = store.get_checkpoint(reverse_path)
+    eos = real.config.eos_id
+    capped = dataclasses.replace(
+        real, rules=LogitRules(forced_eos_id=eos, eos_id=eos), max_new_tokens=4
+    )
+    monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": capped)
+    view = session.run(session.new_state(reverse_path), "helloworld")
+    assert view.state.done and view.state.tokens[-1] == eos and len(view.state.tokens) == 4
+    assert "forced" in view.message and "produced" not in view.message
+    assert "length limit (4 tokens)" in view.message and "p = 0.000" in view.message
+    # the model's own end is still reported as the model's
+    monkeypatch.undo()
+    own = session.run(session.new_state(reverse_path), "helloworld")
+    assert "the model produced" in own.message and "forced" not in own.message
