@@ -3,6 +3,7 @@ the status line, and the HTML report's contents."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attnviz.app import labs, session
@@ -59,3 +60,25 @@ def test_status_says_when_the_length_limit_forced_the_end(reverse_path, monkeypa
     monkeypatch.undo()
     own = session.run(session.new_state(reverse_path), "helloworld")
     assert "the model produced" in own.message and "forced" not in own.message
+
+
+# -- head ablation -----------------------------------------------------------------------------
+def test_ranking_replaces_the_ablation_chart(done):
+    """After "Rank heads by effect" the chart shows the ranking its message explains."""
+    ablated = labs.ablation(done, ["cross L0 H2"])
+    assert ablated.figures[0].data[0].name == "all heads on"
+    ranked = labs.rank_heads(done, n_inputs=3)
+    assert len(ranked.figures) == 1 and "chart" in ranked.message
+    fig = ranked.figures[0]
+    assert [t.name for t in fig.data] == ["max |Δp|", "mean |Δp|"]
+    shown = ranked.rows[: labs.RANK_SHOWN]
+    assert list(fig.data[0].customdata) == [r[0] for r in shown]
+    np.testing.assert_allclose(fig.data[0].x, [r[2] for r in shown], atol=1e-4)
+
+
+def test_an_output_that_is_eos_at_once_is_called_empty(done):
+    """Zero every cross-attention head: the message names an empty output, never “”."""
+    sites = [f"cross L{i} H{h}" for i in range(2) for h in range(4)]
+    res = labs.ablation(done, sites)
+    assert "→ (empty: EOS first)" in res.message and "“”" not in res.message
+    assert labs.shown_output("") == "(empty: EOS first)" and labs.shown_output("ab") == "“ab”"
