@@ -19,6 +19,7 @@
   const OFF = document.createElement("canvas");
   let S = fresh("");
   let root = null;
+  let stale = false; // a render was skipped while the step view was hidden
   const view = {}; // kind -> [layer, head]
   const ui = { fixed: false, modelKind: "cross", lens: "weights" };
   // another lens's matrices of this decode, sent once on request (null: the weights path)
@@ -398,7 +399,10 @@
       }
     });
     root.appendChild(details);
-    new ResizeObserver(() => { if (root.clientWidth && root._w !== root.clientWidth) { root._w = root.clientWidth; render(); } }).observe(root);
+    new ResizeObserver(() => { // fires when the tab hides (width 0) and shows again
+      const w = root.clientWidth;
+      if (w && (stale || root._w !== w)) { root._w = w; render(); }
+    }).observe(root);
     render();
   };
 
@@ -436,6 +440,7 @@
   function drawKind(kind) {
     const p = document.getElementById(`heatmap-${kind}`);
     if (!p) return;
+    drew(p);
     const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
     const name = S.titles[kind] || kind;
     if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
@@ -466,6 +471,7 @@
     const d = document.getElementById("model-view");
     if (!d || !d.open) return;
     const p = document.getElementById("heatmap-model"), kind = ui.modelKind;
+    drew(p);
     const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas");
     if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
       empty.textContent = "model view: press Step (or pick encoder_self)"; empty.style.display = "block"; canvas.style.display = "none"; return;
@@ -481,6 +487,7 @@
     for (const [id, kind] of [["heatmap-rows-cross", "cross"], ["heatmap-rows-decoder", "decoder_self"]]) {
       const p = document.getElementById(id);
       if (!p) continue;
+      drew(p);
       const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
       if (!S.started || S.step === 0) {
         title.textContent = `Rows this step added: ${S.titles[kind] || kind}`;
@@ -504,6 +511,7 @@
   function drawTopk() {
     const p = document.getElementById("topk-plot");
     if (!p) return;
+    drew(p);
     const box = p.querySelector(".av-bars"), title = p.querySelector(".av-title");
     box.textContent = "";
     if (!S.started || S.step === 0) { title.textContent = "Next-token probabilities"; box.appendChild(el("div", { class: "av-empty", text: "press Step: each step's numbers appear here" })); return; }
@@ -546,9 +554,17 @@
     else line.style.display = "none";
   }
 
+  // The state a panel drew, on the panel (data-drawn) and on the root (data-state: what the
+  // page holds now), so a test can tell a current panel from a stale one.
+  function stateKey() { return `${S.epoch}|${S.step}`; }
+  function drew(p) { if (p) p.dataset.drawn = stateKey(); }
   function render() {
     if (!root) return;
-    if (!root.clientWidth) { drawTokens(); return; } // hidden tab: drawn when it shows (ResizeObserver)
+    root.dataset.state = stateKey();
+    // a hidden tab has no width to draw into: remember that every panel is stale and redraw
+    // them all from what the page holds when it shows again (the ResizeObserver in mount)
+    if (!root.clientWidth) { stale = true; drawTokens(); return; }
+    stale = false;
     measure();
     drawTokens();
     drawTopk();

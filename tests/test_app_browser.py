@@ -316,6 +316,110 @@ def test_model_switch_replaces_every_panel(page):
     wait_step(page, 0, "")
 
 
+# Every panel of the step view, what it drew (data-drawn) and what the page holds now.
+PANELS = ["topk-plot", "heatmap-rows-cross", "heatmap-rows-decoder", "heatmap-encoder_self",
+          "heatmap-decoder_self", "heatmap-cross"]  # fmt: skip
+DRAWN = """(ids) => {
+  const root = document.querySelector('.av-root');
+  const drawn = ids.map((id) => document.getElementById(id).dataset.drawn || '');
+  return drawn.every((d) => d === root.dataset.state) && root.clientWidth > 0;
+}"""
+SHOWN = """(ids) => {
+  const mat = (id) => { const c = document.querySelector('#' + id + ' canvas');
+    if (!c || c.style.display === 'none' || !c._av) return null;
+    const m = c._av[0].mat; return {xl: m.xl, yl: m.yl, z: Array.from(m.z)}; };
+  return {state: document.querySelector('.av-root').dataset.state,
+          titles: ids.map((id) => document.querySelector('#' + id + ' .av-title').innerText),
+          encoder: mat('heatmap-encoder_self'), cross: mat('heatmap-cross'),
+          decoder: mat('heatmap-decoder_self')};
+}"""
+
+
+def reference(ckpt, text: str, step: int):
+    """(output text, trace) of the server's decoder on ``text`` after ``step`` steps."""
+    stepper = ckpt.stepper(text)
+    for _ in range(step):
+        stepper.step()
+    return ckpt.tgt_tokenizer.decode(stepper.tokens), stepper.trace()
+
+
+def test_the_step_view_is_redrawn_after_actions_on_other_tabs(browser, url, models_dir):
+    """Switch the model, type and Step, press n, Back or Reset on another tab: back on Step
+    through, every heatmap and the next-token chart show the current model, input and step."""
+    ckpts = {m: attnviz.load_checkpoint(models_dir / m) for m in ("reverse", "copy")}
+    page = open_page(browser, url)
+    textbox = page.locator("#input-text textarea")
+    now = {"model": "reverse", "text": "helloworld", "step": 0}
+    state = "() => document.querySelector('.av-root').dataset.state"
+
+    def act(name: str) -> None:
+        before = page.evaluate(state)
+        if name == "model":
+            now.update(model="copy" if now["model"] == "reverse" else "reverse", step=0)
+            page.locator("#model-picker input").click()
+            page.get_by_role("option", name=now["model"], exact=True).click()
+        elif name == "input":
+            now.update(text=now["text"][1:] + now["text"][0], step=1)
+            textbox.fill(now["text"])
+            page.locator("#step-btn").click()
+        elif name in ("back", "reset"):
+            now["step"] = now["step"] - 1 if name == "back" else 0
+            page.locator(f"#{name}-btn").click()
+        else:  # the n key, with the focus outside a text field
+            now["step"] += 1
+            page.locator("h1").first.click()
+            page.keyboard.press("n")
+        out, _ = reference(ckpts[now["model"]], now["text"], now["step"])
+        page.wait_for_function(  # the event is done (on the hidden step view's state) ...
+            """([before, step, out]) => {
+              const s = document.querySelector('.av-root').dataset.state;
+              return s !== before && s.endsWith('|' + step)
+                && document.querySelector('#output-text textarea').value === out;
+            }""",
+            arg=[before, now["step"], out],
+            timeout=120_000,  # a model switch waits for the tab's lab work queued before it
+        )
+
+    def check(where: str) -> None:
+        page.get_by_role("tab", name="Step through").click()
+        page.wait_for_function(DRAWN, arg=PANELS, timeout=10_000)
+        shown = page.evaluate(SHOWN, PANELS)
+        ckpt, step = ckpts[now["model"]], now["step"]
+        _, trace = reference(ckpt, now["text"], step)
+        src = page.locator("#source-tokens .tok").all_inner_texts()
+        assert shown["encoder"]["xl"] == src, where
+        enc = trace.numpy("encoder_self", ckpt.config.n_encoder_layers - 1)[0].mean(0)
+        np.testing.assert_allclose(shown["encoder"]["z"], enc.ravel(), atol=1e-5, err_msg=where)
+        if step == 0:
+            assert shown["cross"] is None and shown["decoder"] is None, where
+            assert page.locator("#heatmap-cross .av-empty").is_visible(), where
+            assert shown["titles"][0] == "Next-token probabilities", where
+            return
+        last = ckpt.config.n_decoder_layers - 1
+        for kind, key in (("cross", "cross"), ("decoder_self", "decoder")):
+            want = trace.numpy(kind, last)[0].mean(0)  # [step, Tk]
+            assert len(shown[key]["yl"]) == step, where
+            np.testing.assert_allclose(shown[key]["z"], want.ravel(), atol=1e-5, err_msg=where)
+        assert shown["titles"][0].startswith(f"step {step}:"), (where, shown["titles"])
+        assert all(f"step {step}" in t for t in shown["titles"][1:3] + shown["titles"][4:])
+
+    tabs = ("Export", "Checkpoint health", "Mask lab", "Alignment", "Attribution")
+    try:
+        textbox.fill(now["text"])
+        page.locator("#step-btn").click()
+        wait_step(page, 1)
+        page.locator("#back-btn").click()
+        wait_step(page, 0, "")
+        for tab in tabs:
+            for name in ("model", "n", "input", "n", "back", "reset"):
+                page.get_by_role("tab", name=tab).click()
+                act(name)
+                check(f"{name} on {tab}: {now}")
+        assert page.errors == []
+    finally:
+        page.close()
+
+
 def test_dark_mode_text_is_readable(browser, url):
     page = open_page(browser, url, color_scheme="dark")
     try:
