@@ -246,14 +246,14 @@ _PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
 
 
 def what_is(head: bytes, is_torch_zip: bool = False) -> str:
-    """What a file is, in words, from its first bytes (16 are enough).
+    """What a file is, in words, from its first bytes (a few hundred).
 
     Args:
         head: the file's first bytes.
         is_torch_zip: the file is a zip holding a ``data.pkl`` (what ``torch.save`` writes).
     Returns:
         ``"safetensors"``, ``"a pickle"``, ``"a torch.save file"``, ``"a zip archive"``,
-        ``"an empty file"``, ``"a text file"`` or ``"unrecognised bytes"``.
+        ``"an empty file"``, ``"a text file"`` or ``"a file of unrecognised bytes"``.
     """
     if not head:
         return "an empty file"
@@ -266,8 +266,9 @@ def what_is(head: bytes, is_torch_zip: bool = False) -> str:
     try:
         text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
-        return "unrecognised bytes"
-    return "a text file" if "\x00" not in text else "unrecognised bytes"
+        return "a file of unrecognised bytes"
+    printable = all(c.isprintable() or c in "\t\n\r\f" for c in text)
+    return "a text file" if printable else "a file of unrecognised bytes"
 
 
 def _torch_zip(open_file) -> bool:
@@ -282,7 +283,7 @@ def _torch_zip(open_file) -> bool:
 def _sniff(open_file) -> str:
     """:func:`what_is` of a file given as ``open_file() -> binary file``."""
     with open_file() as f:
-        head = f.read(16)
+        head = f.read(512)
     return what_is(head, head.startswith(b"PK") and _torch_zip(open_file))
 
 
@@ -305,7 +306,7 @@ def _check_kind(name: str, open_file, weights: bool = False) -> None:
         )
     if kind == "safetensors" and not pickle_name:
         return
-    if kind == "unrecognised bytes" and weights and not pickle_name:
+    if kind == "a file of unrecognised bytes" and weights and not pickle_name:
         return  # the loader says what is wrong with it
     hint = f"; rename it {WEIGHTS}" if kind == "safetensors" else ""
     raise CheckpointError(
