@@ -379,6 +379,7 @@ def test_a_refused_upload_leaves_nothing_on_disk_and_no_private_path(fresh, tmp_
         "garbage": [str(garbage)],
         "shapes": [str(_checkpoint(tmp_path / "shape", d_ff=41) / WEIGHTS)],
         "text": [str(tmp_path / "notes.txt")],
+        "a string": [str(_checkpoint(tmp_path / "string", dropout="abc") / WEIGHTS)],
         "two configs": [
             _zip(
                 tmp_path / "two.zip",
@@ -455,3 +456,29 @@ def test_a_zip_with_two_members_of_one_name_is_refused(fresh, tmp_path):
     view = session.upload_model(fresh, [str(path)])
     assert "two files named model.safetensors" in view.message
     assert view.state.model == fresh.model
+
+
+def test_the_app_shows_a_message_for_errors_that_are_not_attnviz_errors(
+    fresh, tmp_path, monkeypatch
+):
+    folder = _checkpoint(tmp_path / "ck")
+    before = _uploads()
+    for exc in (MemoryError(), RecursionError("too deep"), TypeError("'<' not supported")):
+
+        def boom(*args, exc=exc, **kwargs):
+            raise exc
+
+        monkeypatch.setattr(store, "load_checkpoint", boom)
+        view = session.upload_model(fresh, [str(folder / WEIGHTS), str(folder / METADATA)])
+        assert view.message.startswith("⚠") and "\n" not in view.message, view.message
+        assert view.state.model == fresh.model and _uploads() == before
+    assert "TypeError" in view.message
+
+
+def test_unknown_config_keys_are_named_short(tmp_path):
+    folder = _checkpoint(tmp_path / "ck", **{"k" * 100_000: 1, "a": 2, "b": 3, "c": 4, "d": 5})
+    with pytest.raises(CheckpointError, match="unknown model config keys: a, b, c, d and 1 more"):
+        attnviz.load_checkpoint(folder)
+    folder = _checkpoint(tmp_path / "ck2", **{"k" * 100_000: 1})
+    with pytest.raises(CheckpointError, match="k{80}…$"):
+        attnviz.load_checkpoint(folder)

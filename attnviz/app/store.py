@@ -489,7 +489,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         if created:
             tmp.rename(dest)
     except CheckpointError as exc:
-        raise CheckpointError(_public(str(exc), root)) from None
+        raise CheckpointError(_public(one_line(exc, 1000), root)) from None
     except Exception as exc:  # noqa: BLE001
         # OSError, BadZipFile, RuntimeError (an encrypted member), NotImplementedError (an
         # unknown compression), MemoryError, ...: the upload's fault or not, a message
@@ -508,8 +508,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
     except Exception as exc:  # noqa: BLE001 (every refusal: a message, nothing left on disk)
         if created:
             _discard(dest)
-        message = exc if isinstance(exc, AttnvizError) else one_line(exc)
-        raise CheckpointError(_public(str(message), root, dest)) from None
+        raise CheckpointError(_public(one_line(exc, 1000), root, dest)) from None
 
 
 def _discard(folder: Path) -> None:
