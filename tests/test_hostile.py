@@ -256,6 +256,34 @@ def test_hugging_face_sizes_are_refused_under_an_address_space_limit(
 
 
 # -- B9: anything a file says gives an attnviz error ------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "file, change",
+    [
+        ("config.json", {"activation_function": ["relu"]}),
+        ("config.json", {"max_position_embeddings": "abc"}),
+        ("config.json", {"d_model": 40.5}),
+        ("config.json", {"scale_embedding": {"a": 1}, "encoder_layers": [2]}),
+        ("generation_config.json", {"max_length": "abc"}),
+        ("generation_config.json", {"min_length": [1]}),
+    ],
+)
+def test_wrong_types_in_a_hugging_face_folder_are_one_attnviz_error(
+    marian_folder, tmp_path, file, change
+):
+    import shutil
+
+    folder = tmp_path / "hf"
+    shutil.copytree(marian_folder, folder)
+    path = folder / file
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data.update(change)
+    path.write_text(json.dumps(data))
+    with pytest.raises(attnviz.AttnvizError) as info:
+        attnviz.load_checkpoint(folder)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 600
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
