@@ -305,7 +305,9 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown model config keys: {', '.join(unknown)}")
+            more = f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
+            shown = ", ".join(shorten(k) for k in unknown[:4])
+            raise ConfigError(f"unknown model config keys: {shown}{more}")
         try:
             return cls(**data)
         except TypeError as exc:  # a required field is missing

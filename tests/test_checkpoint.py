@@ -228,15 +228,39 @@ def test_any_header_length_reads_back(tmp_path):
     assert 0x80 in first_bytes
 
 
-def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path, save):
-    import time
+@pytest.fixture
+def built(monkeypatch):
+    """The device of every Transformer built from now on (the default device at the time)."""
+    devices = []
+    init = attnviz.Transformer.__init__
 
+    def spy(self, config):
+        devices.append(torch.empty(0).device.type)
+        init(self, config)
+
+    monkeypatch.setattr(attnviz.Transformer, "__init__", spy)
+    return devices
+
+
+def test_a_config_asking_for_a_huge_model_is_refused_before_allocating(tmp_path, save, built):
     _, folder = save(tmp_path)
     _rewrite(folder, meta_change=lambda m: m["config"].update(d_model=2**16, d_ff=2**20))
-    start = time.perf_counter()
+    built.clear()  # the model saved above
+    with pytest.raises(CheckpointError, match="too big for this machine"):
+        attnviz.load_checkpoint(folder)  # real tensors would need ~2.6 TB
+    assert built == []  # refused from the config's arithmetic: not even a meta skeleton
+
+
+def test_names_and_shapes_are_checked_on_the_meta_device_first(tmp_path, save, built):
+    _, folder = save(tmp_path)
+    _rewrite(folder, meta_change=lambda m: m["config"].update(d_ff=41))
+    built.clear()  # the model saved above
     with pytest.raises(CheckpointError, match="do not match the config"):
-        attnviz.load_checkpoint(folder)  # real tensors would need ~100 GB
-    assert time.perf_counter() - start < 5
+        attnviz.load_checkpoint(folder)
+    assert built == ["meta"]  # nothing was allocated for the refused weights
+    _rewrite(folder, meta_change=lambda m: m["config"].update(d_ff=40))
+    attnviz.load_checkpoint(folder)
+    assert built == ["meta", "meta", "cpu"]
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,11 @@ shards and tokenizer files, under their own flat names), and nothing is unpickle
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import hashlib
 import json
 import re
 import shutil
-import struct
 import tempfile
 import threading
 import zipfile
@@ -31,6 +29,7 @@ from ..errors import AttnvizError, CheckpointError, one_line, shorten
 from ..interop.hf import is_hf_folder
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS, get_task
+from .filekinds import sniff
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "models"
@@ -242,50 +241,6 @@ def examples_for(task: str | None, n: int = 6) -> list[str]:
 
 
 # -- uploads ------------------------------------------------------------------------------------
-_PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
-
-
-def what_is(head: bytes, is_torch_zip: bool = False) -> str:
-    """What a file is, in words, from its first bytes (16 are enough).
-
-    Args:
-        head: the file's first bytes.
-        is_torch_zip: the file is a zip holding a ``data.pkl`` (what ``torch.save`` writes).
-    Returns:
-        ``"safetensors"``, ``"a pickle"``, ``"a torch.save file"``, ``"a zip archive"``,
-        ``"an empty file"``, ``"a text file"`` or ``"unrecognised bytes"``.
-    """
-    if not head:
-        return "an empty file"
-    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] > 1:
-        return "safetensors"  # an 8-byte little-endian header length, then the JSON header
-    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
-        return "a torch.save file" if is_torch_zip else "a zip archive"
-    if head[:1] == b"\x80" and head[1:2] and head[1] in _PICKLE_PROTOCOLS:
-        return "a pickle"
-    try:
-        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return "unrecognised bytes"
-    return "a text file" if "\x00" not in text else "unrecognised bytes"
-
-
-def _torch_zip(open_file) -> bool:
-    """A zip (``open_file() -> binary file``) with a ``data.pkl`` member: torch.save's format."""
-    try:
-        with open_file() as f, zipfile.ZipFile(f) as z:
-            return any(n.endswith("data.pkl") for n in z.namelist())
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError):
-        return False
-
-
-def _sniff(open_file) -> str:
-    """:func:`what_is` of a file given as ``open_file() -> binary file``."""
-    with open_file() as f:
-        head = f.read(16)
-    return what_is(head, head.startswith(b"PK") and _torch_zip(open_file))
-
-
 def _check_kind(name: str, open_file, weights: bool = False) -> None:
     """Refuse a file that is not what a checkpoint holds, saying what it is.
 
@@ -296,7 +251,7 @@ def _check_kind(name: str, open_file, weights: bool = False) -> None:
     pickle_name = name.lower().endswith(_PICKLE_SUFFIXES) or Path(name).name == "data.pkl"
     if not (weights or pickle_name):
         return
-    kind = _sniff(open_file)
+    kind = sniff(open_file)
     if kind in ("a pickle", "a torch.save file"):
         raise CheckpointError(
             f"{base} is {kind} (torch.save writes pickles); the app never unpickles "
@@ -305,7 +260,7 @@ def _check_kind(name: str, open_file, weights: bool = False) -> None:
         )
     if kind == "safetensors" and not pickle_name:
         return
-    if kind == "unrecognised bytes" and weights and not pickle_name:
+    if kind == "a file of unrecognised bytes" and weights and not pickle_name:
         return  # the loader says what is wrong with it
     hint = f"; rename it {WEIGHTS}" if kind == "safetensors" else ""
     raise CheckpointError(
@@ -474,7 +429,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         zips = [f for f in files if f.suffix.lower() == ".zip"]
         if len(files) == 1 and zips:
             if not zipfile.is_zipfile(files[0]):
-                what = _sniff(partial(Path.open, files[0], "rb"))
+                what = sniff(partial(Path.open, files[0], "rb"))
                 raise CheckpointError(
                     f"{shorten(files[0].name)} is {what}, not a readable zip file"
                 )
@@ -488,7 +443,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
         if created:
             tmp.rename(dest)
     except CheckpointError as exc:
-        raise CheckpointError(_public(str(exc), root)) from None
+        raise CheckpointError(_public(one_line(exc, 1000), root)) from None
     except Exception as exc:  # noqa: BLE001
         # OSError, BadZipFile, RuntimeError (an encrypted member), NotImplementedError (an
         # unknown compression), MemoryError, ...: the upload's fault or not, a message
@@ -507,8 +462,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
     except Exception as exc:  # noqa: BLE001 (every refusal: a message, nothing left on disk)
         if created:
             _discard(dest)
-        message = exc if isinstance(exc, AttnvizError) else one_line(exc)
-        raise CheckpointError(_public(str(message), root, dest)) from None
+        raise CheckpointError(_public(one_line(exc, 1000), root, dest)) from None
 
 
 def _discard(folder: Path) -> None:
