@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnviz
 from attnviz.app import labs, panels, session, store, views
 from attnviz.app.decoders import DECODERS, DecoderCache
 
@@ -403,6 +404,94 @@ def test_payload_rows_are_the_recorded_weights_and_masks(models_dir, done):
     enc = np.frombuffer(base64.b64decode(p["encoder"][1]["w"]), "<f4").reshape(4, 10, 10)
     np.testing.assert_array_equal(enc, stepper_trace.numpy("encoder_self", 1)[0])
     assert figs["cross"].data[0].z is not None and ckpt.task == "reverse"
+
+
+def test_stepper_rows_are_the_rows_the_trace_assembles(models_dir):
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"))
+    stepper = ckpt.stepper("helloworld")
+    stepper.run()
+    trace, n = stepper.trace(), stepper.position
+    rows = stepper.rows(3, 7)
+    assert sorted(rows) == sorted(trace.keys()[2:])  # every layer of both decoder kinds
+    for (kind, layer), pairs in rows.items():
+        assert len(pairs) == 4
+        for r, (w, m) in enumerate(pairs, start=3):
+            tk = r + 1 if kind == "decoder_self" else 10
+            assert w.shape == (4, tk) and m.shape == (tk,) and m.dtype == torch.bool
+            torch.testing.assert_close(w, trace.weights(kind, layer)[0, :, r, :tk], rtol=0, atol=0)
+            assert torch.equal(m, trace.mask(kind, layer)[0, 0, r, :tk])
+    assert stepper.rows().keys() == rows.keys() and len(stepper.rows()["cross", 0]) == n
+    assert stepper.rows(n, n) == {}
+    with pytest.raises(attnviz.InputError, match="start <= stop"):
+        stepper.rows(5, 3)
+
+
+def test_a_step_sends_its_rows_without_assembling_the_trace(models_dir, fresh, monkeypatch):
+    first = session.step(fresh, "helloworld")
+    want = session.step(first.state).payload
+
+    def assembled(*args, **kwargs):
+        raise AssertionError("a Step assembled the whole trace")
+
+    monkeypatch.setattr(attnviz.GreedyStepper, "trace", assembled)
+    got = session.step(first.state).payload
+    assert got["rows"] == want["rows"] and got["from"] == 1 and got["n"] == 2
+    full = session.render(dataclasses.replace(first.state, page_rows=-1)).payload
+    assert full["full"] and len(full["encoder"]) == 2 and full["rows"]["cross"]
+
+
+def test_the_decoder_is_built_from_the_state_source_ids(models_dir, fresh, monkeypatch):
+    started = session.start(fresh, "helloworld").state
+    DECODERS.forget(started.sid)
+    calls = []
+    real = attnviz.Checkpoint.encode_source
+    monkeypatch.setattr(
+        attnviz.Checkpoint, "encode_source", lambda self, t: calls.append(t) or real(self, t)
+    )
+    view = session.step(started)  # a new decoder for this session: the ids are in the state
+    assert calls == [] and view.output == "d"
+    odd = dataclasses.replace(started, text="not what the ids say")  # the ids are decoded
+    DECODERS.forget(odd.sid)
+    assert session.run(odd).output == "dlrowolleh" and calls == []
+
+
+def _app_imports(path: Path) -> set[str]:
+    """The attnviz.app modules ``path`` imports, at the top or inside a function."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz.app."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("attnviz.app.")}
+    return found - {path.stem}
+
+
+def test_app_modules_import_in_one_direction():
+    app = Path(session.__file__).parent
+    graph = {p.stem: _app_imports(p) & {q.stem for q in app.glob("*.py")} for p in app.glob("*.py")}
+    assert "session" not in graph["state"] and "views" not in graph["state"]
+    assert graph["decoders"] <= {"state"} and "session" not in graph["views"]
+
+    def reach(mod: str, seen: frozenset = frozenset()) -> None:
+        for dep in graph[mod]:
+            assert dep not in seen | {mod}, f"import cycle: {' -> '.join([*seen, mod, dep])}"
+            reach(dep, seen | {mod})
+
+    for mod in graph:
+        reach(mod)
+    code = (
+        "import sys, importlib\n"
+        "for m in ('state', 'decoders', 'views', 'session', 'server', 'bench'):\n"
+        "    for k in [k for k in sys.modules if k.startswith('attnviz')]: del sys.modules[k]\n"
+        "    importlib.import_module('attnviz.app.' + m)\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def attnviz_trace(ckpt, state):

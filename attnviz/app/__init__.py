@@ -3,7 +3,7 @@
 A Step click goes ui -> session -> views -> the page, one way:
 
 - :mod:`~attnviz.app.session`: per-user actions (start, step, run, back, reset, goto, ...),
-  plain Python returning :class:`~attnviz.app.state.DecodeView`; one per-session lock and one
+  plain Python returning :class:`~attnviz.app.session.DecodeView`; one per-session lock and one
   decoder sync per action; no gradio.
 - :mod:`~attnviz.app.decoders`: the server-side decoders (one ``GreedyStepper`` per session)
   behind :class:`~attnviz.app.decoders.DecoderCache`.
