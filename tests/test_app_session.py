@@ -565,6 +565,25 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     assert before["model"] == new["model"]
 
 
+def test_follow_rules_say_what_each_panel_does_after_an_event(done):
+    at = views.panel_stamps(done)
+    shown = {k: at[k] for k in ("mask", "attr", "beam", "align", "model")}  # computed at done
+    back = session.back(done).state
+    assert views.stale_panels(shown, back) == {"mask", "attr"}
+    plan = views.follow(shown, back, "step")  # the step view is shown: clear, rerun nothing
+    assert plan and plan.clear == {"mask", "attr"} and not plan.rerun and not plan.renew
+    assert plan.stamps == {k: shown[k] for k in ("beam", "align", "model")}
+    plan = views.follow(shown, back, "mask")  # the mask lab is shown: it follows the step
+    assert plan.rerun == {"mask"} and plan.clear == {"attr"}
+    assert plan.stamps["mask"] == views.panel_stamps(back)["mask"] and "attr" not in plan.stamps
+    new = session.start(done, "abc").state  # a new input: every input-bound panel is stale
+    assert views.follow(shown, new, "align").clear == {"mask", "attr", "beam", "align"}
+    moved = {**shown, "model": (done.model, -1)}  # the checkpoint changed on disk
+    plan = views.follow(moved, done, "step")
+    assert plan.renew == {"model"} and not plan.clear and plan.stamps == shown
+    assert not views.follow(shown, done, "mask") and views.follow({}, new, "mask").stamps == {}
+
+
 def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:
     return [
         np.frombuffer(base64.b64decode(e["w"]), "<f4").reshape(e["h"], e["tq"], e["tk"])

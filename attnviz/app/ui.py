@@ -25,7 +25,9 @@ from ..model import KINDS
 from . import alignment, labs, lensview, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
+from .views import follow as follow_plan
 from .views import panel_stamps as stamp
+from .views import stale_panels
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
@@ -245,8 +247,7 @@ class Page:
         decides whether the page should ask for them to follow (``payload["follow"]``)."""
         top = max(len(view.state.tokens), 1)
         if stamps is not None:
-            now = stamp(view.state)
-            view.payload["follow"] = any(v != now[k] for k, v in stamps.items())
+            view.payload["follow"] = bool(stale_panels(stamps, view.state))
         return (
             view.state,
             view.output,
@@ -307,21 +308,18 @@ class Page:
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
-        the checkpoint changed on disk."""
+        the checkpoint changed on disk (the rules: :func:`attnviz.app.views.follow`)."""
         *mask_args, theme = args
-        now = stamp(state)
-        out: dict = {}
-        stale = {k for k, v in stamps.items() if v != now[k]}
-        if not stale:
+        plan = follow_plan(stamps, state, active)
+        if not plan:
             return {c: gr.skip() for c in self.lab_outputs()}
-        keep = {k: v for k, v in stamps.items() if k not in stale}
-        if "mask" in stale:
-            if active == "mask":
-                out.update(self.mask(state, *mask_args, theme=theme))
-                keep["mask"] = now["mask"]
-            else:
-                out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
-                out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
+        out: dict = {}
+        stale = plan.clear  # emptied, marked as computed for an earlier state
+        if "mask" in plan.rerun:
+            out.update(self.mask(state, *mask_args, theme=theme))
+        elif "mask" in stale:
+            out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
+            out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
         if "beam" in stale:
             out[self.beam_out] = ""
         if "attr" in stale:
@@ -335,13 +333,12 @@ class Page:
             out[self.align_msg] = STALE
         if "faith" in stale:
             out.update({self.faith_plot: None, self.faith_msg: STALE})
-        if "model" in stale:
+        if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
             out[self.play_slider] = ctl.get(self.play_slider, gr.skip())
             out.update({self.health_html: "", self.health_plot: None})
-            keep["model"] = now["model"]
-        out[self.stamps] = keep
+        out[self.stamps] = plan.stamps
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
 
     def mask(self, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:

@@ -398,6 +398,54 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     }
 
 
+def stale_panels(stamps: dict[str, Any], state: SessionState) -> set[str]:
+    """The panels whose stamp (the state they were computed for, by panel, as
+    :func:`panel_stamps` gives it) is not the current state's: they show an earlier state."""
+    now = panel_stamps(state)
+    return {k for k, v in stamps.items() if v != now.get(k)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Follow:
+    """How the page's other panels follow an event (see :func:`follow`).
+
+    Attributes:
+        rerun: panels computed again now, for the current state (the mask lab when it is
+            the tab shown: a person watching it sees it follow every step).
+        renew: panels that follow the checkpoint (``"model"``: the header, the playback
+            range and the health report) and are renewed from the current state.
+        clear: every other stale panel: emptied and marked as computed for an earlier state
+            (computing labs the person is not looking at would make every Step wait).
+        stamps: the stamps after following: the current ones for ``rerun`` and ``renew``,
+            none for ``clear``ed panels, unchanged for the rest.
+    """
+
+    rerun: frozenset[str]
+    renew: frozenset[str]
+    clear: frozenset[str]
+    stamps: dict[str, Any]
+
+    def __bool__(self) -> bool:
+        return bool(self.rerun or self.renew or self.clear)
+
+
+def follow(stamps: dict[str, Any], state: SessionState, active: str) -> Follow:
+    """What each panel computed for another state does now that ``state`` is current.
+
+    Args:
+        stamps: what the panels show (:func:`panel_stamps` of the states they were computed
+            for, by panel); panels never computed have no stamp and nothing to follow.
+        active: the tab shown (``"step"``, ``"mask"``, ``"align"``, ...).
+    """
+    stale = stale_panels(stamps, state)
+    now = panel_stamps(state)
+    rerun = stale & ({"mask"} if active == "mask" else set())
+    renew = stale & {"model"}
+    keep = {k: v for k, v in stamps.items() if k not in stale}
+    keep.update({k: now[k] for k in rerun | renew})
+    return Follow(frozenset(rerun), frozenset(renew), frozenset(stale - rerun - renew), keep)
+
+
 def json_size(data: Any) -> int:
     """Bytes of ``data`` as the JSON the page receives."""
     return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
