@@ -250,12 +250,15 @@ def test_good_upload_zip_loads_and_decodes(models_dir, fresh, tmp_path):
 
 
 def test_bench_step_measures_a_step(models_dir):
-    assert 0 < session.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
+    from attnviz.app import bench as app_bench
+
+    assert 0 < app_bench.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
 
 
 def test_session_layer_does_not_import_gradio():
     code = (
-        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels; "
+        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels, "
+        "attnviz.app.server, attnviz.app.bench, attnviz.bench; "
         "assert 'gradio' not in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import statistics
-import time
 import uuid
 from collections.abc import Callable
 
@@ -37,7 +35,6 @@ __all__ = [
     "SessionState",
     "back",
     "beam",
-    "bench_step",
     "choose_model",
     "figures",
     "goto",
@@ -349,25 +346,3 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
 
 def _raise(exc: Exception):
     raise exc
-
-
-# -- measuring ----------------------------------------------------------------------------------
-def bench_step(ckpt_path: str, text: str, repeats: int = 20) -> float:
-    """Median seconds of one Step on the server: the decode, the trace and the page payload.
-
-    Each repeat starts ``text`` afresh, decodes all but the last token, then times the last
-    Step with a cold decoder half the time (rebuilt by forcing) — the realistic mix.
-    """
-    state = start(new_state(ckpt_path), text).state
-    full = run(state).state
-    n = len(full.tokens)
-    times = []
-    for i in range(repeats):
-        s = dataclasses.replace(full, tokens=full.tokens[: n - 1], step=n - 1, page_rows=n - 1)
-        if i % 2:
-            DECODERS.forget(s.sid)
-        t0 = time.perf_counter()
-        view = step(s)
-        views.json_size(view.payload)  # what gradio does with the payload
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
