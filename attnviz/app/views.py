@@ -4,7 +4,7 @@ No lock, no decoding, no gradio: :mod:`attnviz.app.session` syncs the decoder on
 hands the state, the rows the page lacks (:meth:`~attnviz.GreedyStepper.rows`) and the steps'
 results here. The page draws heatmaps itself from :func:`payload`; :func:`figures_of` builds
 the same views as plotly figures for Python users and exports; :func:`stale_panels` and
-:func:`follow_plan` say which of the page's other panels an event left behind.
+:func:`follow` say which of the page's other panels an event left behind.
 """
 
 from __future__ import annotations
