@@ -9,10 +9,11 @@ repeats, so the ratio carries between machines even where absolute times do not.
 4. cached greedy decoding vs re-running the decoder on the whole prefix: >= 4x faster, and
    the step time at the end / near the start <= 1.5 (flat);
 5. beam search (beam 4): time per token (no target);
-6. one app Step on the server (decode, trace, the page's payload): <= 100 ms, and the payload
-   sent per step < 200 KB; in headless Chromium (Playwright, the system Chromium), the time
-   from a click to the redrawn page for Step, Back, scrub and a layer/head change, and the
-   bytes the page receives per Step, on models/reverse and an opus-mt-shaped random model;
+6. the app (:mod:`attnviz.app.bench`): one Step on the server (decode, the rows, the page's
+   payload): <= 100 ms, and the payload sent per step < 200 KB; in headless Chromium
+   (Playwright, the system Chromium), the time from a click to the redrawn page for Step,
+   Back, scrub and a layer/head change, and the bytes the page receives per Step, on
+   models/reverse and an opus-mt-shaped random model;
 7. bytes held by a Trace of a 6+6-layer, d_model 512, 8-head model on 256 + 256 tokens;
 8. training time to 99 % validation exact match on ``reverse`` (from ``models/reverse``'s
    recorded history);
@@ -24,7 +25,6 @@ repeats, so the ratio carries between machines even where absolute times do not.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import platform
@@ -231,32 +231,6 @@ def app_threads():
         torch.set_num_threads(before)
 
 
-def bench_app(quick: bool) -> list[Row]:
-    """Row 6 (server side): one app Step with the page's payload built and serialised."""
-    with app_threads():
-        return _bench_app(quick)
-
-
-def _bench_app(quick: bool) -> list[Row]:
-    from .app import session, views
-
-    path = str(MODELS / "reverse")
-    if not (MODELS / "reverse" / "model.safetensors").is_file():
-        return [Row("app step", float("nan"), "ms", "<= 100", None, "models/reverse missing")]
-    text = "abcdefghijklmnopqrst"
-    t = session.bench_step(path, text, repeats=5 if quick else 30)
-    done = session.run(session.start(session.new_state(path), text).state).state
-    n = len(done.tokens)  # the last step decoded again: the longest rows
-    last = dataclasses.replace(done, tokens=done.tokens[: n - 1], step=n - 1, page_rows=n - 1)
-    size = views.json_size(session.step(last).payload)
-    return [
-        Row("app step on the server (20-char input: decode, trace, page payload)", t * 1e3,
-            "ms", "<= 100", t <= 0.1, "the browser rows below are what a person waits for"),
-        Row("page payload per step", size / 1024, "KB", "< 200", size < 200 * 1024,
-            "only the rows this step added"),
-    ]  # fmt: skip
-
-
 def _trace_bytes(trace, fields) -> int:
     return sum(
         getattr(trace.get(*key), f).numel() * getattr(trace.get(*key), f).element_size()
@@ -286,47 +260,6 @@ def bench_memory(device, quick: bool) -> list[Row]:
         Row(f"{name}, float16 storage", half / 2**20, "MB", "-", None,
             f"weights only {w_half / 2**20:.0f} MB (record(model, dtype=torch.float16))"),
     ]  # fmt: skip
-
-
-_APP_MEMORY = """
-import sys
-from attnviz.app import session, views
-path, calls = sys.argv[1], int(sys.argv[2])
-def rss():
-    # peak resident set of this process image; getrusage's ru_maxrss would also count the
-    # parent's pages from before exec
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024  # MB
-words = [w * 2 for w in ("abcdefghij", "helloworld", "qwertyuiop", "zyxwvutsrq", "mnbvcxzlkj")]
-first = session.step(session.start(session.new_state(path), "abc").state)
-views.json_size(first.payload)
-base = rss()
-states = [session.start(session.new_state(path), words[i % 5][: 11 + i]).state for i in range(10)]
-for c in range(calls):
-    for i, st in enumerate(states):
-        view = session.step(st) if c % 3 != 2 else session.back(st)
-        states[i] = view.state
-        views.json_size(view.payload)
-print(base, rss())
-"""
-
-
-def bench_app_memory(quick: bool) -> list[Row]:
-    """Peak RSS of a fresh process serving 10 app sessions x 100 Step/Back calls."""
-    import subprocess
-    import sys
-
-    if not (MODELS / "reverse" / "model.safetensors").is_file():
-        return []
-    calls = 20 if quick else 100
-    out = subprocess.run(
-        [sys.executable, "-c", _APP_MEMORY, str(MODELS / "reverse"), str(calls)],
-        capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    base, peak = map(float, out.stdout.split()[-2:])
-    return [Row(f"peak RSS after 10 app sessions x {calls} Step/Back calls", peak, "MB", "-", None,
-                f"{base:.0f} MB after the first step (torch, one model loaded)")]  # fmt: skip
 
 
 HF_ROW = "HF Marian (opus-mt shape) recorded step vs transformers' cached greedy step"
@@ -408,15 +341,16 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
     """Run every row; returns ``{"machine": ..., "rows": [Row as dict, ...]}``."""
     from tqdm import tqdm
 
+    from .app import bench as app  # the app's rows (Step on the server, the browser)
     from .devices import resolve_device
 
     dev = resolve_device(device)  # "cuda" without a GPU: one clear error
     parts = [
         ("model vs nn.Transformer", lambda: bench_model_vs_torch(dev, quick)),
         ("decoding", lambda: bench_decoding(dev, quick)),
-        ("app", lambda: bench_app(quick)),
-        ("app memory", lambda: bench_app_memory(quick)),  # before the big trace: its RSS
-        ("browser", lambda: bench_browser(quick)),
+        ("app", lambda: app.bench_app(quick)),
+        ("app memory", lambda: app.bench_app_memory(quick)),  # before the big trace: its RSS
+        ("browser", lambda: app.bench_browser(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
         ("hf marian", lambda: bench_hf_marian(quick)),
         ("training", bench_training),
@@ -445,150 +379,7 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-# -- what a browser user waits for ----------------------------------------------------------------
+# -- the browser the app's rows and the browser tests drive ------------------------------------------
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
-
-# Click `sel` (or run `act`), then resolve with the ms until the output box reads `output`
-# and the page has drawn step `step` (checked each animation frame, so paint is included).
-_CLICK = """async ([sel, step, output, act]) => {
-  const box = document.querySelector('#output-text textarea');
-  const t0 = performance.now();
-  if (act === 'scrub') {
-    const r = document.querySelector('#step-slider input[type=range]');
-    r.value = String(step); r.dispatchEvent(new Event('input', {bubbles: true}));
-    r.dispatchEvent(new Event('change', {bubbles: true}));
-    r.dispatchEvent(new PointerEvent('pointerup', {bubbles: true}));
-  } else if (act) {
-    const s = document.querySelector(sel); s.value = act;
-    s.dispatchEvent(new Event('change', {bubbles: true}));
-  } else document.querySelector(sel).click();
-  return await new Promise((res, rej) => {
-    const until = t0 + 20000;
-    const check = () => {
-      const d = window.AttnViz.drawn;
-      if (box.value === output && d.step === step && d.t >= t0) res(performance.now() - t0);
-      else if (performance.now() > until) rej(new Error('not redrawn: ' + box.value + ' ' + d.step));
-      else requestAnimationFrame(check);
-    };
-    requestAnimationFrame(check);
-  });
-}"""
-_BYTES = """() => performance.getEntriesByType('resource')
-  .filter(e => e.name.includes('/run/predict') || e.name.includes('/queue/data'))
-  .map(e => e.encodedBodySize || e.transferSize || 0)"""
-
-
-def opus_shaped_checkpoint(folder: Path) -> Path:
-    """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
-    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
-    import string
-
-    from .checkpoint import save_checkpoint
-    from .tokenizer import Tokenizer
-
-    tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
-    cfg = ModelConfig(len(tok), len(tok), d_model=512, n_heads=8, n_encoder_layers=6,
-                      n_decoder_layers=6, d_ff=2048, dropout=0.0, max_len=256)  # fmt: skip
-    torch.manual_seed(0)
-    return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
-
-
-def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:
-    """Step ``steps`` times, then Back, scrub and layer/head changes; ms per action."""
-    from .app import session
-
-    page.goto(url)
-    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')", timeout=60_000)  # fmt: skip
-    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
-    page.locator("#input-text textarea").fill(text)
-    ref = session.run(session.start(session.new_state(model), text).state)
-    outs = [ref.output[:0]] + [
-        session.goto(ref.state, i).output for i in range(1, len(ref.state.tokens) + 1)
-    ]
-    steps = min(steps, len(ref.state.tokens))
-    times: dict[str, list[float]] = {"step": [], "back": [], "scrub": [], "layer/head": []}
-    sizes: list[int] = []
-    page.evaluate("() => performance.clearResourceTimings()")
-    for i in range(1, steps + 1):
-        times["step"].append(page.evaluate(_CLICK, ["#step-btn", i, outs[i], None]))
-        sizes += page.evaluate(_BYTES)
-        page.evaluate("() => performance.clearResourceTimings()")
-    first_step = times["step"].pop(0)  # starts the input: encoder rows, not a step's
-    for i in range(steps - 1, max(steps - 11, 0), -1):
-        times["back"].append(page.evaluate(_CLICK, ["#back-btn", i, outs[i], None]))
-    for i in [steps, 1, steps // 2, steps - 1, 2, steps] * 2:
-        if i != page.evaluate("() => window.AttnViz.drawn.step"):
-            times["scrub"].append(page.evaluate(_CLICK, [None, i, outs[i], "scrub"]))
-    here = page.evaluate("() => window.AttnViz.drawn.step")
-    for sel, values in (("#heatmap-cross .av-headsel", ["H0", "all heads", "mean", "H1"]),
-                        ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"]),
-                        ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
-        for v in values:
-            times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
-    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step]}
-
-
-def bench_browser(quick: bool) -> list[Row]:
-    """Click -> redrawn medians in headless Chromium (Step, Back, scrub, layer/head), and the
-    bytes the page receives per Step, on models/reverse (20 chars) and an opus-mt-shaped
-    random model (60 chars)."""
-    import shutil
-    import tempfile
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return [Row("browser rows", float("nan"), "ms", "-", None, "skipped: playwright is not installed")]  # fmt: skip
-    if not CHROMIUM.exists():
-        return [Row("browser rows", float("nan"), "ms", "-", None, f"skipped: no {CHROMIUM}")]
-    from .app import ui
-
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as tmp, app_threads():
-        reverse = Path(tmp) / "reverse"  # a copy: a training run rewriting models/ can't interfere
-        if (MODELS / "reverse" / "model.safetensors").is_file():
-            shutil.copytree(MODELS / "reverse", reverse)
-        cases = [("models/reverse, 20 chars", reverse, "abcdefghijklmnopqrst", 100, 200),
-                 ("opus-mt-shaped random model, 60 chars",
-                  opus_shaped_checkpoint(Path(tmp) / "opus-shaped"),
-                  "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500)]  # fmt: skip
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
-            for name, model, text, target, must in cases:
-                if not (Path(model) / "model.safetensors").is_file():
-                    continue
-                demo = ui.build_app(str(model), "cpu")
-                demo.queue(default_concurrency_limit=2)
-                port = _free_port()
-                demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
-                try:
-                    ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
-                    page = ctx.new_page()
-                    got = _browser_case(
-                        page, f"http://127.0.0.1:{port}/", str(model), text, 12 if quick else 40
-                    )
-                    ctx.close()
-                finally:
-                    demo.close()
-                for action in ("step", "back", "scrub", "layer/head"):
-                    t = statistics.median(got[action])
-                    rows.append(Row(f"browser click -> redrawn: {action}, {name}", t, "ms",
-                                    f"<= {target} (must <= {must})", t <= target,
-                                    f"max {max(got[action]):.0f} ms over {len(got[action])}"))  # fmt: skip
-                b = got["bytes"]
-                rows.append(Row(f"browser bytes per Step, {name}", statistics.median(b) / 1024, "KB",
-                                "grows with one row per layer & head", None,
-                                f"first Step (encoder rows too) {got['first'][0]:.0f} ms; "
-                                f"per Step {min(b) / 1024:.1f}-{max(b) / 1024:.1f} KB"))  # fmt: skip
-            browser.close()
-    return rows
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

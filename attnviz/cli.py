@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv  # anywhere on the line: show the traceback of an error
     argv = [a for a in argv if a != "--debug"]
     if argv[:1] == ["app"]:  # the web app parses its own options (and imports gradio)
-        from .app.ui import main as app_main
+        from .app.server import main as app_main
 
         return app_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -344,6 +344,33 @@ class GreedyStepper:
             raise InputError(f"upto must be in 0..{len(self._records)}, got {upto}")
         return assemble_trace(self.encoder_trace, self._records[:upto])
 
+    def rows(
+        self, start: int = 0, stop: int | None = None
+    ) -> dict[tuple[str, int], list[tuple[Tensor, Tensor]]]:
+        """The recorded query rows of steps ``start..stop-1`` as each step kept them.
+
+        Unlike :meth:`trace`, nothing is assembled or padded: a caller that needs only the
+        newest rows (the app sends a Step's rows to the page) reads them here.
+
+        Returns:
+            ``(kind, layer) -> [(weights [H, Tk], mask [Tk]), ...]``, one pair per step, for
+            ``"decoder_self"`` (Tk = step + 1: the keys that row had) and ``"cross"``
+            (Tk = Ts); mask bool, True = blocked, as recorded. Views of the kept tensors, on
+            the model's device.
+        """
+        n = len(self._records)
+        stop = n if stop is None else stop
+        if not 0 <= start <= stop <= n:
+            raise InputError(f"rows need 0 <= start <= stop <= {n}, got start={start}, stop={stop}")
+        out: dict[tuple[str, int], list[tuple[Tensor, Tensor]]] = {}
+        for recs in self._records[start:stop]:
+            for key, r in recs.items():
+                tk = r.weights.shape[-1]
+                out.setdefault(key, []).append(
+                    (r.weights[0, :, 0], r.mask.expand(1, 1, 1, tk)[0, 0, 0])  # [H, Tk], [Tk]
+                )
+        return out
+
 
 def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
     """One decoded row up to and including its end id (without the padding after a row ends)."""

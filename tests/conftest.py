@@ -81,12 +81,12 @@ def free_port() -> int:
 def launched_app(model: str | Path | None = None, **build):
     """The app on ``model`` (default models/reverse), launched in this process on a free
     port; yields ``(demo, port)`` and closes it afterwards."""
-    from attnviz.app import ui
+    from attnviz.app import server, ui
 
     demo = ui.build_app(str(model or MODELS / "reverse"), "cpu", **build)
     demo.queue()
     port = free_port()
-    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
+    demo.launch(prevent_thread_lock=True, **server.launch_kwargs(port=port))
     try:
         yield demo, port
     finally:

@@ -1,8 +1,8 @@
 """The app in a real headless Chromium, as a person uses it.
 
 Type, step to the end, heatmaps drawn with grey exactly where the recorded mask blocks;
-every panel follows Back, scrub (mouse and keyboard), a new input and a model switch; the
-keyboard shortcuts; dark-mode text contrast. Screenshots go to ``assets/``. No timings are
+every panel follows Back, scrub (mouse and keyboard), a new input and a model switch, also
+when they happen while another tab is shown; the keyboard shortcuts; dark-mode text contrast. Screenshots go to ``assets/``. No timings are
 asserted here (``attnviz bench`` measures them).
 """
 

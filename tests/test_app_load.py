@@ -29,7 +29,7 @@ pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
 import attnviz  # noqa: E402  (after the skips)
-from attnviz.app import ui  # noqa: E402
+from attnviz.app import server, ui  # noqa: E402
 from attnviz.app.decoders import DECODERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def peak_rss_mb(pid: int) -> float:
 def app_process(log: Path, free_port):
     """``attnviz app`` in a subprocess on a free port; yields (URL, pid) once it accepts."""
     port = free_port()
-    code = "import sys; from attnviz.app import ui; sys.exit(ui.main(sys.argv[1:]))"
+    code = "import sys; from attnviz.app import server; sys.exit(server.main(sys.argv[1:]))"
     args = ["--model", REVERSE, "--device", "cpu", "--port", str(port), "--no-browser"]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     with log.open("w") as err:
@@ -85,7 +85,7 @@ def serve(free_port, **build):
     demo = ui.build_app(REVERSE, "cpu", **build)
     demo.queue(default_concurrency_limit=2)  # as `attnviz app` does
     port = free_port()
-    demo.launch(prevent_thread_lock=True, **ui.launch_kwargs(port=port))
+    demo.launch(prevent_thread_lock=True, **server.launch_kwargs(port=port))
     return demo, f"http://127.0.0.1:{port}/"
 
 

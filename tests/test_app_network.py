@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("gradio")
 
+from attnviz.app import server as app_server
 from attnviz.app import ui
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,12 +123,12 @@ def test_no_ssrf_through_the_file_or_proxy_routes(server):
 
 def test_binds_loopback_only_and_limits_uploads(server):
     demo, port = server
-    assert ui.launch_kwargs()["server_name"] == "127.0.0.1"
+    assert app_server.launch_kwargs()["server_name"] == "127.0.0.1"
     assert demo.server_name == "127.0.0.1"
-    assert ui.launch_kwargs()["max_file_size"] == ui.MAX_FILE_SIZE == "200mb"
+    assert app_server.launch_kwargs()["max_file_size"] == app_server.MAX_FILE_SIZE == "200mb"
     assert demo.max_file_size == 200 * 1024 * 1024
-    assert ui.launch_kwargs()["share"] is False
-    assert not ui.launch_kwargs().get("allowed_paths")
+    assert app_server.launch_kwargs()["share"] is False
+    assert not app_server.launch_kwargs().get("allowed_paths")
     # the sockets the server listens on: loopback only
     bound = [sock.getsockname()[:2] for srv in demo.server.servers for sock in srv.sockets]
     assert bound and all(addr == ("127.0.0.1", port) for addr in bound)
@@ -154,7 +155,7 @@ def fake_launch(monkeypatch, capsys):
 
 
 def run_main(calls: list, *args: str) -> tuple[dict, str]:
-    assert ui.main(["--model", str(REVERSE), "--device", "cpu", "--no-browser", *args]) == 0
+    assert app_server.main(["--model", str(REVERSE), "--device", "cpu", "--no-browser", *args]) == 0
     (_, kwargs, err) = next(c for c in calls if c[0] == "launch")
     return kwargs, err
 
@@ -180,10 +181,10 @@ def test_a_wider_host_warns_too(fake_launch):
 
 
 def test_exposure_warnings():
-    assert ui.exposure_warnings("127.0.0.1", False) == []
-    assert ui.exposure_warnings("localhost", False) == []
-    assert ui.exposure_warnings("127.0.0.1", True) == [ui.SHARE_WARNING]
-    assert len(ui.exposure_warnings("0.0.0.0", True)) == 2
+    assert app_server.exposure_warnings("127.0.0.1", False) == []
+    assert app_server.exposure_warnings("localhost", False) == []
+    assert app_server.exposure_warnings("127.0.0.1", True) == [app_server.SHARE_WARNING]
+    assert len(app_server.exposure_warnings("0.0.0.0", True)) == 2
 
 
 def test_no_usage_analytics(server):

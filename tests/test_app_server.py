@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-from attnviz.app import ui  # noqa: E402
+from attnviz.app import server  # noqa: E402
 
 # positions in a decoding event's outputs (the state is not sent)
 OUTPUT, STATUS, PAYLOAD = 0, 1, 3
@@ -65,5 +65,5 @@ def test_run_and_sessions_are_separate(url):
 
 
 def test_main_refuses_a_bad_model(tmp_path, capsys):
-    assert ui.main(["--model", str(tmp_path / "nope"), "--no-browser"]) == 2
+    assert server.main(["--model", str(tmp_path / "nope"), "--no-browser"]) == 2
     assert "attnviz app:" in capsys.readouterr().err

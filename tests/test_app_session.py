@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnviz
 from attnviz.app import labs, panels, session, store, views
 from attnviz.app.decoders import DECODERS, DecoderCache
 
@@ -249,12 +250,15 @@ def test_good_upload_zip_loads_and_decodes(models_dir, fresh, tmp_path):
 
 
 def test_bench_step_measures_a_step(models_dir):
-    assert 0 < session.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
+    from attnviz.app import bench as app_bench
+
+    assert 0 < app_bench.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
 
 
 def test_session_layer_does_not_import_gradio():
     code = (
-        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels; "
+        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels, "
+        "attnviz.app.server, attnviz.app.bench, attnviz.bench; "
         "assert 'gradio' not in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -405,6 +409,94 @@ def test_payload_rows_are_the_recorded_weights_and_masks(models_dir, done):
     assert figs["cross"].data[0].z is not None and ckpt.task == "reverse"
 
 
+def test_stepper_rows_are_the_rows_the_trace_assembles(models_dir):
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"))
+    stepper = ckpt.stepper("helloworld")
+    stepper.run()
+    trace, n = stepper.trace(), stepper.position
+    rows = stepper.rows(3, 7)
+    assert sorted(rows) == sorted(trace.keys()[2:])  # every layer of both decoder kinds
+    for (kind, layer), pairs in rows.items():
+        assert len(pairs) == 4
+        for r, (w, m) in enumerate(pairs, start=3):
+            tk = r + 1 if kind == "decoder_self" else 10
+            assert w.shape == (4, tk) and m.shape == (tk,) and m.dtype == torch.bool
+            torch.testing.assert_close(w, trace.weights(kind, layer)[0, :, r, :tk], rtol=0, atol=0)
+            assert torch.equal(m, trace.mask(kind, layer)[0, 0, r, :tk])
+    assert stepper.rows().keys() == rows.keys() and len(stepper.rows()["cross", 0]) == n
+    assert stepper.rows(n, n) == {}
+    with pytest.raises(attnviz.InputError, match="start <= stop"):
+        stepper.rows(5, 3)
+
+
+def test_a_step_sends_its_rows_without_assembling_the_trace(models_dir, fresh, monkeypatch):
+    first = session.step(fresh, "helloworld")
+    want = session.step(first.state).payload
+
+    def assembled(*args, **kwargs):
+        raise AssertionError("a Step assembled the whole trace")
+
+    monkeypatch.setattr(attnviz.GreedyStepper, "trace", assembled)
+    got = session.step(first.state).payload
+    assert got["rows"] == want["rows"] and got["from"] == 1 and got["n"] == 2
+    full = session.render(dataclasses.replace(first.state, page_rows=-1)).payload
+    assert full["full"] and len(full["encoder"]) == 2 and full["rows"]["cross"]
+
+
+def test_the_decoder_is_built_from_the_state_source_ids(models_dir, fresh, monkeypatch):
+    started = session.start(fresh, "helloworld").state
+    DECODERS.forget(started.sid)
+    calls = []
+    real = attnviz.Checkpoint.encode_source
+    monkeypatch.setattr(
+        attnviz.Checkpoint, "encode_source", lambda self, t: calls.append(t) or real(self, t)
+    )
+    view = session.step(started)  # a new decoder for this session: the ids are in the state
+    assert calls == [] and view.output == "d"
+    odd = dataclasses.replace(started, text="not what the ids say")  # the ids are decoded
+    DECODERS.forget(odd.sid)
+    assert session.run(odd).output == "dlrowolleh" and calls == []
+
+
+def _app_imports(path: Path) -> set[str]:
+    """The attnviz.app modules ``path`` imports, at the top or inside a function."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz.app."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("attnviz.app.")}
+    return found - {path.stem}
+
+
+def test_app_modules_import_in_one_direction():
+    app = Path(session.__file__).parent
+    graph = {p.stem: _app_imports(p) & {q.stem for q in app.glob("*.py")} for p in app.glob("*.py")}
+    assert "session" not in graph["state"] and "views" not in graph["state"]
+    assert graph["decoders"] <= {"state"} and "session" not in graph["views"]
+
+    def reach(mod: str, seen: frozenset = frozenset()) -> None:
+        for dep in graph[mod]:
+            assert dep not in seen | {mod}, f"import cycle: {' -> '.join([*seen, mod, dep])}"
+            reach(dep, seen | {mod})
+
+    for mod in graph:
+        reach(mod)
+    code = (
+        "import sys, importlib\n"
+        "for m in ('state', 'decoders', 'views', 'session', 'server', 'bench'):\n"
+        "    for k in [k for k in sys.modules if k.startswith('attnviz')]: del sys.modules[k]\n"
+        "    importlib.import_module('attnviz.app.' + m)\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 def attnviz_trace(ckpt, state):
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         return stepper.trace()
@@ -474,6 +566,25 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "beam", "ablate", "align"}  # fmt: skip
     assert before["model"] == new["model"]
+
+
+def test_follow_rules_say_what_each_panel_does_after_an_event(done):
+    at = views.panel_stamps(done)
+    shown = {k: at[k] for k in ("mask", "attr", "beam", "align", "model")}  # computed at done
+    back = session.back(done).state
+    assert views.stale_panels(shown, back) == {"mask", "attr"}
+    plan = views.follow(shown, back, "step")  # the step view is shown: clear, rerun nothing
+    assert plan and plan.clear == {"mask", "attr"} and not plan.rerun and not plan.renew
+    assert plan.stamps == {k: shown[k] for k in ("beam", "align", "model")}
+    plan = views.follow(shown, back, "mask")  # the mask lab is shown: it follows the step
+    assert plan.rerun == {"mask"} and plan.clear == {"attr"}
+    assert plan.stamps["mask"] == views.panel_stamps(back)["mask"] and "attr" not in plan.stamps
+    new = session.start(done, "abc").state  # a new input: every input-bound panel is stale
+    assert views.follow(shown, new, "align").clear == {"mask", "attr", "beam", "align"}
+    moved = {**shown, "model": (done.model, -1)}  # the checkpoint changed on disk
+    plan = views.follow(moved, done, "step")
+    assert plan.renew == {"model"} and not plan.clear and plan.stamps == shown
+    assert not views.follow(shown, done, "mask") and views.follow({}, new, "mask").stamps == {}
 
 
 def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:

@@ -3,7 +3,7 @@
 A Step click goes ui -> session -> views -> the page, one way:
 
 - :mod:`~attnviz.app.session`: per-user actions (start, step, run, back, reset, goto, ...),
-  plain Python returning :class:`~attnviz.app.state.DecodeView`; one per-session lock and one
+  plain Python returning :class:`~attnviz.app.session.DecodeView`; one per-session lock and one
   decoder sync per action; no gradio.
 - :mod:`~attnviz.app.decoders`: the server-side decoders (one ``GreedyStepper`` per session)
   behind :class:`~attnviz.app.decoders.DecoderCache`.
@@ -14,9 +14,10 @@ A Step click goes ui -> session -> views -> the page, one way:
   checkpoint health, training playback, export.
 - :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;
   the model menu's names.
-- :mod:`~attnviz.app.ui`: the Gradio layout and wiring (the only module importing gradio);
-  ``attnviz app`` runs :func:`attnviz.app.ui.main`. ``assets/viz.js`` draws the heatmaps in
-  the page.
+- :mod:`~attnviz.app.ui`: the Gradio layout and wiring (the only module importing gradio).
+  ``assets/viz.js`` draws the heatmaps in the page.
+- :mod:`~attnviz.app.server`: ``attnviz app`` (:func:`attnviz.app.server.main`) and the
+  launch options; :mod:`~attnviz.app.bench`: the app's rows of ``attnviz bench``.
 
 Importing this package does not import gradio.
 """

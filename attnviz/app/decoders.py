@@ -14,6 +14,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+import torch
+
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
 from .state import SessionState
@@ -55,8 +57,8 @@ class DecoderCache:
                     self._items.move_to_end(state.sid)
             if hit is not None and hit[0] == sig:
                 stepper = hit[1]
-            else:  # the checkpoint's ids and generation rules, as its predict() uses them
-                stepper = ckpt.stepper(state.text, max_len=state.max_steps or None)
+            else:
+                stepper = new_stepper(state, ckpt)
                 with self._guard:
                     self._items[state.sid] = (sig, stepper)
                     self._items.move_to_end(state.sid)
@@ -81,6 +83,22 @@ class DecoderCache:
     def __len__(self) -> int:
         with self._guard:
             return len(self._items)
+
+
+def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
+    """A stepper on the state's own source ids (``[Ts]``, encoded once when the input was
+    started: never re-encoded from the text), with the checkpoint's special ids and
+    generation rules, as its ``predict()`` uses them."""
+    cfg = ckpt.config
+    src = torch.tensor(state.src_ids, dtype=torch.long, device=ckpt.device)
+    return GreedyStepper(
+        ckpt.model,
+        src,
+        cfg.bos_id,
+        cfg.eos_id,
+        max_len=state.max_steps or ckpt.max_new_tokens,
+        rules=ckpt.rules,
+    )
 
 
 #: The process's decoders (the app's sessions share the process's models).

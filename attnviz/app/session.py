@@ -1,8 +1,9 @@
 """Per-user actions of the app: plain Python, no gradio (unit-tested without a browser).
 
 An action runs in one pass: the state changes (pure, may be refused), then, under the
-session's own lock, the decoder is synced once (stepping if the action decodes) and its
-trace is taken; :mod:`attnviz.app.views` turns state + trace into what the page shows.
+session's own lock, the decoder is synced once (stepping if the action decodes) and the rows
+the page lacks are taken as the decoder kept them; :mod:`attnviz.app.views` turns state +
+rows into what the page shows.
 
 Every action takes a state and returns a :class:`DecodeView`: the new state plus everything
 the page shows. A user error (bad input, bad file) never raises: it comes back as
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import statistics
-import time
 import uuid
 from collections.abc import Callable
 
@@ -29,20 +28,13 @@ from ..model import KINDS
 from . import store, views
 from .decoders import DECODERS
 from .figures import placeholder
-from .state import (
-    DecodeView,
-    SessionState,
-    checkpoint_of,
-    layer_count,
-    new_state,
-)
+from .state import SessionState, checkpoint_of, layer_count, new_state
 
 __all__ = [
     "DecodeView",
     "SessionState",
     "back",
     "beam",
-    "bench_step",
     "choose_model",
     "figures",
     "goto",
@@ -64,6 +56,21 @@ __all__ = [
 APP_THREADS = 1
 Decode = Callable[[SessionState, GreedyStepper], SessionState]
 RESTARTED = "The checkpoint changed on disk: decoding restarted with the new weights."
+
+
+class DecodeView(views.Shown):
+    """What an action returns: the new state and everything the step-through page shows
+    (see :class:`attnviz.app.views.Shown`), plus the same views as plotly figures."""
+
+    @property
+    def figures(self) -> dict[str, go.Figure]:
+        """Every view of the state as a plotly figure, built on demand (the page itself draws
+        from :attr:`payload`); see :func:`figures`."""
+        return figures(self.state)
+
+
+def _view(shown: views.Shown) -> DecodeView:
+    return DecodeView(shown.state, shown.output, shown.message, shown.info, shown.payload)
 
 
 def _warn(exc: Exception) -> str:
@@ -102,15 +109,16 @@ def _apply(
 def _render(
     state: SessionState, ckpt: Checkpoint, message: str = "", decode: Decode | None = None
 ) -> DecodeView:
-    trace, steps = None, []
+    encoder, rows, steps = None, {}, []
     if state.started:
         with DECODERS.hold(state, ckpt, state.version) as stepper:
             if decode is not None:
                 state = decode(state, stepper)
-            if views.needs_trace(state):  # only new rows are sent: Back and scrub need none
-                trace = stepper.trace(upto=len(state.tokens))
+            missing = views.missing_rows(state)  # only new rows are sent: Back and scrub none
+            if missing is not None:
+                encoder, rows = stepper.encoder_trace, stepper.rows(*missing)
             steps = stepper.steps
-    view = views.render(state, ckpt, trace, steps, message)
+    view = _view(views.render(state, ckpt, encoder, rows, steps, message))
     if message == RESTARTED:
         view.payload["restarted"] = True
     return view
@@ -124,7 +132,7 @@ def render(state: SessionState, message: str = "") -> DecodeView:
             return _apply(state, lambda s, c: s)
         return _render(state, ckpt, message)
     except AttnvizError as exc:
-        return views.render(state, None, None, [], message or _warn(exc))
+        return _view(views.render(state, None, None, {}, [], message or _warn(exc)))
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -338,25 +346,3 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
 
 def _raise(exc: Exception):
     raise exc
-
-
-# -- measuring ----------------------------------------------------------------------------------
-def bench_step(ckpt_path: str, text: str, repeats: int = 20) -> float:
-    """Median seconds of one Step on the server: the decode, the trace and the page payload.
-
-    Each repeat starts ``text`` afresh, decodes all but the last token, then times the last
-    Step with a cold decoder half the time (rebuilt by forcing) — the realistic mix.
-    """
-    state = start(new_state(ckpt_path), text).state
-    full = run(state).state
-    n = len(full.tokens)
-    times = []
-    for i in range(repeats):
-        s = dataclasses.replace(full, tokens=full.tokens[: n - 1], step=n - 1, page_rows=n - 1)
-        if i % 2:
-            DECODERS.forget(s.sid)
-        t0 = time.perf_counter()
-        view = step(s)
-        views.json_size(view.payload)  # what gradio does with the payload
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..errors import InputError
@@ -101,34 +100,6 @@ class SessionState:
         """The shown output is complete: EOS produced or the length limit reached."""
         t = self.tokens[: self.step]
         return bool(t) and (t[-1] == self.eos_id or len(t) >= self.max_steps)
-
-
-@dataclass
-class DecodeView:
-    """Everything the step-through page shows for one state.
-
-    Attributes:
-        state: the state shown (with ``page_rows`` updated to what ``payload`` brings).
-        output: output text so far (EOS not shown).
-        message: HTML for the status line (hints, errors, warnings), escaped.
-        info: JSON-ready ``{"step", "done", "output", "tokens", "newest", "prob", ...}``.
-        payload: what the page draws from (see :func:`attnviz.app.views.payload`): the
-            rows the page lacks, the step to show, tokens and labels.
-    """
-
-    state: SessionState
-    output: str
-    message: str
-    info: dict[str, Any]
-    payload: dict[str, Any]
-
-    @property
-    def figures(self) -> dict:
-        """Every view of the state as a plotly figure, built on demand (the page itself draws
-        from :attr:`payload`); see :func:`attnviz.app.session.figures`."""
-        from .session import figures
-
-        return figures(self.state)
 
 
 # -- state creation and the model -----------------------------------------------------------------

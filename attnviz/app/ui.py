@@ -1,6 +1,7 @@
 """The Gradio page: layout and wiring only. Every callback is one call into the session layer.
 
-``attnviz app`` runs :func:`main`. The page is built by :func:`build_app`; the named API
+``attnviz app`` serves it (:func:`attnviz.app.server.main`). The page is built by
+:func:`build_app`; the named API
 endpoints ``start``, ``step``, ``run``, ``back``, ``reset`` drive step-through decoding from
 ``gradio_client`` (``Client(url).predict("helloworld", api_name="/step")``); the per-user
 state lives server-side in ``gr.State``. This is the only module that imports gradio, so all
@@ -13,12 +14,9 @@ changes redraw from what the page holds.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 
 import gradio as gr
-import torch
 
 from .. import plots
 from ..analysis import LENSES
@@ -27,20 +25,13 @@ from ..model import KINDS
 from . import alignment, labs, lensview, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
+from .views import follow as follow_plan
 from .views import panel_stamps as stamp
+from .views import stale_panels
 
-CSS_FILE = store.ASSETS_DIR / "app.css"
 JS_FILE = store.ASSETS_DIR / "viz.js"
-MAX_FILE_SIZE = "200mb"
-APP_THREADS = session.APP_THREADS
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
-MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
 CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
-SHARE_WARNING = (
-    "attnviz app: WARNING: --share makes this app PUBLIC on the internet through a "
-    "gradio.live link for as long as it runs: anyone with the link can use it, run the "
-    "model on this machine and upload files to it. Stop it with Ctrl+C."
-)
 # Decoding events skip gradio's queue (a queued event costs ~50 ms more round trip); each
 # session's decoder has its own lock, and a Step costs milliseconds of model time.
 FAST = dict(queue=False, show_progress="hidden")
@@ -256,8 +247,7 @@ class Page:
         decides whether the page should ask for them to follow (``payload["follow"]``)."""
         top = max(len(view.state.tokens), 1)
         if stamps is not None:
-            now = stamp(view.state)
-            view.payload["follow"] = any(v != now[k] for k, v in stamps.items())
+            view.payload["follow"] = bool(stale_panels(stamps, view.state))
         return (
             view.state,
             view.output,
@@ -318,21 +308,18 @@ class Page:
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
-        the checkpoint changed on disk."""
+        the checkpoint changed on disk (the rules: :func:`attnviz.app.views.follow`)."""
         *mask_args, theme = args
-        now = stamp(state)
-        out: dict = {}
-        stale = {k for k, v in stamps.items() if v != now[k]}
-        if not stale:
+        plan = follow_plan(stamps, state, active)
+        if not plan:
             return {c: gr.skip() for c in self.lab_outputs()}
-        keep = {k: v for k, v in stamps.items() if k not in stale}
-        if "mask" in stale:
-            if active == "mask":
-                out.update(self.mask(state, *mask_args, theme=theme))
-                keep["mask"] = now["mask"]
-            else:
-                out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
-                out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
+        out: dict = {}
+        stale = plan.clear  # emptied, marked as computed for an earlier state
+        if "mask" in plan.rerun:
+            out.update(self.mask(state, *mask_args, theme=theme))
+        elif "mask" in stale:
+            out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
+            out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
         if "beam" in stale:
             out[self.beam_out] = ""
         if "attr" in stale:
@@ -346,13 +333,12 @@ class Page:
             out[self.align_msg] = STALE
         if "faith" in stale:
             out.update({self.faith_plot: None, self.faith_msg: STALE})
-        if "model" in stale:
+        if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
             out[self.play_slider] = ctl.get(self.play_slider, gr.skip())
             out.update({self.health_html: "", self.health_plot: None})
-            keep["model"] = now["model"]
-        out[self.stamps] = keep
+        out[self.stamps] = plan.stamps
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
 
     def mask(self, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:
@@ -598,74 +584,3 @@ def build_app(
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,
         ).then(lambda s: {"model": stamp(s)["model"]}, [p.state], [p.stamps], **HIDDEN)  # fmt: skip
     return demo
-
-
-def launch_kwargs(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False) -> dict:
-    """Arguments of ``demo.launch`` shared by :func:`main` and the tests.
-
-    Binds ``host`` only (default loopback: this machine alone); gradio serves no file outside
-    its own cache and the files the app returns (nothing in ``allowed_paths``).
-    """
-    css = CSS_FILE.read_text() if CSS_FILE.is_file() else None
-    return dict(
-        server_name=host,
-        server_port=port,
-        share=share,
-        max_file_size=MAX_FILE_SIZE,
-        state_session_capacity=MAX_SESSIONS,
-        css=css,
-        theme=gr.themes.Soft(),
-        show_error=True,
-        # no run history: it would copy every event's outputs (the heatmap rows) into the
-        # browser's localStorage, ~100 ms per click on a large model, and keep inputs there
-        run_history=False,
-    )
-
-
-def exposure_warnings(host: str, share: bool) -> list[str]:
-    """Warnings to print before launching when the app is reachable beyond this machine."""
-    out = [SHARE_WARNING] if share else []
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        out.append(
-            f"attnviz app: WARNING: binding {host}: the app is reachable from other machines "
-            "on your network(s), without a password."
-        )
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
-    [--no-browser]``."""
-    ap = argparse.ArgumentParser(prog="attnviz app", description="the attention inspector")
-    ap.add_argument("--model", help="checkpoint folder (default: the first under models/)")
-    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=7860)
-    ap.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
-    ap.add_argument("--share", action="store_true", help="also open a public gradio.live link")
-    ap.add_argument(
-        "--threads", type=int, default=APP_THREADS,
-        help=f"torch threads per request (default {APP_THREADS}: requests run side by side)",
-    )  # fmt: skip
-    ap.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
-    args = ap.parse_args(argv)
-    try:
-        device = store.resolve_device(args.device)
-        model = args.model or next(iter(store.shipped_models().values()), None)
-        if model is None:
-            raise AttnvizError("no model under models/: train one or pass --model PATH")
-        store.get_checkpoint(model, device)  # fail now, with one line, not in the page
-    except AttnvizError as exc:
-        print(f"attnviz app: {exc}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(max(1, args.threads))
-    for line in exposure_warnings(args.host, args.share):
-        print(line, file=sys.stderr, flush=True)
-    demo = build_app(model, device)
-    demo.queue(default_concurrency_limit=2)
-    inbrowser = sys.stdout.isatty() and not args.no_browser
-    demo.launch(inbrowser=inbrowser, **launch_kwargs(args.host, args.port, args.share))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,10 @@
-"""What the step-through page shows for a state: pure functions of (state, trace, steps).
+"""What the step-through page shows for a state: pure functions of (state, rows, steps).
 
 No lock, no decoding, no gradio: :mod:`attnviz.app.session` syncs the decoder once, then
-hands the state, the recorded :class:`~attnviz.record.Trace` and the steps' results here.
-The page draws heatmaps itself from :func:`payload` (the rows it does not hold yet);
-:func:`figures` builds the same views as plotly figures for Python users and exports.
+hands the state, the rows the page lacks (:meth:`~attnviz.GreedyStepper.rows`) and the steps'
+results here. The page draws heatmaps itself from :func:`payload`; :func:`figures_of` builds
+the same views as plotly figures for Python users and exports; :func:`stale_panels` and
+:func:`follow` say which of the page's other panels an event left behind.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 
 from .. import plots
 from ..checkpoint import Checkpoint
@@ -28,7 +30,6 @@ from ..record import Trace
 from ..tasks import TASKS, get_task
 from . import figures, store
 from .state import (
-    DecodeView,
     SessionState,
     head_choices,
     head_label,
@@ -55,7 +56,33 @@ def b64(a: np.ndarray) -> str:
 
 
 def _bits(m: np.ndarray) -> str:
-    return "".join("1" if b else "0" for b in np.asarray(m, bool).ravel())
+    """``"0"/"1"`` per cell (``1`` = blocked), row-major."""
+    return (np.asarray(m, bool).ravel().astype(np.uint8) + ord("0")).tobytes().decode("ascii")
+
+
+#: ``(kind, layer) -> [(weights [H, Tk], mask [Tk]), ...]``: decoded rows as the stepper keeps
+#: them (:meth:`attnviz.GreedyStepper.rows`).
+Rows = dict[tuple[str, int], list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclasses.dataclass
+class Shown:
+    """Everything the step-through page shows for one state.
+
+    Attributes:
+        state: the state shown (with ``page_rows`` updated to what ``payload`` brings).
+        output: output text so far (EOS not shown).
+        message: HTML for the status line (hints, errors, warnings), escaped.
+        info: JSON-ready ``{"step", "done", "output", "tokens", "newest", "prob", ...}``.
+        payload: what the page draws from (see :func:`payload`): the rows the page lacks,
+            the step to show, tokens and labels.
+    """
+
+    state: SessionState
+    output: str
+    message: str
+    info: dict[str, Any]
+    payload: dict[str, Any]
 
 
 def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
@@ -124,19 +151,28 @@ def _src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
     ]
 
 
-def needs_trace(state: SessionState) -> bool:
-    """Whether :func:`payload` will read the trace: the page lacks the encoder or rows."""
-    return state.started and (state.page_rows < 0 or len(state.tokens) > state.page_rows)
+def missing_rows(state: SessionState) -> tuple[int, int] | None:
+    """The decoded rows ``(start, stop)`` the page lacks for ``state``, or None when it lacks
+    nothing (Back and scrub). ``start == stop`` when only the encoder is missing."""
+    n = len(state.tokens)
+    if not state.started or (state.page_rows >= 0 and n <= state.page_rows):
+        return None
+    return (0 if state.page_rows < 0 else state.page_rows), n
 
 
 def payload(
-    state: SessionState, ckpt: Checkpoint, trace: Trace | None, steps: Sequence[StepResult]
+    state: SessionState,
+    ckpt: Checkpoint,
+    encoder: Trace | None,
+    rows: Rows,
+    steps: Sequence[StepResult],
 ) -> tuple[dict[str, Any], int]:
     """What the page needs to show ``state``, given what it holds (``state.page_rows``).
 
     Args:
-        trace: the decoder's trace of all ``len(state.tokens)`` decoded rows (batch 1), or
-            None before an input is started.
+        encoder: the decoder's encoder trace (``"encoder_self"``, batch 1); read only when
+            the page holds nothing of this decode (``page_rows < 0``).
+        rows: the decoded rows :func:`missing_rows` names, as the stepper keeps them.
         steps: the decoder's step results (at least ``len(state.tokens)``).
     Returns:
         ``(payload, rows)``: ``rows`` is what the page holds once it applied the payload.
@@ -184,32 +220,25 @@ def payload(
             titles=KIND_TITLES,
             encoder=[
                 {
-                    "w": b64(trace.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
-                    "m": _bits(trace.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
+                    "w": b64(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
+                    "m": _bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
                 }
-                for i in trace.layers("encoder_self")
+                for i in encoder.layers("encoder_self")
             ],
         )
-    if n > start:
+    if n > start:  # decoder_self row r holds keys 0..r (the rest is the future), cross Ts
         for kind in ("decoder_self", "cross"):
-            layers = []
-            for i in trace.layers(kind):
-                w = as_numpy(trace.weights(kind, i)[0, :, start:n])  # [H, rows, Tk]
-                m = as_numpy(trace.mask(kind, i)[0, 0, start:n]).astype(bool)  # [rows, Tk]
-                if kind == "decoder_self":  # row r holds keys 0..r; the rest is the future
-                    w_rows = [w[:, r - start, : r + 1] for r in range(start, n)]
-                    m_rows = [m[r - start, : r + 1] for r in range(start, n)]
-                else:
-                    w_rows = [w[:, r] for r in range(n - start)]
-                    m_rows = list(m)
-                layers.append(
-                    {
-                        "w": b64(np.concatenate([x.ravel() for x in w_rows])),
-                        "m": "".join(_bits(x) for x in m_rows),
-                    }
-                )
-            out["rows"][kind] = layers
+            layers = sorted(i for k, i in rows if k == kind)
+            out["rows"][kind] = [_row_block(rows[kind, i]) for i in layers]
     return out, n
+
+
+def _row_block(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, str]:
+    """One layer's rows for the page: weights of each row ``[H, Tk]`` flattened one after
+    another (one device-to-host copy), and the mask bits of each row ``[Tk]`` likewise."""
+    w = as_numpy(torch.cat([w.reshape(-1) for w, _ in pairs]))
+    m = as_numpy(torch.cat([m.reshape(-1) for _, m in pairs]))
+    return {"w": b64(w), "m": _bits(m)}
 
 
 def _topk(step: StepResult, tok, k: int) -> list[list]:
@@ -226,15 +255,17 @@ def _topk(step: StepResult, tok, k: int) -> list[list]:
 def render(
     state: SessionState,
     ckpt: Checkpoint | None,
-    trace: Trace | None,
+    encoder: Trace | None,
+    rows: Rows,
     steps: Sequence[StepResult],
     message: str = "",
-) -> DecodeView:
-    """The whole step-through view of ``state``: text, status, info and the page payload."""
+) -> Shown:
+    """The whole step-through view of ``state``: text, status, info and the page payload
+    (``encoder``, ``rows``: as :func:`payload` takes them)."""
     if ckpt is None:
         info = {"step": 0, "done": False, "output": ""}
         empty = {"epoch": "", "started": False, "full": True, "from": 0, "step": 0, "n": 0}
-        return DecodeView(state, "", message, info, {**empty, "info": info})
+        return Shown(state, "", message, info, {**empty, "info": info})
     tok = ckpt.tgt_tokenizer
     shown = state.tokens[: state.step]
     output = tok.decode(shown)
@@ -254,11 +285,11 @@ def render(
         if (rules and rules.forced_eos_id == last.token and state.step >= state.max_steps
                 and int(last.probs.argmax()) != last.token):  # fmt: skip
             forced = float(last.probs[last.token])
-    data, rows = payload(state, ckpt, trace, steps)
+    data, held = payload(state, ckpt, encoder, rows, steps)
     data["info"] = info
     data["limit"] = state.stopped_at_limit
-    new = state if rows == state.page_rows else _with_rows(state, rows)
-    return DecodeView(new, output, messages(state, ckpt, message, forced), info, data)
+    new = state if held == state.page_rows else _with_rows(state, held)
+    return Shown(new, output, messages(state, ckpt, message, forced), info, data)
 
 
 def _with_rows(state: SessionState, rows: int) -> SessionState:
@@ -378,6 +409,54 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "align": (state.model, state.epoch),
         "model": (state.model, store.version_of(state.model) if state.model else 0),
     }
+
+
+def stale_panels(stamps: dict[str, Any], state: SessionState) -> set[str]:
+    """The panels whose stamp (the state they were computed for, by panel, as
+    :func:`panel_stamps` gives it) is not the current state's: they show an earlier state."""
+    now = panel_stamps(state)
+    return {k for k, v in stamps.items() if v != now.get(k)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Follow:
+    """How the page's other panels follow an event (see :func:`follow`).
+
+    Attributes:
+        rerun: panels computed again now, for the current state (the mask lab when it is
+            the tab shown: a person watching it sees it follow every step).
+        renew: panels that follow the checkpoint (``"model"``: the header, the playback
+            range and the health report) and are renewed from the current state.
+        clear: every other stale panel: emptied and marked as computed for an earlier state
+            (computing labs the person is not looking at would make every Step wait).
+        stamps: the stamps after following: the current ones for ``rerun`` and ``renew``,
+            none for ``clear``ed panels, unchanged for the rest.
+    """
+
+    rerun: frozenset[str]
+    renew: frozenset[str]
+    clear: frozenset[str]
+    stamps: dict[str, Any]
+
+    def __bool__(self) -> bool:
+        return bool(self.rerun or self.renew or self.clear)
+
+
+def follow(stamps: dict[str, Any], state: SessionState, active: str) -> Follow:
+    """What each panel computed for another state does now that ``state`` is current.
+
+    Args:
+        stamps: what the panels show (:func:`panel_stamps` of the states they were computed
+            for, by panel); panels never computed have no stamp and nothing to follow.
+        active: the tab shown (``"step"``, ``"mask"``, ``"align"``, ...).
+    """
+    stale = stale_panels(stamps, state)
+    now = panel_stamps(state)
+    rerun = stale & ({"mask"} if active == "mask" else set())
+    renew = stale & {"model"}
+    keep = {k: v for k, v in stamps.items() if k not in stale}
+    keep.update({k: now[k] for k in rerun | renew})
+    return Follow(frozenset(rerun), frozenset(renew), frozenset(stale - rerun - renew), keep)
 
 
 def json_size(data: Any) -> int:

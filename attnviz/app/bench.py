@@ -1,0 +1,256 @@
+"""The app's rows of ``attnviz bench``: what a person waits for, measured where they wait.
+
+- one Step on the server (decode, the rows, the page's payload serialised) and the payload's
+  size per Step (:func:`bench_app`);
+- the peak memory of a process serving 10 sessions (:func:`bench_app_memory`);
+- in headless Chromium (Playwright, the system Chromium), the time from a click to the
+  redrawn page for Step, Back, scrub and a layer/head change, and the bytes the page
+  receives per Step, on models/reverse and an opus-mt-shaped random model
+  (:func:`bench_browser`).
+
+:func:`attnviz.bench.run` runs them with the library's rows; gradio is imported only by the
+browser rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ..bench import CHROMIUM, CHROMIUM_ARGS, MODELS, Row, app_threads
+from ..config import ModelConfig
+from ..model import Transformer
+from . import server, session, views
+from .decoders import DECODERS
+
+
+def bench_step(ckpt_path: str, text: str, repeats: int = 20) -> float:
+    """Median seconds of one Step on the server: the decode, its rows and the page payload.
+
+    Each repeat starts ``text`` afresh, decodes all but the last token, then times the last
+    Step with a cold decoder half the time (rebuilt by forcing) — the realistic mix.
+    """
+    state = session.start(session.new_state(ckpt_path), text).state
+    full = session.run(state).state
+    n = len(full.tokens)
+    times = []
+    for i in range(repeats):
+        s = dataclasses.replace(full, tokens=full.tokens[: n - 1], step=n - 1, page_rows=n - 1)
+        if i % 2:
+            DECODERS.forget(s.sid)
+        t0 = time.perf_counter()
+        view = session.step(s)
+        views.json_size(view.payload)  # what gradio does with the payload
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_app(quick: bool) -> list[Row]:
+    """Row 6 (server side): one app Step with the page's payload built and serialised."""
+    with app_threads():
+        return _bench_app(quick)
+
+
+def _bench_app(quick: bool) -> list[Row]:
+    path = str(MODELS / "reverse")
+    if not (MODELS / "reverse" / "model.safetensors").is_file():
+        return [Row("app step", float("nan"), "ms", "<= 100", None, "models/reverse missing")]
+    text = "abcdefghijklmnopqrst"
+    t = bench_step(path, text, repeats=5 if quick else 30)
+    done = session.run(session.start(session.new_state(path), text).state).state
+    n = len(done.tokens)  # the last step decoded again: the longest rows
+    last = dataclasses.replace(done, tokens=done.tokens[: n - 1], step=n - 1, page_rows=n - 1)
+    size = views.json_size(session.step(last).payload)
+    return [
+        Row("app step on the server (20-char input: decode, trace, page payload)", t * 1e3,
+            "ms", "<= 100", t <= 0.1, "the browser rows below are what a person waits for"),
+        Row("page payload per step", size / 1024, "KB", "< 200", size < 200 * 1024,
+            "only the rows this step added"),
+    ]  # fmt: skip
+
+
+_APP_MEMORY = """
+import sys
+from attnviz.app import session, views
+path, calls = sys.argv[1], int(sys.argv[2])
+def rss():
+    # peak resident set of this process image; getrusage's ru_maxrss would also count the
+    # parent's pages from before exec
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # MB
+words = [w * 2 for w in ("abcdefghij", "helloworld", "qwertyuiop", "zyxwvutsrq", "mnbvcxzlkj")]
+first = session.step(session.start(session.new_state(path), "abc").state)
+views.json_size(first.payload)
+base = rss()
+states = [session.start(session.new_state(path), words[i % 5][: 11 + i]).state for i in range(10)]
+for c in range(calls):
+    for i, st in enumerate(states):
+        view = session.step(st) if c % 3 != 2 else session.back(st)
+        states[i] = view.state
+        views.json_size(view.payload)
+print(base, rss())
+"""
+
+
+def bench_app_memory(quick: bool) -> list[Row]:
+    """Peak RSS of a fresh process serving 10 app sessions x 100 Step/Back calls."""
+    import subprocess
+    import sys
+
+    if not (MODELS / "reverse" / "model.safetensors").is_file():
+        return []
+    calls = 20 if quick else 100
+    out = subprocess.run(
+        [sys.executable, "-c", _APP_MEMORY, str(MODELS / "reverse"), str(calls)],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    base, peak = map(float, out.stdout.split()[-2:])
+    return [Row(f"peak RSS after 10 app sessions x {calls} Step/Back calls", peak, "MB", "-", None,
+                f"{base:.0f} MB after the first step (torch, one model loaded)")]  # fmt: skip
+
+
+# Click `sel` (or run `act`), then resolve with the ms until the output box reads `output`
+# and the page has drawn step `step` (checked each animation frame, so paint is included).
+_CLICK = """async ([sel, step, output, act]) => {
+  const box = document.querySelector('#output-text textarea');
+  const t0 = performance.now();
+  if (act === 'scrub') {
+    const r = document.querySelector('#step-slider input[type=range]');
+    r.value = String(step); r.dispatchEvent(new Event('input', {bubbles: true}));
+    r.dispatchEvent(new Event('change', {bubbles: true}));
+    r.dispatchEvent(new PointerEvent('pointerup', {bubbles: true}));
+  } else if (act) {
+    const s = document.querySelector(sel); s.value = act;
+    s.dispatchEvent(new Event('change', {bubbles: true}));
+  } else document.querySelector(sel).click();
+  return await new Promise((res, rej) => {
+    const until = t0 + 20000;
+    const check = () => {
+      const d = window.AttnViz.drawn;
+      if (box.value === output && d.step === step && d.t >= t0) res(performance.now() - t0);
+      else if (performance.now() > until) rej(new Error('not redrawn: ' + box.value + ' ' + d.step));
+      else requestAnimationFrame(check);
+    };
+    requestAnimationFrame(check);
+  });
+}"""
+_BYTES = """() => performance.getEntriesByType('resource')
+  .filter(e => e.name.includes('/run/predict') || e.name.includes('/queue/data'))
+  .map(e => e.encodedBodySize || e.transferSize || 0)"""
+
+
+def opus_shaped_checkpoint(folder: Path) -> Path:
+    """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
+    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
+    import string
+
+    from ..checkpoint import save_checkpoint
+    from ..tokenizer import Tokenizer
+
+    tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
+    cfg = ModelConfig(len(tok), len(tok), d_model=512, n_heads=8, n_encoder_layers=6,
+                      n_decoder_layers=6, d_ff=2048, dropout=0.0, max_len=256)  # fmt: skip
+    torch.manual_seed(0)
+    return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
+
+
+def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:
+    """Step ``steps`` times, then Back, scrub and layer/head changes; ms per action."""
+    page.goto(url)
+    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')", timeout=60_000)  # fmt: skip
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    page.locator("#input-text textarea").fill(text)
+    ref = session.run(session.start(session.new_state(model), text).state)
+    outs = [ref.output[:0]] + [
+        session.goto(ref.state, i).output for i in range(1, len(ref.state.tokens) + 1)
+    ]
+    steps = min(steps, len(ref.state.tokens))
+    times: dict[str, list[float]] = {"step": [], "back": [], "scrub": [], "layer/head": []}
+    sizes: list[int] = []
+    page.evaluate("() => performance.clearResourceTimings()")
+    for i in range(1, steps + 1):
+        times["step"].append(page.evaluate(_CLICK, ["#step-btn", i, outs[i], None]))
+        sizes += page.evaluate(_BYTES)
+        page.evaluate("() => performance.clearResourceTimings()")
+    first_step = times["step"].pop(0)  # starts the input: encoder rows, not a step's
+    for i in range(steps - 1, max(steps - 11, 0), -1):
+        times["back"].append(page.evaluate(_CLICK, ["#back-btn", i, outs[i], None]))
+    for i in [steps, 1, steps // 2, steps - 1, 2, steps] * 2:
+        if i != page.evaluate("() => window.AttnViz.drawn.step"):
+            times["scrub"].append(page.evaluate(_CLICK, [None, i, outs[i], "scrub"]))
+    here = page.evaluate("() => window.AttnViz.drawn.step")
+    for sel, values in (("#heatmap-cross .av-headsel", ["H0", "all heads", "mean", "H1"]),
+                        ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"]),
+                        ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
+        for v in values:
+            times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
+    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step]}
+
+
+def bench_browser(quick: bool) -> list[Row]:
+    """Click -> redrawn medians in headless Chromium (Step, Back, scrub, layer/head), and the
+    bytes the page receives per Step, on models/reverse (20 chars) and an opus-mt-shaped
+    random model (60 chars)."""
+    import shutil
+    import tempfile
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return [Row("browser rows", float("nan"), "ms", "-", None, "skipped: playwright is not installed")]  # fmt: skip
+    if not CHROMIUM.exists():
+        return [Row("browser rows", float("nan"), "ms", "-", None, f"skipped: no {CHROMIUM}")]
+    from . import ui
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp, app_threads():
+        reverse = Path(tmp) / "reverse"  # a copy: a training run rewriting models/ can't interfere
+        if (MODELS / "reverse" / "model.safetensors").is_file():
+            shutil.copytree(MODELS / "reverse", reverse)
+        cases = [("models/reverse, 20 chars", reverse, "abcdefghijklmnopqrst", 100, 200),
+                 ("opus-mt-shaped random model, 60 chars",
+                  opus_shaped_checkpoint(Path(tmp) / "opus-shaped"),
+                  "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500)]  # fmt: skip
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
+            for name, model, text, target, must in cases:
+                if not (Path(model) / "model.safetensors").is_file():
+                    continue
+                demo = ui.build_app(str(model), "cpu")
+                demo.queue(default_concurrency_limit=2)
+                port = _free_port()
+                demo.launch(prevent_thread_lock=True, **server.launch_kwargs(port=port))
+                try:
+                    ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
+                    page = ctx.new_page()
+                    got = _browser_case(
+                        page, f"http://127.0.0.1:{port}/", str(model), text, 12 if quick else 40
+                    )
+                    ctx.close()
+                finally:
+                    demo.close()
+                for action in ("step", "back", "scrub", "layer/head"):
+                    t = statistics.median(got[action])
+                    rows.append(Row(f"browser click -> redrawn: {action}, {name}", t, "ms",
+                                    f"<= {target} (must <= {must})", t <= target,
+                                    f"max {max(got[action]):.0f} ms over {len(got[action])}"))  # fmt: skip
+                b = got["bytes"]
+                rows.append(Row(f"browser bytes per Step, {name}", statistics.median(b) / 1024, "KB",
+                                "grows with one row per layer & head", None,
+                                f"first Step (encoder rows too) {got['first'][0]:.0f} ms; "
+                                f"per Step {min(b) / 1024:.1f}-{max(b) / 1024:.1f} KB"))  # fmt: skip
+            browser.close()
+    return rows
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,105 @@
+"""The app's server: ``attnviz app`` (:func:`main`) and the options every launch shares.
+
+No gradio import here: the page itself is :func:`attnviz.app.ui.build_app`, imported when
+the server starts; :func:`launch_kwargs` are the arguments of its ``launch`` (the tests and
+the browser benchmark launch the page with the same ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from ..errors import AttnvizError
+from . import store
+from .session import APP_THREADS
+
+CSS_FILE = store.ASSETS_DIR / "app.css"
+MAX_FILE_SIZE = "200mb"
+MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
+QUEUE_CONCURRENCY = 2  # queued events (labs, model loads) running at once
+SHARE_WARNING = (
+    "attnviz app: WARNING: --share makes this app PUBLIC on the internet through a "
+    "gradio.live link for as long as it runs: anyone with the link can use it, run the "
+    "model on this machine and upload files to it. Stop it with Ctrl+C."
+)
+
+
+def launch_kwargs(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False) -> dict:
+    """Arguments of ``demo.launch`` shared by :func:`main` and the tests.
+
+    Binds ``host`` only (default loopback: this machine alone); gradio serves no file outside
+    its own cache and the files the app returns (nothing in ``allowed_paths``).
+    """
+    css = CSS_FILE.read_text() if CSS_FILE.is_file() else None
+    return dict(
+        server_name=host,
+        server_port=port,
+        share=share,
+        max_file_size=MAX_FILE_SIZE,
+        state_session_capacity=MAX_SESSIONS,
+        css=css,
+        theme="soft",  # gradio's built-in Soft theme, by name
+        show_error=True,
+        # no run history: it would copy every event's outputs (the heatmap rows) into the
+        # browser's localStorage, ~100 ms per click on a large model, and keep inputs there
+        run_history=False,
+    )
+
+
+def exposure_warnings(host: str, share: bool) -> list[str]:
+    """Warnings to print before launching when the app is reachable beyond this machine."""
+    out = [SHARE_WARNING] if share else []
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        out.append(
+            f"attnviz app: WARNING: binding {host}: the app is reachable from other machines "
+            "on your network(s), without a password."
+        )
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    """The options of ``attnviz app``."""
+    ap = argparse.ArgumentParser(prog="attnviz app", description="the attention inspector")
+    ap.add_argument("--model", help="checkpoint folder (default: the first under models/)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=7860)
+    ap.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
+    ap.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    ap.add_argument(
+        "--threads", type=int, default=APP_THREADS,
+        help=f"torch threads per request (default {APP_THREADS}: requests run side by side)",
+    )  # fmt: skip
+    ap.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
+    [--no-browser]``: check the model, then serve the page until Ctrl+C."""
+    args = parser().parse_args(argv)
+    try:
+        device = store.resolve_device(args.device)
+        model = args.model or next(iter(store.shipped_models().values()), None)
+        if model is None:
+            raise AttnvizError("no model under models/: train one or pass --model PATH")
+        store.get_checkpoint(model, device)  # fail now, with one line, not in the page
+    except AttnvizError as exc:
+        print(f"attnviz app: {exc}", file=sys.stderr)
+        return 2
+    from .ui import build_app  # gradio: only once the server really starts
+
+    torch.set_num_threads(max(1, args.threads))
+    for line in exposure_warnings(args.host, args.share):
+        print(line, file=sys.stderr, flush=True)
+    demo = build_app(model, device)
+    demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
+    inbrowser = sys.stdout.isatty() and not args.no_browser
+    demo.launch(inbrowser=inbrowser, **launch_kwargs(args.host, args.port, args.share))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
