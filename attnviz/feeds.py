@@ -1,0 +1,258 @@
+"""What training reads: a built-in task's generator, or a parallel corpus encoded once.
+
+A :class:`Feed` gives the training loop its tokenizers, the ids of every step's batch on every
+rank (a pure function of seed, rank and step, so a resumed run sees exactly the data it would
+have seen), the validation examples, the probe whose attention is snapshotted, and defaults
+for the model and the run.
+
+A corpus is tokenized once into flat ``int32`` arrays with offsets (:class:`Encoded`), about
+4 bytes a token, so a million pairs fit in a few hundred MB; each epoch visits this rank's
+shard (pairs ``rank, rank + world, ...``) in an order drawn from (seed, rank, epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InputError
+from .tasks import Example, Task
+from .tokenizer import Tokenizer
+
+#: Model sizes by name (``--preset``); ``base`` is the paper's Transformer-base.
+PRESETS = {
+    "tiny": dict(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256),
+    "small": dict(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
+    "base": dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048),
+}
+#: Tokenizer options that only a corpus takes (a built-in task has its own vocabulary).
+CORPUS_ONLY = ("tokenizer", "vocab_size", "shared_vocab", "byte_fallback")
+DEFAULT_CORPUS_MAX_LEN = 256
+
+
+@dataclass
+class Feed:
+    """The data side of a run.
+
+    Attributes:
+        name: the task's name, or ``"corpus"``.
+        src_tok / tgt_tok: the tokenizers (the model's vocabularies come from them).
+        probe: the fixed input (and its reference) whose attention is snapshotted.
+        model / training: defaults for the model and the run, under any option given.
+        task: the built-in task, or None for a corpus.
+    """
+
+    name: str
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    probe: Example
+    model: dict = field(default_factory=dict)
+    training: dict = field(default_factory=dict)
+    task: Task | None = None
+
+    def batch(self, step: int, opts, rank: int, world: int) -> tuple[list, list]:
+        """``(source id rows, target id rows)`` of one step on one rank."""
+        raise NotImplementedError
+
+    def dev(self, n: int) -> list[Example]:
+        """The first ``n`` validation examples (always the same ones; the first is the probe
+        for a corpus, and the first three are printed at each evaluation)."""
+        raise NotImplementedError
+
+    def default_max_len(self) -> int:
+        raise NotImplementedError
+
+
+class TaskFeed(Feed):
+    """A built-in task: fresh examples drawn from its generator at every step."""
+
+    def __init__(self, task: Task):
+        src, tgt = task.tokenizers()
+        probe = Example(task.probe, task.target(task.probe))
+        super().__init__(task.name, src, tgt, probe, task.model, task.training, task)
+
+    def batch(self, step: int, opts, rank: int, world: int) -> tuple[list, list]:
+        exs = batch_at(self.task, step, opts, rank)
+        return [self.src_tok.encode(e.src).ids for e in exs], [
+            self.tgt_tok.encode(e.tgt).ids for e in exs
+        ]
+
+    def dev(self, n: int) -> list[Example]:
+        return self.task.examples("validation", n, seed=0)
+
+    def default_max_len(self) -> int:
+        return 2 * max(self.task.lengths) + 24
+
+
+def batch_at(task: Task, step: int, opts, rank: int) -> list[Example]:
+    """The training examples of one step on one rank (a pure function of seed, rank, step)."""
+    stream = task.stream("train", seed=f"{opts.seed}/{rank}/{step}")
+    return [next(stream) for _ in range(opts.batch_size)]
+
+
+# -- corpora --------------------------------------------------------------------------------
+@dataclass
+class Encoded:
+    """Token ids of many texts, flat: text ``i`` is ``ids[offsets[i]:offsets[i + 1]]``."""
+
+    ids: np.ndarray  # [N tokens] int32
+    offsets: np.ndarray  # [n + 1] int64
+
+    @classmethod
+    def of(cls, tok: Tokenizer, texts: Sequence[str], chunk: int = 10_000) -> Encoded:
+        """Encode ``texts`` once (in chunks, so only one chunk's Python lists live at a time)."""
+        parts, lengths = [], []
+        many = getattr(tok, "encode_batch", None)
+        for start in range(0, len(texts), chunk):
+            part = texts[start : start + chunk]
+            rows = many(part) if many else [tok.encode(t).ids for t in part]
+            rows = [getattr(r, "ids", r) for r in rows]
+            lengths.extend(len(r) for r in rows)
+            parts.append(np.fromiter((i for r in rows for i in r), np.int32))
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        return cls(ids, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> list[int]:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+    def select(self, keep: np.ndarray) -> Encoded:
+        """Only the rows where ``keep`` (bool ``[n]``) is True."""
+        lengths = self.lengths()[keep]
+        starts = self.offsets[:-1][keep]
+        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        idx += np.arange(int(lengths.sum()), dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Encoded(self.ids[idx], offsets)
+
+
+def train_tokenizers(
+    kind: str,
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str],
+    *,
+    vocab_size: int | None = None,
+    shared: bool = False,
+    byte_fallback: bool = False,
+) -> tuple[Tokenizer, Tokenizer]:
+    """Source and target tokenizers trained on the training texts (one when ``shared``)."""
+    from .tokenizer import train_tokenizer
+
+    kw = dict(vocab_size=vocab_size, byte_fallback=byte_fallback)
+    if shared:
+        tok = train_tokenizer(kind, [*src_texts, *tgt_texts], **kw)
+        return tok, tok
+    return train_tokenizer(kind, src_texts, **kw), train_tokenizer(kind, tgt_texts, **kw)
+
+
+class CorpusFeed(Feed):
+    """A parallel corpus: training pairs encoded once, a dev set kept as text.
+
+    Args:
+        train: training pairs ``(source, target)``.
+        dev: validation pairs (kept in order; the first is the probe).
+        src_tok / tgt_tok: the tokenizers (trained on ``train`` by :func:`train_tokenizers`,
+            or a saved run's).
+        max_len: longest sequence the model takes; pairs whose source has more tokens, or
+            whose target has ``max_len`` or more (the decoder's start token takes a position),
+            are dropped and counted (``dropped``), never truncated.
+        log: where to report what was dropped.
+    """
+
+    def __init__(
+        self,
+        train: Sequence[tuple[str, str]],
+        dev: Sequence[tuple[str, str]],
+        src_tok: Tokenizer,
+        tgt_tok: Tokenizer,
+        max_len: int,
+        log: Callable[[str], None] = print,
+    ):
+        if not train:
+            raise InputError("the corpus has no training pairs")
+        self.src = Encoded.of(src_tok, [s for s, _ in train])
+        self.tgt = Encoded.of(tgt_tok, [t for _, t in train])
+        keep = (self.src.lengths() <= max_len) & (self.tgt.lengths() < max_len)
+        keep &= (self.src.lengths() > 0) & (self.tgt.lengths() > 0)
+        self.dropped = int((~keep).sum())
+        if self.dropped:
+            self.src, self.tgt = self.src.select(keep), self.tgt.select(keep)
+            log(
+                f"dropped {self.dropped:,} of {len(keep):,} training pairs longer than "
+                f"--max-len {max_len} tokens (or empty after tokenization)"
+            )
+        if not len(self.src):
+            raise InputError(f"no training pair fits in --max-len {max_len} tokens")
+        fits = [
+            Example(s, t)
+            for s, t in dev
+            if 0 < len(src_tok.encode(s).ids) <= max_len
+            and 0 < len(tgt_tok.encode(t).ids) < max_len
+        ]
+        if len(fits) < len(dev):
+            log(f"dropped {len(dev) - len(fits):,} of {len(dev):,} dev pairs longer than --max-len")
+        if not fits:
+            raise InputError("no dev pair is left to validate on")
+        self._dev = fits
+        self._perm: tuple | None = None
+        super().__init__("corpus", src_tok, tgt_tok, fits[0], *corpus_defaults(self.src, self.tgt))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def batch(self, step: int, opts, rank: int, world: int) -> tuple[list, list]:
+        n = len(self.src)
+        shard = len(range(rank % n, n, world)) if rank < n else 0
+        if shard == 0:  # more ranks than pairs: share the corpus instead
+            rank, world, shard = 0, 1, n
+        rows = []
+        for pos in range(step * opts.batch_size, (step + 1) * opts.batch_size):
+            epoch, k = divmod(pos, shard)
+            rows.append(rank + world * int(self._order(opts.seed, rank, epoch, shard)[k]))
+        return [self.src.row(i) for i in rows], [self.tgt.row(i) for i in rows]
+
+    def _order(self, seed: int, rank: int, epoch: int, size: int) -> np.ndarray:
+        key = (seed, rank, epoch, size)
+        if self._perm is None or self._perm[0] != key:
+            self._perm = (key, np.random.default_rng([seed, rank, epoch]).permutation(size))
+        return self._perm[1]
+
+    def dev(self, n: int) -> list[Example]:
+        return self._dev[:n]
+
+    def all_dev(self) -> list[Example]:
+        return list(self._dev)
+
+    def default_max_len(self) -> int:
+        return DEFAULT_CORPUS_MAX_LEN
+
+
+def corpus_defaults(src: Encoded, tgt: Encoded) -> tuple[dict, dict]:
+    """Model and run defaults for a corpus, sized so that up to ~100 k short pairs train on
+    a 2-core CPU in minutes (the ``translate`` task's model, which learns it in ~3 minutes);
+    bigger corpora get the ``small`` preset and a few epochs capped at 20 k steps.
+
+    Returns:
+        ``(model defaults, training defaults)``.
+    """
+    n = len(src)
+    mean = float(src.lengths().mean() + tgt.lengths().mean()) / 2
+    batch = 64 if mean <= 40 else 32
+    if n <= 150_000:
+        model = dict(d_model=128, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=512)
+        steps, lr = min(6000, max(3000, 2 * n // batch)), 1e-3
+    else:
+        model = dict(PRESETS["small"])
+        steps, lr = min(20_000, 3 * n // batch), 5e-4
+    model["dropout"] = 0.1
+    return model, dict(steps=steps, batch_size=batch, lr=lr, warmup=min(400, steps // 10 + 1))
