@@ -261,6 +261,7 @@ class SubwordTokenizer(Tokenizer):
         specials = _check_specials(specials)
         size = hf.get_vocab_size(with_added_tokens=True)
         tokens = [hf.id_to_token(i) for i in range(size)]
+        tokens = [t[1:] if t and t[0] == " " and t[1:] in SPECIALS else t for t in tokens]
         if any(t is None for t in tokens):
             raise InputError(f"the {kind} vocabulary has gaps in its ids")
         for role, i in specials.items():
@@ -403,7 +404,11 @@ def _subword(
     # pre-tokenizer turns spaces into ▁ and splits before each; the decoder undoes both.
     hf.normalizer = normalizers.Prepend(WORD_START)
     hf.pre_tokenizer = pre_tokenizers.Metaspace(WORD_START, prepend_scheme="never", split=True)
-    hf.train_from_iterator(texts, trainer)
+    try:
+        hf.train_from_iterator(texts, trainer)
+    except Exception as exc:  # tokenizers raises a bare Exception, e.g. too small a vocabulary
+        raise InputError(f"training the {kind} tokenizer failed: {exc}; try a larger "
+                         "vocabulary size") from None  # fmt: skip
     doc = json.loads(hf.to_str())
     doc["added_tokens"] = []  # specials live in the vocabulary only: text never matches them
     model = doc["model"]
@@ -420,8 +425,10 @@ def _subword(
         if len(vocab) <= k:
             raise InputError("cannot train a unigram tokenizer on no text")
         floor = min(score for _, score in vocab[k:]) - 20.0
-        # specials far below any other path: text spelling "<eos>" is read as its characters
-        vocab = [[t, SPECIAL_SCORE] for t, _ in vocab[:k]] + vocab[k:]
+        # A piece holding a space never matches text (the pre-tokenizer has turned spaces into
+        # ▁), so text spelling "<eos>" is read as its characters; "<unk>" may match: it is
+        # unknown either way. SubwordTokenizer shows the specials under their own names.
+        vocab = [[_unmatchable(t), 0.0] for t, _ in vocab[:k]] + vocab[k:]
         if byte_fallback:
             vocab = [*vocab[:k], *([b, floor] for b in _byte_pieces()), *vocab[k:]]
         model["vocab"] = vocab
@@ -438,7 +445,10 @@ def _subword(
 
 
 _BYTES = frozenset(_byte_pieces())
-SPECIAL_SCORE = -1e6
+
+
+def _unmatchable(token: str) -> str:
+    return token if token == SPECIAL_TOKENS["unk"] else " " + token
 
 
 def train_tokenizer(
