@@ -5,9 +5,10 @@ rank (a pure function of seed, rank and step, so a resumed run sees exactly the 
 have seen), the validation examples, the probe whose attention is snapshotted, and defaults
 for the model and the run.
 
-A corpus is tokenized once into flat ``int32`` arrays with offsets (:class:`Encoded`), about
-4 bytes a token, so a million pairs fit in a few hundred MB; each epoch visits this rank's
-shard (pairs ``rank, rank + world, ...``) in an order drawn from (seed, rank, epoch).
+A corpus is tokenized once into flat arrays with offsets
+(:class:`~attnviz.corpus.EncodedCorpus`, 2-4 bytes a token), so a million pairs take tens of
+MB; each epoch visits this rank's shard (pairs ``rank, rank + world, ...``) in an order drawn
+from (seed, rank, epoch).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .corpus import EncodedCorpus, encode_corpus
 from .errors import InputError
 from .tasks import Example, Task
 from .tokenizer import Tokenizer
@@ -64,6 +66,9 @@ class Feed:
     def default_max_len(self) -> int:
         raise NotImplementedError
 
+    #: Model positions beyond the ``max_len`` option.
+    extra_positions = 0
+
 
 class TaskFeed(Feed):
     """A built-in task: fresh examples drawn from its generator at every step."""
@@ -93,49 +98,6 @@ def batch_at(task: Task, step: int, opts, rank: int) -> list[Example]:
 
 
 # -- corpora --------------------------------------------------------------------------------
-@dataclass
-class Encoded:
-    """Token ids of many texts, flat: text ``i`` is ``ids[offsets[i]:offsets[i + 1]]``."""
-
-    ids: np.ndarray  # [N tokens] int32
-    offsets: np.ndarray  # [n + 1] int64
-
-    @classmethod
-    def of(cls, tok: Tokenizer, texts: Sequence[str], chunk: int = 10_000) -> Encoded:
-        """Encode ``texts`` once (in chunks, so only one chunk's Python lists live at a time)."""
-        parts, lengths = [], []
-        many = getattr(tok, "encode_batch", None)
-        for start in range(0, len(texts), chunk):
-            part = texts[start : start + chunk]
-            rows = many(part) if many else [tok.encode(t).ids for t in part]
-            rows = [getattr(r, "ids", r) for r in rows]
-            lengths.extend(len(r) for r in rows)
-            parts.append(np.fromiter((i for r in rows for i in r), np.int32))
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return cls(ids, offsets)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def row(self, i: int) -> list[int]:
-        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
-
-    def select(self, keep: np.ndarray) -> Encoded:
-        """Only the rows where ``keep`` (bool ``[n]``) is True."""
-        lengths = self.lengths()[keep]
-        starts = self.offsets[:-1][keep]
-        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        idx += np.arange(int(lengths.sum()), dtype=np.int64)
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        return Encoded(self.ids[idx], offsets)
-
-
 def train_tokenizers(
     kind: str,
     src_texts: Sequence[str],
@@ -163,9 +125,9 @@ class CorpusFeed(Feed):
         dev: validation pairs (kept in order; the first is the probe).
         src_tok / tgt_tok: the tokenizers (trained on ``train`` by :func:`train_tokenizers`,
             or a saved run's).
-        max_len: longest sequence the model takes; pairs whose source has more tokens, or
-            whose target has ``max_len`` or more (the decoder's start token takes a position),
-            are dropped and counted (``dropped``), never truncated.
+        max_len: pairs with more tokens on either side are dropped and counted
+            (``dropped``), never truncated; the model takes ``max_len + 1`` positions (the
+            decoder's start token takes one).
         log: where to report what was dropped.
     """
 
@@ -180,24 +142,23 @@ class CorpusFeed(Feed):
     ):
         if not train:
             raise InputError("the corpus has no training pairs")
-        self.src = Encoded.of(src_tok, [s for s, _ in train])
-        self.tgt = Encoded.of(tgt_tok, [t for _, t in train])
-        keep = (self.src.lengths() <= max_len) & (self.tgt.lengths() < max_len)
-        keep &= (self.src.lengths() > 0) & (self.tgt.lengths() > 0)
-        self.dropped = int((~keep).sum())
+        self.corpus = encode_corpus(train, src_tok, tgt_tok)
+        n = len(self.corpus)
+        src_len, tgt_len = self.corpus.src_lengths, self.corpus.tgt_lengths
+        keep = (src_len > 0) & (src_len <= max_len) & (tgt_len <= max_len)
+        self.dropped = int(n - keep.sum())
         if self.dropped:
-            self.src, self.tgt = self.src.select(keep), self.tgt.select(keep)
+            self.corpus = self.corpus.subset(np.flatnonzero(keep))
             log(
-                f"dropped {self.dropped:,} of {len(keep):,} training pairs longer than "
-                f"--max-len {max_len} tokens (or empty after tokenization)"
+                f"dropped {self.dropped:,} of {n:,} training pairs longer than --max-len "
+                f"{max_len} tokens (or empty after tokenization)"
             )
-        if not len(self.src):
+        if not len(self.corpus):
             raise InputError(f"no training pair fits in --max-len {max_len} tokens")
         fits = [
             Example(s, t)
             for s, t in dev
-            if 0 < len(src_tok.encode(s).ids) <= max_len
-            and 0 < len(tgt_tok.encode(t).ids) < max_len
+            if 0 < len(src_tok.encode(s).ids) <= max_len and len(tgt_tok.encode(t).ids) <= max_len
         ]
         if len(fits) < len(dev):
             log(f"dropped {len(dev) - len(fits):,} of {len(dev):,} dev pairs longer than --max-len")
@@ -205,13 +166,14 @@ class CorpusFeed(Feed):
             raise InputError("no dev pair is left to validate on")
         self._dev = fits
         self._perm: tuple | None = None
-        super().__init__("corpus", src_tok, tgt_tok, fits[0], *corpus_defaults(self.src, self.tgt))
+        model, training = corpus_defaults(self.corpus)
+        super().__init__("corpus", src_tok, tgt_tok, fits[0], model, training)
 
     def __len__(self) -> int:
-        return len(self.src)
+        return len(self.corpus)
 
     def batch(self, step: int, opts, rank: int, world: int) -> tuple[list, list]:
-        n = len(self.src)
+        n = len(self.corpus)
         shard = len(range(rank % n, n, world)) if rank < n else 0
         if shard == 0:  # more ranks than pairs: share the corpus instead
             rank, world, shard = 0, 1, n
@@ -219,7 +181,7 @@ class CorpusFeed(Feed):
         for pos in range(step * opts.batch_size, (step + 1) * opts.batch_size):
             epoch, k = divmod(pos, shard)
             rows.append(rank + world * int(self._order(opts.seed, rank, epoch, shard)[k]))
-        return [self.src.row(i) for i in rows], [self.tgt.row(i) for i in rows]
+        return self.corpus.rows(rows)
 
     def _order(self, seed: int, rank: int, epoch: int, size: int) -> np.ndarray:
         key = (seed, rank, epoch, size)
@@ -236,8 +198,11 @@ class CorpusFeed(Feed):
     def default_max_len(self) -> int:
         return DEFAULT_CORPUS_MAX_LEN
 
+    #: Model positions beyond ``--max-len`` (a target of max_len tokens plus the start token).
+    extra_positions = 1
 
-def corpus_defaults(src: Encoded, tgt: Encoded) -> tuple[dict, dict]:
+
+def corpus_defaults(corpus: EncodedCorpus) -> tuple[dict, dict]:
     """Model and run defaults for a corpus, sized so that up to ~100 k short pairs train on
     a 2-core CPU in minutes (the ``translate`` task's model, which learns it in ~3 minutes);
     bigger corpora get the ``small`` preset and a few epochs capped at 20 k steps.
@@ -245,8 +210,8 @@ def corpus_defaults(src: Encoded, tgt: Encoded) -> tuple[dict, dict]:
     Returns:
         ``(model defaults, training defaults)``.
     """
-    n = len(src)
-    mean = float(src.lengths().mean() + tgt.lengths().mean()) / 2
+    n = len(corpus)
+    mean = float(corpus.src_lengths.mean() + corpus.tgt_lengths.mean()) / 2
     batch = 64 if mean <= 40 else 32
     if n <= 150_000:
         model = dict(d_model=128, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=512)

@@ -218,8 +218,7 @@ def _same_source(opts: TrainOptions, saved: dict | None) -> None:
 def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
     """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
     sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
-    if "max_len" not in sizes:
-        sizes["max_len"] = feed.default_max_len()
+    sizes["max_len"] = sizes.get("max_len", feed.default_max_len()) + feed.extra_positions
     if src.specials != tgt.specials:
         raise InputError("the source and target tokenizers disagree on special ids")
     ids = {f"{role}_id": i for role, i in src.specials.items()}
@@ -359,7 +358,7 @@ def _corpus_pairs(opts: TrainOptions, log: Callable[[str], None]) -> tuple[list,
     dev = read(opts.dev) if opts.dev else opts.dev_pairs
     if dev is None:
         pairs, dev, how = split_dev(pairs)
-        log(f"dev: {how}")
+        log(how)
     else:
         dev = [tuple(p) for p in dev]
         log(f"dev: {len(dev):,} pairs given")
@@ -386,11 +385,6 @@ def make_feed(
             given += ["--dev"] * bool(opts.dev or opts.dev_pairs) + ["--langs"] * bool(opts.langs)
             raise InputError(f"{', '.join(given)} apply to --data, not to a built-in --task")
         return TaskFeed(get_task(opts.task))
-    if opts.resume and opts.data is None and opts.pairs is None:
-        if not saved.get("data"):
-            raise InputError("this run trained on pairs given in Python: pass them again")
-        opts = dataclasses.replace(opts, data=saved["data"], dev=opts.dev or saved.get("dev"))
-        opts = dataclasses.replace(opts, langs=opts.langs or saved.get("langs"))
 
     def pick(name: str, default):
         value = getattr(opts, name)
@@ -430,6 +424,12 @@ def make_feed(
     max_len = pick("max_len", DEFAULT_CORPUS_MAX_LEN)
     feed = CorpusFeed(pairs, dev, src_tok, tgt_tok, max_len, log=log)
     feed.model["max_len"] = max_len
+    feed.training.update(  # recorded with the run, so --resume knows them
+        tokenizer=src_tok.kind,
+        vocab_size=pick("vocab_size", None),
+        shared_vocab=bool(pick("shared_vocab", False)),
+        byte_fallback=bool(pick("byte_fallback", False)),
+    )
     log(f"encoded {len(feed):,} training pairs ({time.perf_counter() - t0:.1f}s)")
     return feed
 
@@ -461,7 +461,6 @@ def train(
             pairs=pairs if pairs is not None else opts.pairs,
             dev_pairs=dev_pairs or opts.dev_pairs,
         )
-    what = opts.source()
     out = Path(opts.out) if opts.out else None
     state = None
     if opts.resume:
@@ -475,6 +474,12 @@ def train(
             f"{out} already holds a training run; add --resume or choose another --out"
         )
     saved = state[1]["options"] if state else None
+    if saved and all(getattr(opts, n) is None for n in ("task", "data", "pairs")):
+        if not (saved.get("task") or saved.get("data")):
+            raise InputError("this run trained on pairs given in Python: pass them again")
+        keep = {n: getattr(opts, n) or saved.get(n) for n in ("task", "data", "dev", "langs")}
+        opts = dataclasses.replace(opts, **keep)
+    what = opts.source()
     _same_source(opts, saved)  # before reading a corpus for nothing
     rank, world, device = _dist_setup(resolve_device(opts.device))
     say = print if rank == 0 else (lambda _msg: None)

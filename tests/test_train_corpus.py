@@ -7,13 +7,15 @@ import dataclasses
 import json
 import random
 
+import numpy as np
 import pytest
 
 import attnviz
 from attnviz.cli import build_parser, main
 from attnviz.config import ModelConfig
+from attnviz.corpus import EncodedCorpus
 from attnviz.errors import InputError
-from attnviz.feeds import PRESETS, CorpusFeed, Encoded, TaskFeed, corpus_defaults
+from attnviz.feeds import PRESETS, CorpusFeed, TaskFeed, corpus_defaults
 from attnviz.snapshots import Snapshots
 from attnviz.tasks import get_task
 from attnviz.tokenizer import Tokenizer
@@ -73,8 +75,10 @@ def test_each_corpus_format_trains_and_loads_back(tmp_path, capsys, fmt):
     data = _write(tmp_path, fmt, pairs)
     out = tmp_path / "run"
     langs = ["--langs", "fr", "rv"] if fmt == "jsonl" else []
+    fallback = fmt == "jsonl"
     argv = ["train", "--data", *data, *langs, "--out", str(out), "--tokenizer", "bpe",
-            "--vocab-size", "80", "--steps", "4", "--eval-every", "2", *TINY]  # fmt: skip
+            "--vocab-size", "340" if fallback else "80", *["--byte-fallback"] * fallback,
+            "--steps", "4", "--eval-every", "2", *TINY]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "dev: " in printed and "held out" in printed  # no --dev: the slice, said so
@@ -85,9 +89,10 @@ def test_each_corpus_format_trains_and_loads_back(tmp_path, capsys, fmt):
     assert ckpt.meta["corpus"]["train_pairs"] + ckpt.meta["corpus"]["dev_pairs"] == len(pairs)
     assert {"val_bleu", "val_chrf"} <= set(ckpt.meta["history"][-1])
     assert isinstance(ckpt.predict(pairs[0][0]), str)
-    # the tokenizer saved as JSON round-trips unicode text
-    s = "près du grand arbre, été 2024 où ça"
-    assert ckpt.src_tokenizer.decode(ckpt.src_tokenizer.encode(s).ids) == s
+    # the tokenizer saved as JSON round-trips unicode text (unseen characters with byte fallback)
+    tok = ckpt.tgt_tokenizer
+    for s in ["près du  grand arbre où ça été.", *(["Ünseen, 2024 ✓"] if fallback else [])]:
+        assert tok.decode(tok.encode(s).ids) == s
     dev = json.loads((out / "dev_pairs.json").read_text(encoding="utf-8"))["pairs"]
     snaps = Snapshots.load(out)  # the first dev sentence is the probe
     assert snaps.probe_src == ckpt.src_tokenizer.encode(dev[0][0]).pieces
@@ -126,7 +131,7 @@ def test_max_len_drops_long_pairs_and_reports_how_many(tmp_path, capsys):
     )
     assert "dropped 7 of 107 training pairs longer than --max-len 12" in capsys.readouterr().out
     ckpt = attnviz.load_checkpoint(tmp_path / "m")
-    assert ckpt.config.max_len == 12 and ckpt.meta["corpus"]["dropped"] == 7
+    assert ckpt.config.max_len == 13 and ckpt.meta["corpus"]["dropped"] == 7
     with pytest.raises(InputError, match="no training pair fits"):
         train(TrainOptions(tokenizer="word", max_len=1, steps=1), progress=False, pairs=pairs)
 
@@ -171,13 +176,6 @@ def test_batches_draw_each_pair_once_per_epoch_and_depend_on_rank():
     assert sorted(seen) == sorted(tuple(tok.encode(s).ids) for s, _ in pairs)
     assert feed.batch(1, opts, 0, 2) != feed.batch(1, opts, 1, 2)
     assert feed.batch(5, opts, 0, 1) == feed.batch(5, opts, 0, 1)
-
-
-def test_encoded_select_keeps_the_chosen_rows():
-    tok = Tokenizer("word", ["a", "b", "c"])
-    enc = Encoded.of(tok, ["a b", "c", "a a a", "b"])
-    kept = enc.select(enc.lengths() < 3)
-    assert [kept.row(i) for i in range(len(kept))] == [[4, 5], [6], [5]]
 
 
 def test_task_runs_refuse_corpus_options():
@@ -267,14 +265,13 @@ def test_model_flags_are_the_model_config_fields():
 
 
 def test_corpus_defaults_train_small_corpora_fast_and_grow_with_the_corpus():
-    def enc(n: int, length: int) -> Encoded:
-        import numpy as np
+    def enc(n: int, length: int) -> EncodedCorpus:
+        ids, offsets = np.zeros(n * length, np.int32), np.arange(n + 1, dtype=np.int64) * length
+        return EncodedCorpus(ids, offsets, ids, offsets)
 
-        return Encoded(np.zeros(n * length, np.int32), np.arange(n + 1, dtype=np.int64) * length)
-
-    model, run = corpus_defaults(enc(100_000, 12), enc(100_000, 12))
+    model, run = corpus_defaults(enc(100_000, 12))
     assert model["d_model"] == 128 and model["n_encoder_layers"] == 2 and run["steps"] <= 6000
-    big, big_run = corpus_defaults(enc(1_000_000, 12), enc(1_000_000, 12))
+    big, big_run = corpus_defaults(enc(1_000_000, 12))
     assert big["d_model"] == PRESETS["small"]["d_model"] and big_run["steps"] <= 20_000
 
 
