@@ -68,8 +68,8 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     bleu, chrf = _metrics()
     refs = [list(references)]
     return {
-        "bleu": round(bleu.corpus_score(list(hypotheses), refs).score, 4),
-        "chrf": round(chrf.corpus_score(list(hypotheses), refs).score, 4),
+        "bleu": bleu.corpus_score(list(hypotheses), refs).score,
+        "chrf": chrf.corpus_score(list(hypotheses), refs).score,
     }
 
 
