@@ -140,7 +140,9 @@ def load_for_eval(path: str | Path) -> tuple[Checkpoint, Task]:
 def task_of(ckpt: Checkpoint, where: str | Path = "the checkpoint") -> Task:
     """The built-in task a checkpoint was trained on; an error when it names none."""
     if not ckpt.task:
-        raise CheckpointError(f"{where}: the metadata names no task")
+        raise CheckpointError(
+            f"{where}: the metadata names no built-in task; score it on a corpus with --data"
+        )
     return get_task(ckpt.task)
 
 

@@ -13,14 +13,19 @@ from (seed, rank, epoch).
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import torch.distributed as dist
 
+from .checkpoint import METADATA
 from .corpus import EncodedCorpus, encode_corpus
-from .errors import InputError
-from .tasks import Example, Task
+from .errors import CheckpointError, InputError
+from .tasks import Example, Task, get_task
 from .tokenizer import Tokenizer
 
 #: Model sizes by name (``--preset``); ``base`` is the paper's Transformer-base.
@@ -221,3 +226,106 @@ def corpus_defaults(corpus: EncodedCorpus) -> tuple[dict, dict]:
         steps, lr = min(20_000, 3 * n // batch), 5e-4
     model["dropout"] = 0.1
     return model, dict(steps=steps, batch_size=batch, lr=lr, warmup=min(400, steps // 10 + 1))
+
+
+# -- building a run's feed ------------------------------------------------------------------
+def _saved_tokenizers(out: Path) -> tuple[Tokenizer, Tokenizer]:
+    try:
+        meta = json.loads((out / METADATA).read_text())
+        return Tokenizer.from_dict(meta["src_tokenizer"]), Tokenizer.from_dict(
+            meta["tgt_tokenizer"]
+        )
+    except (OSError, KeyError, ValueError) as exc:
+        raise CheckpointError(
+            f"{out / METADATA}: cannot read the run's tokenizers ({exc})"
+        ) from None
+
+
+def _corpus_pairs(opts, log: Callable[[str], None]) -> tuple[list, list]:
+    """Training and dev pairs: from the files, else the Python pairs; a held-out dev slice
+    when no dev set is given."""
+    from .data import read_pairs, split_dev
+
+    def read(paths: list[str]) -> list[tuple[str, str]]:
+        if not 1 <= len(paths) <= 2:
+            raise InputError("--data and --dev take one file (.tsv, .jsonl) or two aligned files")
+        return read_pairs(paths[0], paths[1] if len(paths) > 1 else None, langs=opts.langs)
+
+    pairs = read(opts.data) if opts.data else [tuple(p) for p in opts.pairs]
+    dev = read(opts.dev) if opts.dev else opts.dev_pairs
+    if dev is None:
+        pairs, dev, how = split_dev(pairs)
+        log(how)
+    else:
+        dev = [tuple(p) for p in dev]
+        log(f"dev: {len(dev):,} pairs given")
+    for p in (*pairs[:1], *dev[:1]):
+        if len(p) != 2 or not all(isinstance(s, str) for s in p):
+            raise InputError(f"a pair is (source, target) strings, got {p!r}")
+    return pairs, dev
+
+
+def make_feed(
+    opts,
+    saved: dict | None,
+    out: Path | None,
+    rank: int,
+    world: int,
+    log: Callable[[str], None],
+) -> Feed:
+    """The run's :class:`~attnviz.feeds.Feed`: the task's, or the corpus encoded with the
+    saved run's tokenizers (on ``--resume``) or tokenizers trained on its training pairs."""
+    saved = saved or {}
+    if opts.task is not None:
+        given = [f"--{n.replace('_', '-')}" for n in CORPUS_ONLY if getattr(opts, n)]
+        if given or opts.dev or opts.dev_pairs or opts.langs:
+            given += ["--dev"] * bool(opts.dev or opts.dev_pairs) + ["--langs"] * bool(opts.langs)
+            raise InputError(f"{', '.join(given)} apply to --data, not to a built-in --task")
+        return TaskFeed(get_task(opts.task))
+
+    def pick(name: str, default):
+        value = getattr(opts, name)
+        return value if value is not None else saved.get(name, default)
+
+    t0 = time.perf_counter()
+    pairs, dev = _corpus_pairs(opts, log)
+    log(
+        f"read {len(pairs):,} training and {len(dev):,} dev pairs ({time.perf_counter() - t0:.1f}s)"
+    )
+    if saved and out is not None:
+        src_tok, tgt_tok = _saved_tokenizers(out)
+    else:
+        kind = pick("tokenizer", "bpe")
+        docs = None
+        if rank == 0:
+            t0 = time.perf_counter()
+            src_tok, tgt_tok = train_tokenizers(
+                kind,
+                [s for s, _ in pairs],
+                [t for _, t in pairs],
+                vocab_size=pick("vocab_size", None),
+                shared=bool(pick("shared_vocab", False)),
+                byte_fallback=bool(pick("byte_fallback", False)),
+            )
+            docs = [src_tok.to_dict(), tgt_tok.to_dict()]
+            log(
+                f"trained {kind} tokenizers: {len(src_tok):,} source and {len(tgt_tok):,} target "
+                f"tokens{' (shared)' if src_tok is tgt_tok else ''} "
+                f"({time.perf_counter() - t0:.1f}s)"
+            )
+        if world > 1:  # one vocabulary for every rank: rank 0's
+            box = [docs]
+            dist.broadcast_object_list(box, 0)
+            src_tok, tgt_tok = (Tokenizer.from_dict(d) for d in box[0])
+    t0 = time.perf_counter()
+    max_len = pick("max_len", DEFAULT_CORPUS_MAX_LEN)
+    feed = CorpusFeed(pairs, dev, src_tok, tgt_tok, max_len, log=log)
+    feed.model["max_len"] = max_len
+    feed.training.update(  # recorded with the run, so --resume knows them
+        tokenizer=src_tok.kind,
+        vocab_size=pick("vocab_size", None),
+        shared_vocab=bool(pick("shared_vocab", False)),
+        byte_fallback=bool(pick("byte_fallback", False)),
+    )
+    log(f"encoded {len(feed):,} training pairs ({time.perf_counter() - t0:.1f}s)")
+    return feed

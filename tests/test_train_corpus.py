@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -296,3 +299,19 @@ def test_app_session_on_a_corpus_checkpoint_shows_the_dev_reference(tmp_path):
     files = [str(out / n) for n in ("model.safetensors", "config.json", "dev_pairs.json")]
     uploaded = session.upload_model(session.new_state(str(out)), files, dev[1][0])
     assert uploaded.payload["expected"] == [*expected, "<eos>"]
+
+
+@pytest.mark.slow
+def test_two_process_gloo_ddp_run_on_a_corpus(tmp_path):
+    """Under torchrun each rank draws from its own shard; rank 0's vocabulary is everyone's."""
+    data = _write(tmp_path, "tsv", _pairs(240))
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "attnviz.cli", "train", "--data", *data, "--out", str(out), "--tokenizer", "bpe",
+           "--vocab-size", "80", "--steps", "4", "--eval-every", "2", "--device", "cpu", *TINY]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ckpt = attnviz.load_checkpoint(out)
+    assert ckpt.meta["world_size"] == 2 and ckpt.meta["step"] == 4 and ckpt.task is None
+    assert done.stdout.count("saved ") == 1 and done.stdout.count("held out") == 1
