@@ -37,6 +37,8 @@ PRESETS = {
 #: Tokenizer options that only a corpus takes (a built-in task has its own vocabulary).
 CORPUS_ONLY = ("tokenizer", "vocab_size", "shared_vocab", "byte_fallback")
 DEFAULT_CORPUS_MAX_LEN = 256
+#: Most texts a side a subword tokenizer learns from (see :func:`train_tokenizers`).
+SUBWORD_SAMPLE = 200_000
 
 
 @dataclass
@@ -112,9 +114,18 @@ def train_tokenizers(
     shared: bool = False,
     byte_fallback: bool = False,
 ) -> tuple[Tokenizer, Tokenizer]:
-    """Source and target tokenizers trained on the training texts (one when ``shared``)."""
-    from .tokenizer import train_tokenizer
+    """Source and target tokenizers trained on the training texts (one when ``shared``).
 
+    Subword models learn from at most :data:`SUBWORD_SAMPLE` texts a side, evenly spaced
+    through the corpus (as SentencePiece's ``input_sentence_size``): their merges settle long
+    before a million sentences, and the whole corpus is still encoded with them.
+    """
+    from .tokenizer import SUBWORD_KINDS, train_tokenizer
+
+    if kind in SUBWORD_KINDS and len(src_texts) > SUBWORD_SAMPLE:
+        every = len(src_texts) / SUBWORD_SAMPLE
+        pick = [int(i * every) for i in range(SUBWORD_SAMPLE)]
+        src_texts, tgt_texts = [src_texts[i] for i in pick], [tgt_texts[i] for i in pick]
     kw = dict(vocab_size=vocab_size, byte_fallback=byte_fallback)
     if shared:
         tok = train_tokenizer(kind, [*src_texts, *tgt_texts], **kw)
@@ -308,8 +319,10 @@ def make_feed(
                 byte_fallback=bool(pick("byte_fallback", False)),
             )
             docs = [src_tok.to_dict(), tgt_tok.to_dict()]
+            sample = f" on {SUBWORD_SAMPLE:,} of {len(pairs):,} pairs" if (
+                kind in ("bpe", "unigram") and len(pairs) > SUBWORD_SAMPLE) else ""  # fmt: skip
             log(
-                f"trained {kind} tokenizers: {len(src_tok):,} source and {len(tgt_tok):,} target "
+                f"trained {kind} tokenizers{sample}: {len(src_tok):,} source and {len(tgt_tok):,} target "
                 f"tokens{' (shared)' if src_tok is tgt_tok else ''} "
                 f"({time.perf_counter() - t0:.1f}s)"
             )
