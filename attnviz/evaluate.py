@@ -231,7 +231,9 @@ def evaluate_pairs(
         try:
             lengths.append(len(ckpt.encode_source(src).ids))
         except InputError as exc:
-            raise InputError(f"pair {i}: {exc}") from None
+            raise InputError(
+                f"pair {i}: {exc} (remove it from the file to score the rest)"
+            ) from None
     preds = ckpt.predict_batch([s for s, _ in pairs], batch_size)
     right = [same_text(p, t) for p, (_, t) in zip(preds, pairs, strict=True)]
     by_length: dict[int, list[int]] = {}
