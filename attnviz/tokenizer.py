@@ -18,6 +18,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -34,8 +35,10 @@ TOKENIZER_KINDS = ("char", "word", *SUBWORD_KINDS)
 WORD_START = "\u2581"
 #: Vocabulary size of a subword tokenizer when none is asked for.
 DEFAULT_VOCAB_SIZE = 8000
+#: Texts a subword vocabulary is learnt from, at most (an even spread over a larger corpus).
+MAX_TRAINING_TEXTS = 500_000
 #: Texts encoded per call when a whole corpus is encoded (bounds the memory of one call).
-ENCODE_CHUNK = 20_000
+ENCODE_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
@@ -312,22 +315,23 @@ class SubwordTokenizer(Tokenizer):
         return Encoding(ids, pieces, list(dict.fromkeys(unknown)))
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Many texts -> one flat int32 id array and the lengths, encoded in batches in Rust."""
-        chunks, lengths = [], array("i")
+        """Many texts -> one flat int32 id array and the lengths (equal to :meth:`encode`).
+
+        The pre-tokenizer splits at every space and the models (BPE merges, the Unigram
+        lattice) never cross a split, so a text's ids are its space-separated words' ids
+        joined: each distinct word is encoded once (in batches, in Rust) and then looked up.
+        """
+        words = _WordTable(self._hf)
+        ids, lengths = [], []
         for start in range(0, len(texts), ENCODE_CHUNK):
-            encs = self._hf.encode_batch_fast(
-                list(texts[start : start + ENCODE_CHUNK]), add_special_tokens=False
-            )
-            rows = [e.ids for e in encs]
-            del encs  # an Encoding holds offsets and strings too; keep only the ids
-            lengths.extend(map(len, rows))
-            flat = array("i")
-            for r in rows:
-                flat.extend(r)
-            chunks.append(np.frombuffer(flat, dtype=np.int32))
-        ids = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
-        ids[np.isin(ids, self._not_from_text)] = self.unk_id
-        return ids, np.frombuffer(lengths, dtype=np.int32)
+            if len(words) > 1_000_000:  # a corpus of mostly distinct words: bound the memory
+                words = _WordTable(self._hf)
+            chunk_ids, chunk_lengths = words.encode(texts[start : start + ENCODE_CHUNK])
+            ids.append(chunk_ids)
+            lengths.append(chunk_lengths)
+        flat = np.concatenate(ids) if ids else np.zeros(0, np.int32)
+        flat[np.isin(flat, self._not_from_text)] = self.unk_id
+        return flat, (np.concatenate(lengths) if lengths else np.zeros(0, np.int32))
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> text (spaces restored from ``▁``). Skips pad and start ids, stops at the end id."""
@@ -447,6 +451,52 @@ def _subword(
 _BYTES = frozenset(_byte_pieces())
 
 
+class _WordTable:
+    """Space-separated words -> their subword ids, each distinct word encoded once.
+
+    The Metaspace pre-tokenizer splits at every space and BPE merges and the Unigram lattice
+    never cross a split, so a text's ids are its words' ids joined (an empty word, between
+    two spaces, is the lone ``▁`` piece).
+    """
+
+    def __init__(self, hf):
+        self._hf = hf
+        self.index: dict[str, int] = {}
+        self.ids = array("i")  # every word's ids, word after word
+        self.starts, self.lengths = array("q"), array("i")
+        self._add([""], [hf.encode(" ", add_special_tokens=False).ids[:1]])
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _add(self, words: list[str], rows: list[list[int]]) -> None:
+        for w, row in zip(words, rows, strict=True):
+            self.index[w] = len(self.index)
+            self.starts.append(len(self.ids))
+            self.lengths.append(len(row))
+            self.ids.extend(row)
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids int32, lengths int32)`` of ``texts``, as :meth:`SubwordTokenizer.encode`."""
+        split = [t.split(" ") if t else [] for t in texts]
+        every = chain.from_iterable(split)
+        new = list(set(chain.from_iterable(split)).difference(self.index))
+        if new:
+            encs = self._hf.encode_batch_fast(new, add_special_tokens=False)
+            self._add(new, [e.ids for e in encs])
+        word = np.fromiter(map(self.index.__getitem__, every), dtype=np.int64)
+        n_words = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+        lengths = np.frombuffer(self.lengths, dtype=np.int32)[word]
+        starts = np.frombuffer(self.starts, dtype=np.int64)[word]
+        ends = np.cumsum(lengths, dtype=np.int64)  # where each word's ids end in the output
+        pos = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+        pos += np.repeat(starts - (ends - lengths), lengths)
+        ids = np.frombuffer(self.ids, dtype=np.int32)[pos]
+        bounds = np.concatenate(([0], np.cumsum(n_words)))  # word range of each text
+        cum = np.concatenate(([0], ends))
+        return ids, (cum[bounds[1:]] - cum[bounds[:-1]]).astype(np.int32)
+
+
 def _unmatchable(token: str) -> str:
     return token if token == SPECIAL_TOKENS["unk"] else " " + token
 
@@ -458,6 +508,7 @@ def train_tokenizer(
     vocab_size: int | None = None,
     byte_fallback: bool = False,
     specials: dict[str, int] | None = None,
+    max_texts: int = MAX_TRAINING_TEXTS,
 ) -> Tokenizer:
     """A tokenizer whose vocabulary is learnt from ``texts``.
 
@@ -473,6 +524,8 @@ def train_tokenizer(
             instead of the unknown id, so every text round-trips.
         specials: ids of ``pad``/``bos``/``eos``/``unk`` (default :data:`DEFAULT_IDS`); a
             subword vocabulary needs them at the lowest ids.
+        max_texts: subword only: learn from at most this many texts, spread evenly over
+            ``texts`` (as sentencepiece's ``input_sentence_size``); encoding uses them all.
     Returns:
         a :class:`Tokenizer` (a :class:`SubwordTokenizer` for bpe/unigram).
     Raises:
@@ -485,6 +538,9 @@ def train_tokenizer(
         raise InputError(f"the vocabulary size must be a positive integer, got {vocab_size!r}")
     specials = _check_specials(specials)
     if kind in SUBWORD_KINDS:
+        texts = texts if isinstance(texts, Sequence) else list(texts)
+        if len(texts) > max_texts:
+            texts = texts[:: -(-len(texts) // max_texts)]
         return _subword(kind, texts, vocab_size or DEFAULT_VOCAB_SIZE, byte_fallback, specials)
     if byte_fallback:
         raise InputError(f"byte fallback needs a bpe or unigram tokenizer, not {kind}")
