@@ -14,6 +14,7 @@ them.
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -276,18 +277,14 @@ class SubwordTokenizer(Tokenizer):
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
         self._hf = hf
+        self._byte_fallback = bool(json.loads(hf.to_str())["model"].get("byte_fallback"))
         # ids text may never produce (an unk stays, as the unknown-piece report needs it)
         self._not_from_text = np.array(sorted({self.pad_id, self.bos_id, self.eos_id}))
 
     @property
     def byte_fallback(self) -> bool:
         """Whether unseen characters become byte pieces instead of the unknown id."""
-        return bool(self._model_json().get("byte_fallback"))
-
-    def _model_json(self) -> dict:
-        import json
-
-        return json.loads(self._hf.to_str())["model"]
+        return self._byte_fallback
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SubwordTokenizer) and self.to_dict() == other.to_dict()
@@ -348,8 +345,6 @@ class SubwordTokenizer(Tokenizer):
 
     def to_dict(self) -> dict:
         """``kind``, ``tokens``, ``specials`` and ``hf``: the ``tokenizers`` JSON, as a dict."""
-        import json
-
         return {
             "kind": self.kind,
             "tokens": list(self.tokens),
@@ -360,8 +355,6 @@ class SubwordTokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, data: dict) -> SubwordTokenizer:
         """Rebuild from :meth:`to_dict` output (checks the model and its special tokens)."""
-        import json
-
         from tokenizers import Tokenizer as HF
 
         kind = data.get("kind")
@@ -384,8 +377,6 @@ class SubwordTokenizer(Tokenizer):
 def _subword(
     kind: str, texts: Iterable[str], vocab_size: int, byte_fallback: bool, specials: dict
 ) -> SubwordTokenizer:
-    import json
-
     from tokenizers import Tokenizer as HF
     from tokenizers import models, normalizers, pre_tokenizers, trainers
 
@@ -461,6 +452,7 @@ class _WordTable:
 
     def __init__(self, hf):
         self._hf = hf
+        self._byte_fallback = bool(json.loads(hf.to_str())["model"].get("byte_fallback"))
         self.index: dict[str, int] = {}
         self.ids = array("i")  # every word's ids, word after word
         self.starts, self.lengths = array("q"), array("i")
