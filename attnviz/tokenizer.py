@@ -277,14 +277,13 @@ class SubwordTokenizer(Tokenizer):
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
         self._hf = hf
-        self._byte_fallback = bool(json.loads(hf.to_str())["model"].get("byte_fallback"))
         # ids text may never produce (an unk stays, as the unknown-piece report needs it)
         self._not_from_text = np.array(sorted({self.pad_id, self.bos_id, self.eos_id}))
 
     @property
     def byte_fallback(self) -> bool:
         """Whether unseen characters become byte pieces instead of the unknown id."""
-        return self._byte_fallback
+        return bool(json.loads(self._hf.to_str())["model"].get("byte_fallback"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SubwordTokenizer) and self.to_dict() == other.to_dict()
@@ -452,7 +451,6 @@ class _WordTable:
 
     def __init__(self, hf):
         self._hf = hf
-        self._byte_fallback = bool(json.loads(hf.to_str())["model"].get("byte_fallback"))
         self.index: dict[str, int] = {}
         self.ids = array("i")  # every word's ids, word after word
         self.starts, self.lengths = array("q"), array("i")
