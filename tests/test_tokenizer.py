@@ -296,3 +296,19 @@ def test_shipped_checkpoints_keep_their_char_and_word_tokenizers(name):
     assert type(ckpt.src_tokenizer) is Tokenizer and ckpt.src_tokenizer.kind in ("char", "word")
     data = ckpt.src_tokenizer.to_dict()
     assert set(data) == {"kind", "tokens", "specials"}
+
+
+@pytest.mark.parametrize("kind", SUBWORD_KINDS)
+@pytest.mark.parametrize("byte_fallback", [False, True])
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=25), max_size=8)
+)
+def test_corpus_encoding_by_distinct_words_equals_encoding_each_text(kind, byte_fallback, texts):
+    """encode_flat encodes each space-separated word once; the ids must not change."""
+    tok = _trained(kind, byte_fallback)
+    texts = [*texts, *(t.replace("a", " ") for t in texts), "  ", " x  y "]
+    ids, lengths = tok.encode_flat(texts)
+    rows = [tok.encode(t).ids for t in texts]
+    assert lengths.tolist() == [len(r) for r in rows]
+    assert ids.tolist() == [i for r in rows for i in r]
