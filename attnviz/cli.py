@@ -55,14 +55,34 @@ def _train(args: argparse.Namespace) -> int:
         print(
             f"saved {opts.out}: step {metrics['step']}, validation exact match "
             f"{metrics['val_exact_match']:.4f}, token accuracy {metrics['val_token_acc']:.4f}, "
+            f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}, "
             f"{metrics['elapsed_s']:.0f}s"
         )
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import exact_match_by_length
+    from .evaluate import evaluate_pairs, exact_match_by_length
 
+    if args.data:
+        from .data import read_pairs
+
+        if len(args.data) > 2:
+            raise AttnvizError("--data takes one file (.tsv, .jsonl) or two aligned files")
+        pairs = read_pairs(args.data[0], args.data[1] if len(args.data) > 1 else None,
+                           langs=args.langs)  # fmt: skip
+        report = evaluate_pairs(args.checkpoint, pairs)
+        print(report.text())
+        if args.predictions:
+            Path(args.predictions).write_text("".join(p + "\n" for p in report.predictions),
+                                              encoding="utf-8")  # fmt: skip
+            print(f"wrote {len(report.predictions)} outputs to {args.predictions}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+            print(f"wrote {args.json}")
+        return 0
+    if args.json or args.predictions or args.langs:
+        raise AttnvizError("--json, --predictions and --langs go with --data")
     if args.per_length < 1:
         raise AttnvizError("--per-length must be at least 1")
     results = exact_match_by_length(args.checkpoint, per_length=args.per_length, split=args.split)
@@ -287,24 +307,89 @@ def _add_analysis_parsers(sub) -> None:
     i.set_defaults(func=_inspect)
 
 
+def _model_flag_help() -> dict[str, str]:
+    """ModelConfig's docstring ``Args`` lines, by field: the help of the model flags."""
+    from .config import ModelConfig
+
+    out, name = {}, None
+    for line in (ModelConfig.__doc__ or "").split("Args:")[-1].splitlines():
+        head, _, rest = line.strip().partition(": ")
+        if rest and head.replace(" / ", "").replace("_", "").isalnum():
+            names = head.split(" / ")
+            for name in names:
+                out[name] = rest
+        elif name and line.strip():
+            for n in names:
+                out[n] += " " + line.strip()
+    return out
+
+
+def _add_model_flags(p) -> None:
+    """One flag per ModelConfig field a run chooses (sizes, activation, norms, positions...)."""
+    from .config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
+    from .train import MODEL_FIELDS
+
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    helps = _model_flag_help()
+    aliases = {"n_heads": ["--heads"], "n_encoder_layers": ["--encoder-layers"],
+               "n_decoder_layers": ["--decoder-layers"]}  # fmt: skip
+    choices = {"activation": ACTIVATIONS, "norm": NORMS, "positions": POSITIONS}
+    g = p.add_argument_group("model", "every field of the model config (default: the preset, "
+                             "else the task's or the corpus's size)")  # fmt: skip
+    for name in MODEL_FIELDS:
+        flags = [f"--{name.replace('_', '-')}", *aliases.get(name, [])]
+        kind = str(fields[name].type).split(" |")[0]
+        text = helps.get(name, "").replace("``", "").replace(":data:", "")
+        if name == "activation":
+            text = "the feed-forward activation"
+        if name == "max_len":
+            text = ("longest sequence the model accepts; with --data, pairs with more tokens "
+                    "are dropped and counted (default 256 for a corpus)")  # fmt: skip
+        if kind == "bool":
+            g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                           help=text)  # fmt: skip
+        else:
+            typ = {"int": int, "float": float}.get(kind, str)
+            g.add_argument(*flags, dest=name, type=typ, choices=choices.get(name), help=text)
+
+
 def _add_train_parser(sub) -> None:
+    from .feeds import PRESETS
     from .tasks import TASKS
 
     p = sub.add_parser(
         "train",
-        help="train a model on a built-in task and save a checkpoint folder",
-        description="Train on a built-in task. Unset options come from the saved run (with "
-        "--resume), else the task's defaults. Runs under `torchrun --nproc_per_node N` with "
+        help="train a model on a built-in task or your parallel corpus; save a checkpoint folder",
+        description="Train on a built-in task (--task) or a parallel corpus (--data). Unset "
+        "options come from the saved run (with --resume), else --preset, else the task's or "
+        "the corpus's defaults. Runs under `torchrun --nproc_per_node N` with "
         "DistributedDataParallel as well.",
     )
     p.add_argument(
         "--task",
-        required=True,
         choices=sorted(TASKS),
         help="; ".join(f"{n}: {t.description}" for n, t in sorted(TASKS.items())),
     )
+    p.add_argument("--data", nargs="+", metavar="PATH", help="a corpus: one .tsv "
+                   "(source<TAB>target) or .jsonl ({\"translation\": {...}}) file, or two "
+                   "aligned plain-text files (line i of one <-> line i of the other)")  # fmt: skip
+    p.add_argument("--dev", nargs="+", metavar="PATH", help="dev pairs, same formats (default: "
+                   "a held-out slice of --data, by hash of the source)")  # fmt: skip
+    p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"),
+                   help="the source and target keys of a .jsonl corpus")  # fmt: skip
     p.add_argument("--out", help="checkpoint folder to write (created; rewritten at each eval)")
     add = p.add_argument
+    add("--tokenizer", choices=("char", "word", "bpe", "unigram"),
+        help="corpus tokenizer, trained on the training pairs (default bpe)")  # fmt: skip
+    add("--vocab-size", type=int, help="subword vocabulary size (bpe, unigram)")
+    add("--shared-vocab", action="store_true", default=None,
+        help="one vocabulary for source and target")  # fmt: skip
+    add("--byte-fallback", action="store_true", default=None,
+        help="unseen characters become byte tokens instead of <unk>")  # fmt: skip
+    add("--preset", choices=tuple(PRESETS), help="model size: "
+        + "; ".join(f"{k}: {v['n_encoder_layers']}+{v['n_decoder_layers']} layers, d_model "
+                    f"{v['d_model']}, {v['n_heads']} heads, d_ff {v['d_ff']}"
+                    for k, v in PRESETS.items()))  # fmt: skip
     add("--steps", type=int, help="optimiser steps")
     add("--batch-size", type=int, help="examples per step (per process under torchrun)")
     add("--lr", type=float, help="peak learning rate (AdamW)")
@@ -312,29 +397,32 @@ def _add_train_parser(sub) -> None:
     add("--weight-decay", type=float, help="AdamW weight decay (default 0.01)")
     add("--label-smoothing", type=float, help="default 0")
     add("--clip", type=float, help="gradient-norm clipping (default 1.0)")
-    add("--d-model", type=int)
-    add("--n-heads", "--heads", dest="n_heads", type=int)
-    add("--n-encoder-layers", "--encoder-layers", dest="n_encoder_layers", type=int)
-    add("--n-decoder-layers", "--decoder-layers", dest="n_decoder_layers", type=int)
-    add("--d-ff", type=int)
-    add("--dropout", type=float)
-    add("--norm-first", action="store_true", default=None, help="pre-norm residual blocks")
-    add("--activation", choices=("relu", "gelu"))
-    add("--max-len", type=int, help="longest sequence the model accepts")
     add("--eval-every", type=int, help="validate and save every N steps (default 250)")
     add("--eval-size", type=int, help="validation examples (default 500)")
     add("--snapshot-every", type=int, help="record probe attention every N steps (default 100)")
     add("--target-exact-match", type=float, help="stop once validation exact match reaches this")
+    add("--target-chrf", type=float, help="stop once validation chrF (0-100) reaches this")
     add("--seed", type=int, help="default 0")
     add("--device", default="auto", help="auto (CUDA if available), cpu or cuda")
     add("--resume", action="store_true", help="continue the run saved in --out")
     add("--quiet", action="store_true", help="no progress bar")
+    _add_model_flags(p)
     p.set_defaults(func=_train)
 
-    e = sub.add_parser("evaluate", help="greedy exact match of a checkpoint per input length")
+    e = sub.add_parser(
+        "evaluate",
+        help="exact match per input length, BLEU and chrF of a checkpoint",
+        description="Without --data: greedy exact match on the checkpoint's task's split, per "
+        "input length. With --data: exact match (overall and per source length), BLEU and "
+        "chrF (sacrebleu) of greedy outputs against the corpus's references.",
+    )
     e.add_argument("checkpoint")
     e.add_argument("--split", default="test", choices=("train", "validation", "test"))
     e.add_argument("--per-length", type=int, default=200, help="examples per length (default 200)")
+    e.add_argument("--data", nargs="+", metavar="PATH", help="a corpus to score on (as train)")
+    e.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="keys of a .jsonl corpus")
+    e.add_argument("--json", help="also write the scores as JSON here")
+    e.add_argument("--predictions", help="write the outputs here, one per line")
     e.set_defaults(func=_evaluate)
 
 

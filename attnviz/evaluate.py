@@ -1,8 +1,18 @@
-"""Evaluation: teacher-forced loss and token accuracy, greedy exact match, by source length."""
+"""Evaluation: teacher-forced loss and token accuracy, greedy exact match (overall and by
+source length), and corpus BLEU and chrF computed by sacrebleu on detokenized text.
+
+Exact match compares texts with runs of whitespace collapsed (a word tokenizer cannot
+reproduce a double space; nothing else is normalised). BLEU and chrF are sacrebleu's
+defaults (``13a`` tokenization, chrF with character n-grams up to 6 and beta 2), so the
+numbers equal ``sacrebleu.corpus_bleu`` / ``corpus_chrf`` on the same outputs.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -11,7 +21,7 @@ from torch import Tensor
 
 from .checkpoint import Checkpoint, greedy_texts, load_checkpoint
 from .data import Batch, tensorize
-from .errors import CheckpointError
+from .errors import CheckpointError, InputError
 from .model import Transformer
 from .tasks import Example, Task, get_task
 from .tokenizer import Tokenizer
@@ -32,6 +42,46 @@ def loss_and_hits(
     return loss, hits, int(real.sum())
 
 
+#: The dev pairs stored beside a corpus-trained checkpoint (``{"pairs": [[src, tgt], ...]}``).
+DEV_PAIRS = "dev_pairs.json"
+
+
+def same_text(a: str, b: str) -> bool:
+    """Exact match up to runs of whitespace."""
+    return a == b or a.split() == b.split()
+
+
+def _metrics():
+    from sacrebleu.metrics import BLEU, CHRF
+
+    return BLEU(), CHRF()
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """Corpus BLEU and chrF of detokenized outputs against one reference each (sacrebleu).
+
+    Returns:
+        ``{"bleu": float, "chrf": float}`` on sacrebleu's 0-100 scale.
+    """
+    if len(hypotheses) != len(references):
+        raise InputError(f"{len(hypotheses)} outputs but {len(references)} references")
+    bleu, chrf = _metrics()
+    refs = [list(references)]
+    return {
+        "bleu": bleu.corpus_score(list(hypotheses), refs).score,
+        "chrf": chrf.corpus_score(list(hypotheses), refs).score,
+    }
+
+
+@lru_cache(maxsize=1)
+def metric_signatures() -> str:
+    """sacrebleu's signatures of the BLEU and chrF used here (what a paper would quote)."""
+    bleu, chrf = _metrics()
+    for metric in (bleu, chrf):  # a signature names the reference count: score once first
+        metric.corpus_score(["a"], [["a"]])
+    return f"BLEU {bleu.get_signature()}  chrF {chrf.get_signature()}"
+
+
 @torch.no_grad()
 def evaluate(
     model: Transformer,
@@ -40,11 +90,23 @@ def evaluate(
     tgt_tok: Tokenizer,
     batch_size: int = 500,
 ) -> dict:
-    """Teacher-forced loss and token accuracy, and greedy exact-match accuracy.
+    """Teacher-forced loss and token accuracy, greedy exact match, BLEU and chrF.
 
     Returns:
-        ``{"val_loss", "val_token_acc", "val_exact_match", "n"}``.
+        ``{"val_loss", "val_token_acc", "val_exact_match", "val_bleu", "val_chrf", "n"}``.
     """
+    return validate(model, examples, src_tok, tgt_tok, batch_size)[0]
+
+
+@torch.no_grad()
+def validate(
+    model: Transformer,
+    examples: Sequence[Example],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    batch_size: int = 500,
+) -> tuple[dict, list[str]]:
+    """:func:`evaluate`'s metrics and the greedy outputs, one per example."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -55,14 +117,18 @@ def evaluate(
         loss, h, n = loss_and_hits(model, batch)
         loss_sum, hits, total = loss_sum + float(loss) * n, hits + h, total + n
     outputs = greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size)
-    exact = sum(o == e.tgt for o, e in zip(outputs, examples, strict=True))
+    exact = sum(same_text(o, e.tgt) for o, e in zip(outputs, examples, strict=True))
+    scores = corpus_scores(outputs, [e.tgt for e in examples])
     model.train(was_training)
-    return {
+    metrics = {
         "val_loss": round(loss_sum / total, 5),
         "val_token_acc": round(hits / total, 5),
         "val_exact_match": round(exact / len(examples), 5),
+        "val_bleu": scores["bleu"],
+        "val_chrf": scores["chrf"],
         "n": len(examples),
     }
+    return metrics, outputs
 
 
 def load_for_eval(path: str | Path) -> tuple[Checkpoint, Task]:
@@ -74,7 +140,9 @@ def load_for_eval(path: str | Path) -> tuple[Checkpoint, Task]:
 def task_of(ckpt: Checkpoint, where: str | Path = "the checkpoint") -> Task:
     """The built-in task a checkpoint was trained on; an error when it names none."""
     if not ckpt.task:
-        raise CheckpointError(f"{where}: the metadata names no task")
+        raise CheckpointError(
+            f"{where}: the metadata names no built-in task; score it on a corpus with --data"
+        )
     return get_task(ckpt.task)
 
 
@@ -96,3 +164,111 @@ def exact_match_by_length(
         preds = ckpt.predict_batch([e.src for e in exs])
         out[length] = (sum(p == e.tgt for p, e in zip(preds, exs, strict=True)), len(exs))
     return out
+
+
+# -- a checkpoint on a corpus ---------------------------------------------------------------
+@dataclass
+class Report:
+    """What ``attnviz evaluate DIR --data ...`` prints.
+
+    Attributes:
+        n: pairs evaluated.
+        exact: greedy outputs equal to the reference (up to whitespace runs).
+        by_length: ``{source length in tokens: (exact, n)}``.
+        bleu / chrf: sacrebleu's corpus scores (0-100).
+        predictions: the greedy outputs, one per pair, in order.
+    """
+
+    n: int
+    exact: int
+    by_length: dict[int, tuple[int, int]]
+    bleu: float
+    chrf: float
+    predictions: list[str] = field(repr=False)
+    signatures: str = ""
+
+    @property
+    def exact_match(self) -> float:
+        return self.exact / self.n if self.n else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "n": self.n,
+            "exact_match": round(self.exact_match, 5),
+            "exact": self.exact,
+            "by_source_length": {
+                str(k): {"exact": r, "n": n} for k, (r, n) in self.by_length.items()
+            },
+            "bleu": self.bleu,
+            "chrf": self.chrf,
+            "signatures": self.signatures,
+        }
+
+    def text(self) -> str:
+        lines = [f"length {k:3d}: {r}/{n} = {r / n:.4f}" for k, (r, n) in self.by_length.items()]
+        lines += [
+            f"exact match: {self.exact}/{self.n} = {self.exact_match:.4f}",
+            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}",
+            f"({self.signatures})",
+        ]
+        return "\n".join(lines)
+
+
+def evaluate_pairs(
+    ckpt: Checkpoint | str | Path, pairs: Sequence[tuple[str, str]], batch_size: int = 256
+) -> Report:
+    """Greedy-decode every source and score the outputs against the references.
+
+    Sources the model cannot take (empty, or longer than its ``max_len``) raise
+    :class:`~attnviz.errors.InputError`, naming the pair.
+    """
+    if not isinstance(ckpt, Checkpoint):
+        ckpt = load_checkpoint(ckpt)
+    if not pairs:
+        raise InputError("no pairs to evaluate")
+    lengths = []
+    for i, (src, _) in enumerate(pairs, 1):
+        try:
+            lengths.append(len(ckpt.encode_source(src).ids))
+        except InputError as exc:
+            raise InputError(
+                f"pair {i}: {exc} (remove it from the file to score the rest)"
+            ) from None
+    preds = ckpt.predict_batch([s for s, _ in pairs], batch_size)
+    right = [same_text(p, t) for p, (_, t) in zip(preds, pairs, strict=True)]
+    by_length: dict[int, list[int]] = {}
+    for n, ok in zip(lengths, right, strict=True):
+        by_length.setdefault(n, [0, 0])
+        by_length[n][0] += ok
+        by_length[n][1] += 1
+    scores = corpus_scores(preds, [t for _, t in pairs])
+    return Report(
+        n=len(pairs),
+        exact=sum(right),
+        by_length={k: tuple(v) for k, v in sorted(by_length.items())},
+        bleu=scores["bleu"],
+        chrf=scores["chrf"],
+        predictions=preds,
+        signatures=metric_signatures(),
+    )
+
+
+_REFS: dict[tuple[str, int], dict[str, str]] = {}
+
+
+def dev_reference(ckpt: Checkpoint, text: str) -> str | None:
+    """The reference of ``text`` when it is a dev source of a corpus-trained checkpoint."""
+    path = Path(ckpt.path) / DEV_PAIRS if ckpt.path else None
+    if path is None or not path.is_file():
+        return None
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _REFS:
+        try:
+            pairs = json.loads(path.read_text(encoding="utf-8"))["pairs"]
+            refs = {str(s): str(t) for s, t in pairs}
+        except (OSError, ValueError, KeyError, TypeError):
+            refs = {}
+        if len(_REFS) > 16:
+            _REFS.clear()
+        _REFS[key] = refs
+    return _REFS[key].get(text)

@@ -1,21 +1,27 @@
-"""Training: ``attnviz train --task reverse --out models/reverse``.
+"""Training: ``attnviz train --task reverse --out models/reverse`` or ``--data corpus.tsv``.
 
 AdamW with linear warm-up then cosine decay, optional label smoothing, gradient clipping,
-bf16 autocast on CUDA, a tqdm bar with loss and token accuracy, and a validation pass every
-``eval_every`` steps (teacher-forced loss and token accuracy, and exact-match accuracy of
-greedy decoding). After each validation the checkpoint folder is rewritten atomically:
+bf16 autocast on CUDA, progress that suits where it runs (a tqdm bar on a terminal, a line
+every ~30 s in a log), and a validation pass every ``eval_every`` steps: teacher-forced loss
+and token accuracy, greedy exact match, corpus BLEU and chrF (sacrebleu), and three fixed dev
+sentences printed with the model's output. After each validation the checkpoint folder is
+rewritten atomically:
 
 - ``model.safetensors`` + ``config.json``: the model (see :mod:`attnviz.checkpoint`), with
-  the metrics history, the task and the exact command in its metadata;
+  the tokenizers, the metrics history, the task or corpus and the exact command in its
+  metadata;
 - ``train_state.safetensors``: model, AdamW moments, step and elapsed time in one file, what
   ``--resume`` reads (one file, so a kill can never pair weights with another step's state);
-- ``snapshots.safetensors``: the attention of every layer and head on the task's fixed probe
-  input, taken every ``snapshot_every`` steps, for playing back how attention formed.
+- ``snapshots.safetensors``: the attention of every layer and head on the probe input (the
+  task's, or a corpus's first dev sentence), taken every ``snapshot_every`` steps, for
+  playing back how attention formed;
+- ``dev_pairs.json`` (corpus runs): the dev pairs, so the app shows a dev source's reference.
 
-The batch at each step depends only on (seed, rank, step), so a resumed run sees exactly the
-data it would have seen. Under ``torchrun --nproc_per_node N`` the same command trains with
-DistributedDataParallel (NCCL on GPUs, gloo on CPU): each rank draws its own shard of every
-step's data, rank 0 alone evaluates, logs and saves.
+The data comes from a :class:`~attnviz.feeds.Feed`: a built-in task's generator or a corpus
+encoded once. The batch at each step depends only on (seed, rank, step), so a resumed run
+sees exactly the data it would have seen. Under ``torchrun --nproc_per_node N`` the same
+command trains with DistributedDataParallel (NCCL on GPUs, gloo on CPU): each rank draws its
+own shard of every step's data, rank 0 alone evaluates, logs and saves.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,32 +43,39 @@ from .checkpoint import (
     read_tensors,
     save_checkpoint,
     unique_state_dict,
+    write_json_atomically,
     write_tensors,
 )
 from .config import ModelConfig
-from .data import tensorize
+from .data import make_batch, tensorize
 from .devices import resolve_device
 from .errors import CheckpointError, InputError
-from .evaluate import evaluate, loss_and_hits
+from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, validate
+from .feeds import (
+    PRESETS,
+    CorpusFeed,
+    Feed,
+    batch_at,
+    make_feed,
+)
 from .model import Transformer
 from .record import record
 from .snapshots import SNAPSHOTS, Snapshots
-from .tasks import Example, Task, get_task
 from .tokenizer import Tokenizer
 
-TRAIN_STATE = "train_state.safetensors"
-MODEL_FIELDS = (
-    "d_model",
-    "n_heads",
-    "n_encoder_layers",
-    "n_decoder_layers",
-    "d_ff",
-    "dropout",
-    "norm_first",
-    "activation",
-    "max_len",
-)
+__all__ = ["MODEL_FIELDS", "TRAIN_STATE", "TrainOptions", "batch_at", "lr_at", "train"]
 
+TRAIN_STATE = "train_state.safetensors"
+#: ModelConfig fields that are not options: the vocabularies and special ids come from the
+#: tokenizers.
+_FROM_TOKENIZERS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
+#: Every other ModelConfig field is a training option (and an ``attnviz train`` flag).
+MODEL_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ModelConfig) if f.name not in _FROM_TOKENIZERS
+)
+#: Options that describe where the data comes from rather than how to train on it.
+_NOT_SAVED = ("pairs", "dev_pairs", "resume", "command")
+DEV_PAIRS_KEPT = 2000  # dev pairs stored beside a corpus checkpoint for the app
 
 _DEFAULTS = dict(
     weight_decay=0.01,
@@ -73,17 +88,43 @@ _DEFAULTS = dict(
 )
 
 
-@dataclass
+def _model_options(cls):
+    """Add one ``None``-defaulted option per :data:`MODEL_FIELDS` entry to a dataclass."""
+    types = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
+    for name in MODEL_FIELDS:
+        if name not in cls.__annotations__:
+            cls.__annotations__[name] = f"{types[name]} | None"
+            setattr(cls, name, None)
+    return dataclass(cls)
+
+
+@_model_options
 class TrainOptions:
     """Everything that defines a training run.
 
-    ``None`` means: on ``--resume``, the saved run's value; otherwise the task's default
-    (:attr:`attnviz.tasks.Task.training` / ``.model``), else a global default
-    (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250 steps on 500
-    examples, a snapshot every 100 steps, seed 0).
+    The data is one of: ``task`` (a built-in task), ``data`` (corpus files: one ``.tsv`` or
+    ``.jsonl``, or two aligned plain-text files; ``dev`` likewise, else a held-out slice of
+    ``data``), or ``pairs`` (``(source, target)`` strings given in Python; ``dev_pairs``
+    likewise). Every :class:`~attnviz.ModelConfig` field but the vocabulary sizes and special
+    ids is an option too (``d_model``, ``activation``, ``positions``, ...).
+
+    ``None`` means: on ``--resume``, the saved run's value; else the ``preset``'s model size;
+    else the task's or the corpus's defaults (:class:`~attnviz.feeds.Feed`); else a global
+    default (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250
+    steps on 500 examples, a snapshot every 100 steps, seed 0).
     """
 
-    task: str
+    task: str | None = None
+    data: list[str] | None = None
+    dev: list[str] | None = None
+    langs: list[str] | None = None
+    pairs: Sequence[tuple[str, str]] | None = None
+    dev_pairs: Sequence[tuple[str, str]] | None = None
+    tokenizer: str | None = None
+    vocab_size: int | None = None
+    shared_vocab: bool | None = None
+    byte_fallback: bool | None = None
+    preset: str | None = None
     out: str | None = None
     steps: int | None = None
     batch_size: int | None = None
@@ -92,34 +133,44 @@ class TrainOptions:
     weight_decay: float | None = None
     label_smoothing: float | None = None
     clip: float | None = None
-    d_model: int | None = None
-    n_heads: int | None = None
-    n_encoder_layers: int | None = None
-    n_decoder_layers: int | None = None
-    d_ff: int | None = None
-    dropout: float | None = None
-    norm_first: bool | None = None
-    activation: str | None = None
-    max_len: int | None = None
     eval_every: int | None = None
     eval_size: int | None = None
     snapshot_every: int | None = None
     target_exact_match: float | None = None
+    target_chrf: float | None = None
     seed: int | None = None
     device: str = "auto"
     resume: bool = False
     command: str = ""
 
-    def resolved(self, task: Task, saved: dict | None = None) -> TrainOptions:
-        """A copy with every ``None`` filled: saved run, then task defaults, then globals.
+    def source(self) -> str:
+        """What the data is: the task's name, ``"corpus files"`` or ``"pairs"``."""
+        given = [n for n in ("task", "data", "pairs") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise InputError("give one of --task or --data (or pairs=... in Python)")
+        return {"data": "corpus files", "pairs": "pairs"}.get(given[0], self.task)
+
+    def saved(self) -> dict:
+        """The options as stored in the checkpoint (without the pairs themselves)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _NOT_SAVED
+        }
+
+    def resolved(self, feed: Feed | object, saved: dict | None = None) -> TrainOptions:
+        """A copy with every ``None`` filled: saved run, preset, feed defaults, globals.
+
+        Args:
+            feed: a :class:`~attnviz.feeds.Feed` or a :class:`~attnviz.tasks.Task` (anything
+                with ``training`` and ``model`` default dicts).
 
         Raises:
             InputError: a bad value, or (with ``saved``) a model size that differs from the
                 saved run's (a resumed run keeps its model).
         """
         saved = saved or {}
-        if saved and saved.get("task") != self.task:
-            raise InputError(f"the saved run is a {saved.get('task')!r} run, not {self.task!r}")
+        _same_source(self, saved)
         clash = [
             k
             for k in MODEL_FIELDS
@@ -129,15 +180,18 @@ class TrainOptions:
             raise InputError(
                 f"--resume keeps the saved model; these options differ from it: {', '.join(clash)}"
             )
+        if self.preset is not None and self.preset not in PRESETS:
+            raise InputError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         layers = [
             {k: v for k, v in saved.items() if v is not None},
-            task.training,
-            task.model,
+            PRESETS.get(self.preset or saved.get("preset"), {}),
+            feed.training,
+            feed.model,
             _DEFAULTS,
         ]
         fill = {}
         for f in dataclasses.fields(self):
-            if getattr(self, f.name) is None:
+            if getattr(self, f.name) is None and f.name not in ("pairs", "dev_pairs"):
                 fill[f.name] = next((d[f.name] for d in layers if f.name in d), None)
         out = dataclasses.replace(self, **fill)
         for name in ("steps", "batch_size", "eval_every", "eval_size", "snapshot_every", "warmup"):
@@ -148,12 +202,19 @@ class TrainOptions:
         return out
 
 
-def model_config(task: Task, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
+def _same_source(opts: TrainOptions, saved: dict | None) -> None:
+    if saved and saved.get("task") != opts.task:
+        was = repr(saved["task"]) if saved.get("task") else "corpus"
+        now = repr(opts.task) if opts.task else "corpus"
+        raise InputError(f"the saved run is a {was} run, not {now}")
+
+
+def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
     """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
     sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
-    sizes.setdefault("max_len", 2 * max(task.lengths) + 24)
+    sizes["max_len"] = sizes.get("max_len", feed.default_max_len()) + feed.extra_positions
     if src.specials != tgt.specials:
-        raise InputError("the task's source and target tokenizers disagree on special ids")
+        raise InputError("the source and target tokenizers disagree on special ids")
     ids = {f"{role}_id": i for role, i in src.specials.items()}
     return ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), **ids, **sizes)
 
@@ -174,12 +235,6 @@ def lr_at(step: int, opts: TrainOptions) -> float:
         return opts.lr * (step + 1) / opts.warmup
     progress = (step - opts.warmup) / max(1, opts.steps - opts.warmup)
     return opts.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def batch_at(task: Task, step: int, opts: TrainOptions, rank: int) -> list[Example]:
-    """The training examples of one step on one rank (a pure function of seed, rank, step)."""
-    stream = task.stream("train", seed=f"{opts.seed}/{rank}/{step}")
-    return [next(stream) for _ in range(opts.batch_size)]
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -236,18 +291,67 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = None) -> dict:
+# -- progress -------------------------------------------------------------------------------
+class Progress:
+    """A tqdm bar on a terminal; without one (a log file, CI, nohup), one plain line every
+    ``every_s`` seconds instead of bar redraws. :meth:`write` lines (evaluations) always show.
+    """
+
+    def __init__(self, total: int, initial: int, desc: str, enabled: bool, every_s: float = 30.0):
+        from tqdm import tqdm
+
+        self.tty = enabled and sys.stderr.isatty()
+        self.enabled, self.every_s, self.total, self.desc = enabled, every_s, total, desc
+        self.bar = tqdm(total=total, initial=initial, desc=desc, disable=not self.tty)
+        self.last = time.perf_counter()
+
+    def update(self, step: int, **postfix: str) -> None:
+        if self.tty:
+            self.bar.update(1)
+            self.bar.set_postfix(postfix, refresh=False)
+        elif self.enabled and time.perf_counter() - self.last >= self.every_s:
+            self.last = time.perf_counter()
+            stats = "  ".join(f"{k} {v}" for k, v in postfix.items())
+            print(f"{self.desc}: step {step}/{self.total}  {stats}", file=sys.stderr, flush=True)
+
+    def write(self, text: str) -> None:
+        self.last = time.perf_counter()  # an evaluation line counts as a progress line
+        if self.tty:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def train(
+    opts: TrainOptions,
+    progress: bool = True,
+    stop_after: int | None = None,
+    *,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    dev_pairs: Sequence[tuple[str, str]] | None = None,
+    progress_every: float = 30.0,
+) -> dict:
     """Run (or resume) training; returns the final metrics (rank 0; other ranks get ``{}``).
 
-    ``stop_after``: stop (validating and saving first) after this many steps of this call,
-    as an interrupted run would; ``--resume`` then carries on exactly where it stopped.
+    Args:
+        opts: the run; ``pairs`` / ``dev_pairs`` here are the same as setting them on it.
+        progress: a bar on a terminal, else a line every ``progress_every`` seconds (the
+            evaluation lines show either way).
+        stop_after: stop (validating and saving first) after this many steps of this call,
+            as an interrupted run would; ``--resume`` then carries on exactly where it stopped.
 
     Raises:
-        InputError: a bad option (unknown task, no GPU for ``--device cuda``, ...).
+        InputError: a bad option (unknown task, no GPU for ``--device cuda``, a bad corpus...).
     """
-    from tqdm import tqdm
-
-    task = get_task(opts.task)
+    if pairs is not None or dev_pairs is not None:
+        opts = dataclasses.replace(
+            opts,
+            pairs=pairs if pairs is not None else opts.pairs,
+            dev_pairs=dev_pairs or opts.dev_pairs,
+        )
     out = Path(opts.out) if opts.out else None
     state = None
     if opts.resume:
@@ -260,16 +364,26 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         raise InputError(
             f"{out} already holds a training run; add --resume or choose another --out"
         )
-    opts = opts.resolved(task, state[1]["options"] if state else None)
+    saved = state[1]["options"] if state else None
+    if saved and all(getattr(opts, n) is None for n in ("task", "data", "pairs")):
+        if not (saved.get("task") or saved.get("data")):
+            raise InputError("this run trained on pairs given in Python: pass them again")
+        keep = {n: getattr(opts, n) or saved.get(n) for n in ("task", "data", "dev", "langs")}
+        opts = dataclasses.replace(opts, **keep)
+    what = opts.source()
+    _same_source(opts, saved)  # before reading a corpus for nothing
     rank, world, device = _dist_setup(resolve_device(opts.device))
-    src_tok, tgt_tok = task.tokenizers()
-    cfg = model_config(task, opts, src_tok, tgt_tok)
+    say = print if rank == 0 else (lambda _msg: None)
+    feed = make_feed(opts, saved, out, rank, world, say)
+    opts = opts.resolved(feed, saved)
+    src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
+    cfg = model_config(feed, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
     model = Transformer(cfg).to(device)
     opt = optimizer(model, opts)
-    probe = Example(task.probe, task.target(task.probe))
+    probe = feed.probe
     probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
-    snaps = Snapshots(src_tok.split(probe.src), tgt_tok.split(probe.tgt))
+    snaps = Snapshots(src_tok.encode(probe.src).pieces, tgt_tok.encode(probe.tgt).pieces)
     step, elapsed, history = 0, 0.0, []
     if state is not None:
         _load_train_state(state[0], out / TRAIN_STATE, model, opt)
@@ -286,15 +400,26 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob(".*.tmp*"):  # left by a run killed in the middle of a write
             stale.unlink(missing_ok=True)
+        if isinstance(feed, CorpusFeed):
+            kept = feed.all_dev()[:DEV_PAIRS_KEPT]
+            write_json_atomically(out / DEV_PAIRS, {"pairs": [[e.src, e.tgt] for e in kept]})
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    val = task.examples("validation", opts.eval_size, seed=0)
+    val = feed.dev(opts.eval_size)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     meta = {
-        "task": task.name,
+        "task": feed.task.name if feed.task else None,
         "command": opts.command,
         "world_size": world,
-        "options": dataclasses.asdict(opts),
+        "options": opts.saved(),
     }
+    if isinstance(feed, CorpusFeed):
+        meta["corpus"] = {
+            "train": opts.data or "pairs given in Python",
+            "dev": opts.dev or ("held out" if opts.dev_pairs is None else "given in Python"),
+            "train_pairs": len(feed),
+            "dropped": feed.dropped,
+            "dev_pairs": len(feed.all_dev()),
+        }
     last: dict = {}
 
     @torch.no_grad()
@@ -305,23 +430,15 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
         model.train()
 
-    def save(step: int) -> dict:
+    def save(step: int) -> tuple[dict, list[str]]:
         nonlocal last
-        metrics = evaluate(model, val, src_tok, tgt_tok)
+        metrics, outputs = validate(model, val, src_tok, tgt_tok)
         last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
         history.append(last)
         if out is not None:
-            _save_train_state(
-                out / TRAIN_STATE,
-                model,
-                opt,
-                {
-                    "step": step,
-                    "elapsed": last["elapsed_s"],
-                    "history": history,
-                    "options": meta["options"],
-                },
-            )
+            info = {"step": step, "elapsed": last["elapsed_s"], "history": history,
+                    "options": meta["options"]}  # fmt: skip
+            _save_train_state(out / TRAIN_STATE, model, opt, info)
             save_checkpoint(
                 out,
                 model,
@@ -330,12 +447,17 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
                 {**meta, "step": step, "metrics": last, "history": history},
             )
             snaps.save(out / SNAPSHOTS)
-        return last
+        return last, outputs
 
     model.train()
-    bar = tqdm(
-        total=opts.steps, initial=step, desc=f"train {task.name}", disable=not progress or rank != 0
-    )
+    bar = Progress(opts.steps, step, f"train {what}", progress and rank == 0, progress_every)
+    if rank == 0:
+        bar.write(
+            f"{what}: {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model "
+            f"{cfg.d_model}, {cfg.n_heads} heads, d_ff {cfg.d_ff}; "
+            f"{model.num_parameters():,} parameters; {opts.steps} steps of {opts.batch_size}"
+        )
+        bar.write(f"metrics: {metric_signatures()}")
     if rank == 0 and step == 0:
         snapshot(0)
     start = time.perf_counter() - elapsed  # wall time, evaluation included, across resumes
@@ -343,7 +465,8 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
     while step < opts.steps:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, opts)
-        batch = tensorize(batch_at(task, step, opts, rank), src_tok, tgt_tok, cfg, device)
+        src_rows, tgt_rows = feed.batch(step, opts, rank, world)
+        batch = make_batch(src_rows, tgt_rows, cfg, device)
         with autocast:
             loss, hits, n = loss_and_hits(net, batch, opts.label_smoothing)
         opt.zero_grad(set_to_none=True)
@@ -352,9 +475,11 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         opt.step()
         step += 1
         elapsed = time.perf_counter() - start
-        bar.update(1)
-        bar.set_postfix(
-            loss=f"{loss.item():.3f}", acc=f"{hits / n:.3f}", lr=f"{lr_at(step - 1, opts):.1e}"
+        bar.update(
+            step,
+            loss=f"{loss.item():.3f}",
+            acc=f"{hits / n:.3f}",
+            lr=f"{lr_at(step - 1, opts):.1e}",
         )
         interrupted = stop_after is not None and step - first >= stop_after
         done = step == opts.steps or interrupted
@@ -363,26 +488,19 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         stop = False
         if step % opts.eval_every == 0 or done:
             if rank == 0:
-                m = save(step)
-                bar.write(
-                    f"step {step}: val loss {m['val_loss']:.4f}  token acc "
-                    f"{m['val_token_acc']:.4f}  exact match {m['val_exact_match']:.4f}  "
-                    f"({elapsed:.0f}s)"
-                )
-                stop = (
-                    opts.target_exact_match is not None
-                    and m["val_exact_match"] >= opts.target_exact_match
-                )
+                m, outputs = save(step)
+                bar.write(_eval_line(m, elapsed))
+                for e, o in list(zip(val, outputs, strict=True))[:3]:
+                    bar.write(f"  src: {e.src}\n  ref: {e.tgt}\n  out: {o}")
+                reason = _reached(m, opts)
+                stop = reason is not None
             if world > 1:
                 flag = torch.tensor([float(stop)], device=device)
                 dist.broadcast(flag, 0)
                 stop = bool(flag.item())
             if stop:
                 if rank == 0:
-                    bar.write(
-                        f"reached exact match {last['val_exact_match']:.4f} >= "
-                        f"{opts.target_exact_match} at step {step}; stopping"
-                    )
+                    bar.write(f"reached {reason} at step {step}; stopping")
                 break
         if interrupted:
             break
@@ -391,3 +509,20 @@ def train(opts: TrainOptions, progress: bool = True, stop_after: int | None = No
         dist.barrier()
         dist.destroy_process_group()
     return last
+
+
+def _eval_line(m: dict, elapsed: float) -> str:
+    return (
+        f"step {m['step']}: val loss {m['val_loss']:.4f}  token acc {m['val_token_acc']:.4f}  "
+        f"exact match {m['val_exact_match']:.4f}  BLEU {m['val_bleu']:.2f}  "
+        f"chrF {m['val_chrf']:.2f}  ({elapsed:.0f}s)"
+    )
+
+
+def _reached(m: dict, opts: TrainOptions) -> str | None:
+    """Which early-stopping target a validation reached (None: train on)."""
+    if opts.target_exact_match is not None and m["val_exact_match"] >= opts.target_exact_match:
+        return f"exact match {m['val_exact_match']:.4f} >= {opts.target_exact_match}"
+    if opts.target_chrf is not None and m["val_chrf"] >= opts.target_chrf:
+        return f"chrF {m['val_chrf']:.2f} >= {opts.target_chrf}"
+    return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import devices
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import AttnvizError, CheckpointError, one_line, shorten
+from ..evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
 from ..interop.hf import is_hf_folder
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS, get_task
@@ -38,7 +39,7 @@ ASSETS_DIR = ROOT / "assets"
 SHIPPED_ORDER = ("reverse", "copy", "sort", "translate")
 #: Largest upload (all files together) the app unpacks.
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
-_ALLOWED = (WEIGHTS, METADATA, SNAPSHOTS)
+_ALLOWED = (WEIGHTS, METADATA, SNAPSHOTS, DEV_PAIRS)
 #: The index of a sharded Hugging Face checkpoint.
 HF_INDEX = "model.safetensors.index.json"
 #: What an uploaded Hugging Face folder may hold (plus the shards its index names).
@@ -365,8 +366,8 @@ def _place(files: list[Path], dest: Path) -> None:
             shutil.copyfile(by_name[name], dest / name)
         return
     weights = [f for f in files if f.suffix == ".safetensors" and f.name != SNAPSHOTS]
-    json_files = [f for f in files if f.suffix == ".json"]
-    others = [f for f in files if f not in weights and f not in json_files and f.name != SNAPSHOTS]
+    json_files = [f for f in files if f.suffix == ".json" and f.name != DEV_PAIRS]
+    others = [f for f in files if f not in weights and f not in json_files and f.name not in _ALLOWED]
     if len(weights) > 1:
         raise CheckpointError("upload one model's files: more than one weights .safetensors file")
     if not weights:
@@ -378,8 +379,8 @@ def _place(files: list[Path], dest: Path) -> None:
     if json_files:
         shutil.copyfile(json_files[0], dest / METADATA)
     for f in files:
-        if f.name == SNAPSHOTS:
-            shutil.copyfile(f, dest / SNAPSHOTS)
+        if f.name in (SNAPSHOTS, DEV_PAIRS):
+            shutil.copyfile(f, dest / f.name)
 
 
 def _digest(files: Sequence[Path]) -> str:

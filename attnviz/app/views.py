@@ -86,11 +86,17 @@ class Shown:
 
 
 def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
-    """The true target of a built-in task's input as display tokens (EOS last), else None."""
+    """The true target of a built-in task's input, or the reference of a corpus-trained
+    checkpoint's dev source, as display tokens (EOS last); else None."""
+    from ..evaluate import dev_reference
+
     if ckpt.task not in TASKS:
-        return None
+        target = dev_reference(ckpt, text)
+        if target is None:
+            return None
     try:
-        target = get_task(ckpt.task).target(text)
+        if ckpt.task in TASKS:
+            target = get_task(ckpt.task).target(text)
         pieces = ckpt.tgt_tokenizer.encode(target).pieces
     except Exception:  # an input outside the task (unknown symbols): nothing to expect
         return None
