@@ -21,6 +21,7 @@ from .errors import (
 )
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
+from .scoring import Scored
 from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "MultiHeadAttention",
     "Prediction",
     "ReplaceWeights",
+    "Scored",
     "StepResult",
     "Tokenizer",
     "Trace",

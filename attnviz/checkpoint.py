@@ -14,6 +14,7 @@ Loading validates every tensor name and shape against the config and raises
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -28,8 +29,9 @@ from torch import Tensor
 from .config import ModelConfig
 from .data import source_batch
 from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
-from .errors import AttnvizError, CheckpointError, InputError
+from .errors import AttnvizError, CheckpointError, InputError, one_line, shorten
 from .model import Transformer
+from .scoring import Scored, score_reference
 from .tokenizer import Encoding, Tokenizer
 
 FORMAT = "attnviz-checkpoint/1"
@@ -172,6 +174,27 @@ def _locate(path: str | Path) -> Path:
     )
 
 
+def _only_attnviz_errors(load):
+    """Whatever a file says, loading it raises an attnviz error or nothing: a string where a
+    number belongs (TypeError), deeply nested JSON (RecursionError), a file that does not fit
+    in memory (MemoryError) become one :class:`CheckpointError` naming the file."""
+
+    @functools.wraps(load)
+    def guarded(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+        try:
+            return load(path, device)
+        except AttnvizError:
+            raise
+        except (MemoryError, RecursionError, ArithmeticError, LookupError, TypeError,
+                ValueError, AttributeError) as exc:  # fmt: skip
+            raise CheckpointError(
+                f"{shorten(path, 300)} could not be loaded: {one_line(exc, 300)}"
+            ) from exc
+
+    return guarded
+
+
+@_only_attnviz_errors
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint folder (or its ``model.safetensors``) into an eval-mode model.
 
@@ -198,8 +221,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
             raise CheckpointError(f"{meta_file} is missing and {weights} carries no metadata")
         try:
             meta = json.loads(meta_file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{meta_file} is not valid JSON ({exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise CheckpointError(f"{meta_file} is not valid JSON ({one_line(exc, 200)})") from None
     if not isinstance(meta, dict) or "config" not in meta:
         raise CheckpointError(f"{weights}: the metadata has no model 'config'")
     try:
@@ -208,6 +231,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         tgt_tok = Tokenizer.from_dict(meta.get("tgt_tokenizer"))
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
+    except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
+        # a tokenizer entry of the wrong type (a number for a token list, say)
+        raise CheckpointError(f"{weights}: unusable metadata ({one_line(exc, 200)})") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
     with torch.device("meta"):  # names and shapes first, without allocating anything: a
         skeleton = Transformer(config)  # config asking for a huge model fails here, cheaply
@@ -222,20 +248,21 @@ def _check_weights(expected: dict[str, Tensor], tensors: dict[str, Tensor], wher
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong = [
-        f"{k} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
+        f"{shorten(k)} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
         for k in expected
         if k in tensors and tensors[k].shape != expected[k].shape
     ]
     not_float = [k for k in tensors if k in expected and not tensors[k].is_floating_point()]
     for label, names in (
-        ("missing tensors", missing),
-        ("unexpected tensors", unexpected),
+        ("missing tensors", [shorten(k) for k in missing]),
+        ("unexpected tensors", [shorten(k) for k in unexpected]),
         ("shapes that do not match the config", wrong),
-        ("non-float tensors", not_float),
+        ("non-float tensors", [shorten(k) for k in not_float]),
     ):
         if names:
             more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-            raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
+            shown = ", ".join(names[:4])
+            raise CheckpointError(f"{where}: {label}: {shown}{more}")
 
 
 def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
@@ -245,7 +272,7 @@ def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -
             t.copy_(tensors[k].to(t.dtype))
     bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
     if bad:
-        raise CheckpointError(f"{where}: NaN or inf in {', '.join(bad[:4])}")
+        raise CheckpointError(f"{where}: NaN or inf in {', '.join(shorten(k) for k in bad[:4])}")
 
 
 # -- using a checkpoint ---------------------------------------------------------------------
@@ -352,6 +379,11 @@ class Checkpoint:
             rules=self.rules,
             max_len=self.max_new_tokens,
         )
+
+    def score(self, source: str, target: str | Sequence[int]) -> Scored:
+        """Teacher-force ``target`` on ``source``: per-token probabilities, ranks, attention
+        (see :func:`attnviz.scoring.score`)."""
+        return score_reference(self, source, target if isinstance(target, str) else list(target))
 
     @property
     def device(self) -> torch.device:

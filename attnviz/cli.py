@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, compare_cli
 from .checkpoint import load_checkpoint
-from .errors import AttnvizError
+from .errors import AttnvizError, one_line
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "reverse"
 
@@ -338,6 +338,34 @@ def _add_train_parser(sub) -> None:
     e.set_defaults(func=_evaluate)
 
 
+# -- attnviz data: a built-in task written as corpus files -----------------------------------
+def _data(args: argparse.Namespace) -> int:
+    from .corpus import write_task_corpus
+    from .tasks import get_task
+
+    sizes = {"train": args.train, "dev": args.dev, "test": args.test}
+    for path, n in write_task_corpus(get_task(args.task), args.out, sizes, seed=args.seed):
+        print(f"wrote {path} ({n:,} pairs)")
+    print(f"next: attnviz train --data {Path(args.out) / 'train.tsv'} "
+          f"--dev {Path(args.out) / 'dev.tsv'} --out models/mine")  # fmt: skip
+    return 0
+
+
+def _add_data_parser(sub) -> None:
+    from .tasks import TASKS
+
+    d = sub.add_parser("data", help="write a built-in task as train/dev/test TSV corpus files",
+                       description="Write a built-in task's splits as source<TAB>target files "
+                       "(train.tsv, dev.tsv, test.tsv), to train from files.")  # fmt: skip
+    d.add_argument("--task", required=True, choices=sorted(TASKS))
+    d.add_argument("--out", required=True, help="folder to write (created)")
+    d.add_argument("--train", type=int, default=50_000, help="training pairs (default 50000)")
+    d.add_argument("--dev", type=int, default=500, help="dev pairs (default 500)")
+    d.add_argument("--test", type=int, default=1000, help="test pairs (default 1000)")
+    d.add_argument("--seed", type=int, default=0, help="default 0")
+    d.set_defaults(func=_data)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
@@ -359,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_step_through)
     _add_train_parser(sub)
     _add_analysis_parsers(sub)
+    _add_data_parser(sub)
+    compare_cli.add_parser(sub)
     return parser
 
 
@@ -374,10 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "attnviz " + shlex.join(argv)
     try:
         return args.func(args)
-    except (AttnvizError, OSError) as exc:  # OSError: an unwritable output path, say
+    except (AttnvizError, OSError, MemoryError, RecursionError) as exc:
+        # OSError: an unwritable output path, say; MemoryError / RecursionError: a file too
+        # big or too deeply nested for this machine, whichever step met it
         if debug:
             raise
-        print(f"attnviz: error: {exc}", file=sys.stderr)
+        print(f"attnviz: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

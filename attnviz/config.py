@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, shorten
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 #: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
@@ -14,6 +16,100 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 #: relative position bias added to the self-attention scores instead (T5).
 POSITIONS = ("sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative")
 NORMS = ("layer", "rms")
+#: Most layers a stack may have (the deepest published encoder-decoders have a few hundred).
+MAX_LAYERS = 1024
+BOOL_FIELDS = (
+    "norm_first", "final_norm", "share_embeddings", "tie_output", "gated_ff", "scale_embeddings",
+    "embed_norm", "bias", "scale_attention", "output_bias", "scale_decoder_output",
+)  # fmt: skip
+#: Bytes of one number (float32).
+BYTES_PER_NUMBER = 4
+#: Part of the memory this process may use that one model may need at its peak.
+MEMORY_FRACTION = 0.75
+#: Models needing less than this are never checked against the machine (no system calls).
+_ALWAYS_FITS = 256 << 20
+
+
+def _show(value: Any) -> str:
+    """A value from a config file as a message shows it: ``repr``, cut to a sane length."""
+    return shorten(repr(value))
+
+
+def _real(value: Any) -> bool:
+    """A finite int or float (not a bool, not a string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def available_memory() -> int:
+    """Bytes this process may still use: physical memory, or less where an address-space limit
+    (``ulimit -v``) or a cgroup memory limit says so."""
+    found = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as f:  # address space in use now, in pages
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            found.append(max(soft - used, 0))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            found.append(int(limit))
+    except OSError:
+        pass
+    return min(found)
+
+
+def memory_needed(config: ModelConfig) -> int:
+    """Peak bytes of building and loading the model of ``config``, from its arithmetic.
+
+    Parameters count twice (a load holds the file's tensors and the model's together); a fixed
+    position table counts six times (it is computed through float64 temporaries).
+    """
+    sizes = config.sizes()
+    return BYTES_PER_NUMBER * (2 * sizes["parameters"] + 6 * sizes["buffers"])
+
+
+def check_size(config: ModelConfig) -> None:
+    """Refuse a config whose model cannot fit in this machine's memory, before building it.
+
+    Raises:
+        ConfigError: one line naming the size, the limit, the largest part and what to do.
+    """
+    needed = memory_needed(config)
+    if needed <= _ALWAYS_FITS:
+        return
+    budget = int(available_memory() * MEMORY_FRACTION)
+    if needed <= budget:
+        return
+    sizes = config.sizes()
+    parts = {k: v for k, v in sizes.items() if k not in ("parameters", "buffers")}
+    largest = max(parts, key=parts.get)
+    table = f", {sizes['buffers']:,} in the position table" if sizes["buffers"] else ""
+    raise ConfigError(
+        f"this model is too big for this machine: {sizes['parameters']:,} parameters{table} "
+        f"need about {_gb(needed)} to build and load, {needed / max(budget, 1):.1f}x the "
+        f"{_gb(budget)} this process can use; most of it is {largest} "
+        f"({parts[largest]:,} numbers): make {_knobs(largest)} smaller"
+    )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**28 else f"{n / 2**20:.0f} MB"
+
+
+def _knobs(part: str) -> str:
+    return {
+        "embeddings": "src_vocab_size / tgt_vocab_size or d_model",
+        "encoder layers": "n_encoder_layers, d_model or d_ff",
+        "decoder layers": "n_decoder_layers, d_model or d_ff",
+        "position tables": "max_len (max_position_embeddings) or d_model",
+        "output projection": "tgt_vocab_size or d_model",
+    }[part]
 
 
 @dataclass(frozen=True)
@@ -92,37 +188,12 @@ class ModelConfig:
     relative_max_distance: int = 128
 
     def __post_init__(self) -> None:
-        def positive(name: str) -> None:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            positive(name)
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be at least 1, got {value!r}")
-        if self.d_head is not None:
-            positive("d_head")
-        elif self.d_model % self.n_heads:
+        self._check_types()
+        if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} "
                 f"(try n_heads in {[h for h in range(1, 17) if self.d_model % h == 0]})"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.positions not in POSITIONS:
-            raise ConfigError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.norm not in NORMS:
-            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        if not isinstance(self.position_offset, int) or self.position_offset < 0:
-            raise ConfigError(f"position_offset must be >= 0, got {self.position_offset!r}")
-        if self.positions == "relative":
-            positive("relative_buckets")
-            positive("relative_max_distance")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -130,12 +201,87 @@ class ModelConfig:
             )
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-            if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+            if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
         if self.eos_id == self.pad_id:  # the start id may equal the end id (BART, FSMT)
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
+        check_size(self)
+
+    def _check_types(self) -> None:
+        """Every field of the right type and in its range (JSON can hold anything)."""
+
+        def integer(name: str, low: int, high: int | None = None) -> None:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be an integer, got {_show(value)}")
+            if value < low:
+                what = "a positive integer" if low == 1 else f"at least {low}"
+                raise ConfigError(f"{name} must be {what}, got {value}")
+            if high is not None and value > high:
+                raise ConfigError(f"{name} must be at most {high}, got {value}")
+
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            integer(name, 1)
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            integer(name, 1, MAX_LAYERS)
+        for name in ("relative_buckets", "relative_max_distance"):
+            integer(name, 1)
+        for name in ("position_offset", "pad_id", "bos_id", "eos_id", "unk_id"):
+            integer(name, 0)
+        if self.d_head is not None:
+            integer("d_head", 1)
+        for name in BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, got {_show(value)}")
+        for name, allowed in (
+            ("activation", ACTIVATIONS),
+            ("positions", POSITIONS),
+            ("norm", NORMS),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {_show(value)}")
+        dropout, eps = self.dropout, self.layer_norm_eps
+        if not _real(dropout) or not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout must be a number in [0, 1), got {_show(dropout)}")
+        if not _real(eps) or not 0.0 < eps < 1.0:
+            raise ConfigError(f"layer_norm_eps must be a number in (0, 1), got {_show(eps)}")
+
+    def sizes(self) -> dict[str, int]:
+        """How many numbers each part of the model holds (parameters, and the fixed position
+        table, a buffer), computed from the config alone: nothing is built.
+
+        Returns:
+            ``{"embeddings", "encoder layers", "decoder layers", "position tables",
+            "output projection", "parameters", "buffers"}``; the last two are the totals, equal
+            to ``sum(p.numel())`` over a built model's parameters and buffers.
+        """
+        d, h = self.d_model, self.n_heads
+        inner = h * self.head_dim
+        norm = d if self.norm == "rms" else 2 * d
+        attention = 4 * inner * d + (3 * inner + d if self.bias else 0)
+        ff = (3 if self.gated_ff else 2) * d * self.d_ff
+        ff += ((2 if self.gated_ff else 1) * self.d_ff + d) if self.bias else 0
+        stack = (norm if self.final_norm else 0) + (norm if self.embed_norm else 0)
+        rows = self.max_len + self.position_offset
+        learned = rows * d if self.positions == "learned" else 0
+        relative = self.relative_buckets * h if self.positions == "relative" else 0
+        table = {"sinusoidal": self.max_len * d, "sinusoidal_split": self.max_len * d}
+        table["fairseq"] = rows * d
+        parts = {
+            "embeddings": self.src_vocab_size * d
+            + (0 if self.share_embeddings else self.tgt_vocab_size * d),
+            "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack,
+            "decoder layers": self.n_decoder_layers * (2 * attention + ff + 3 * norm) + stack,
+            "position tables": 2 * (learned + relative) + table.get(self.positions, 0),
+            "output projection": (0 if self.tie_output else self.tgt_vocab_size * d)
+            + (self.tgt_vocab_size if self.output_bias else 0),
+        }
+        buffers = table.get(self.positions, 0)
+        parts["parameters"] = sum(parts.values()) - buffers
+        parts["buffers"] = buffers
+        return parts
 
     @property
     def special_ids(self) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""The batch: token ids -> padded tensors and their padding masks, with the model's own ids.
+"""Corpora and batches: parallel text files -> pairs (:mod:`attnviz.corpus`, re-exported
+here), and token ids -> padded tensors and their padding masks, with the model's own ids.
 
 One :class:`Batch` holds what a teacher-forced pass needs (source, decoder input, decoder
 target and their padding masks), like the Annotated Transformer's ``Batch``. Rows are padded
@@ -16,6 +17,17 @@ import torch
 from torch import Tensor
 
 from .config import ModelConfig
+from .corpus import (  # noqa: F401  (re-exported: attnviz.data.read_pairs, ...)
+    Corpus,
+    CorpusError,
+    EncodedCorpus,
+    encode_corpus,
+    filter_length,
+    read_corpus,
+    read_pairs,
+    split_dev,
+    split_indices,
+)
 from .errors import InputError
 from .masks import length_mask
 from .tasks import Example

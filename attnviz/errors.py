@@ -31,3 +31,28 @@ class TraceLookupError(AttnvizError, LookupError):
 
 class CheckpointError(AttnvizError, ValueError):
     """A checkpoint folder or file that cannot be loaded (missing, truncated, wrong format)."""
+
+
+#: Longest name (tensor, key, file) a message echoes; longer ones are cut and end in "…".
+NAME_LIMIT = 80
+
+
+def shorten(name: object, limit: int = NAME_LIMIT) -> str:
+    """``name`` as text for a message: one line, at most ``limit`` characters plus "…"."""
+    text = " ".join(str(name).splitlines())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def one_line(exc: BaseException, limit: int = 2000) -> str:
+    """The message of ``exc`` as one line of at most ``limit`` characters (plus "…").
+
+    Errors that are not attnviz's own are named by their type (``MemoryError`` has no text).
+    """
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MemoryError):
+        text = "out of memory" + (f" ({text})" if text else "")
+    elif isinstance(exc, RecursionError):
+        text = "input nested too deeply to read" + (f" ({text})" if text else "")
+    elif not isinstance(exc, (AttnvizError, OSError)):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return shorten(text, limit)

@@ -8,6 +8,7 @@ CLI and the app alike.
 from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effects
 from .align import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
+from .compare import Comparison, TokenChange, compare
 from .export import Inspection, inspect_text, write_json, write_npz
 from .faithful import METHODS as FAITHFULNESS_METHODS
 from .faithful import FaithfulnessReport, faithfulness
@@ -24,6 +25,7 @@ from .masking import (
     references,
 )
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
+from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
     "LENSES",
@@ -39,6 +41,9 @@ __all__ = [
     "METRICS",
     "AblationResult",
     "Attribution",
+    "Comparison",
+    "TokenChange",
+    "compare",
     "Finding",
     "HeadEffect",
     "HeadStats",
@@ -64,4 +69,7 @@ __all__ = [
     "spearman",
     "write_json",
     "write_npz",
+    "Decode",
+    "WhatIf",
+    "what_if",
 ]

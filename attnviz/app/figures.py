@@ -46,6 +46,7 @@ def paired_bars(
     value_name: str = "probability",
     horizontal: bool = False,
     colours: Sequence[str] | None = None,
+    tokens: bool = True,
 ) -> go.Figure:
     """Several named series over the same labels as grouped bars.
 
@@ -55,10 +56,11 @@ def paired_bars(
         value_name: axis title and hover name of the values.
         horizontal: bars left to right, first label at the top.
         colours: one per series (default: blue, red, green, purple).
+        tokens: the labels are tokens (spaces shown as ␣); False for names such as heads.
     Returns:
         One bar trace per series, named after it.
     """
-    labels = [plots.token_label(t) for t in labels]  # the one token-label rule
+    labels = [plots.token_label(t) if tokens else str(t) for t in labels]
     pos = np.arange(len(labels))
     bars = []
     for (name, values), colour in zip(series.items(), colours or COLOURS, strict=False):

@@ -61,6 +61,14 @@ class LabView:
     path: str | None = None  # a written file, for the export buttons
 
 
+RANK_SHOWN = 24  # heads in the ranking chart (the table lists all)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``word`` for one, ``many`` (default ``word + "s"``) otherwise: "1 step", "2 steps"."""
+    return word if n == 1 else many or word + "s"
+
+
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:
     """A panel's answer to a user error: placeholders and the reason as the message."""
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
@@ -112,10 +120,7 @@ def mask_lab(
     """
     try:
         ckpt = started_checkpoint(state)
-        try:
-            positions = [int(str(b).split(":")[0]) for b in blocked or ()]
-        except ValueError:
-            raise InputError(f"not a source position: {list(blocked)!r}") from None
+        positions, dropped = current_blocked(state, blocked)
         lab = analysis.mask_lab(
             ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions
         )
@@ -160,7 +165,46 @@ def mask_lab(
         horizontal=True,
     )
     message = _mask_message(lab, causal_off, padding_off, positions, pos)
+    if dropped:
+        message = (
+            f"Blocked tokens of an earlier input ({', '.join(map(str, dropped))}) are not "
+            "blocked: choose tokens of this input.  \n" + message
+        )
     return LabView([fig, probs], message + ("  \n" + PADDED_ROWS if lab.padded_rows else ""))
+
+
+def block_labels(state: SessionState) -> list[str]:
+    """The current input's source tokens as the mask lab's ``"position: token"`` choices."""
+    from .views import display_token  # views imports nothing of the labs
+
+    return [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
+
+
+def current_blocked(
+    state: SessionState, blocked: Sequence[int | str] | None
+) -> tuple[list[int], list[str]]:
+    """Source positions to block in the current input, and the choices left from another.
+
+    A ``"3: x"`` label counts only when it names a token of the current input (the page can
+    send the ticks of an earlier input with the new one); a bare position is passed on (and
+    refused by :func:`attnviz.analysis.mask_lab` when out of range).
+
+    Returns:
+        ``(positions, dropped)``: sorted positions, and the choices that were ignored.
+    """
+    labels = block_labels(state)
+    positions, dropped = set(), []
+    for b in blocked or ():
+        text = str(b).strip()
+        try:
+            i = int(text.split(":")[0])
+        except ValueError:
+            raise InputError(f"not a source position: {b!r}") from None
+        if ":" not in text or text in labels:
+            positions.add(i)
+        else:
+            dropped.append(text)
+    return sorted(positions), dropped
 
 
 def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:
@@ -194,6 +238,11 @@ def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:
 
 
 # -- head ablation ------------------------------------------------------------------------------
+def shown_output(text: str) -> str:
+    """An output in quotes for a message; an empty one says why it is empty (EOS first)."""
+    return f"“{html.escape(text)}”" if text else "(empty: EOS first)"
+
+
 def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     """Zero the heads ``sites`` (``"cross L1 H2"``, ...) and compare output and probabilities.
 
@@ -217,7 +266,7 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     worst = int(np.argmin(res.prob_change)) if len(res.prob_change) else 0
     msg = (
         f"Switched off {len(heads)} head(s): {', '.join(sites)}.  \n"
-        f"Output “{html.escape(res.baseline)}” → “{html.escape(res.ablated)}” ({change}); "
+        f"Output {shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
         f"largest probability drop {-res.prob_change.min():.3f} at token "
         f"{worst} (“{html.escape(res.baseline_tokens[worst])}”)."
     )
@@ -236,17 +285,32 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
     except AttnvizError as exc:
-        return error_view(exc, 0)
+        return error_view(exc)
     rows = [
         [e.site, e.changed_outputs, round(e.max_prob_change, 4), round(e.mean_prob_change, 4)]
         for e in effects
     ]
     top = effects[0]
     msg = (
-        f"Each head zeroed alone on {len(texts)} inputs (yours first). Most important: "
-        f"**{top.site}** (changed {top.changed_outputs} of {len(texts)} outputs)."
+        f"Each head zeroed alone on {len(texts)} {plural(len(texts), 'input')} (yours first). "
+        f"Most important: **{top.site}** (changed {top.changed_outputs} of {len(texts)} "
+        f"{plural(len(texts), 'output')}). The chart shows every head's effect, largest first."
     )
-    return LabView([], msg, rows=rows)
+    shown = effects[:RANK_SHOWN]
+    fig = figures.paired_bars(  # replaces the last ablation's chart: it explains this ranking
+        {
+            "max |Δp|": [e.max_prob_change for e in shown],
+            "mean |Δp|": [e.mean_prob_change for e in shown],
+        },
+        [e.site for e in shown],
+        title=f"each head zeroed alone on {len(texts)} {plural(len(texts), 'input')}: "
+        "change in the baseline tokens' probabilities"
+        + (f" (top {RANK_SHOWN} of {len(effects)})" if len(effects) > RANK_SHOWN else ""),
+        value_name="|Δ probability|",
+        horizontal=True,
+        tokens=False,
+    )
+    return LabView([fig], msg, rows=rows)
 
 
 # -- attribution --------------------------------------------------------------------------------

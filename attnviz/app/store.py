@@ -10,20 +10,24 @@ shards and tokenizer files, under their own flat names), and nothing is unpickle
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import hashlib
 import json
 import re
 import shutil
+import struct
 import tempfile
 import threading
 import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from .. import devices
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
-from ..errors import CheckpointError
+from ..errors import AttnvizError, CheckpointError, one_line, shorten
 from ..interop.hf import is_hf_folder
 from ..snapshots import SNAPSHOTS
 from ..tasks import TASKS, get_task
@@ -126,7 +130,8 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     """The checkpoint at ``path`` on ``device``, loaded once and shared (read-only).
 
     Raises:
-        CheckpointError: the files are missing, a pickle, truncated or do not match.
+        AttnvizError: the files are missing, a pickle, truncated or do not match; anything
+            else that goes wrong while loading (out of memory, say) as a CheckpointError.
     """
     path = Path(path).resolve()
     key = (str(path), device)
@@ -139,7 +144,12 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
         hit = _CACHE.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
-        ckpt = load_checkpoint(path, device=device)
+        try:
+            ckpt = load_checkpoint(path, device=device)
+        except AttnvizError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (a message in the page, never a traceback)
+            raise CheckpointError(f"{path} could not be loaded: {one_line(exc, 300)}") from exc
         _CACHE.put(key, (version, ckpt))
         return ckpt
 
@@ -232,20 +242,83 @@ def examples_for(task: str | None, n: int = 6) -> list[str]:
 
 
 # -- uploads ------------------------------------------------------------------------------------
-def _refuse_pickle(name: str) -> None:
-    if name.lower().endswith(_PICKLE_SUFFIXES) or Path(name).name == "data.pkl":
+_PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
+
+
+def what_is(head: bytes, is_torch_zip: bool = False) -> str:
+    """What a file is, in words, from its first bytes (16 are enough).
+
+    Args:
+        head: the file's first bytes.
+        is_torch_zip: the file is a zip holding a ``data.pkl`` (what ``torch.save`` writes).
+    Returns:
+        ``"safetensors"``, ``"a pickle"``, ``"a torch.save file"``, ``"a zip archive"``,
+        ``"an empty file"``, ``"a text file"`` or ``"unrecognised bytes"``.
+    """
+    if not head:
+        return "an empty file"
+    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] > 1:
+        return "safetensors"  # an 8-byte little-endian header length, then the JSON header
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "a torch.save file" if is_torch_zip else "a zip archive"
+    if head[:1] == b"\x80" and head[1:2] and head[1] in _PICKLE_PROTOCOLS:
+        return "a pickle"
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return "unrecognised bytes"
+    return "a text file" if "\x00" not in text else "unrecognised bytes"
+
+
+def _torch_zip(open_file) -> bool:
+    """A zip (``open_file() -> binary file``) with a ``data.pkl`` member: torch.save's format."""
+    try:
+        with open_file() as f, zipfile.ZipFile(f) as z:
+            return any(n.endswith("data.pkl") for n in z.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError):
+        return False
+
+
+def _sniff(open_file) -> str:
+    """:func:`what_is` of a file given as ``open_file() -> binary file``."""
+    with open_file() as f:
+        head = f.read(16)
+    return what_is(head, head.startswith(b"PK") and _torch_zip(open_file))
+
+
+def _check_kind(name: str, open_file, weights: bool = False) -> None:
+    """Refuse a file that is not what a checkpoint holds, saying what it is.
+
+    ``weights``: the file is to be read as the weights (a ``.safetensors`` file, or the one
+    file of an upload); otherwise only files named like pickles are looked at.
+    """
+    base = shorten(Path(name).name)
+    pickle_name = name.lower().endswith(_PICKLE_SUFFIXES) or Path(name).name == "data.pkl"
+    if not (weights or pickle_name):
+        return
+    kind = _sniff(open_file)
+    if kind in ("a pickle", "a torch.save file"):
         raise CheckpointError(
-            f"{Path(name).name} is a pickle (torch.save) file; the app never unpickles "
+            f"{base} is {kind} (torch.save writes pickles); the app never unpickles "
             "uploads. Convert it where you trust it: load it and save the weights with "
             "safetensors (attnviz.save_checkpoint), then upload model.safetensors + config.json"
         )
+    if kind == "safetensors" and not pickle_name:
+        return
+    if kind == "unrecognised bytes" and weights and not pickle_name:
+        return  # the loader says what is wrong with it
+    hint = f"; rename it {WEIGHTS}" if kind == "safetensors" else ""
+    raise CheckpointError(
+        f"{base} is {kind}, not a model file the app reads{hint}: upload a checkpoint "
+        f"folder's {WEIGHTS} (+ {METADATA}), or one .zip of the folder"
+    )
 
 
 def _is_hf_config(data: bytes) -> bool:
     """A ``config.json`` of a Hugging Face folder (a ``model_type``, no attnviz ``config``)."""
     try:
         cfg = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(cfg, dict) and "model_type" in cfg and "config" not in cfg
 
@@ -254,7 +327,7 @@ def _shards(index: bytes) -> set[str]:
     """The shard file names a ``model.safetensors.index.json`` names (plain names only)."""
     try:
         data = json.loads(index)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CheckpointError(f"{HF_INDEX} is not readable JSON") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):
@@ -262,7 +335,9 @@ def _shards(index: bytes) -> set[str]:
     names = {str(v) for v in weight_map.values()}
     bad = sorted(n for n in names if not _SHARD.fullmatch(n) or n == SNAPSHOTS)
     if bad:
-        raise CheckpointError(f"{HF_INDEX} names a shard that is not a plain file name: {bad[0]}")
+        raise CheckpointError(
+            f"{HF_INDEX} names a shard that is not a plain file name: {shorten(bad[0])}"
+        )
     return names
 
 
@@ -276,7 +351,9 @@ def _hf_wanted(read, names: list[str]) -> list[str] | None:
         allowed |= _shards(read(HF_INDEX))
         missing = sorted(n for n in allowed - set(HF_ALLOWED) if n not in names)
         if missing:
-            raise CheckpointError(f"the upload lacks the shard {missing[0]} its index names")
+            raise CheckpointError(
+                f"the upload lacks the shard {shorten(missing[0])} its index names"
+            )
     elif WEIGHTS not in names:
         raise CheckpointError(
             f"the Hugging Face folder holds no {WEIGHTS} (nor {HF_INDEX} and its shards)"
@@ -284,26 +361,39 @@ def _hf_wanted(read, names: list[str]) -> list[str] | None:
     return [n for n in names if n in allowed]
 
 
+def _needed(name: str) -> bool:
+    """A file name an upload's model may be read from (weights, configs, tokenizer files)."""
+    return name in _ALLOWED or name in HF_ALLOWED or name.endswith((".safetensors", ".json"))
+
+
 def _from_zip(zpath: Path, dest: Path) -> None:
     with zipfile.ZipFile(zpath) as z:
         members = [m for m in z.infolist() if not m.is_dir()]
-        for m in members:
-            _refuse_pickle(m.filename)
         if sum(m.file_size for m in members) > MAX_UPLOAD_BYTES:
             raise CheckpointError(f"the zip unpacks to more than {MAX_UPLOAD_BYTES >> 20} MB")
+        for m in members:
+            _check_kind(m.filename, lambda m=m: z.open(m))
         by_name: dict[str, zipfile.ZipInfo] = {}
-        for m in members:  # flattened: the first member of each base name counts
-            by_name.setdefault(Path(m.filename).name, m)
+        for m in members:  # flattened: a name the model needs must be there once
+            name = Path(m.filename).name
+            if name in by_name and _needed(name):
+                raise CheckpointError(
+                    f"the zip holds two files named {shorten(name)} "
+                    f"({shorten(by_name[name].filename, 40)} and {shorten(m.filename, 40)}): "
+                    "zip one model's folder"
+                )
+            by_name.setdefault(name, m)
         hf = _hf_wanted(lambda n: z.read(by_name[n]), list(by_name))
         if hf is not None:
             for name in hf:  # flat names checked above: no path from the zip is used
                 with z.open(by_name[name]) as src, open(dest / name, "wb") as out:
                     shutil.copyfileobj(src, out)
             return
-        wanted = {Path(m.filename).name: m for m in members if Path(m.filename).name in _ALLOWED}
+        wanted = {n: m for n, m in by_name.items() if n in _ALLOWED}
         if WEIGHTS not in wanted:
-            names = ", ".join(sorted(Path(m.filename).name for m in members)[:6]) or "nothing"
+            names = ", ".join(shorten(n, 40) for n in sorted(by_name)[:6]) or "nothing"
             raise CheckpointError(f"the zip holds no {WEIGHTS} (it holds {names})")
+        _check_kind(WEIGHTS, lambda: z.open(wanted[WEIGHTS]), weights=True)
         for name, m in wanted.items():  # flat, fixed names: no path from the zip is used
             with z.open(m) as src, open(dest / name, "wb") as out:
                 shutil.copyfileobj(src, out)
@@ -312,7 +402,7 @@ def _from_zip(zpath: Path, dest: Path) -> None:
 def _place(files: list[Path], dest: Path) -> None:
     """Loose files -> ``dest`` under their canonical names (a Hugging Face folder's: their own)."""
     for f in files:
-        _refuse_pickle(f.name)
+        _check_kind(f.name, partial(Path.open, f, "rb"))
     by_name = {f.name: f for f in files}
     hf = _hf_wanted(lambda n: by_name[n].read_bytes(), list(by_name))
     if hf is not None:
@@ -325,10 +415,10 @@ def _place(files: list[Path], dest: Path) -> None:
     if len(weights) > 1:
         raise CheckpointError("upload one model's files: more than one weights .safetensors file")
     if not weights:
-        if others:  # let the loader say what the file really is (pickle, garbage, ...)
-            weights = others[:1]
-        else:
+        if not others:
             raise CheckpointError(f"no {WEIGHTS} among the uploaded files")
+        weights = others[:1]  # safetensors under another name loads; anything else is named
+    _check_kind(weights[0].name, partial(Path.open, weights[0], "rb"), weights=True)
     shutil.copyfile(weights[0], dest / WEIGHTS)
     if json_files:
         shutil.copyfile(json_files[0], dest / METADATA)
@@ -372,40 +462,64 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
     files = [Path(p) for p in paths if p]
     if not files:
         raise CheckpointError("choose the files of a checkpoint folder, or one .zip of it")
-    missing = [f.name for f in files if not f.is_file()]
+    missing = [shorten(f.name, 40) for f in files if not f.is_file()]
     if missing:
-        raise CheckpointError(f"uploaded files not found: {', '.join(missing)}")
+        raise CheckpointError(f"uploaded files not found: {', '.join(missing[:4])}")
     if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
         raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
-    dest = private_dir("uploads") / _digest(files) / _upload_name(files)
-    dest.parent.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=private_dir("uploads")))
+    root = private_dir("uploads").resolve()  # the loader names resolved paths
+    dest = root / _digest(files) / _upload_name(files)
+    tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=root))
     try:
         zips = [f for f in files if f.suffix.lower() == ".zip"]
         if len(files) == 1 and zips:
             if not zipfile.is_zipfile(files[0]):
-                raise CheckpointError(f"{files[0].name} is not a readable zip file")
+                what = _sniff(partial(Path.open, files[0], "rb"))
+                raise CheckpointError(
+                    f"{shorten(files[0].name)} is {what}, not a readable zip file"
+                )
             _from_zip(files[0], tmp)
         elif zips:
             raise CheckpointError("upload either one .zip or the loose files, not both")
         else:
             _place(files, tmp)
-        if dest.exists():
-            shutil.rmtree(tmp)
-        else:
+        dest.parent.mkdir(exist_ok=True)
+        created = not dest.exists()
+        if created:
             tmp.rename(dest)
-    except (OSError, zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError) as exc:
-        # RuntimeError: an encrypted member; NotImplementedError: an unknown compression
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not unpack the upload ({exc})") from None
-    except CheckpointError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except CheckpointError as exc:
+        raise CheckpointError(_public(str(exc), root)) from None
+    except Exception as exc:  # noqa: BLE001
+        # OSError, BadZipFile, RuntimeError (an encrypted member), NotImplementedError (an
+        # unknown compression), MemoryError, ...: the upload's fault or not, a message
+        raise CheckpointError(
+            f"could not unpack the upload ({_public(one_line(exc), root)})"
+        ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed; else never kept
+        if not dest.exists():
+            with contextlib.suppress(OSError):  # an empty folder is not left behind
+                dest.parent.rmdir()
     try:
         ckpt = get_checkpoint(dest, device)
         register(dest)
         return str(dest), ckpt
-    except CheckpointError as exc:
-        shutil.rmtree(dest, ignore_errors=True)
-        # the loader names our private temporary path; the user knows the file they sent
-        raise CheckpointError(str(exc).replace(str(dest), "the upload")) from None
+    except Exception as exc:  # noqa: BLE001 (every refusal: a message, nothing left on disk)
+        if created:
+            _discard(dest)
+        message = exc if isinstance(exc, AttnvizError) else one_line(exc)
+        raise CheckpointError(_public(str(message), root, dest)) from None
+
+
+def _discard(folder: Path) -> None:
+    """Remove an upload's folder and its parent when that is left empty."""
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another upload of the same files is there
+        folder.parent.rmdir()
+
+
+def _public(message: str, root: Path, dest: Path | None = None) -> str:
+    """``message`` without the server's private paths: the user knows the files they sent."""
+    if dest is not None:
+        message = message.replace(f"{dest}/", "the upload's ").replace(str(dest), "the upload")
+    return re.sub(re.escape(str(root)) + r"[^\s'\":,]*", "the upload", message)

@@ -458,7 +458,10 @@ def _wire_labs(p: Page) -> None:
         lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites, p.theme],
         [p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.rank_btn.click(_rank, [p.state, p.stamps], [p.rank_table, p.ablate_msg, p.stamps], **INTERNAL)
+    p.rank_btn.click(
+        _rank, [p.state, p.stamps, p.theme],
+        [p.rank_table, p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
     p.attr_btn.click(
         lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer, p.theme],
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
@@ -525,9 +528,10 @@ def _file_only(view) -> tuple:
     return view.path, view.message
 
 
-def _rank(state: SessionState, stamps: dict) -> tuple:
+def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     view = labs.rank_heads(state)
-    return view.rows or None, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
+    fig = _dark(view.figures[:1], theme)[0] if view.figures else None
+    return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
 def _health(state: SessionState, stamps: dict, theme: str) -> tuple:

@@ -98,8 +98,11 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
     return [display_token(p) for p in pieces] + [eos]
 
 
-def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
-    """The status line as HTML (already escaped): ``message`` first, then hints."""
+def messages(
+    state: SessionState, ckpt: Checkpoint, message: str = "", forced: float | None = None
+) -> str:
+    """The status line as HTML (already escaped): ``message`` first, then hints; ``forced``:
+    the model's own probability of an end token the length limit forced."""
     out = [message] if message else []
     failed = message.startswith("⚠")
     if not state.started:
@@ -125,6 +128,11 @@ def messages(state: SessionState, ckpt: Checkpoint, message: str = "") -> str:
         out.append(
             f"■ Stopped at the length limit ({state.max_steps} tokens) without producing "
             "<code>&lt;eos&gt;</code>."
+        )
+    elif state.done and forced is not None:  # the length limit chose the end, not the model
+        out.append(
+            f"✓ Done after {state.step} steps: the length limit ({state.max_steps} tokens) "
+            f"forced <code>&lt;eos&gt;</code> (the model gave it p = {forced:.3f})."
         )
     elif state.done:
         out.append(
@@ -269,14 +277,19 @@ def render(
         "max_steps": state.max_steps,
         "decoded": len(state.tokens),
     }
+    forced = None
     if shown:
         last = steps[state.step - 1]
         info.update(newest=tok.token(last.token), prob=round(float(last.prob), 6))
+        rules = ckpt.rules
+        if (rules and rules.forced_eos_id == last.token and state.step >= state.max_steps
+                and int(last.probs.argmax()) != last.token):  # fmt: skip
+            forced = float(last.probs[last.token])
     data, held = payload(state, ckpt, encoder, rows, steps)
     data["info"] = info
     data["limit"] = state.stopped_at_limit
     new = state if held == state.page_rows else _with_rows(state, held)
-    return Shown(new, output, messages(state, ckpt, message), info, data)
+    return Shown(new, output, messages(state, ckpt, message, forced), info, data)
 
 
 def _with_rows(state: SessionState, rows: int) -> SessionState:

@@ -1,0 +1,141 @@
+"""Attention what-if: at one decode step, make chosen heads look at one key, then decode on.
+
+At step ``step`` the chosen heads' attention row is replaced by a one-hot on key position
+``attend_to`` (a :class:`~attnviz.ReplaceWeights` edit inside the real forward pass); the
+token chosen from that edited pass is kept, and greedy decoding continues from the new prefix
+with no override (later steps see the prefix, not the edited hidden states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..checkpoint import Checkpoint
+from ..decoding import GreedyStepper
+from ..errors import InputError
+from ..record import ReplaceWeights
+
+
+@dataclass
+class Decode:
+    """One side of a what-if.
+
+    Attributes:
+        tokens: output ids (BOS excluded; EOS last when produced).
+        text: the decoded text.
+        probs: per step, the probability the model gave the token it produced.
+    """
+
+    tokens: list[int]
+    text: str
+    probs: list[float]
+
+
+@dataclass
+class WhatIf:
+    """The original greedy decode and the decode with one attention row overridden.
+
+    Attributes:
+        before, after: :class:`Decode` of each.
+        step, kind, layer, heads, attend_to: the override.
+        edited_attention: ``[H, Tk]`` the edited step's attention row of that layer (the
+            one-hot shows in the chosen heads).
+    """
+
+    before: Decode
+    after: Decode
+    step: int
+    kind: str
+    layer: int
+    heads: list[int]
+    attend_to: int
+    edited_attention: torch.Tensor
+
+    @property
+    def changed(self) -> list[int]:
+        """Positions whose token differs (or exists on one side only)."""
+        a, b = self.before.tokens, self.after.tokens
+        return [i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
+
+
+def _decode(ckpt: Checkpoint, stepper: GreedyStepper, probs: list[float]) -> Decode:
+    tokens = stepper.tokens
+    tok = ckpt.tgt_tokenizer
+    text = tok.decode(tokens) if tok is not None else " ".join(f"#{t}" for t in tokens)
+    return Decode(tokens, text, probs)
+
+
+def what_if(
+    ckpt: Checkpoint,
+    text: str,
+    step: int,
+    kind: str = "cross",
+    layer: int = 0,
+    heads: Sequence[int] | None = None,
+    attend_to: int = 0,
+) -> WhatIf:
+    """Re-decode ``text`` with the attention of ``heads`` at ``step`` forced onto one key.
+
+    Args:
+        ckpt: a loaded checkpoint (its generation rules apply to every step).
+        text: the input.
+        step: the decode step to override (0 = the first output token).
+        kind: ``"cross"`` (keys are source positions) or ``"decoder_self"`` (keys are the
+            decoder positions 0..step).
+        layer: the decoder layer.
+        heads: the heads to override; None = every head of that layer.
+        attend_to: the key position the overridden heads attend to (weight 1, all else 0).
+    Returns:
+        :class:`WhatIf`.
+    """
+    if kind not in ("cross", "decoder_self"):
+        raise InputError(f"a what-if overrides 'cross' or 'decoder_self' attention, got {kind!r}")
+    cfg = ckpt.config
+    if not 0 <= layer < cfg.n_decoder_layers:
+        raise InputError(f"layer must be in 0..{cfg.n_decoder_layers - 1}, got {layer}")
+    heads = list(range(cfg.n_heads)) if heads is None else [int(h) for h in heads]
+    if not heads or any(not 0 <= h < cfg.n_heads for h in heads):
+        raise InputError(f"heads must be in 0..{cfg.n_heads - 1}, got {heads}")
+    original = ckpt.stepper(text)
+    original.run()
+    before = _decode(ckpt, original, [s.prob for s in original.steps])
+    n = len(before.tokens)
+    if not 0 <= step < n:
+        raise InputError(f"step must be in 0..{n - 1} (this decode has {n} steps), got {step}")
+    keys = original.src.shape[1] if kind == "cross" else step + 1
+    if not 0 <= attend_to < keys:
+        raise InputError(f"attend_to must be a key position in 0..{keys - 1}, got {attend_to}")
+
+    def one_hot(w: torch.Tensor) -> torch.Tensor:  # [B, H, Tq=1, Tk]
+        out = w.clone()
+        out[:, heads, -1, :] = 0
+        out[:, heads, -1, attend_to] = 1
+        return out
+
+    stepper = ckpt.stepper(text)
+    stepper.sync(before.tokens[:step])
+    stepper.edits = (ReplaceWeights(kind, layer, one_hot),)
+    try:
+        edited = stepper.step()
+    finally:
+        stepper.edits = ()
+    # Keep the edited step's choice, but recompute its position without the override so
+    # the following steps see the prefix only.
+    stepper.back(step)
+    stepper.step(token=edited.token)
+    if not stepper.done:
+        stepper.run()
+    probs = [*before.probs[:step], edited.prob, *(s.prob for s in stepper.steps[step + 1 :])]
+    return WhatIf(
+        before=before,
+        after=_decode(ckpt, stepper, probs),
+        step=step,
+        kind=kind,
+        layer=layer,
+        heads=heads,
+        attend_to=attend_to,
+        edited_attention=edited.attention[(kind, layer)],
+    )
