@@ -23,6 +23,7 @@ from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
 from .scoring import Scored
 from .tokenizer import Encoding, Tokenizer
+from .show import View, show
 
 __version__ = "0.1.0"
 
@@ -64,4 +65,6 @@ __all__ = [
     "tasks",
     "as_numpy",
     "resolve_device",
+    "show",
+    "View",
 ]
