@@ -22,8 +22,8 @@ from .errors import (
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
 from .scoring import Scored
-from .tokenizer import Encoding, Tokenizer
 from .show import View, show
+from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
 
