@@ -619,7 +619,7 @@
         drawPanels(main, panels, { title: t, cols: h === "all heads" ? Math.min(4, H) : 1, vmax: vmaxOf(panels.map((p) => p.mat)), maxCell: 34, width: w });
         const thumbs = [];
         layers.forEach((_, l) => { for (let i = 0; i < H; i++) thumbs.push({ mat: mat(l, i), title: `L${l} H${i}`, key: [l, i] }); });
-        drawPanels(grid, thumbs, { cols: H, tiny: true, vmax: vmaxOf(thumbs.map((p) => p.mat)), width: w });
+        drawPanels(grid, thumbs, { cols: H, tiny: true, vmax: vmaxOf(thumbs.map((p) => p.mat)), maxCell: 12, width: w });
       } finally { COL = saved; }
       element.dataset.drawn = "1";
     };
