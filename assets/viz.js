@@ -582,6 +582,7 @@
   // data: {title, kind, heads, layer, head ("mean" | "all heads" | "H<h>"), keys, queries,
   // src, out, layers: [{w: base64 float32 [H, Tq, Tk], m: "0"/"1" per cell [Tq, Tk]}]}.
   AV.drawStatic = function (element, d) {
+    element.textContent = ""; // the note shown where scripts do not run
     const H = d.heads, tq = d.queries.length, tk = d.keys.length;
     const layers = d.layers.map((e) => ({ w: f32(e.w), m: bits(e.m, 0, tq * tk) }));
     const mat = (l, h) => {

@@ -47,6 +47,13 @@ _CSS = """
 """
 
 
+# what the view says where its scripts do not run (an untrusted notebook, a static viewer)
+_NO_SCRIPT = (
+    "attnviz view: this output draws with JavaScript; run the cell again or trust the "
+    "notebook to see it."
+)
+
+
 def _display(token: str) -> str:
     """A token as display text: whitespace made visible, the empty string as ``∅``."""
     return "".join(_VISIBLE.get(c, c) for c in str(token)) or "∅"
@@ -153,7 +160,7 @@ class View:
         vid = f"attnviz-{uuid.uuid4().hex[:12]}"
         data = _script(json.dumps(self.data, separators=(",", ":"), ensure_ascii=False))
         return (
-            f'<div id="{vid}" class="attnviz-view"></div>\n'
+            f'<div id="{vid}" class="attnviz-view">{_NO_SCRIPT}</div>\n'
             f"<style>{_CSS.format(id=vid)}</style>\n"
             f"<script>{_script(_renderer())}</script>\n"
             f'<script>window.AttnViz.drawStatic(document.getElementById("{vid}"), {data});</script>'

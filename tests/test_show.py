@@ -198,6 +198,7 @@ def test_a_notebook_with_two_views_draws_both_offline(models_dir, tmp_path):
             ids = [views.nth(i).get_attribute("id") for i in range(2)]
             assert len(set(ids)) == 2, how
             for vid in ids:
+                assert "trust the notebook" not in page.inner_text(f"#{vid}")  # the note went
                 for cls in ("av-main", "av-grid"):
                     canvas = page.locator(f"#{vid} canvas.{cls}").element_handle()
                     assert page.evaluate(COLOURED, canvas) > 100, (how, vid, cls)
