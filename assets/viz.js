@@ -576,6 +576,69 @@
   }
   AV.render = render;
 
+  // -- a view outside the app (attnviz.show in a notebook) -----------------------------------
+  // AV.drawStatic(element, data) draws one attention kind of a finished decode into
+  // `element`, with the renderer above and no page ids: several views share one document.
+  // data: {title, kind, heads, layer, head ("mean" | "all heads" | "H<h>"), keys, queries,
+  // src, out, layers: [{w: base64 float32 [H, Tq, Tk], m: "0"/"1" per cell [Tq, Tk]}]}.
+  AV.drawStatic = function (element, d) {
+    element.textContent = ""; // the note shown where scripts do not run
+    const H = d.heads, tq = d.queries.length, tk = d.keys.length;
+    const layers = d.layers.map((e) => ({ w: f32(e.w), m: bits(e.m, 0, tq * tk) }));
+    const mat = (l, h) => {
+      const { w, m } = layers[l], z = new Float32Array(tq * tk);
+      for (let i = 0; i < tq * tk; i++) z[i] = h >= 0 ? w[h * tq * tk + i] : mean((x) => w[x * tq * tk + i], H);
+      return { z, m, tq, tk, xl: d.keys, yl: d.queries };
+    };
+    const v = { layer: Math.max(0, Math.min(d.layer, layers.length - 1)), head: d.head };
+    const line = (label, toks) => el("div", { class: "av-line" }, el("span", { class: "av-label", text: label }),
+      el("div", { class: "tokens" }, ...toks.map((t) => el("span", { class: "tok", text: t }))));
+    const sel = (cls, values, value) => {
+      const s = el("select", { class: cls });
+      for (const x of values) s.appendChild(el("option", { value: x, text: x }));
+      s.value = String(value);
+      return s;
+    };
+    const layerSel = sel("av-layer", layers.map((_, i) => String(i)), v.layer);
+    const headSel = sel("av-headsel", ["mean", "all heads", ...Array.from({ length: H }, (_, h) => `H${h}`)], v.head);
+    const main = el("canvas", { class: "av-canvas av-main" }), grid = el("canvas", { class: "av-canvas av-grid" });
+    element.append(line("Source", d.src), line("Output", d.out),
+      el("div", { class: "av-head" }, el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layerSel),
+        el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel)), main,
+      el("div", { class: "av-sub", text: "every layer × head (click one to open it above)" }), grid);
+    const tipBox = tipEl();
+    hover(main, tipBox); hover(grid, tipBox);
+    let width = 0;
+    const draw = () => {
+      const saved = COL;
+      COL = { text: "#1f2937", bg: "#ffffff", dark: false }; // the view is a light card
+      try {
+        width = Math.max(element.clientWidth - 4, 0);
+        const w = width || 720, h = v.head, t = `${d.title} · layer ${v.layer} · ${headName(h)}`;
+        const panels = h === "all heads" ? Array.from({ length: H }, (_, i) => ({ mat: mat(v.layer, i), title: `H${i}` }))
+          : [{ mat: mat(v.layer, h === "mean" ? -1 : +h.slice(1)) }];
+        drawPanels(main, panels, { title: t, cols: h === "all heads" ? Math.min(4, H) : 1, vmax: vmaxOf(panels.map((p) => p.mat)), maxCell: 34, width: w });
+        const thumbs = [];
+        layers.forEach((_, l) => { for (let i = 0; i < H; i++) thumbs.push({ mat: mat(l, i), title: `L${l} H${i}`, key: [l, i] }); });
+        drawPanels(grid, thumbs, { cols: H, tiny: true, vmax: vmaxOf(thumbs.map((p) => p.mat)), maxCell: 12, width: w });
+      } finally { COL = saved; }
+      element.dataset.drawn = "1";
+    };
+    layerSel.addEventListener("change", () => { v.layer = +layerSel.value; draw(); });
+    headSel.addEventListener("change", () => { v.head = headSel.value; draw(); });
+    grid.addEventListener("click", (ev) => {
+      const r = grid.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (const b of grid._av || []) {
+        if (x >= b.x && y >= b.y - 14 && x < b.x + b.mat.tk * b.cell && y < b.y + b.mat.tq * b.cell) {
+          v.layer = b.key[0]; v.head = `H${b.key[1]}`; layerSel.value = String(v.layer); headSel.value = v.head; draw(); return;
+        }
+      }
+    });
+    // an output may be laid out after its script ran (width 0): draw again once it has a width
+    if (window.ResizeObserver) new ResizeObserver(() => { if (element.clientWidth - 4 !== width) draw(); }).observe(element);
+    draw();
+  };
+
   // -- keyboard: with focus outside a text field ---------------------------------------------
   document.addEventListener("keydown", (ev) => {
     const t = ev.target, tag = (t && t.tagName) || "";

@@ -22,6 +22,7 @@ from .errors import (
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
 from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
 from .scoring import Scored
+from .show import View, show
 from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
@@ -64,4 +65,6 @@ __all__ = [
     "tasks",
     "as_numpy",
     "resolve_device",
+    "show",
+    "View",
 ]

@@ -147,6 +147,14 @@ class Trace:
             raise TraceLookupError(f"what must be one of {FIELDS}, got {what!r}")
         return as_numpy(self._field(kind, layer, what, call))
 
+    def show(self, src_tokens: Sequence[str], tgt_tokens: Sequence[str], **kwargs):
+        """This trace's attention (batch item 0) as a notebook view: see
+        :meth:`attnviz.show.View.from_trace` (``tgt_tokens``: the decoder inputs, BOS first;
+        ``kind``, ``layer``, ``head`` as keywords)."""
+        from .show import View
+
+        return View.from_trace(self, list(src_tokens), list(tgt_tokens), **kwargs)
+
     def to_numpy(self) -> dict[str, np.ndarray]:
         """Every captured tensor of the last call of each module, keyed by hook-point name."""
         out = {}
