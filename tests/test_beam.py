@@ -171,28 +171,30 @@ SETTINGS = [
 
 @pytest.fixture(scope="module")
 def hf_folders(tmp_path_factory):
-    """family -> [(transformers model, attnviz checkpoint)] for two random seeds."""
+    """family -> [(transformers model, attnviz checkpoint)] for two random seeds, built on
+    first use."""
     from tests.hf_families import build, save
 
-    out = {}
-    for family in PARITY:
-        out[family] = []
-        for seed in (0, 1):
-            model = build(family, seed=seed)
-            folder = tmp_path_factory.mktemp(f"{family}{seed}")
-            save(model, folder, **GENERATION[family])
-            out[family].append((model, attnviz.load_checkpoint(folder)))
-    return out
+    built: dict[str, list] = {}
+
+    def get(family: str) -> list:
+        if family not in built:
+            built[family] = []
+            for seed in (0, 1):
+                model = build(family, seed=seed)
+                folder = tmp_path_factory.mktemp(f"{family}{seed}")
+                save(model, folder, **GENERATION[family])
+                built[family].append((model, attnviz.load_checkpoint(folder)))
+        return built[family]
+
+    return get
 
 
-def sources(cfg: attnviz.ModelConfig, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for n in (5, 8):
-        src = torch.randint(3, 40, (1, n), generator=g)
-        src[0, -1] = cfg.eos_id  # the tokenizers of these families end the input with </s>
-        out.append(src)
-    return out
+def source(cfg: attnviz.ModelConfig, seed: int) -> torch.Tensor:
+    """``[1, Ts]`` random ids ending with the end id, as these families' tokenizers end input."""
+    src = torch.randint(3, 40, (1, 5 + 3 * seed), generator=torch.Generator().manual_seed(seed))
+    src[0, -1] = cfg.eos_id
+    return src
 
 
 def generate(hf_model, src, family: str, **settings) -> list[int]:
@@ -210,25 +212,25 @@ def generate(hf_model, src, family: str, **settings) -> list[int]:
 @pytest.mark.parametrize("family", PARITY)
 def test_beam_search_equals_transformers(hf_folders, family):
     changed = set()
-    for seed, (hf_model, ckpt) in enumerate(hf_folders[family]):
+    for seed, (hf_model, ckpt) in enumerate(hf_folders(family)):
         cfg = ckpt.config
-        for src in sources(cfg, seed):
-            for k, lp, early, ngram, min_length in SETTINGS:
-                theirs = generate(hf_model, src, family, num_beams=k, length_penalty=lp,
-                                  early_stopping=early, no_repeat_ngram_size=ngram,
-                                  min_length=min_length)  # fmt: skip
-                rules = ckpt.rules
-                if min_length is not None:
-                    rules = dataclasses.replace(rules, min_new_tokens=min_length - 1)
-                ours = beam_search(
-                    ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=k,
-                    max_len=ckpt.max_new_tokens, rules=rules, length_penalty=lp,
-                    early_stopping=early, no_repeat_ngram_size=ngram, return_tree=True,
-                )[0]  # fmt: skip
-                expected = until_eos(theirs, cfg.eos_id, cfg.pad_id)
-                assert ours.tokens == expected, (seed, src.tolist(), k, lp, early, ngram)
-                check_tree(ours, cfg.eos_id, ckpt.max_new_tokens)
-                changed.add(tuple(expected))
+        src = source(cfg, seed)
+        for k, lp, early, ngram, min_length in SETTINGS:
+            theirs = generate(hf_model, src, family, num_beams=k, length_penalty=lp,
+                              early_stopping=early, no_repeat_ngram_size=ngram,
+                              min_length=min_length)  # fmt: skip
+            rules = ckpt.rules
+            if min_length is not None:
+                rules = dataclasses.replace(rules, min_new_tokens=min_length - 1)
+            ours = beam_search(
+                ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=k,
+                max_len=ckpt.max_new_tokens, rules=rules, length_penalty=lp,
+                early_stopping=early, no_repeat_ngram_size=ngram, return_tree=True,
+            )[0]  # fmt: skip
+            expected = until_eos(theirs, cfg.eos_id, cfg.pad_id)
+            assert ours.tokens == expected, (seed, src.tolist(), k, lp, early, ngram)
+            check_tree(ours, cfg.eos_id, ckpt.max_new_tokens)
+            changed.add(tuple(expected))
     assert len(changed) > 4  # the settings and inputs do change the output
 
 
@@ -236,7 +238,7 @@ def test_beam_search_equals_transformers(hf_folders, family):
 @pytest.mark.slow
 def test_batched_transformers_rows_equal_one_at_a_time(hf_folders):
     """transformers decodes a padded batch; our search runs each row alone: same tokens."""
-    hf_model, ckpt = hf_folders["bart"][0]
+    hf_model, ckpt = hf_folders("bart")[0]
     cfg = ckpt.config
     src = torch.randint(3, 40, (3, 7), generator=torch.Generator().manual_seed(3))
     src[1, 4:] = cfg.pad_id
