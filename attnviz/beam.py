@@ -237,8 +237,8 @@ class _Constraints:
                 seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty
             )
             logp = logp.scatter(1, seqs, seen)
-        rows = seqs.tolist()
-        banned = [set() for _ in rows]
+        rows = seqs.tolist() if self.ngram or self.bad_words else []
+        banned: list[set[int]] = [set() for _ in rows]
         if self.ngram:
             n = self.ngram
             for row, out in zip(rows, banned, strict=True):
