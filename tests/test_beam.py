@@ -236,6 +236,25 @@ def test_beam_search_equals_transformers(hf_folders, family):
 
 @needs_hf
 @pytest.mark.slow
+def test_multi_token_bad_words_and_repetition_penalty_equal_transformers(hf_folders):
+    hf_model, ckpt = hf_folders("pegasus")[0]
+    cfg = ckpt.config
+    src = source(cfg, 0)
+    free = until_eos(generate(hf_model, src, "pegasus", num_beams=3), cfg.eos_id, cfg.pad_id)
+    bad = [free[1:3]]  # a pair the unconstrained search produces
+    for settings in ({"bad_words_ids": bad}, {"repetition_penalty": 1.5}):
+        theirs = until_eos(generate(hf_model, src, "pegasus", num_beams=3, **settings),
+                           cfg.eos_id, cfg.pad_id)  # fmt: skip
+        ours = beam_search(
+            ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=3, max_len=ckpt.max_new_tokens,
+            rules=ckpt.rules, bad_words=settings.get("bad_words_ids", ()),
+            repetition_penalty=settings.get("repetition_penalty", 1.0),
+        )[0]  # fmt: skip
+        assert ours.tokens == theirs != free, settings
+
+
+@needs_hf
+@pytest.mark.slow
 def test_batched_transformers_rows_equal_one_at_a_time(hf_folders):
     """transformers decodes a padded batch; our search runs each row alone: same tokens."""
     hf_model, ckpt = hf_folders("bart")[0]
