@@ -5,9 +5,10 @@ forward pass (:func:`record`), never recomputed beside it.
 """
 
 from . import interop, masks, tasks
+from .beam import BeamNode, BeamResult, BeamTree, beam_search
 from .checkpoint import Checkpoint, Prediction, load_checkpoint, save_checkpoint
 from .config import ModelConfig
-from .decoding import BeamResult, GreedyStepper, StepResult, beam_search, greedy_decode
+from .decoding import GreedyStepper, StepResult, greedy_decode
 from .devices import as_numpy, resolve_device
 from .errors import (
     AttnvizError,
@@ -31,7 +32,9 @@ __all__ = [
     "KINDS",
     "AttentionRecord",
     "AttnvizError",
+    "BeamNode",
     "BeamResult",
+    "BeamTree",
     "Checkpoint",
     "CheckpointError",
     "ConfigError",

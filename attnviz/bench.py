@@ -37,8 +37,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .beam import beam_search
 from .config import ModelConfig
-from .decoding import GreedyStepper, beam_search, greedy_decode
+from .decoding import GreedyStepper, greedy_decode
 from .masks import causal_mask
 from .model import Transformer, sinusoidal_positions
 from .record import record

@@ -362,8 +362,15 @@ class Checkpoint:
             rules=self.rules,
         )
 
-    def predict(self, text: str, max_len: int | None = None) -> str:
-        """Greedy-decode one input to text (unknown pieces run as UNK)."""
+    def predict(self, text: str, max_len: int | None = None, num_beams: int | None = None) -> str:
+        """Decode one input to text (unknown pieces run as UNK): greedy, or beam search when
+        ``num_beams`` (default: the generation config's, else 1) is above 1, following the
+        generation config as transformers' ``generate`` does (see :func:`attnviz.beam.beam_predict`)."""
+        from .beam import beam_predict, folder_num_beams
+
+        if (folder_num_beams(self) if num_beams is None else num_beams) != 1:
+            tokens = beam_predict(self, text, num_beams, max_len).tokens
+            return self.tgt_tokenizer.decode(tokens)
         return self.predict_details(text, max_len).text
 
     def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.decoding import GreedyStepper, LogitRules, beam_search, greedy_decode, until_eos
+from attnviz.beam import beam_search
+from attnviz.decoding import GreedyStepper, LogitRules, greedy_decode, until_eos
 from attnviz.errors import CheckpointError, InputError, InteropError
 
 try:

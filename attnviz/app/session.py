@@ -21,8 +21,9 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from ..beam import beam_search
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper, beam_search, default_max_len
+from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
 from . import store, views
