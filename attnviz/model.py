@@ -76,36 +76,54 @@ ACTIVATION_FNS = {
 
 
 class KVBuffer:
-    """Growing self-attention keys/values of one decoder layer, room for ``capacity`` positions.
+    """Self-attention keys/values of one decoder layer, written in place, at most ``capacity``.
 
-    Storage is allocated at the first append, in that step's dtype (bf16 under autocast).
+    Storage ``kv [2, B, H, room, Dh]`` (keys, then values) is allocated at the first write, in
+    that step's dtype (bf16 under autocast), with room for :attr:`CHUNK` positions, and doubles
+    when a step needs more (never past ``capacity``). So a decode whose limit is huge but which
+    stops early holds only about what it used, never what its limit would need.
     """
+
+    CHUNK = 64
 
     def __init__(self, batch: int, n_heads: int, capacity: int, head_dim: int):
         self.shape = (batch, n_heads, capacity, head_dim)
-        self.k: Tensor | None = None  # [B, H, capacity, Dh]
-        self.v: Tensor | None = None
+        self.kv: Tensor | None = None  # [2, B, H, room, Dh]
         self.length = 0
+
+    @property
+    def room(self) -> int:
+        """Positions the storage holds now (grows up to ``capacity``)."""
+        return 0 if self.kv is None else self.kv.shape[3]
+
+    def reserve(self, end: int, like: Tensor) -> Tensor:
+        """Make room for positions ``0..end-1`` (storage dtype/device of ``like``); the storage."""
+        capacity = self.shape[2]
+        if end > capacity:
+            raise InputError(f"decoder cache holds {capacity} positions; step {end} is past it")
+        if end > self.room:
+            room = min(capacity, max(end, 2 * self.room, self.CHUNK))
+            b, h, _, dh = self.shape
+            grown = like.new_zeros((2, b, h, room, dh))
+            if self.kv is not None:
+                grown[:, :, :, : self.length] = self.kv[:, :, :, : self.length]
+            self.kv = grown
+        return self.kv
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``[B, H, Tnew, Dh]`` keys/values; return all of them, ``[B, H, Tk, Dh]``."""
         end = self.length + k.shape[2]
-        if end > self.shape[2]:
-            raise InputError(
-                f"decoder cache holds {self.shape[2]} positions; step {end} is past it"
-            )
-        if self.k is None:
-            self.k, self.v = k.new_zeros(self.shape), v.new_zeros(self.shape)
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
+        kv = self.reserve(end, k)
+        kv[0, :, :, self.length : end] = k
+        kv[1, :, :, self.length : end] = v
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        return kv[0, :, :, :end], kv[1, :, :, :end]
 
     def select(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (in that order), e.g. surviving beams."""
         self.shape = (len(index), *self.shape[1:])
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
+        if self.kv is not None:
+            self.kv = self.kv[:, index]
 
 
 @dataclass
