@@ -19,8 +19,17 @@ from .errors import (
     MaskError,
     TraceLookupError,
 )
-from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
-from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
+from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer, eager_attention
+from .record import (
+    AttentionRecord,
+    DropMask,
+    Edit,
+    Hook,
+    ReplaceWeights,
+    Trace,
+    ZeroHeads,
+    record,
+)
 from .tokenizer import Encoding, Tokenizer
 
 __version__ = "0.1.0"
@@ -35,9 +44,11 @@ __all__ = [
     "ConfigError",
     "DecoderCache",
     "DropMask",
+    "Edit",
     "EditError",
     "Encoding",
     "GreedyStepper",
+    "Hook",
     "InputError",
     "InteropError",
     "MaskError",
@@ -53,6 +64,7 @@ __all__ = [
     "ZeroHeads",
     "__version__",
     "beam_search",
+    "eager_attention",
     "greedy_decode",
     "interop",
     "load_checkpoint",
