@@ -395,8 +395,9 @@ def greedy_decode(
         kv = model.init_cache(memory, pad, capacity=n_max) if cache else None
         step_fn = fused_step(model, kv) if kv is not None and fused else None
         prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
-        if step_fn is not None:
-            model._check_ids(prefix, "tgt", model.config.tgt_vocab_size)  # later ids: argmax
+        vocab = model.config.tgt_vocab_size
+        if step_fn is not None and not 0 <= bos_id < vocab:  # later ids come from the argmax
+            raise InputError(f"tgt holds id {bos_id}, outside the vocabulary 0..{vocab - 1}")
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
         last = prefix[:, 0]  # [B]
         out = []

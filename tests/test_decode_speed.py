@@ -129,3 +129,11 @@ def test_the_cache_grows_in_chunks_up_to_its_capacity(make_model):
     assert sorted(set(rooms)) == [64, 128, 150]
     with pytest.raises(attnviz.InputError, match="holds 150 positions"):
         step(tok)
+
+
+def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths(make_model):
+    model = make_model()
+    src = padded_source(model, b=1)
+    for fused in (True, False):
+        with pytest.raises(attnviz.InputError, match="id 19, outside the vocabulary 0..18"):
+            greedy_decode(model, src, 19, None, max_len=3, fused=fused)
