@@ -499,21 +499,25 @@ def _beam_one(
         with record(model, capture=capture) as enc_trace:
             memory = model.encode(src, pad)  # [1, Ts, D]
         cache = model.init_cache(memory, pad, capacity=n_max)
+        step_fn = None if return_attention else fused_step(model, cache)
         tokens: list[list[int]] = [[]]  # live hypotheses, BOS excluded
         history: list[list[dict]] = [[]]  # per live hypothesis: per-step records
         scores = torch.zeros(1, device=device)  # [n_live]
         finished: list[tuple[list[int], float, list[dict]]] = []
         prev = torch.full((1, 1), bos_id, dtype=torch.long, device=device)
         for step in range(n_max):
-            with record(model, capture=capture) as trace:
-                logits = model.decode(prev, None, cache=cache)[:, -1].float()  # [n, V]
+            if step_fn is not None:  # nothing records or edits: the fused step
+                logits, trace = step_fn(prev[:, 0]).float(), None  # [n, V]
+            else:
+                with record(model, capture=capture) as trace:
+                    logits = model.decode(prev, None, cache=cache)[:, -1].float()  # [n, V]
             vocab = logits.shape[-1]
             logp = torch.log_softmax(logits, dim=-1)  # [n, V]
             if rules is not None:
                 logp = rules.apply(logp, step, n_max)
             cand = scores[:, None] + logp  # [n, V]
             top = cand.flatten().topk(min(beam_size - len(finished), cand.numel()))
-            step_recs = _step_records(trace)
+            step_recs = _step_records(trace) if return_attention else {}
             keep, new_tokens, new_history, new_scores = [], [], [], []
             for score, flat in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 if score == -math.inf:  # blocked by the rules

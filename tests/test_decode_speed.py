@@ -137,3 +137,17 @@ def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths(make_model):
     for fused in (True, False):
         with pytest.raises(attnviz.InputError, match="id 19, outside the vocabulary 0..18"):
             greedy_decode(model, src, 19, None, max_len=3, fused=fused)
+
+
+@pytest.mark.parametrize("overrides", [CONFIGS[0], CONFIGS[3]])
+def test_beam_search_with_the_fused_step_equals_the_module_path(overrides, make_model):
+    model = make_model(**overrides)
+    src = padded_source(model)
+    eos = model.config.eos_id
+    fast = attnviz.beam_search(model, src, model.config.bos_id, eos, beam_size=3, max_len=12)
+    with attnviz.record(model) as trace:  # a watching recorder: the module path
+        slow = attnviz.beam_search(model, src, model.config.bos_id, eos, beam_size=3, max_len=12)
+    assert trace.n_calls("cross", 0) > 0
+    for a, b in zip(fast, slow, strict=True):
+        assert a.tokens == b.tokens
+        assert a.score == pytest.approx(b.score, abs=1e-4)
