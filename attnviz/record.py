@@ -366,7 +366,8 @@ class Hook(Edit):
         return kind == self.kind and (self.layer is None or layer == self.layer)
 
     def _where(self) -> str:
-        return f"the {self.stage} hook on {self.kind} layer {self.layer}"
+        where = "every layer" if self.layer is None else f"layer {self.layer}"
+        return f"the {self.stage} hook on {self.kind} {where}"
 
     def _tensor(self, old: Tensor) -> Tensor:
         new = self.fn(old)
