@@ -2,7 +2,9 @@
 
 Every function runs the model in eval mode (restoring the caller's mode afterwards) and
 without gradients. Attention shown for a decoded sequence is recorded while the tokens are
-produced, from the cached forward passes that produced them.
+produced, from the cached forward passes that produced them. Where nothing records or edits
+the decoder, ``greedy_decode`` and ``beam_search`` run each cached step as one fused function
+(:mod:`attnviz.step`, the same math without the module calls); the stepper always records.
 """
 
 from __future__ import annotations
