@@ -20,8 +20,17 @@ from .errors import (
     MaskError,
     TraceLookupError,
 )
-from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer
-from .record import AttentionRecord, DropMask, ReplaceWeights, Trace, ZeroHeads, record
+from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer, eager_attention
+from .record import (
+    AttentionRecord,
+    DropMask,
+    Edit,
+    Hook,
+    ReplaceWeights,
+    Trace,
+    ZeroHeads,
+    record,
+)
 from .scoring import Scored
 from .show import View, show
 from .tokenizer import Encoding, Tokenizer
@@ -40,9 +49,11 @@ __all__ = [
     "ConfigError",
     "DecoderCache",
     "DropMask",
+    "Edit",
     "EditError",
     "Encoding",
     "GreedyStepper",
+    "Hook",
     "InputError",
     "InteropError",
     "MaskError",
@@ -59,6 +70,7 @@ __all__ = [
     "ZeroHeads",
     "__version__",
     "beam_search",
+    "eager_attention",
     "greedy_decode",
     "interop",
     "load_checkpoint",

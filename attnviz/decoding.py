@@ -2,7 +2,9 @@
 
 Every function runs the model in eval mode (restoring the caller's mode afterwards) and
 without gradients. Attention shown for a decoded sequence is recorded while the tokens are
-produced, from the cached forward passes that produced them.
+produced, from the cached forward passes that produced them. Where nothing records or edits
+the decoder, ``greedy_decode`` and ``beam_search`` run each cached step as one fused function
+(:mod:`attnviz.step`, the same math without the module calls); the stepper always records.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from . import masks
 from .errors import InputError
 from .model import Transformer
 from .record import AttentionRecord, Edit, Trace, record
+from .step import fused_step
 
 #: What the decoders keep per step (values and head outputs are not needed for display).
 STEP_FIELDS = ("scores", "mask", "weights")
@@ -388,6 +391,7 @@ def greedy_decode(
     edits: Sequence[Edit] = (),
     cache: bool = True,
     rules: LogitRules | None = None,
+    fused: bool = True,
 ) -> Tensor:
     """Batched greedy decoding; each row stops at its own end id.
 
@@ -403,6 +407,9 @@ def greedy_decode(
             what a mask experiment needs when the causal mask is off (with a cache there is
             no future for the mask to hide).
         rules: :class:`LogitRules` applied before each argmax.
+        fused: with a cache and nothing recording or editing the decoder, run each step as
+            one fused function (:mod:`attnviz.step`); ``False`` runs it module by module, the
+            path recording takes (same tokens; the benchmark compares the two).
     Returns:
         ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
         (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
@@ -415,20 +422,30 @@ def greedy_decode(
         pad = _pad_mask(model, src, src_pad_mask)
         memory = model.encode(src, pad)
         kv = model.init_cache(memory, pad, capacity=n_max) if cache else None
+        step_fn = fused_step(model, kv) if kv is not None and fused else None
         prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
+        vocab = model.config.tgt_vocab_size
+        if step_fn is not None and not 0 <= bos_id < vocab:  # later ids come from the argmax
+            raise InputError(f"tgt holds id {bos_id}, outside the vocabulary 0..{vocab - 1}")
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+        last = prefix[:, 0]  # [B]
         out = []
         for step in range(n_max):
-            if kv is not None:
-                logits = model.decode(prefix[:, -1:], None, cache=kv)  # [B, 1, V]
+            if step_fn is not None:  # the same math as the next branch, without module calls
+                logits = step_fn(last)  # [B, V]
+            elif kv is not None:
+                logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
             else:  # rows are independent: a finished row's tail needs no mask
-                logits = model.decode(prefix, memory, src_pad_mask=pad)  # [B, 1+t, V]
-            nxt = _choose(logits[:, -1], rules, step, n_max).masked_fill(finished, pad_id)  # [B]
-            out.append(nxt)
-            if eos_id is not None:
-                finished |= nxt == eos_id
+                logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
+            last = _choose(logits, rules, step, n_max)  # [B]
+            if eos_id is None:
+                out.append(last)
+            else:
+                out.append(last.masked_fill(finished, pad_id))
+                finished |= last == eos_id
                 if bool(finished.all()):
                     break
-            prefix = torch.cat([prefix, nxt.unsqueeze(1)], dim=1)
+            if kv is None:
+                prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
     return torch.stack(out, dim=1)
 

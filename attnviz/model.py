@@ -4,8 +4,8 @@ Shape legend: B batch, H heads, Tq/Tk query/key length, Ts/Tt source/target leng
 D model width, Dh head width (D / H, or ``config.d_head``), V vocabulary.
 
 Attention has two paths chosen by one ``if`` in :meth:`MultiHeadAttention.forward`: the fused
-``F.scaled_dot_product_attention`` kernel, and the explicit math that hands scores, mask and
-weights to a recorder. The recorder is per call: :func:`attnviz.record` puts it in the
+``F.scaled_dot_product_attention`` kernel, and the explicit math (:func:`eager_attention`)
+whose scores, mask and weights the module hands to a recorder. The recorder is per call: :func:`attnviz.record` puts it in the
 context variable :data:`ACTIVE_RECORDER` for the duration of a ``with`` block, so two threads
 never see each other's recorder, and this module never keeps attention on itself.
 """
@@ -13,6 +13,7 @@ never see each other's recorder, and this module never keeps attention on itself
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -76,36 +77,54 @@ ACTIVATION_FNS = {
 
 
 class KVBuffer:
-    """Growing self-attention keys/values of one decoder layer, room for ``capacity`` positions.
+    """Self-attention keys/values of one decoder layer, written in place, at most ``capacity``.
 
-    Storage is allocated at the first append, in that step's dtype (bf16 under autocast).
+    Storage ``kv [2, B, H, room, Dh]`` (keys, then values) is allocated at the first write, in
+    that step's dtype (bf16 under autocast), with room for :attr:`CHUNK` positions, and doubles
+    when a step needs more (never past ``capacity``). So a decode whose limit is huge but which
+    stops early holds only about what it used, never what its limit would need.
     """
+
+    CHUNK = 64
 
     def __init__(self, batch: int, n_heads: int, capacity: int, head_dim: int):
         self.shape = (batch, n_heads, capacity, head_dim)
-        self.k: Tensor | None = None  # [B, H, capacity, Dh]
-        self.v: Tensor | None = None
+        self.kv: Tensor | None = None  # [2, B, H, room, Dh]
         self.length = 0
+
+    @property
+    def room(self) -> int:
+        """Positions the storage holds now (grows up to ``capacity``)."""
+        return 0 if self.kv is None else self.kv.shape[3]
+
+    def reserve(self, end: int, like: Tensor) -> Tensor:
+        """Make room for positions ``0..end-1`` (storage dtype/device of ``like``); the storage."""
+        capacity = self.shape[2]
+        if end > capacity:
+            raise InputError(f"decoder cache holds {capacity} positions; step {end} is past it")
+        if end > self.room:
+            room = min(capacity, max(end, 2 * self.room, self.CHUNK))
+            b, h, _, dh = self.shape
+            grown = like.new_zeros((2, b, h, room, dh))
+            if self.kv is not None:
+                grown[:, :, :, : self.length] = self.kv[:, :, :, : self.length]
+            self.kv = grown
+        return self.kv
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``[B, H, Tnew, Dh]`` keys/values; return all of them, ``[B, H, Tk, Dh]``."""
         end = self.length + k.shape[2]
-        if end > self.shape[2]:
-            raise InputError(
-                f"decoder cache holds {self.shape[2]} positions; step {end} is past it"
-            )
-        if self.k is None:
-            self.k, self.v = k.new_zeros(self.shape), v.new_zeros(self.shape)
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
+        kv = self.reserve(end, k)
+        kv[0, :, :, self.length : end] = k
+        kv[1, :, :, self.length : end] = v
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        return kv[0, :, :, :end], kv[1, :, :, :end]
 
     def select(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (in that order), e.g. surviving beams."""
         self.shape = (len(index), *self.shape[1:])
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
+        if self.kv is not None:
+            self.kv = self.kv[:, index]
 
 
 @dataclass
@@ -139,6 +158,44 @@ class DecoderCache:
         self.cross_kv = [(k[index], v[index]) for k, v in self.cross_kv]
         if self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask[index]
+
+
+def eager_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    bias: Tensor | None = None,
+    *,
+    edit_weights: Callable[[Tensor], Tensor] | None = None,
+    dropout: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention written out: the math the recorder sees, in one place.
+
+    Args:
+        q: queries ``[B, H, Tq, Dh]``; k, v: keys and values ``[B, H, Tk, Dh]``.
+        mask: bool, True = blocked, broadcastable to ``[B, H, Tq, Tk]``, or None.
+        scale: multiplies ``q·kᵀ`` (``1/sqrt(Dh)``; 1 for T5).
+        bias: a position bias ``[1, H, Tq, Tk]`` added to the scaled scores (T5), or None.
+        edit_weights: applied to the weights after the softmax, before they meet the values.
+        dropout: applied to the weights that meet the values (training only).
+    Returns:
+        ``(head_output [B, H, Tq, Dh], weights [B, H, Tq, Tk], scores [B, H, Tq, Tk])``:
+        weights after the softmax (and any edit), before dropout; scores as the softmax saw
+        them, before the mask. A row with every key blocked has zero weights and output.
+    """
+    scores = q @ k.transpose(-2, -1)  # [B, H, Tq, Tk]
+    if scale != 1.0:  # T5 does not scale
+        scores = scores * scale
+    if bias is not None:
+        scores = scores + bias  # what the softmax sees
+    # softmax in float32 even under autocast; the weights used are these, cast to V's dtype
+    weights = masks.masked_softmax(scores.float(), mask).to(v.dtype)
+    if edit_weights is not None:
+        weights = edit_weights(weights)
+    used = dropout(weights) if dropout is not None else weights
+    return used @ v, weights, scores  # [B, H, Tq, Dh]
 
 
 class MultiHeadAttention(nn.Module):
@@ -236,17 +293,12 @@ class MultiHeadAttention(nn.Module):
         else:
             key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
             mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
-            if self.scale is not None:  # T5 does not scale
-                scores = q @ k.transpose(-2, -1)  # [B, H, Tq, Tk]
-            else:
-                scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            if position_bias is not None:
-                scores = scores + position_bias  # what the softmax sees
-            # softmax in float32 even under autocast; the weights used are these, cast to V's dtype
-            weights = masks.masked_softmax(scores.float(), mask).to(v.dtype)
-            weights = hook.edit_weights(weights)
-            z = self.attn_dropout(weights) @ v  # [B, H, Tq, Dh]
-            z = hook.edit_heads(z)
+            scale = self.scale if self.scale is not None else self.head_dim**-0.5
+            z, weights, scores = eager_attention(
+                q, k, v, mask, scale, position_bias,
+                edit_weights=hook.edit_weights, dropout=self.attn_dropout,
+            )  # fmt: skip
+            z = hook.edit_heads(z)  # [B, H, Tq, Dh]
             hook.save(
                 scores=scores,
                 mask=mask,

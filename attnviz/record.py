@@ -3,8 +3,9 @@
 ``with attnviz.record(model) as trace: model(src, tgt)`` captures, for every attention module
 of ``model`` that runs inside the block, the raw scores (q·kᵀ/√Dh, before masking), the mask
 applied (bool, True = blocked), the weights (after softmax, before dropout), the values and
-the per-head outputs. Edits (:class:`ZeroHeads`, :class:`ReplaceWeights`, :class:`DropMask`)
-passed to :func:`record` change that same forward pass, so an ablation runs the real model.
+the per-head outputs. Edits (:class:`ZeroHeads`, :class:`ReplaceWeights`, :class:`DropMask`,
+:class:`Hook` around any function, or any :class:`Edit` subclass) passed to :func:`record`
+change that same forward pass, so an ablation runs the real model.
 
 The recorder lives in a context variable for the duration of the ``with`` block: it is per
 call, per thread and per asyncio task, and is gone on exit even after an exception.
@@ -203,8 +204,38 @@ def _check_heads(model: Transformer, heads: Iterable[int]) -> tuple[int, ...]:
     return heads
 
 
+class Edit:
+    """An attention edit applied inside the forward pass; every stage defaults to nothing.
+
+    The recorder calls each stage of every edit that :meth:`matches` a module, in the order
+    the edits were given: :meth:`edit_masks` before the masks are combined, :meth:`edit_weights`
+    after the softmax (before the weights meet the values), :meth:`edit_heads` on the per-head
+    outputs (before the heads are merged). A new kind of edit overrides the stages it needs
+    (or is a :class:`Hook` around a function); the recorder never asks which kind it has.
+    """
+
+    def validate(self, model: Transformer) -> None:
+        """Raise :class:`attnviz.EditError` if the edit does not fit ``model``."""
+
+    def matches(self, kind: str, layer: int) -> bool:
+        """Whether the edit applies to the module of ``kind`` and ``layer``."""
+        return True
+
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
+        """``([B, Tk] | None, [Tq, Tk] | None)`` bool masks (True = blocked) -> the pair used."""
+        return key_padding_mask, attn_mask
+
+    def edit_weights(self, weights: Tensor) -> Tensor:
+        """Post-softmax weights ``[B, H, Tq, Tk]`` -> the weights that meet the values."""
+        return weights
+
+    def edit_heads(self, head_output: Tensor) -> Tensor:
+        """Per-head outputs ``[B, H, Tq, Dh]`` -> the ones merged and projected."""
+        return head_output
+
+
 @dataclass(frozen=True)
-class ZeroHeads:
+class ZeroHeads(Edit):
     """Zero the outputs of ``heads`` in one attention module (head ablation)."""
 
     kind: str
@@ -221,9 +252,16 @@ class ZeroHeads:
     def matches(self, kind: str, layer: int) -> bool:
         return (kind, layer) == (self.kind, self.layer)
 
+    def edit_heads(self, head_output: Tensor) -> Tensor:
+        keep = torch.ones(
+            head_output.shape[1], 1, 1, dtype=head_output.dtype, device=head_output.device
+        )
+        keep[list(self.heads)] = 0
+        return head_output * keep  # [B, H, Tq, Dh]
+
 
 @dataclass(frozen=True)
-class ReplaceWeights:
+class ReplaceWeights(Edit):
     """Replace attention weights of one module after the softmax, before they meet the values.
 
     ``weights`` is a tensor broadcastable to ``[B, Tq, Tk]`` for one ``head`` (or to
@@ -244,7 +282,7 @@ class ReplaceWeights:
     def matches(self, kind: str, layer: int) -> bool:
         return (kind, layer) == (self.kind, self.layer)
 
-    def apply(self, weights: Tensor) -> Tensor:
+    def edit_weights(self, weights: Tensor) -> Tensor:
         """``weights [B, H, Tq, Tk]`` -> edited copy."""
         target = weights if self.head is None else weights[:, self.head]
         new = self.weights(target) if callable(self.weights) else self.weights
@@ -264,7 +302,7 @@ class ReplaceWeights:
 
 
 @dataclass(frozen=True)
-class DropMask:
+class DropMask(Edit):
     """Switch a mask off: ``which`` is ``"causal"``, ``"padding"`` or ``"both"``.
 
     ``kinds`` (default: every kind that has that mask) and ``layers`` (default: all) choose
@@ -294,8 +332,80 @@ class DropMask:
             self.layers is None or layer in self.layers
         )
 
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
+        if self.which in ("padding", "both"):
+            key_padding_mask = None
+        if self.which in ("causal", "both"):
+            attn_mask = None
+        return key_padding_mask, attn_mask
 
-Edit = ZeroHeads | ReplaceWeights | DropMask
+
+#: Stages a :class:`Hook` can sit at, in forward order.
+STAGES = ("mask", "weights", "heads")
+
+
+@dataclass(frozen=True)
+class Hook(Edit):
+    """Any function as an edit at one stage of one module (or of every layer of a kind).
+
+    ``fn`` sees what flows through the stage and returns its replacement, or None to leave it
+    as it is (a probe): at ``"weights"`` the post-softmax weights ``[B, H, Tq, Tk]``, at
+    ``"heads"`` the per-head outputs ``[B, H, Tq, Dh]``, at ``"mask"`` the pair
+    ``(key_padding_mask [B, Tk] | None, attn_mask [Tq, Tk] | None)`` (bool, True = blocked).
+    Like every edit it lives only inside its ``record`` block.
+
+    Example: ``Hook("cross", 1, "heads", lambda z: z * 2)`` doubles every cross-attention
+    head of layer 1.
+    """
+
+    kind: str
+    layer: int | None
+    stage: str
+    fn: Callable
+
+    def validate(self, model: Transformer) -> None:
+        _check_site(model, self.kind, self.layer)
+        if self.stage not in STAGES:
+            raise EditError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if not callable(self.fn):
+            raise EditError(f"fn must be a function, got {type(self.fn).__name__}")
+
+    def matches(self, kind: str, layer: int) -> bool:
+        return kind == self.kind and (self.layer is None or layer == self.layer)
+
+    def _where(self) -> str:
+        where = "every layer" if self.layer is None else f"layer {self.layer}"
+        return f"the {self.stage} hook on {self.kind} {where}"
+
+    def _tensor(self, old: Tensor) -> Tensor:
+        new = self.fn(old)
+        if new is None:
+            return old
+        if not isinstance(new, Tensor) or new.shape != old.shape:
+            got = list(new.shape) if isinstance(new, Tensor) else type(new).__name__
+            raise EditError(f"{self._where()} returned {got}; expected a tensor {list(old.shape)}")
+        return new
+
+    def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
+        if self.stage != "mask":
+            return key_padding_mask, attn_mask
+        new = self.fn(key_padding_mask, attn_mask)
+        if new is None:
+            return key_padding_mask, attn_mask
+        ok = isinstance(new, tuple) and len(new) == 2
+        if not ok or not all(m is None or (isinstance(m, Tensor) and m.dtype == torch.bool)
+                             for m in new):  # fmt: skip
+            raise EditError(
+                f"{self._where()} must return (key_padding_mask, attn_mask), each None or a "
+                "bool tensor (True = blocked)"
+            )
+        return new
+
+    def edit_weights(self, weights: Tensor) -> Tensor:
+        return self._tensor(weights) if self.stage == "weights" else weights
+
+    def edit_heads(self, head_output: Tensor) -> Tensor:
+        return self._tensor(head_output) if self.stage == "heads" else head_output
 
 
 @dataclass
@@ -313,28 +423,18 @@ class _Hook:
 
     def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
         for e in self.edits:
-            if isinstance(e, DropMask):
-                if e.which in ("padding", "both"):
-                    key_padding_mask = None
-                if e.which in ("causal", "both"):
-                    attn_mask = None
+            key_padding_mask, attn_mask = e.edit_masks(key_padding_mask, attn_mask)
         return key_padding_mask, attn_mask
 
     def edit_weights(self, weights: Tensor) -> Tensor:
         for e in self.edits:
-            if isinstance(e, ReplaceWeights):
-                weights = e.apply(weights)
+            weights = e.edit_weights(weights)
         return weights
 
     def edit_heads(self, head_output: Tensor) -> Tensor:
-        heads = [h for e in self.edits if isinstance(e, ZeroHeads) for h in e.heads]
-        if not heads:
-            return head_output
-        keep = torch.ones(
-            head_output.shape[1], 1, 1, dtype=head_output.dtype, device=head_output.device
-        )
-        keep[heads] = 0
-        return head_output * keep  # [B, H, Tq, Dh]
+        for e in self.edits:
+            head_output = e.edit_heads(head_output)
+        return head_output
 
     def save(self, **tensors: Tensor | None) -> None:
         if not self.capture:
@@ -431,8 +531,8 @@ def record(
 
     Args:
         model: the :class:`attnviz.Transformer` to watch; other models are left alone.
-        edits: :class:`ZeroHeads`, :class:`ReplaceWeights`, :class:`DropMask` applied inside
-            the forward pass.
+        edits: :class:`Edit` objects (:class:`ZeroHeads`, :class:`ReplaceWeights`,
+            :class:`DropMask`, :class:`Hook` or your own) applied inside the forward pass.
         capture: which of ``FIELDS`` to keep (None or empty: edit only, keep nothing).
         detach: store detached tensors (False keeps the autograd graph, for attribution).
         dtype: store float tensors in this dtype (e.g. ``torch.float16`` halves a trace);
@@ -445,8 +545,11 @@ def record(
     """
     edits = list(edits)
     for e in edits:
-        if not isinstance(e, ZeroHeads | ReplaceWeights | DropMask):
-            raise EditError(f"unknown edit {e!r}; use ZeroHeads, ReplaceWeights or DropMask")
+        if not isinstance(e, Edit):
+            raise EditError(
+                f"unknown edit {e!r}; use ZeroHeads, ReplaceWeights, DropMask, Hook or a "
+                "subclass of attnviz.Edit"
+            )
         e.validate(model)
     capture = frozenset(capture or ())
     unknown = capture - set(FIELDS)

@@ -132,3 +132,26 @@ def free_port_fixture():
 def launched_app_fixture():
     """Context-manager factory: ``with launched_app(model=None, **build) as (demo, port)``."""
     return launched_app
+
+
+# -- tiers (markers declared in pyproject.toml) ------------------------------------------------
+#: Files whose every test belongs to a tier beyond the fast unit tier.
+TIERS = {
+    "browser": {"test_app_browser.py", "test_report_browser.py", "test_app_load.py"},
+    "integration": {
+        "test_app_server.py", "test_app_network.py", "test_app_hf.py", "test_hf.py",
+        "test_cli.py", "test_train.py", "test_bench.py", "test_shipped_models.py",
+    },
+}  # fmt: skip
+BEYOND_UNIT = ("slow", "integration", "browser", "gpu")
+
+
+def pytest_collection_modifyitems(items):
+    """Mark each test with its tier: ``pytest -m unit`` is the fast tier (no slow, integration,
+    browser or GPU tests); plain ``pytest`` still runs everything."""
+    for item in items:
+        for tier, files in TIERS.items():
+            if item.path.name in files:
+                item.add_marker(tier)
+        if not any(item.get_closest_marker(m) for m in BEYOND_UNIT):
+            item.add_marker("unit")

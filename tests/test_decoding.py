@@ -206,3 +206,40 @@ def test_decode_checks_batches_and_devices(model):
     memory = model.encode(torch.randint(3, 23, (2, 5)))
     with pytest.raises(attnviz.InputError, match="tgt has batch 3 but memory has batch 2"):
         model.decode(torch.randint(3, 19, (3, 4)), memory)
+
+
+HUGE_LIMIT_SCRIPT = r"""
+import resource, torch, attnviz
+from attnviz.decoding import greedy_decode, beam_search
+cfg = attnviz.ModelConfig(23, 19, d_model=24, n_heads=4, d_ff=40, dropout=0.0,
+                          positions="relative", max_len=10**12)  # T5: no position table
+torch.manual_seed(0)
+model = attnviz.Transformer(cfg).eval()
+src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
+first = greedy_decode(model, src, 1, None, max_len=3)[0].tolist()
+eos = first[1]  # an end id this decode reaches at its second token
+gb = 2**30
+resource.setrlimit(resource.RLIMIT_AS, (4 * gb, 4 * gb))
+huge = 10**9  # a generation config's max_new_tokens
+out = greedy_decode(model, src, 1, eos, max_len=huge)[0].tolist()
+stepper = attnviz.GreedyStepper(model, src, 1, eos, max_len=huge)
+beam = beam_search(model, src, 1, eos, beam_size=2, max_len=huge)[0].tokens
+print("OK", out, stepper.run(), stepper.max_len, len(beam) <= huge)
+"""
+
+
+def test_a_huge_length_limit_allocates_only_what_the_decode_reaches(tmp_path):
+    """A T5 folder with n_positions 1e12 and max_new_tokens 1e9 decodes a short output in a
+    few GB of address space: caches grow with the decode, not with its nominal limit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE_LIMIT_SCRIPT)
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("OK") and "1000000000 True" in line, line

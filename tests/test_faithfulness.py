@@ -21,6 +21,11 @@ def test_blocking_every_source_token_is_the_same_for_every_method(models_dir):
         assert report.sufficiency[m][-1] == pytest.approx(0.0, abs=1e-6)  # all kept: no change
         assert (np.abs(report.comprehensiveness[m]) <= 1).all()
     assert set(report.aopc()) == set(METHODS) and "comprehensiveness" in report.text()
+    # blocking works: one blocked token already moves the probability (if blocking did nothing,
+    # every curve would be 0 and the equalities above would hold all the same)
+    first = {m: report.comprehensiveness[m][0] for m in METHODS}
+    assert all(v > 1e-3 for v in first.values()), first
+    assert first["weights"] > 0.5, first  # reverse hangs on the one token it attends to
 
 
 def test_rankings_cover_every_source_token(models_dir):

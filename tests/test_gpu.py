@@ -42,3 +42,21 @@ def test_decoders_move_a_cpu_mask_to_the_model(make_model):
         model, src, cfg.bos_id, None, max_len=5, src_pad_mask=src == cfg.pad_id
     )
     assert out.is_cuda and out.shape == (2, 5)
+
+
+def test_fused_greedy_on_cuda_equals_the_module_path_and_the_cpu(make_model):
+    model = make_model()
+    cfg = model.config
+    src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))
+    src[1, 5:] = cfg.pad_id
+    cpu = attnviz.greedy_decode(model, src, cfg.bos_id, cfg.eos_id, max_len=40)
+    model = model.cuda()
+    fused = attnviz.greedy_decode(model, src.cuda(), cfg.bos_id, cfg.eos_id, max_len=40)
+    modules = attnviz.greedy_decode(
+        model, src.cuda(), cfg.bos_id, cfg.eos_id, max_len=40, fused=False
+    )
+    assert fused.is_cuda and torch.equal(fused, modules)
+    assert torch.equal(fused.cpu(), cpu)
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # the cache takes the step's dtype
+        half = attnviz.greedy_decode(model, src.cuda(), cfg.bos_id, None, max_len=40)
+    assert half.shape == (3, 40)
