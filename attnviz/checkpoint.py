@@ -27,7 +27,15 @@ from torch import Tensor
 
 from .config import ModelConfig
 from .data import source_batch
-from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
+from .decoding import (
+    BeamResult,
+    GreedyStepper,
+    LogitRules,
+    beam_search,
+    default_max_len,
+    greedy_decode,
+    until_eos,
+)
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import Encoding, Tokenizer
@@ -304,8 +312,14 @@ class Checkpoint:
             )
         return enc
 
-    def predict_details(self, text: str, max_len: int | None = None) -> Prediction:
-        """Greedy-decode one input; see :class:`Prediction`."""
+    def predict_details(
+        self, text: str, max_len: int | None = None, num_beams: int = 1
+    ) -> Prediction:
+        """Greedy-decode one input (beam search for ``num_beams > 1``); see :class:`Prediction`."""
+        if num_beams > 1:
+            best = self.beam(text, num_beams, max_len)
+            enc = self.encode_source(text)
+            return Prediction(self.tgt_tokenizer.decode(best.tokens), enc, best.tokens)
         enc = self.encode_source(text)
         src = torch.tensor([enc.ids], device=self.device)
         cfg = self.config
@@ -335,9 +349,25 @@ class Checkpoint:
             rules=self.rules,
         )
 
-    def predict(self, text: str, max_len: int | None = None) -> str:
-        """Greedy-decode one input to text (unknown pieces run as UNK)."""
-        return self.predict_details(text, max_len).text
+    def beam(self, text: str, beam_size: int = 4, max_len: int | None = None) -> BeamResult:
+        """Beam search on one input under this checkpoint's length limit and generation rules
+        (what greedy decoding follows too)."""
+        enc = self.encode_source(text)
+        cfg = self.config
+        return beam_search(
+            self.model,
+            torch.tensor([enc.ids], device=self.device),
+            cfg.bos_id,
+            cfg.eos_id,
+            beam_size=beam_size,
+            max_len=max_len or self.max_new_tokens,
+            rules=self.rules,
+        )[0]
+
+    def predict(self, text: str, max_len: int | None = None, num_beams: int = 1) -> str:
+        """Decode one input to text (unknown pieces run as UNK): greedy, or beam search with
+        ``num_beams > 1``."""
+        return self.predict_details(text, max_len, num_beams).text
 
     def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
         """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""

@@ -127,19 +127,19 @@ def read_hf_weights(folder: str | Path) -> dict[str, Tensor]:
 
 
 def read_generation_config(folder: str | Path, hf: dict) -> dict[str, Any]:
-    """Generation settings: ``generation_config.json`` over those older folders keep in
-    ``config.json``."""
+    """Generation settings: ``generation_config.json``, or, only where a folder has none, those
+    older folders keep in ``config.json`` (transformers reads one or the other, never both:
+    FSMT's config.json says ``max_length: 200`` beside a generation config without it)."""
     keys = (
         "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "max_length",
         "max_new_tokens", "min_length", "min_new_tokens", "suppress_tokens",
         "begin_suppress_tokens", "decoder_start_token_id", "eos_token_id", "pad_token_id",
         "no_repeat_ngram_size", "repetition_penalty", "num_beams",
     )  # fmt: skip
-    gen = {k: hf[k] for k in keys if hf.get(k) is not None}
     path = Path(folder).expanduser() / "generation_config.json"
     if path.is_file():
-        gen.update({k: v for k, v in _read_json(path).items() if v is not None})
-    return gen
+        return {k: v for k, v in _read_json(path).items() if v is not None}
+    return {k: hf[k] for k in keys if hf.get(k) is not None}
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -412,12 +412,48 @@ def convert(
     return cfg, ours
 
 
-def generation_rules(gen: dict, cfg: ModelConfig) -> tuple[LogitRules, int, list[str]]:
-    """:class:`LogitRules`, the most new tokens, and the settings greedy decoding ignores.
+#: transformers' ``GenerationConfig`` default ``max_length`` (it counts the decoder start).
+DEFAULT_MAX_LENGTH = 20
 
-    ``max_new_tokens``, else ``max_length`` (which counts the start token; transformers'
-    default is 20).
+
+def _gen_int(gen: dict, key: str, where: Path | None = None) -> int | None:
+    """An integer generation setting, None when unset; anything else is refused in one line."""
+    value = gen.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        place = f"{where}: " if where is not None else ""
+        raise InteropError(
+            f"{place}generation setting {key} must be a whole number >= 0, got {value!r}"
+        )
+    return value
+
+
+def max_new_tokens(gen: dict, hf: dict | None = None, where: Path | None = None) -> int:
+    """The most tokens ``generate()`` produces after the decoder start under ``gen``.
+
+    ``max_new_tokens`` wins; else ``max_length``, which counts the start token. A folder that
+    names neither gets transformers' default: ``max_length=20`` counted on top of the start
+    token (20 new tokens), cut at ``max_position_embeddings`` where config.json has one.
     """
+    new = _gen_int(gen, "max_new_tokens", where)
+    if new is not None:
+        return max(1, new)
+    length = _gen_int(gen, "max_length", where)
+    if length is not None:
+        return max(1, length - 1)
+    total = DEFAULT_MAX_LENGTH + 1  # the start token plus 20 new ones
+    positions = (hf or {}).get("max_position_embeddings")
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0:
+        total = min(total, positions)
+    return max(1, total - 1)
+
+
+def generation_rules(
+    gen: dict, cfg: ModelConfig, hf: dict | None = None, where: Path | None = None
+) -> tuple[LogitRules, int, list[str]]:
+    """:class:`LogitRules`, the most new tokens (:func:`max_new_tokens`), and the settings
+    greedy decoding ignores."""
     bad = gen.get("bad_words_ids") or []
     single = tuple(w[0] for w in bad if isinstance(w, list) and len(w) == 1)
     ignored = [f"bad_words_ids {w}" for w in bad if not (isinstance(w, list) and len(w) == 1)]
@@ -427,7 +463,10 @@ def generation_rules(gen: dict, cfg: ModelConfig) -> tuple[LogitRules, int, list
     forced_eos = gen.get("forced_eos_token_id")
     if isinstance(forced_eos, list):  # several: the argmax of equal scores is the lowest id
         forced_eos = min(forced_eos) if forced_eos else None
-    min_new = max(int(gen.get("min_length") or 0) - 1, int(gen.get("min_new_tokens") or 0), 0)
+    # min_new_tokens takes precedence; min_length counts the start token
+    min_new = _gen_int(gen, "min_new_tokens", where)
+    if min_new is None:
+        min_new = max((_gen_int(gen, "min_length", where) or 0) - 1, 0)
     rules = LogitRules(
         forced_bos_id=gen.get("forced_bos_token_id"),
         forced_eos_id=forced_eos,
@@ -436,8 +475,7 @@ def generation_rules(gen: dict, cfg: ModelConfig) -> tuple[LogitRules, int, list
         min_new_tokens=min_new,
         eos_id=cfg.eos_id,
     )
-    limit = gen.get("max_new_tokens") or int(gen.get("max_length") or 20) - 1
-    return rules, max(1, int(limit)), ignored
+    return rules, max_new_tokens(gen, hf, where), ignored
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -491,7 +529,7 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     if tokenizer is not None:
         ids["unk_id"] = tokenizer.unk_id
     model = _build(folder, hf, ids, device, tensors)
-    rules, max_new, ignored = generation_rules(gen, model.config)
+    rules, max_new, ignored = generation_rules(gen, model.config, hf, folder)
     meta = {
         "format": "huggingface",
         "model_type": hf["model_type"],
