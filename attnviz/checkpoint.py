@@ -312,6 +312,37 @@ class Checkpoint:
             )
         return enc
 
+    def greedy(
+        self,
+        src: Tensor,
+        src_pad_mask: Tensor | None = None,
+        edits: Sequence = (),
+        cache: bool = True,
+        max_len: int | None = None,
+    ) -> Tensor:
+        """:func:`~attnviz.decoding.greedy_decode` with this checkpoint's special ids, length
+        limit and generation rules: every greedy decode of an analysis goes through here, so
+        it decodes what :meth:`predict` decodes.
+
+        Args:
+            src: ``[B, Ts]`` source ids; ``src_pad_mask``: ``[B, Ts]`` True at padding.
+            edits: attention edits of every pass (see :func:`attnviz.record`).
+        Returns:
+            ``[B, T]`` output ids without the start id.
+        """
+        cfg = self.config
+        return greedy_decode(
+            self.model,
+            src,
+            cfg.bos_id,
+            cfg.eos_id,
+            max_len=max_len or self.max_new_tokens,
+            src_pad_mask=src_pad_mask,
+            edits=edits,
+            cache=cache,
+            rules=self.rules,
+        )
+
     def predict_details(
         self, text: str, max_len: int | None = None, num_beams: int = 1
     ) -> Prediction:

@@ -541,7 +541,7 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     return Checkpoint(
         model,
         tokenizer,
-        tokenizer,
+        None if tokenizer is None else tokenizer.for_target(),
         model.config,
         meta,
         folder,

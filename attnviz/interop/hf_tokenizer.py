@@ -49,19 +49,35 @@ class HFTokenizer:
 
     kind = "hf"
 
-    def __init__(self, tok, specials: dict[str, int], path: Path, vocab_size: int | None = None):
+    def __init__(
+        self,
+        tok,
+        specials: dict[str, int],
+        path: Path,
+        vocab_size: int | None = None,
+        side: str = "source",
+    ):
+        if side not in ("source", "target"):
+            raise ValueError(f"side must be 'source' or 'target', got {side!r}")
         self._tok = tok
+        self.side = side
         self.path = Path(path)
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self._vocab_size = vocab_size
         self._size = len(tok)  # ids the tokenizer itself knows
         self.tokens: list[str] = [
             readable(t) if t is not None else f"<unused {i}>"
-            for i, t in enumerate(tok.convert_ids_to_tokens(list(range(self._size))))
+            for i, t in enumerate(_id_pieces(tok, side, self._size))
         ]
         self.tokens += [f"<unused {i}>" for i in range(self._size, vocab_size or 0)]
         self._special_ids = set(tok.all_special_ids)
+
+    def for_target(self) -> HFTokenizer:
+        """The same tokenizer for the target side: text is read as transformers'
+        ``tok(text_target=...)`` reads it (Marian's ``target.spm``, mBART's target language)."""
+        return HFTokenizer(self._tok, self.specials, self.path, self._vocab_size, "target")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -69,8 +85,18 @@ class HFTokenizer:
     def __repr__(self) -> str:
         return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
 
+    def _ids(self, text: str, special: bool = True) -> list[int]:
+        """``tok(text)`` on the source side, ``tok(text_target=text)`` on the target side."""
+        if self.side == "target":
+            out = self._tok(text_target=text, add_special_tokens=special)
+        else:
+            out = self._tok(text, add_special_tokens=special)
+        return list(out["input_ids"])
+
     def split(self, text: str) -> list[str]:
         """The pieces of ``text`` without special tokens."""
+        if self.side == "target":
+            return [self.token(i) for i in self._ids(text, special=False)]
         return [readable(p) for p in self._tok.tokenize(text)]
 
     def encode(self, text: str) -> Encoding:
@@ -80,10 +106,12 @@ class HFTokenizer:
         """
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
-        ids = list(self._tok(text, add_special_tokens=True)["input_ids"])
+        ids = self._ids(text)
         pieces = [self.token(i) for i in ids]
         unknown: list[str] = []
-        if self.unk_id in ids:
+        if self.unk_id in ids and self.side == "target":
+            unknown = [p for i, p in zip(ids, pieces, strict=True) if i == self.unk_id]
+        elif self.unk_id in ids:
             try:
                 spans = self._tok(text, return_offsets_mapping=True)["offset_mapping"]
                 unknown = [
@@ -112,7 +140,26 @@ class HFTokenizer:
 
     def to_dict(self) -> dict:
         """Where it comes from (a folder's tokenizer is not copied into attnviz checkpoints)."""
-        return {"kind": self.kind, "path": str(self.path), "specials": dict(self.specials)}
+        return {
+            "kind": self.kind,
+            "path": str(self.path),
+            "side": self.side,
+            "specials": dict(self.specials),
+        }
+
+
+def _id_pieces(tok, side: str, size: int) -> list[str | None]:
+    """The piece of every id on one side. A tokenizer whose id -> piece table is the
+    target's (FSMT, Marian with separate vocabularies) labels source ids from its source
+    table (``encoder``) instead."""
+    pieces = tok.convert_ids_to_tokens(list(range(size)))
+    encoder, decoder = getattr(tok, "encoder", None), getattr(tok, "decoder", None)
+    if side == "source" and isinstance(encoder, dict) and isinstance(decoder, dict):
+        inverse = {v: k for k, v in encoder.items() if isinstance(v, int)}
+        if inverse != decoder:
+            added = {i: p for i, p in enumerate(pieces) if i not in inverse}
+            return [inverse.get(i, added.get(i)) for i in range(size)]
+    return pieces
 
 
 def load_hf_tokenizer(
