@@ -278,7 +278,8 @@ class Checkpoint:
 
     ``rules`` and ``max_new_tokens`` come from a Hugging Face folder's generation config
     (None for attnviz checkpoints); :meth:`predict` follows them. A Hugging Face folder
-    without tokenizer files has ``None`` tokenizers (``meta["tokenizer_missing"]`` says why).
+    without a working tokenizer reads and shows token ids (``meta["tokenizer_missing"]`` says
+    why).
     """
 
     model: Transformer

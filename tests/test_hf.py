@@ -364,10 +364,13 @@ def test_weights_that_do_not_fit_are_named(folders, tmp_path):
 @needs_hf
 def test_folder_without_tokenizer_loads_ids_in_ids_out(folders):
     ckpt = attnviz.load_checkpoint(folders["marian"][1])
-    assert ckpt.src_tokenizer is None
+    assert ckpt.src_tokenizer.kind == "ids" and ckpt.tgt_tokenizer.kind == "ids"
     assert "no tokenizer files" in ckpt.meta["tokenizer_missing"]
-    with pytest.raises(InputError, match="no tokenizer files"):
+    with pytest.raises(InputError, match="no tokenizer files.*type token ids"):
         ckpt.predict("hello")
+    assert ckpt.encode_source("5, 7 9 0").pieces == ["#5", "#7", "#9", "#0"]
+    tokens = ckpt.predict_details("5 7 9 0").tokens
+    assert ckpt.predict("5 7 9 0") == " ".join(map(str, tokens[:-1] if tokens[-1] == 0 else tokens))
     cfg = ckpt.config
     assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (60, 60, 0)  # Marian: start = pad = V - 1
 
@@ -382,7 +385,7 @@ def test_tokenizer_without_transformers_names_the_extra(folders, tmp_path, monke
     (folder / "tokenizer_config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
     ckpt = attnviz.load_checkpoint(folder)
-    assert ckpt.src_tokenizer is None
+    assert ckpt.src_tokenizer.kind == "ids"
     assert "attnviz[hf]" in ckpt.meta["tokenizer_missing"]
     with pytest.raises(InputError, match=r"attnviz\[hf\]"):
         ckpt.encode_source("hello")

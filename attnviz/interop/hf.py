@@ -154,8 +154,24 @@ def _int(hf: dict, key: str, where: Path) -> int:
     return value
 
 
+def _opt_int(hf: dict, key: str, default: int, where: Path) -> int:
+    """An optional whole-number setting of config.json (``default`` when absent or null)."""
+    if hf.get(key) is None:
+        return default
+    return _int(hf, key, where)
+
+
+def _opt_float(hf: dict, key: str, default: float, where: Path) -> float:
+    value = hf.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InteropError(f"{where}/config.json: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
 def _activation(name: Any, where: Path) -> str:
-    if name not in _ACTIVATIONS:
+    if not isinstance(name, str) or name not in _ACTIVATIONS:
         raise InteropError(
             f"{where}: activation {name!r} is not supported (supported: {sorted(_ACTIVATIONS)})"
         )
@@ -220,23 +236,23 @@ def _t5_config(hf: dict, where: Path) -> dict[str, Any]:
         n_heads=_int(hf, "num_heads", where),
         d_head=_int(hf, "d_kv", where),
         n_encoder_layers=n_layers,
-        n_decoder_layers=hf.get("num_decoder_layers") or n_layers,
+        n_decoder_layers=_opt_int(hf, "num_decoder_layers", n_layers, where) or n_layers,
         d_ff=_int(hf, "d_ff", where),
         activation=_activation(act, where),
         gated_ff=gated,
         norm_first=True,
         final_norm=True,
         norm="rms",
-        layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-6)),
+        layer_norm_eps=_opt_float(hf, "layer_norm_epsilon", 1e-6, where),
         bias=False,
         scale_attention=False,
         positions="relative",
-        relative_buckets=hf.get("relative_attention_num_buckets", 32),
-        relative_max_distance=hf.get("relative_attention_max_distance", 128),
+        relative_buckets=_opt_int(hf, "relative_attention_num_buckets", 32, where),
+        relative_max_distance=_opt_int(hf, "relative_attention_max_distance", 128, where),
         scale_embeddings=False,
         output_bias=False,
         scale_decoder_output=scale_out,
-        max_len=max(int(hf.get("n_positions") or 0), 1024),  # relative: no hard limit
+        max_len=max(_opt_int(hf, "n_positions", 0, where), 1024),  # relative: no hard limit
     )
 
 
@@ -449,11 +465,48 @@ def max_new_tokens(gen: dict, hf: dict | None = None, where: Path | None = None)
     return max(1, total - 1)
 
 
+def _token_ids(value: Any, key: str, vocab: int, where: Path | None) -> tuple[int, ...]:
+    """A list of token ids (or one id) of the generation config, each inside the vocabulary."""
+    items = value if isinstance(value, list) else [value]
+    for i in items:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < vocab:
+            place = f"{where}: " if where is not None else ""
+            raise InteropError(
+                f"{place}generation setting {key} must hold token ids in 0..{vocab - 1}, "
+                f"got {str(value)[:80]}"
+            )
+    return tuple(items)
+
+
+def check_generation(gen: dict, vocab: int, where: Path | None = None) -> None:
+    """Every setting the rules read has the type transformers gives it; one line if not."""
+    for key in ("max_length", "max_new_tokens", "min_length", "min_new_tokens"):
+        _gen_int(gen, key, where)
+    for key in ("suppress_tokens", "begin_suppress_tokens", "forced_bos_token_id",
+                "forced_eos_token_id"):  # fmt: skip
+        if gen.get(key) is not None:
+            _token_ids(gen[key], key, vocab, where)
+    bad = gen.get("bad_words_ids")
+    if bad is not None:
+        if not isinstance(bad, list) or not all(isinstance(w, list) and w for w in bad):
+            raise InteropError(
+                f"{where}: generation setting bad_words_ids must be a list of id lists, "
+                f"got {str(bad)[:80]}"
+            )
+        for w in bad:
+            _token_ids(w, "bad_words_ids", vocab, where)
+
+
 def generation_rules(
     gen: dict, cfg: ModelConfig, hf: dict | None = None, where: Path | None = None
 ) -> tuple[LogitRules, int, list[str]]:
     """:class:`LogitRules`, the most new tokens (:func:`max_new_tokens`), and the settings
-    greedy decoding ignores."""
+    greedy decoding ignores.
+
+    Raises:
+        InteropError: a setting of the wrong type, or a token id outside the vocabulary.
+    """
+    check_generation(gen, cfg.tgt_vocab_size, where)
     bad = gen.get("bad_words_ids") or []
     single = tuple(w[0] for w in bad if isinstance(w, list) and len(w) == 1)
     ignored = [f"bad_words_ids {w}" for w in bad if not (isinstance(w, list) and len(w) == 1)]
@@ -509,12 +562,53 @@ def _build(
     return model.to(device).eval()
 
 
+def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int, int]:
+    """Source and target vocabulary sizes, read from the embedding tables' shapes; a
+    config.json whose vocab_size says otherwise is refused before anything is sized by it."""
+    rows = {}
+    for side, keys in (
+        ("src", ("model.encoder.embed_tokens.weight", "encoder.embed_tokens.weight")),
+        ("tgt", ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
+    ):
+        for key in (*keys, "model.shared.weight", "shared.weight"):
+            t = tensors.get(key)
+            if t is not None and t.dim() == 2:
+                rows[side] = int(t.shape[0])
+                break
+        else:
+            raise InteropError(f"{where}: no token embeddings (shared.weight or embed_tokens)")
+    for side, key in (("src", "src_vocab_size"), ("tgt", "tgt_vocab_size"), ("tgt", "vocab_size")):
+        said = hf.get(key)
+        if key == "vocab_size" and "tgt_vocab_size" in hf:
+            continue  # FSMT names each side's
+        if said is not None and said != rows[side]:
+            raise InteropError(
+                f"{where}: config.json says {key}={str(said)[:40]} but the weights have "
+                f"{rows[side]} embedding rows"
+            )
+    return rows["src"], rows["tgt"]
+
+
+def _check_tokenizer_specials(tokenizer, ids: dict[str, int], where: Path) -> None:
+    """The tokenizer's end id must be the model's (as attnviz checkpoints are checked)."""
+    tok_eos = tokenizer.tokenizer_eos_id
+    if tok_eos is None or tok_eos == ids["eos_id"]:
+        return
+    what = ""
+    if ids["eos_id"] == tokenizer.unk_id:
+        what = " (the tokenizer's unknown token)"
+    raise InteropError(
+        f"{where}: config.json's eos_token_id {ids['eos_id']}{what} is not the tokenizer's end "
+        f"token {tok_eos}; fix eos_token_id in config.json / generation_config.json"
+    )
+
+
 def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     """A Hugging Face folder as an :class:`attnviz.Checkpoint` (what ``load_checkpoint`` does
     with such a folder): the model, the folder's tokenizer (or None, with the reason in
     ``meta["tokenizer_missing"]``) and the generation rules ``predict`` follows."""
     from ..checkpoint import Checkpoint
-    from .hf_tokenizer import load_hf_tokenizer
+    from .hf_tokenizer import IdTokenizer, load_hf_tokenizer
 
     folder = Path(path).expanduser()
     hf = read_hf_config(folder)
@@ -524,12 +618,21 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     for role, value in ids.items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise InteropError(f"{folder}: no usable {role} in config.json ({value!r})")
-    vocab = hf.get("tgt_vocab_size") or hf.get("vocab_size")  # FSMT names its target's
-    tokenizer, why = load_hf_tokenizer(folder, ids, vocab if isinstance(vocab, int) else None)
+    src_rows, tgt_rows = _vocab_rows(hf, tensors, folder)  # from the weights, never sized
+    check_generation(gen, tgt_rows, folder)  # from config.json's vocab_size alone
+    tokenizer, why = load_hf_tokenizer(folder, ids, tgt_rows, max(src_rows, tgt_rows))
     if tokenizer is not None:
+        _check_tokenizer_specials(tokenizer, ids, folder)
         ids["unk_id"] = tokenizer.unk_id
     model = _build(folder, hf, ids, device, tensors)
     rules, max_new, ignored = generation_rules(gen, model.config, hf, folder)
+    if tokenizer is None:  # ids in, ids out: every id shows as #<id>
+        specials = model.config.special_ids
+        src_tok = IdTokenizer(specials, src_rows, why)
+        tgt_tok = IdTokenizer(specials, tgt_rows, why)
+        tgt_tok.side = "target"
+    else:
+        src_tok, tgt_tok = tokenizer, tokenizer.for_target()
     meta = {
         "format": "huggingface",
         "model_type": hf["model_type"],
@@ -540,8 +643,8 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     }
     return Checkpoint(
         model,
-        tokenizer,
-        None if tokenizer is None else tokenizer.for_target(),
+        src_tok,
+        tgt_tok,
         model.config,
         meta,
         folder,
