@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from .decoding import (
 from .errors import AttnvizError, CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import Encoding, Tokenizer
+from .weights import build_model, unique_state_dict
 
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -111,16 +112,6 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     return tensors, meta
 
 
-def unique_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
-    """The state dict with tied tensors stored once (the first name wins).
-
-    Ties are found by parameter identity, so this works on a ``meta``-device model as well.
-    """
-    keep = {name for name, _ in model.named_parameters()}  # a shared parameter appears once
-    keep |= {name for name, _ in model.named_buffers()}
-    return {k: v for k, v in model.state_dict().items() if k in keep}
-
-
 # -- save / load ----------------------------------------------------------------------------
 def save_checkpoint(
     path: str | Path,
@@ -167,6 +158,20 @@ def _check_vocab(cfg: ModelConfig, src: Tokenizer, tgt: Tokenizer, error: type) 
             )
 
 
+#: Other folder formats :func:`load_checkpoint` opens: ``(is_format(path), load(path,
+#: device))`` pairs, added by the modules that read them (:mod:`attnviz.interop.hf`), so this
+#: module imports none of them.
+FOLDER_FORMATS: list[tuple[Callable[[Path], bool], Callable[..., Checkpoint]]] = []
+
+
+def register_folder_format(
+    is_format: Callable[[Path], bool], load: Callable[..., Checkpoint]
+) -> None:
+    """Let :func:`load_checkpoint` open another kind of folder with ``load(path, device)``."""
+    if (is_format, load) not in FOLDER_FORMATS:
+        FOLDER_FORMATS.append((is_format, load))
+
+
 def _locate(path: str | Path) -> Path:
     path = Path(path)
     if path.is_file() and path.suffix == ".safetensors":
@@ -191,13 +196,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
             names or shapes do not match the config.
         InteropError: a Hugging Face folder of an unsupported ``model_type``.
     """
-    from .interop.hf import is_hf_folder, load_hf_checkpoint
-
     path = Path(path).expanduser()
-    if is_hf_folder(path):
-        return load_hf_checkpoint(path, device)
-    if path.is_file() and path.name == WEIGHTS and is_hf_folder(path.parent):
-        return load_hf_checkpoint(path.parent, device)
+    for is_format, load in FOLDER_FORMATS:  # Hugging Face folders (attnviz.interop.hf)
+        if is_format(path):
+            return load(path, device)
+        if path.is_file() and path.name == WEIGHTS and is_format(path.parent):
+            return load(path.parent, device)
     weights = _locate(path)
     tensors, meta = read_tensors(weights)
     if meta is None:
@@ -217,43 +221,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
-    with torch.device("meta"):  # names and shapes first, without allocating anything: a
-        skeleton = Transformer(config)  # config asking for a huge model fails here, cheaply
-    _check_weights(unique_state_dict(skeleton), tensors, weights)
-    model = Transformer(config)
-    _load_weights(model, tensors, weights)
+    model = build_model(config, tensors, weights)  # shapes on the meta device first
     return Checkpoint(model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent)
-
-
-def _check_weights(expected: dict[str, Tensor], tensors: dict[str, Tensor], where: Path) -> None:
-    """Every expected tensor present, no others, shapes as the config says, all float."""
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    wrong = [
-        f"{k} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
-        for k in expected
-        if k in tensors and tensors[k].shape != expected[k].shape
-    ]
-    not_float = [k for k in tensors if k in expected and not tensors[k].is_floating_point()]
-    for label, names in (
-        ("missing tensors", missing),
-        ("unexpected tensors", unexpected),
-        ("shapes that do not match the config", wrong),
-        ("non-float tensors", not_float),
-    ):
-        if names:
-            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-            raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
-
-
-def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
-    expected = unique_state_dict(model)
-    with torch.no_grad():
-        for k, t in expected.items():
-            t.copy_(tensors[k].to(t.dtype))
-    bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
-    if bad:
-        raise CheckpointError(f"{where}: NaN or inf in {', '.join(bad[:4])}")
 
 
 # -- using a checkpoint ---------------------------------------------------------------------

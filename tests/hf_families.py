@@ -128,6 +128,11 @@ FAMILIES = {
 }
 
 
+def model_type(family: str) -> str:
+    """The config.json ``model_type`` of a :data:`FAMILIES` entry ("t5-v1.1" is a T5)."""
+    return family.split("-")[0]
+
+
 def build(family: str, seed: int = 0, **overrides):
     """A random transformers model of ``family`` in eval mode with eager attention."""
     import transformers

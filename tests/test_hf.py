@@ -18,6 +18,7 @@ import torch
 import attnviz
 from attnviz.decoding import GreedyStepper, LogitRules, beam_search, greedy_decode, until_eos
 from attnviz.errors import CheckpointError, InputError, InteropError
+from tests import hf_families
 
 try:
     import transformers  # noqa: F401
@@ -30,7 +31,7 @@ needs_hf = pytest.mark.skipif(
     not HAVE_HF, reason="transformers is not installed (pip install 'attnviz[hf]')"
 )
 
-FAMILIES = ["marian", "bart", "mbart", "pegasus", "fsmt", "t5", "t5-v1.1"]
+FAMILIES = list(hf_families.FAMILIES)  # every registered model_type (see below)
 # generation settings each family's folder gets (what real folders of that family carry)
 GENERATION = {
     "marian": dict(bad_words_ids=[[60]], forced_eos_token_id=0, max_new_tokens=12),
@@ -83,6 +84,16 @@ def reference(hf_model, src, tgt, src_real, tgt_real):
             output_attentions=True,
             use_cache=False,  # FSMT builds its causal mask only without a cache
         )
+
+
+def test_every_registered_family_is_tested():
+    """The parity tests below run over FAMILIES: it covers every registry entry."""
+    from attnviz.interop.hf import REGISTRY, SUPPORTED_MODEL_TYPES
+
+    assert {hf_families.model_type(f) for f in FAMILIES} == set(REGISTRY)
+    assert set(SUPPORTED_MODEL_TYPES) == set(REGISTRY)
+    for family in FAMILIES:
+        assert set(GENERATION) >= {family}
 
 
 # -- parity with transformers --------------------------------------------------------------------

@@ -15,7 +15,9 @@ from attnviz.decoding import GreedyStepper, greedy_decode
 
 transformers = pytest.importorskip("transformers")
 
-FAMILIES = ["marian", "bart", "mbart", "pegasus", "fsmt", "t5", "t5-v1.1"]
+from tests import hf_families  # noqa: E402  (after the skip)
+
+FAMILIES = list(hf_families.FAMILIES)  # every registered model_type (see below)
 
 
 def _sources(cfg: attnviz.ModelConfig, n: int = 8, seed: int = 1) -> torch.Tensor:
