@@ -7,6 +7,7 @@ tokenizers, protobuf). ``trust_remote_code`` is never enabled. Pieces are the to
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -184,9 +185,9 @@ class IdTokenizer:
         self.vocab_size, self.why = int(vocab_size), why
         self.side = "source"
 
-    @property
+    @functools.cached_property
     def tokens(self) -> list[str]:
-        """A label per id (built on demand: nothing is sized from the vocabulary up front)."""
+        """A label per id (built on first use; the size is the weights' embedding rows)."""
         return [self.token(i) for i in range(self.vocab_size)]
 
     def __len__(self) -> int:
