@@ -178,12 +178,11 @@ class IdTokenizer:
 
     kind = "ids"
 
-    def __init__(self, specials: dict[str, int], vocab_size: int, why: str):
+    def __init__(self, specials: dict[str, int], vocab_size: int, why: str, side: str = "source"):
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
-        self.vocab_size, self.why = int(vocab_size), why
-        self.side = "source"
+        self.vocab_size, self.why, self.side = int(vocab_size), why, side
 
     @functools.cached_property
     def tokens(self) -> list[str]:

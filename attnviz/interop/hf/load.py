@@ -179,8 +179,7 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     if tokenizer is None:  # ids in, ids out: every id shows as #<id>
         specials = model.config.special_ids
         src_tok = IdTokenizer(specials, src_rows, why)
-        tgt_tok = IdTokenizer(specials, tgt_rows, why)
-        tgt_tok.side = "target"
+        tgt_tok = IdTokenizer(specials, tgt_rows, why, side="target")
     else:
         src_tok, tgt_tok = tokenizer, tokenizer.for_target()
     meta = {
