@@ -178,7 +178,7 @@ def experiment_figures(ckpt: Checkpoint, ins: Inspection) -> dict[str, go.Figure
     before = exp.before.trace.numpy("decoder_self", last)[0].mean(0)  # [Tt, Tt], head mean
     after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
     tok = ckpt.tgt_tokenizer
-    reference = tok.encode(exp.targets[0]).ids
+    reference = exp.target_ids[0]  # the ids teacher-forced (no decode -> encode round trip)
     tokens = [tok.token(i) for i in (ckpt.config.bos_id, *reference)][: before.shape[0]]
     figs[f"Causal mask off (decoder self-attention L{last}, mean of heads): {exp.summary()}"] = (
         plots.mask_comparison(
