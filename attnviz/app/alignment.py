@@ -214,7 +214,8 @@ def current(
             raise InputError(f"the gold line: {exc}") from None
     src = ckpt.encode_source(text)
     if target is None:  # the model's own output as decoded, not its text encoded again
-        own = ckpt.predict_details(text).tokens
+        prediction = ckpt.predict_details(text)
+        own, target = prediction.tokens, prediction.text
         tgt = Encoding(own, [ckpt.tgt_tokenizer.token(i) for i in own], [])
         batch = make_batch([src.ids], [own], cfg, ckpt.device, add_eos=False)
     else:
