@@ -82,3 +82,44 @@ def test_an_output_that_is_eos_at_once_is_called_empty(done):
     res = labs.ablation(done, sites)
     assert "→ (empty: EOS first)" in res.message and "“”" not in res.message
     assert labs.shown_output("") == "(empty: EOS first)" and labs.shown_output("ab") == "“ab”"
+
+
+# -- checkpoint health -------------------------------------------------------------------------
+def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path, monkeypatch):
+    import dataclasses
+
+    from attnviz.app import panels, store
+
+    real = store.get_checkpoint(reverse_path)
+    no_task = dataclasses.replace(real, meta={k: v for k, v in real.meta.items() if k != "task"})
+    assert no_task.task is None
+    monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": no_task)
+    fresh = session.new_state(reverse_path)
+    assert "type an input" in panels.health(fresh).message  # nothing to check on yet
+    state = session.step(fresh, "helloworld").state
+    view = panels.health(state, "abc\n\n  xyz  \nhelloworld\n")
+    assert not view.message.startswith("⚠"), view.message
+    assert "Health check passed</b> on 3 given inputs" in view.message
+    assert panels.health_inputs(state, "abc\nhelloworld") == ("helloworld", "abc")
+    one = panels.health(state)
+    assert "on 1 given input," in one.message and "1 given inputs" not in one.message
+
+
+def test_health_wording_agrees_with_itself(reverse_ckpt):
+    """The header names the inputs the accuracy line used; "needed" heads change outputs."""
+    import re
+
+    from attnviz.analysis import health
+
+    report = health.check(reverse_ckpt, n=16, ablation_sample=16)
+    found = {f.check: f for f in report.findings}
+    n_acc = found["accuracy"].details["n"]
+    assert n_acc != 16 and f"on {n_acc} validation inputs" in found["accuracy"].message
+    assert report.inputs.startswith("16 validation inputs")
+    assert f"exact match on {n_acc} validation inputs" in report.inputs
+    for words in found.get("broad heads", health.Finding("", "", "")).details.values():
+        assert "changes 0 of" not in words and int(re.search(r"changes (\d+) of", words)[1]) > 0
+    weak = found["weak heads"].details  # the shipped model has some (measured: 4 of 24)
+    assert weak and all("changes none of 16 outputs" in w for w in weak.values())
+    roles = {f"{s.kind} L{s.layer} H{s.head}": s.role for s in report.stats}
+    assert all(roles[site] == health.WEAK_ROLE for site in weak)

@@ -180,6 +180,10 @@ class Page:
             self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
             self.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
         with gr.Tab("Checkpoint health", elem_id="tab-health") as self.health_tab:
+            self.health_extra = gr.Textbox(
+                label="for a model without a task: the current input is checked, and these "
+                "inputs too (one per line)", lines=2, elem_id="health-inputs",
+            )  # fmt: skip
             self.health_btn = gr.Button("Run the health check", elem_id="health-btn")
             self.health_html = gr.HTML(elem_id="health-report")
             self.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
@@ -481,7 +485,8 @@ def _wire_labs(p: Page) -> None:
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.health_btn.click(
-        _health, [p.state, p.stamps, p.theme], [p.health_html, p.health_plot, p.stamps],
+        _health, [p.state, p.stamps, p.health_extra, p.theme],
+        [p.health_html, p.health_plot, p.stamps],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
@@ -548,8 +553,8 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
-def _health(state: SessionState, stamps: dict, theme: str) -> tuple:
-    view = panels.health(state)
+def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
+    view = panels.health(state, extra)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
     return view.message, fig, stamps
 
