@@ -220,8 +220,28 @@ def test_long_head_roles_wrap_instead_of_clipping():
     rows = [dict(kind="cross", layer=0, head=h, entropy=1.0, role="uniform/dead head")
             for h in range(4)]  # fmt: skip
     cells = plots.head_stats_figure(rows).data[0].text
-    assert cells[0][0] == "uniform/<br>dead head"
+    assert cells[0][0] == "uniform/<br>dead"
     assert all(len(line) <= 10 for line in cells[0][0].split("<br>"))
+
+
+def test_head_role_labels_fit_their_cells():
+    """Roles as the health check writes them: at most two short lines per cell (the whole
+    role in the hover); too many heads in a row and the cells carry no label at all."""
+    roles = ["dead head (uniform, no effect)", "broad head (uniform-looking but needed)",
+             "sharp content-based head", "previous-token head"]  # fmt: skip
+    rows = [dict(kind=k, layer=0, head=h, entropy=1.0, role=roles[h])
+            for k in attnviz.KINDS for h in range(4)]  # fmt: skip
+    fig = plots.head_stats_figure(rows)
+    for trace in fig.data:
+        assert trace.texttemplate == "%{text}"
+        for label, full in zip(trace.text[0], roles, strict=True):
+            lines = label.split("<br>")
+            assert len(lines) <= 2 and all(len(line) <= 10 for line in lines), label
+            assert f"role: {full}" in trace.customdata[0][list(roles).index(full)]
+    assert fig.data[0].text[0][:2].tolist() == ["dead", "broad"]
+    wide = [dict(kind=k, layer=0, head=h, entropy=1.0, role="mixed head")
+            for k in attnviz.KINDS for h in range(16)]  # fmt: skip
+    assert {t.texttemplate for t in plots.head_stats_figure(wide).data} == {""}
 
 
 def test_dark_theme_keeps_the_data():
