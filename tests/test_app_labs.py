@@ -123,3 +123,35 @@ def test_health_wording_agrees_with_itself(reverse_ckpt):
     assert weak and all("changes none of 16 outputs" in w for w in weak.values())
     roles = {f"{s.kind} L{s.layer} H{s.head}": s.role for s in report.stats}
     assert all(roles[site] == health.WEAK_ROLE for site in weak)
+
+
+def test_counts_read_as_words():
+    from attnviz.analysis.health import count
+
+    assert count(1, "step") == "1 step" and count(2, "step") == "2 steps"
+    assert count(0, "input") == "0 inputs" and count(1, "query", "queries") == "1 query"
+    assert count(3, "query", "queries") == "3 queries"
+
+
+def test_header_and_status_of_a_folder_without_a_task(reverse_path, monkeypatch):
+    """No "task None" in the header; "1 step", never "1 steps"."""
+    import dataclasses
+
+    from attnviz.app import store
+    from attnviz.app.state import describe
+    from attnviz.decoding import LogitRules
+
+    real = store.get_checkpoint(reverse_path)
+    eos = real.config.eos_id
+    odd = dataclasses.replace(
+        real,
+        meta={k: v for k, v in real.meta.items() if k != "task"},
+        rules=LogitRules(forced_eos_id=eos, eos_id=eos),
+        max_new_tokens=1,
+    )
+    monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": odd)
+    state = session.new_state(reverse_path)
+    header = describe(state)
+    assert "None" not in header and "no built-in task recorded" in header
+    view = session.step(state, "helloworld")
+    assert "Done after 1 step:" in view.message and "1 steps" not in view.message

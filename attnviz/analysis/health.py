@@ -161,13 +161,13 @@ def check(
         if task is None:
             raise InputError("this checkpoint names no task: give inputs to check it on")
         texts = [e.src for e in task.examples("validation", n, seed=0)]
-        inputs = f"{_count(len(texts), 'validation input')} of task {task.name!r}"
+        inputs = f"{count(len(texts), 'validation input')} of task {task.name!r}"
     else:
-        inputs = _count(len(texts), "given input")
+        inputs = count(len(texts), "given input")
     inputs += f", in padded batches of {batch_size}"
     if task is not None and (size := _accuracy_size(ckpt, n)) != len(texts):
         # the exact match runs on the examples the recorded score used: say so up front
-        inputs += f"; exact match on {_count(size, 'validation input')}, as recorded"
+        inputs += f"; exact match on {count(size, 'validation input')}, as recorded"
     model = ckpt.model
     findings: list[Finding] = []
     texts = list(texts)
@@ -256,7 +256,7 @@ def _site(kind: str, layer: int, head: int) -> str:
 
 def _effect_words(e: HeadEffect, n: int) -> str:
     return (
-        f"zeroing it changes {e.changed_outputs} of {n} outputs, "
+        f"zeroing it changes {e.changed_outputs} of {count(n, 'output')}, "
         f"moves a token's probability by up to {e.max_prob_change:.2f}"
     )
 
@@ -285,7 +285,8 @@ def _dead_heads(
             Finding(
                 "dead heads",
                 "info",
-                f"{len(looks)} heads look unused but were not zeroed (ablation sample 0), so "
+                f"{count(len(looks), 'head')} {_verb(len(looks), 'look')} unused but "
+                f"{'was' if len(looks) == 1 else 'were'} not zeroed (ablation sample 0), so "
                 "none is called dead: " + "; ".join(f"{k} {v}" for k, v in looks.items()),
                 looks,
             )
@@ -301,7 +302,7 @@ def _dead_heads(
         if e.changed_outputs
     }
     nudging = {
-        k: f"{looks[k]}, zeroing it changes none of {n_ablated} outputs but moves a token's "
+        k: f"{looks[k]}, zeroing it changes none of {count(n_ablated, 'output')} but moves a token's "
         f"probability by up to {e.max_prob_change:.2f}"
         for k, e in moving.items()
         if not e.changed_outputs
@@ -312,8 +313,9 @@ def _dead_heads(
             Finding(
                 "dead heads",
                 "warning",
-                f"{len(dead)} heads look unused and zeroing each changes nothing on "
-                f"{n_ablated} inputs: " + "; ".join(f"{k} {v}" for k, v in dead.items()),
+                f"{count(len(dead), 'head')} {_verb(len(dead), 'look')} unused and zeroing each "
+                f"changes nothing on "
+                f"{count(n_ablated, 'input')}: " + "; ".join(f"{k} {v}" for k, v in dead.items()),
                 dead,
             )
         )
@@ -347,18 +349,24 @@ def _removable_heads(effects: list[HeadEffect], n: int) -> Finding:
         return Finding(
             "removable heads",
             "info",
-            f"{len(removable)} of {len(effects)} heads change nothing when zeroed "
-            f"on {n} inputs: {', '.join(removable)}",
+            f"{len(removable)} of {count(len(effects), 'head')} change nothing when zeroed "
+            f"on {count(n, 'input')}: {', '.join(removable)}",
             {"heads": removable},
         )
     return Finding(
-        "removable heads", "ok", f"every head changes the output when zeroed ({n} inputs)"
+        "removable heads", "ok", f"every head changes the output when zeroed ({count(n, 'input')})"
     )
 
 
-def _count(n: int, word: str) -> str:
-    """``"1 given input"``, ``"16 given inputs"``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _verb(n: int, verb: str) -> str:
+    """A present-tense verb agreeing with ``n`` things: "1 head looks", "2 heads look"."""
+    return verb + "s" if n == 1 else verb
+
+
+def count(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` for one, ``many`` (default ``word + "s"``) otherwise:
+    ``"1 given input"``, ``"16 given inputs"`` (messages never say "1 inputs")."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def _accuracy_size(ckpt: Checkpoint, n: int) -> int:
@@ -396,7 +404,7 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
     }[level]
     message = (
         f"greedy exact match {exact:.3f} against the task's true targets on {len(examples)} "
-        f"validation inputs{why}; right by source length: {breakdown}"
+        f"validation {'input' if len(examples) == 1 else 'inputs'}{why}; right by source length: {breakdown}"
     )
     return [Finding("accuracy", level, message, details), _recorded(recorded, exact, examples)]
 
@@ -411,7 +419,7 @@ def _sinks(stats: list[HeadStats]) -> Finding:
     return Finding(
         "sinks",
         "info",
-        f"{len(sinks)} heads put most of their weight on start, end, punctuation or first "
+        f"{count(len(sinks), 'head')} {_verb(len(sinks), 'put')} most of their weight on start, end, punctuation or first "
         f"tokens (a sink: read their maps with care, the weight there carries little): {names}",
         {f"{s.kind} L{s.layer} H{s.head}": round(s.sink, 4) for s in sinks},
     )
@@ -460,12 +468,12 @@ def _recorded(recorded: float | None, measured: float, examples: list) -> Findin
             "recorded accuracy",
             "warning",
             f"recorded validation exact match {recorded:.4f}, measured now {measured:.4f} "
-            f"on the same {n} inputs",
+            f"on the same {count(n, 'input')}",
             details,
         )
     return Finding(
         "recorded accuracy",
         "ok",
-        f"validation exact match {measured:.4f} as recorded ({recorded:.4f}, {n} inputs)",
+        f"validation exact match {measured:.4f} as recorded ({recorded:.4f}, {count(n, 'input')})",
         details,
     )

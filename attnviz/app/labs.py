@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .. import analysis, plots
+from ..analysis.health import count
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
 from ..plots import KIND_TITLES
@@ -62,11 +63,6 @@ class LabView:
 
 
 RANK_SHOWN = 24  # heads in the ranking chart (the table lists all)
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``word`` for one, ``many`` (default ``word + "s"``) otherwise: "1 step", "2 steps"."""
-    return word if n == 1 else many or word + "s"
 
 
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:
@@ -292,9 +288,9 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     ]
     top = effects[0]
     msg = (
-        f"Each head zeroed alone on {len(texts)} {plural(len(texts), 'input')} (yours first). "
-        f"Most important: **{top.site}** (changed {top.changed_outputs} of {len(texts)} "
-        f"{plural(len(texts), 'output')}). The chart shows every head's effect, largest first."
+        f"Each head zeroed alone on {count(len(texts), 'input')} (yours first). "
+        f"Most important: **{top.site}** (changed {top.changed_outputs} of "
+        f"{count(len(texts), 'output')}). The chart shows every head's effect, largest first."
     )
     shown = effects[:RANK_SHOWN]
     fig = figures.paired_bars(  # replaces the last ablation's chart: it explains this ranking
@@ -303,7 +299,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
             "mean |Δp|": [e.mean_prob_change for e in shown],
         },
         [e.site for e in shown],
-        title=f"each head zeroed alone on {len(texts)} {plural(len(texts), 'input')}: "
+        title=f"each head zeroed alone on {count(len(texts), 'input')}: "
         "change in the baseline tokens' probabilities"
         + (f" (top {RANK_SHOWN} of {len(effects)})" if len(effects) > RANK_SHOWN else ""),
         value_name="|Δ probability|",
