@@ -590,9 +590,12 @@ def _player(steps: list[int]) -> dict[str, Any]:
     ]
     play = dict(label="▶ play", method="animate", args=[None, _PLAY])
     pause = dict(label="❚❚ pause", method="animate", args=[[None], _STILL])
-    at = dict(x=0, y=-0.08, xanchor="left", yanchor="top", pad=dict(t=50))
+    # the buttons sit left of the slider on its line, not on top of it; it starts at the first
+    at = dict(x=0, y=0, xanchor="left", yanchor="top", pad=dict(t=62, r=10))
+    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)
+    slider.update(x=0.2, len=0.8, y=0, yanchor="top")
     return dict(
-        sliders=[dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)],
+        sliders=[slider],
         updatemenus=[dict(type="buttons", direction="left", buttons=[play, pause], **at)],
     )
 
