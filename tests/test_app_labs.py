@@ -155,3 +155,10 @@ def test_header_and_status_of_a_folder_without_a_task(reverse_path, monkeypatch)
     assert "None" not in header and "no built-in task recorded" in header
     view = session.step(state, "helloworld")
     assert "Done after 1 step:" in view.message and "1 steps" not in view.message
+
+
+def test_an_edited_input_that_was_not_run_is_noted(done):
+    assert labs.edited_note(done, "helloworld") == ""
+    note = labs.edited_note(done, "helloworl")
+    assert "still show “helloworld”" in note and "Step" in note
+    assert labs.edited_note(session.new_state(done.model), "abc") == ""  # nothing shown yet

@@ -89,6 +89,21 @@ def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:
     return out
 
 
+def edited_note(state: SessionState, text: str | None) -> str:
+    """A line under the input when it was edited but not run: the panels show another input.
+
+    Returns:
+        ``""`` when ``text`` is the input shown (or nothing was started), else the note.
+    """
+    if not state.started or text is None or text == state.text:
+        return ""
+    shown = state.text if len(state.text) <= 40 else state.text[:39] + "…"
+    return (
+        f"✎ The panels still show “{html.escape(shown)}”: press **Step** or **Run** "
+        "(or Enter) for the edited input."
+    )
+
+
 # -- mask lab -----------------------------------------------------------------------------------
 def mask_lab(
     state: SessionState,

@@ -119,6 +119,7 @@ class Page:
                 label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
+        self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
         with gr.Row():
             self.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
             self.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
@@ -422,6 +423,8 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    for trigger in (p.input_text.change, p.state.change):  # the input edited but not run
+        trigger(labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST)
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
