@@ -60,10 +60,10 @@ window.AttnViz.mount(element);
 if (props.value) window.AttnViz.apply(props.value);
 watch('value', () => window.AttnViz.apply(props.value));
 """
-UPLOAD_LABEL = (
-    "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
-    "a Hugging Face folder's files (config, safetensors weights, tokenizer files), "
-    "or one .zip of the folder"
+UPLOAD_LABEL = "…or upload a checkpoint"  # short: a long label covers the drop zone's icon
+UPLOAD_HELP = (
+    "model.safetensors + config.json (+ snapshots.safetensors), a Hugging Face folder's "
+    "files (config, safetensors weights, tokenizer files), or one .zip of the folder"
 )
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
 THEME_JS = (
@@ -114,6 +114,7 @@ class Page:
                 self.model_info = gr.Markdown(elem_id="model-info")
             with gr.Column(scale=1):
                 self.upload = gr.File(label=UPLOAD_LABEL, file_count="multiple", elem_id="upload")
+                gr.Markdown(UPLOAD_HELP, elem_classes="explain")
         with gr.Row():
             self.input_text = gr.Textbox(
                 label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
