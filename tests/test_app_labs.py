@@ -162,3 +162,10 @@ def test_an_edited_input_that_was_not_run_is_noted(done):
     note = labs.edited_note(done, "helloworl")
     assert "still show “helloworld”" in note and "Step" in note
     assert labs.edited_note(session.new_state(done.model), "abc") == ""  # nothing shown yet
+
+
+def test_the_reports_mask_summary_counts_one_input(reverse_ckpt):
+    from attnviz.analysis import masking
+
+    summary = masking.causal_experiment(reverse_ckpt, ["hello"]).summary()
+    assert "of 1 input;" in summary and "1 inputs" not in summary
