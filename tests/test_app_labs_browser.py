@@ -35,7 +35,7 @@ CONTRAST = """(sel) => {
     return [el.textContent.trim().slice(0, 30), (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
   });
 }"""
-# width of the key hint's "→" against its font size (a fallback font drew it at ~0.3 em)
+# width of the key hint's "→" against its font size
 ARROW = """() => {
   const hint = document.getElementById('key-hint'), node = hint.firstChild;
   const i = node.textContent.indexOf('→'), r = document.createRange();
@@ -104,7 +104,8 @@ def test_fixed_scale_switch_under_each_lens_and_the_key_hint(browser, url):
     page = _open(browser, url, "light")
     try:
         vmax = "() => document.querySelector('#heatmap-cross canvas')._vmax"
-        assert page.evaluate(ARROW) > 0.6  # the arrow is as wide as a letter, not a dot
+        # measured: 0.60 em in the theme's font (drawn tiny), 0.84 em in one that has arrows
+        assert page.evaluate(ARROW) > 0.75
         menu = page.evaluate(
             "() => getComputedStyle(document.getElementById('lens-select')).backgroundImage"
         )
