@@ -132,3 +132,19 @@ def test_fixed_scale_switch_under_each_lens_and_the_key_hint(browser, url):
         assert page.locator("#fixed-note").inner_text() == ""
     finally:
         page.close()
+
+
+@pytest.mark.slow
+def test_an_edited_input_is_noted_until_it_is_run(browser, url):
+    page = _open(browser, url, "light")
+    try:
+        note = page.locator("#input-note")
+        page.locator("#input-text textarea").fill("helloworl")
+        page.wait_for_function(
+            "() => document.querySelector('#input-note')?.innerText.includes('still show')"
+        )
+        assert "“helloworld”" in note.inner_text()
+        page.locator("#step-btn").click()
+        page.wait_for_function("() => !document.querySelector('#input-note').innerText.trim()")
+    finally:
+        page.close()

@@ -424,8 +424,11 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
-    for trigger in (p.input_text.change, p.state.change):  # the input edited but not run
-        trigger(labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST)
+    p.input_text.change(  # the input edited but not run: say the panels show another
+        labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
+    )
+    gr.on([p.step_btn.click, p.run_btn.click, p.input_text.submit, p.model_pick.input],
+          lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
