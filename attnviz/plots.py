@@ -483,17 +483,29 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float | np.number) and not isinstance(v, bool)
 
 
-def _wrap_role(role: str, width: int = 9) -> str:
-    """A role as short lines (``"uniform/dead head"`` -> ``"uniform/<br>dead head"``): cells
-    are narrow, and a clipped label reads as another word."""
-    words = role.replace("/", "/ ").split()
-    lines: list[str] = []
-    for w in words:
-        if lines and len(lines[-1]) + 1 + len(w) <= width and not lines[-1].endswith("/"):
-            lines[-1] += " " + w
+def _wrap_role(role: str, width: int = 9, lines: int = 2) -> str:
+    """A role as a cell label of at most ``lines`` short lines: the words before "head" or
+    a parenthesis (``"dead head (uniform, no effect)"`` -> ``"dead"``, ``"uniform/dead head"``
+    -> ``"uniform/<br>dead"``), broken after "/" and "-". The whole role is in the hover;
+    a label wider than its cell spills over its neighbours."""
+    short = role.split("(")[0].strip()
+    words = [w for w in short.split() if w != "head"] or short.split()
+    parts = " ".join(words).replace("/", "/ ").replace("-", "- ").split()
+    out: list[str] = []
+    for w in parts:
+        if out and len(out[-1]) + 1 + len(w) <= width and not out[-1].endswith(("/", "-")):
+            out[-1] += " " + w
+        elif out and out[-1].endswith("-") and len(out[-1]) + len(w) <= width:
+            out[-1] += w
         else:
-            lines.append(w)
-    return "<br>".join(lines)
+            out.append(w)
+    if len(out) > lines:
+        out = out[: lines - 1] + [out[lines - 1].rstrip("/-") + "…"]
+    return "<br>".join(out)
+
+
+#: Cells per figure row up to which role labels are written in the cells (hover beyond).
+ROLE_LABEL_CELLS = 24
 
 
 def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy") -> go.Figure:
@@ -518,6 +530,7 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
     n_h = max(int(r["head"]) for r in rows) + 1
     n_l = max(int(r["layer"]) for r in rows) + 1
     traces = []
+    labelled = n_h * len(kinds) <= ROLE_LABEL_CELLS  # narrower cells: roles in the hover only
     for n, kind in enumerate(kinds, start=1):
         mine = [r for r in rows if r["kind"] == kind]
         layers = max(int(r["layer"]) for r in mine) + 1
@@ -530,7 +543,8 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
             hover[i, h] = f"{kind} L{i} H{h}<br>{metric}: {v:.4g}<br>role: {full}"
         s = "" if n == 1 else str(n)
         cells = dict(type="heatmap", z=z, x=np.arange(n_h), y=np.arange(layers), name=kind)
-        cells.update(text=role, texttemplate="%{text}", textfont=dict(size=10), xgap=2, ygap=2)
+        cells.update(text=role, texttemplate="%{text}" if labelled else "", xgap=2, ygap=2)
+        cells.update(textfont=dict(size=10 if n_h * len(kinds) <= 12 else 9))
         cells.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>")
         cells.update(hoverongaps=False, coloraxis="coloraxis", xaxis=f"x{s}", yaxis=f"y{s}")
         traces.append(cells)
@@ -576,9 +590,12 @@ def _player(steps: list[int]) -> dict[str, Any]:
     ]
     play = dict(label="▶ play", method="animate", args=[None, _PLAY])
     pause = dict(label="❚❚ pause", method="animate", args=[[None], _STILL])
-    at = dict(x=0, y=-0.08, xanchor="left", yanchor="top", pad=dict(t=50))
+    # the buttons sit left of the slider on its line, not on top of it; it starts at the first
+    at = dict(x=0, y=0, xanchor="left", yanchor="top", pad=dict(t=62, r=10))
+    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)
+    slider.update(x=0.2, len=0.8, y=0, yanchor="top")
     return dict(
-        sliders=[dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)],
+        sliders=[slider],
         updatemenus=[dict(type="buttons", direction="left", buttons=[play, pause], **at)],
     )
 

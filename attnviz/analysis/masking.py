@@ -110,7 +110,8 @@ class MaskExperiment:
         return (
             f"{self.name}: {self.metric} {self.before.token_acc:.3f} -> "
             f"{self.after.token_acc:.3f}; greedy output changed for {self.changed_outputs} of "
-            f"{len(self.texts)} inputs; largest next-token probability change "
+            f"{len(self.texts)} input{'' if len(self.texts) == 1 else 's'}; largest next-token "
+            "probability change "
             f"{self.max_prob_change:.3f}"
         )
 

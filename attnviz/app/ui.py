@@ -51,10 +51,10 @@ window.AttnViz.mount(element);
 if (props.value) window.AttnViz.apply(props.value);
 watch('value', () => window.AttnViz.apply(props.value));
 """
-UPLOAD_LABEL = (
-    "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
-    "a Hugging Face folder's files (config, safetensors weights, tokenizer files), "
-    "or one .zip of the folder"
+UPLOAD_LABEL = "…or upload a checkpoint"  # short: a long label covers the drop zone's icon
+UPLOAD_HELP = (
+    "model.safetensors + config.json (+ snapshots.safetensors), a Hugging Face folder's "
+    "files (config, safetensors weights, tokenizer files), or one .zip of the folder"
 )
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
 THEME_JS = (
@@ -105,11 +105,13 @@ class Page:
                 self.model_info = gr.Markdown(elem_id="model-info")
             with gr.Column(scale=1):
                 self.upload = gr.File(label=UPLOAD_LABEL, file_count="multiple", elem_id="upload")
+                gr.Markdown(UPLOAD_HELP, elem_classes="explain")
         with gr.Row():
             self.input_text = gr.Textbox(
                 label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
+        self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
         with gr.Row():
             self.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
             self.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
@@ -171,6 +173,10 @@ class Page:
             self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
             self.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
         with gr.Tab("Checkpoint health", elem_id="tab-health") as self.health_tab:
+            self.health_extra = gr.Textbox(
+                label="for a model without a task: the current input is checked, and these "
+                "inputs too (one per line)", lines=2, elem_id="health-inputs",
+            )  # fmt: skip
             self.health_btn = gr.Button("Run the health check", elem_id="health-btn")
             self.health_html = gr.HTML(elem_id="health-report")
             self.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
@@ -404,6 +410,11 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    p.input_text.change(  # the input edited but not run: say the panels show another
+        labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
+    )
+    gr.on([p.step_btn.click, p.run_btn.click, p.input_text.submit, p.model_pick.input],
+          lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
@@ -467,7 +478,8 @@ def _wire_labs(p: Page) -> None:
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.health_btn.click(
-        _health, [p.state, p.stamps, p.theme], [p.health_html, p.health_plot, p.stamps],
+        _health, [p.state, p.stamps, p.health_extra, p.theme],
+        [p.health_html, p.health_plot, p.stamps],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
@@ -534,8 +546,8 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
-def _health(state: SessionState, stamps: dict, theme: str) -> tuple:
-    view = panels.health(state)
+def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
+    view = panels.health(state, extra)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
     return view.message, fig, stamps
 
