@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz import plots
 from attnviz.analysis import compare as analysis_compare
 from attnviz.app import compare_lab, session, store, views
 from attnviz.model import KINDS
@@ -90,6 +91,13 @@ def test_beam_panel_follows_the_checkpoints_length_limit(models_dir, tmp_path):
     assert "the same as greedy <b>dlr</b>" in out
 
 
+def test_plots_refuse_a_matching_of_another_shape():
+    with pytest.raises(attnviz.AttnvizError, match="does not fit"):
+        plots.head_divergence(np.zeros((2, 4)), np.zeros((2, 3), dtype=int))
+    with pytest.raises(attnviz.AttnvizError, match="differ in shape"):
+        plots.attention_difference(np.zeros((2, 3)), np.zeros((3, 3)), None, None)
+
+
 @pytest.mark.browser
 def test_browser_compare_tab_draws_the_grid(launched_app, models_dir, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -125,6 +133,12 @@ def test_browser_compare_tab_draws_the_grid(launched_app, models_dir, tmp_path):
                 "._fullData[0].z.length"
             )
             assert cells == 2  # two layers of cross-attention
+            page.locator("#compare-head-menu input").click()  # pick a head: it is drawn A | B | A−B
+            page.get_by_role("option", name="H2", exact=True).click()
+            page.wait_for_function(
+                "() => { const gd = document.querySelector('#compare-head .js-plotly-plot');"
+                " return gd && gd._fullLayout.title.text.includes('layer 0 · head 2'); }"
+            )
             page.screenshot(path=str(tmp_path / f"compare-{scheme}.png"), full_page=True)
             page.close()
         browser.close()

@@ -243,7 +243,9 @@ class Page:
                 )
                 self.compare_kind = gr.Radio(list(KINDS), value="cross", label="head to draw")
                 self.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
-                self.compare_head = gr.Dropdown(["H0"], value="H0", label="head")
+                self.compare_head = gr.Dropdown(
+                    ["H0"], value="H0", label="head", elem_id="compare-head-menu"
+                )
                 self.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
             self.compare_msg = gr.Markdown(elem_id="compare-message")
             with gr.Row():
