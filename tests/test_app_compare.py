@@ -140,5 +140,13 @@ def test_browser_compare_tab_draws_the_grid(launched_app, models_dir, tmp_path):
                 " return gd && gd._fullLayout.title.text.includes('layer 0 · head 2'); }"
             )
             page.screenshot(path=str(tmp_path / f"compare-{scheme}.png"), full_page=True)
+            if scheme == "light":  # a new input: the result for the old one is cleared, with a note
+                page.locator("#input-text textarea").fill("abc")
+                page.locator("#step-btn").click()
+                page.wait_for_function(
+                    "() => document.querySelector('#compare-message').innerText"
+                    ".includes('changed since this was computed')"
+                )
+                assert page.locator("#compare-token-strip").count() == 0
             page.close()
         browser.close()
