@@ -658,6 +658,100 @@ def snapshot_timeline(
     return fig
 
 
+# -- two checkpoints -----------------------------------------------------------------------------
+def head_divergence(
+    divergence: Any, matching: Any = None, title: str = "", zmax: float | None = None
+) -> go.Figure:
+    """Per-head divergence of two models as a layers x heads grid.
+
+    Args:
+        divergence: ``[L, H]`` values (e.g. Jensen–Shannon divergence in bits, in [0, 1]).
+        matching: optional ``[L, H]`` ints: the head of the other model matched to each head,
+            written in its cell (``"→H2"``).
+        title: figure title.
+        zmax: top of the colour scale (default: the largest value, or 1 when all are 0).
+    Returns:
+        One heatmap trace named ``"divergence"`` (row 0 = layer 0 at the top).
+    """
+    d = _array(divergence, "divergence", (2,), "[L, H]")
+    n_l, n_h = d.shape
+    cells = np.array([[f"{v:.3f}" for v in row] for row in d], dtype=object)  # [L, H]
+    if matching is not None:
+        m = np.asarray(matching)
+        if m.shape != d.shape:
+            raise InputError(f"matching {list(m.shape)} does not fit divergence {list(d.shape)}")
+        cells = np.array(
+            [[f"{cells[i, h]}<br>→H{int(m[i, h])}" for h in range(n_h)] for i in range(n_l)],
+            dtype=object,
+        )
+    x = [f"H{h}" for h in range(n_h)]
+    y = [f"L{i}" for i in range(n_l)]
+    trace = dict(
+        type="heatmap", z=d, x=np.arange(n_h), y=np.arange(n_l), name="divergence",
+        colorscale=SCALE, zmin=0.0, zmax=_zmax(d, None, zmax), text=cells,
+        texttemplate="%{text}", customdata=cells, colorbar=dict(title="JSD"),
+        hovertemplate="layer %{y}, head %{x}<br>divergence %{z:.4f}<extra></extra>",
+    )  # fmt: skip
+    return _figure(
+        [trace],
+        title=title,
+        height=int(np.clip(140 + 60 * n_l, 260, 900)),
+        xaxis=token_axis(x, title="head"),
+        yaxis=token_axis(y, reverse=True, title="layer"),
+    )
+
+
+def attention_difference(
+    a: Any,
+    b: Any,
+    x_tokens: Tokens,
+    y_tokens: Tokens,
+    title: str = "",
+    mask: Any = None,
+    names: tuple[str, str] = ("A", "B"),
+) -> go.Figure:
+    """One head of two models on the same input: A | B | A − B.
+
+    Args:
+        a, b: ``[Tq, Tk]`` weights of the same head position in two models.
+        x_tokens, y_tokens: ``Tk`` key and ``Tq`` query tokens (None for positions).
+        title: figure title.
+        mask: optional bool mask (True = blocked) shared by both, drawn grey in A and B.
+        names: panel titles of the two models.
+    Returns:
+        Three panels: traces named ``names[0]``, ``names[1]`` (shared ``coloraxis``) and
+        ``"A - B"`` (``coloraxis2``: diverging, centred on 0, symmetric).
+    """
+    wa = _array(a, "a", (2,), "[Tq, Tk]")
+    wb = _array(b, "b", (2,), "[Tq, Tk]")
+    if wa.shape != wb.shape:
+        raise InputError(f"a {list(wa.shape)} and b {list(wb.shape)} differ in shape")
+    m = _mask(mask, wa.shape)
+    x, y = _xy(x_tokens, y_tokens, *wa.shape)
+    hover = _hover_cells(x, y)
+    diff = wa - wb  # [Tq, Tk]
+    traces = _heat_traces(wa, m, hover, name=names[0], coloraxis="coloraxis")
+    traces += _heat_traces(wb, m, hover, name=names[1], coloraxis="coloraxis", panel=2)
+    change = dict(name="A - B", coloraxis="coloraxis2", hovertemplate=_CHANGE_HOVER)
+    traces += _heat_traces(diff, m, hover, panel=3, **change)
+    span = float(np.abs(diff).max()) or 1.0
+    bar = dict(thickness=12, len=1)
+    titles = (names[0], names[1], f"{names[0]} − {names[1]}")
+    return _figure(
+        traces,
+        title=title,
+        height=_height(1, wa.shape[0]),
+        coloraxis=dict(
+            colorscale=SCALE,
+            cmin=0.0,
+            cmax=max(_zmax(wa, m), _zmax(wb, m)),
+            colorbar=dict(x=0.65, **bar),
+        ),  # fmt: skip
+        coloraxis2=dict(colorscale=DIVERGING, cmin=-span, cmax=span, colorbar=dict(**bar)),
+        **_grid(1, 3, titles, token_axis(x), token_axis(y, reverse=True), gaps=(0.1, 0)),
+    )
+
+
 # -- config ------------------------------------------------------------------------------------
 def figure_config() -> dict[str, Any]:
     """The plotly config every attnviz figure uses: no logo or cloud link, PNG download kept."""

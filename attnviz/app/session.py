@@ -327,7 +327,8 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
         text = state.text if text is None else text
         if not (text or "").strip():
             raise InputError("type an input first")
-        best = ckpt.beam(text, int(beam_size))  # the checkpoint's length limit and rules
+        # the folder's generation config: its rules, length limit, length penalty, ...
+        best = ckpt.beam(text, int(beam_size))
         greedy = ckpt.predict(text)
     except AttnvizError as exc:
         return _warn(exc)

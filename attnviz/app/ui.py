@@ -22,7 +22,7 @@ from .. import plots
 from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import alignment, labs, lensview, panels, session, store
+from . import alignment, compare_lab, labs, lensview, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
@@ -93,6 +93,7 @@ class Page:
             self._mask_tab()
             self._other_tabs()
             self._align_tab()
+            self._compare_tab()
 
     # -- layout --------------------------------------------------------------------------------
     def _top(self) -> None:
@@ -239,6 +240,27 @@ class Page:
             self.faith_msg = gr.Markdown(elem_id="faith-message")
             self.faith_plot = gr.Plot(label="comprehensiveness / sufficiency", elem_id="faith-plot")
 
+    def _compare_tab(self) -> None:
+        with gr.Tab("Compare", elem_id="tab-compare") as self.compare_tab:
+            gr.Markdown(compare_lab.INTRO, elem_classes="explain")
+            with gr.Row():
+                self.compare_model = gr.Dropdown(
+                    choices=store.menu(), value=None, label="model B", elem_id="compare-model"
+                )
+                self.compare_kind = gr.Radio(list(KINDS), value="cross", label="head to draw")
+                self.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
+                self.compare_head = gr.Dropdown(
+                    ["H0"], value="H0", label="head", elem_id="compare-head-menu"
+                )
+                self.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+            self.compare_msg = gr.Markdown(elem_id="compare-message")
+            with gr.Row():
+                self.compare_grids = [
+                    gr.Plot(label=f"divergence: {k}", elem_id=f"compare-grid-{k}") for k in KINDS
+                ]
+            self.compare_tokens = gr.HTML(elem_id="compare-tokens")
+            self.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
+
     def align_inputs(self) -> list:
         return [self.align_lens, self.align_setting, self.align_layer, self.align_head,
                 self.align_gold, self.align_sources, self.align_gold_file]  # fmt: skip
@@ -309,6 +331,7 @@ class Page:
             self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
+            *self.compare_grids, self.compare_head_plot, self.compare_tokens, self.compare_msg,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -339,6 +362,9 @@ class Page:
             out[self.align_msg] = STALE
         if "faith" in stale:
             out.update({self.faith_plot: None, self.faith_msg: STALE})
+        if "compare" in stale:
+            out.update({g: None for g in (*self.compare_grids, self.compare_head_plot)})
+            out.update({self.compare_tokens: "", self.compare_msg: STALE})
         if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
@@ -452,7 +478,7 @@ def _wire_labs(p: Page) -> None:
     )  # fmt: skip
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
             p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
-            p.export_tab: "export", p.align_tab: "align"}  # fmt: skip
+            p.export_tab: "export", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 
@@ -493,6 +519,7 @@ def _wire_labs(p: Page) -> None:
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     _wire_alignment(p)
+    _wire_compare(p)
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
             lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
@@ -533,6 +560,33 @@ def _wire_alignment(p: Page) -> None:
     p.faith_btn.click(
         faith, [p.state, p.stamps, p.theme], [p.faith_plot, p.faith_msg, p.stamps],
         js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+
+def _wire_compare(p: Page) -> None:
+    """The Compare tab: computed when model B, the head or the button asks, never on a Step."""
+    outs = [*p.compare_grids, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
+            p.compare_layer, p.compare_head]  # fmt: skip
+
+    def run(state, stamps, model_b, kind, layer, head, theme):
+        layers, heads = compare_lab.head_menus(state, kind)
+        layer = layer if layer in layers else (layers or [None])[0]
+        head = head if head in heads else (heads or [None])[0]
+        view = compare_lab.compare(state, model_b, kind, layer, head)
+        figs = _dark([*view.grids, view.head], theme)
+        stamps = {**stamps, "compare": stamp(state)["compare"]}
+        menus = (gr.Dropdown(choices=layers, value=layer), gr.Dropdown(choices=heads, value=head))
+        return (*figs, view.tokens_html, view.message, stamps, *menus)
+
+    gr.on(
+        [p.compare_model.input, p.compare_btn.click, p.compare_kind.input,
+         p.compare_layer.input, p.compare_head.input],
+        run, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+              p.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.compare_tab.select(
+        lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
+        [p.state, p.compare_model], [p.compare_model], **HIDDEN,
     )  # fmt: skip
 
 

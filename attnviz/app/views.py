@@ -414,6 +414,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "beam": (state.model, state.epoch),
         "ablate": (state.model, state.epoch),
         "align": (state.model, state.epoch),
+        "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
         "model": (state.model, store.version_of(state.model) if state.model else 0),
     }
 
