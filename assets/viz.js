@@ -119,6 +119,9 @@
   }
   AV.setLens = function (name) {
     ui.lens = name; ui.lensAsked = "";
+    const box = document.getElementById("fixed-scale"), note = document.getElementById("fixed-note");
+    if (box) box.disabled = name === "norms"; // no 0–1 scale for sizes: say so beside the switch
+    if (note) note.textContent = name === "norms" ? " — off under norms: they are sizes, not shares of 1" : "";
     const sel = document.getElementById("lens-select");
     if (sel) sel.value = name;
     if (name === "weights") { useLens(null); render(); return; }
@@ -200,7 +203,7 @@
   }
   function short(s, n) { s = String(s); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
   function vmaxOf(mats) {
-    if (ui.fixed && lensName() === "weights") return 1;
+    if (ui.fixed && lensName() !== "norms") return 1; // weights and rollout rows sum to 1; norms are sizes
     let mx = 0;
     for (const mat of mats) for (let i = 0; i < mat.z.length; i++) if (!mat.m[i] && mat.z[i] > mx) mx = mat.z[i];
     return mx > 0 ? mx : 1;
@@ -363,7 +366,7 @@
     for (const [v, t] of [["weights", "attention weights"], ["norms", "norms ‖α·f(x)‖"], ["rollout", "rollout (heads averaged)"]]) lensSel.appendChild(el("option", { value: v, text: t }));
     lensSel.addEventListener("change", () => AV.setLens(lensSel.value));
     const bar = el("div", { class: "av-bar" },
-      el("label", { class: "av-check" }, fixed, el("span", { text: " fixed 0–1 colour scale (else each figure spans 0 to its largest weight)" })),
+      el("label", { class: "av-check" }, fixed, el("span", { text: " fixed 0–1 colour scale (else each figure spans 0 to its largest weight)" }), el("span", { id: "fixed-note", class: "av-keys" })),
       el("label", { class: "av-ctl" }, el("span", { text: "lens " }), lensSel, el("span", { id: "lens-msg", class: "av-keys" })),
       el("span", { class: "av-keys", id: "key-hint", text: "Keys (outside a text field): → or n Step · ← or b Back · r Run · Home Reset" }));
     const topk = el("div", { class: "av-panel", id: "topk-plot" }, el("div", { class: "av-head" }, el("span", { class: "av-title", text: "Next-token probabilities" })), el("div", { class: "av-bars" }));

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from .beam import BeamResult, beam_predict, folder_num_beams
 from .config import ModelConfig
 from .data import source_batch
 from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
@@ -33,6 +34,7 @@ from .errors import AttnvizError, CheckpointError, InputError, one_line, shorten
 from .model import Transformer
 from .scoring import Scored, score_reference
 from .tokenizer import Encoding, Tokenizer
+from .weights import build_model, unique_state_dict
 
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -105,16 +107,6 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     return tensors, meta
 
 
-def unique_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
-    """The state dict with tied tensors stored once (the first name wins).
-
-    Ties are found by parameter identity, so this works on a ``meta``-device model as well.
-    """
-    keep = {name for name, _ in model.named_parameters()}  # a shared parameter appears once
-    keep |= {name for name, _ in model.named_buffers()}
-    return {k: v for k, v in model.state_dict().items() if k in keep}
-
-
 # -- save / load ----------------------------------------------------------------------------
 def save_checkpoint(
     path: str | Path,
@@ -159,6 +151,20 @@ def _check_vocab(cfg: ModelConfig, src: Tokenizer, tgt: Tokenizer, error: type) 
                 f"the {side} tokenizer's special ids {tok.specials} differ from the model "
                 f"config's {cfg.special_ids}"
             )
+
+
+#: Other folder formats :func:`load_checkpoint` opens: ``(is_format(path), load(path,
+#: device))`` pairs, added by the modules that read them (:mod:`attnviz.interop.hf`), so this
+#: module imports none of them.
+FOLDER_FORMATS: list[tuple[Callable[[Path], bool], Callable[..., Checkpoint]]] = []
+
+
+def register_folder_format(
+    is_format: Callable[[Path], bool], load: Callable[..., Checkpoint]
+) -> None:
+    """Let :func:`load_checkpoint` open another kind of folder with ``load(path, device)``."""
+    if (is_format, load) not in FOLDER_FORMATS:
+        FOLDER_FORMATS.append((is_format, load))
 
 
 def _locate(path: str | Path) -> Path:
@@ -206,13 +212,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
             names or shapes do not match the config.
         InteropError: a Hugging Face folder of an unsupported ``model_type``.
     """
-    from .interop.hf import is_hf_folder, load_hf_checkpoint
-
     path = Path(path).expanduser()
-    if is_hf_folder(path):
-        return load_hf_checkpoint(path, device)
-    if path.is_file() and path.name == WEIGHTS and is_hf_folder(path.parent):
-        return load_hf_checkpoint(path.parent, device)
+    for is_format, load in FOLDER_FORMATS:  # Hugging Face folders (attnviz.interop.hf)
+        if is_format(path):
+            return load(path, device)
+        if path.is_file() and path.name == WEIGHTS and is_format(path.parent):
+            return load(path.parent, device)
     weights = _locate(path)
     tensors, meta = read_tensors(weights)
     if meta is None:
@@ -235,44 +240,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         # a tokenizer entry of the wrong type (a number for a token list, say)
         raise CheckpointError(f"{weights}: unusable metadata ({one_line(exc, 200)})") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
-    with torch.device("meta"):  # names and shapes first, without allocating anything: a
-        skeleton = Transformer(config)  # config asking for a huge model fails here, cheaply
-    _check_weights(unique_state_dict(skeleton), tensors, weights)
-    model = Transformer(config)
-    _load_weights(model, tensors, weights)
+    model = build_model(config, tensors, weights)  # shapes on the meta device first
     return Checkpoint(model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent)
-
-
-def _check_weights(expected: dict[str, Tensor], tensors: dict[str, Tensor], where: Path) -> None:
-    """Every expected tensor present, no others, shapes as the config says, all float."""
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    wrong = [
-        f"{shorten(k)} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
-        for k in expected
-        if k in tensors and tensors[k].shape != expected[k].shape
-    ]
-    not_float = [k for k in tensors if k in expected and not tensors[k].is_floating_point()]
-    for label, names in (
-        ("missing tensors", [shorten(k) for k in missing]),
-        ("unexpected tensors", [shorten(k) for k in unexpected]),
-        ("shapes that do not match the config", wrong),
-        ("non-float tensors", [shorten(k) for k in not_float]),
-    ):
-        if names:
-            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-            shown = ", ".join(names[:4])
-            raise CheckpointError(f"{where}: {label}: {shown}{more}")
-
-
-def _load_weights(model: Transformer, tensors: dict[str, Tensor], where: Path) -> None:
-    expected = unique_state_dict(model)
-    with torch.no_grad():
-        for k, t in expected.items():
-            t.copy_(tensors[k].to(t.dtype))
-    bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
-    if bad:
-        raise CheckpointError(f"{where}: NaN or inf in {', '.join(shorten(k) for k in bad[:4])}")
 
 
 # -- using a checkpoint ---------------------------------------------------------------------
@@ -297,7 +266,8 @@ class Checkpoint:
 
     ``rules`` and ``max_new_tokens`` come from a Hugging Face folder's generation config
     (None for attnviz checkpoints); :meth:`predict` follows them. A Hugging Face folder
-    without tokenizer files has ``None`` tokenizers (``meta["tokenizer_missing"]`` says why).
+    without a working tokenizer reads and shows token ids (``meta["tokenizer_missing"]`` says
+    why).
     """
 
     model: Transformer
@@ -331,8 +301,47 @@ class Checkpoint:
             )
         return enc
 
-    def predict_details(self, text: str, max_len: int | None = None) -> Prediction:
-        """Greedy-decode one input; see :class:`Prediction`."""
+    def greedy(
+        self,
+        src: Tensor,
+        src_pad_mask: Tensor | None = None,
+        edits: Sequence = (),
+        cache: bool = True,
+        max_len: int | None = None,
+    ) -> Tensor:
+        """:func:`~attnviz.decoding.greedy_decode` with this checkpoint's special ids, length
+        limit and generation rules: every greedy decode of an analysis goes through here, so
+        it decodes what :meth:`predict` decodes.
+
+        Args:
+            src: ``[B, Ts]`` source ids; ``src_pad_mask``: ``[B, Ts]`` True at padding.
+            edits: attention edits of every pass (see :func:`attnviz.record`).
+        Returns:
+            ``[B, T]`` output ids without the start id.
+        """
+        cfg = self.config
+        return greedy_decode(
+            self.model,
+            src,
+            cfg.bos_id,
+            cfg.eos_id,
+            max_len=max_len or self.max_new_tokens,
+            src_pad_mask=src_pad_mask,
+            edits=edits,
+            cache=cache,
+            rules=self.rules,
+        )
+
+    def predict_details(
+        self, text: str, max_len: int | None = None, num_beams: int | None = None
+    ) -> Prediction:
+        """Greedy-decode one input (beam search when ``num_beams``, by default the generation
+        config's, is above 1); see :class:`Prediction`."""
+        num_beams = folder_num_beams(self) if num_beams is None else num_beams
+        if num_beams > 1:
+            best = self.beam(text, num_beams, max_len)
+            enc = self.encode_source(text)
+            return Prediction(self.tgt_tokenizer.decode(best.tokens), enc, best.tokens)
         enc = self.encode_source(text)
         src = torch.tensor([enc.ids], device=self.device)
         cfg = self.config
@@ -362,16 +371,16 @@ class Checkpoint:
             rules=self.rules,
         )
 
+    def beam(self, text: str, beam_size: int = 4, max_len: int | None = None) -> BeamResult:
+        """Beam search on one input as transformers' ``generate(num_beams=k)`` runs it, under
+        this checkpoint's generation config, length limit and rules (see
+        :func:`attnviz.beam.beam_predict`)."""
+        return beam_predict(self, text, beam_size, max_len)
+
     def predict(self, text: str, max_len: int | None = None, num_beams: int | None = None) -> str:
         """Decode one input to text (unknown pieces run as UNK): greedy, or beam search when
-        ``num_beams`` (default: the generation config's, else 1) is above 1, following the
-        generation config as transformers' ``generate`` does (see :func:`attnviz.beam.beam_predict`)."""
-        from .beam import beam_predict, folder_num_beams
-
-        if (folder_num_beams(self) if num_beams is None else num_beams) != 1:
-            tokens = beam_predict(self, text, num_beams, max_len).tokens
-            return self.tgt_tokenizer.decode(tokens)
-        return self.predict_details(text, max_len).text
+        ``num_beams`` (default: the generation config's, else 1) is above 1."""
+        return self.predict_details(text, max_len, num_beams).text
 
     def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
         """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""

@@ -448,4 +448,3 @@ def greedy_decode(
             if kv is None:
                 prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
     return torch.stack(out, dim=1)
-

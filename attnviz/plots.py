@@ -483,17 +483,29 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float | np.number) and not isinstance(v, bool)
 
 
-def _wrap_role(role: str, width: int = 9) -> str:
-    """A role as short lines (``"uniform/dead head"`` -> ``"uniform/<br>dead head"``): cells
-    are narrow, and a clipped label reads as another word."""
-    words = role.replace("/", "/ ").split()
-    lines: list[str] = []
-    for w in words:
-        if lines and len(lines[-1]) + 1 + len(w) <= width and not lines[-1].endswith("/"):
-            lines[-1] += " " + w
+def _wrap_role(role: str, width: int = 9, lines: int = 2) -> str:
+    """A role as a cell label of at most ``lines`` short lines: the words before "head" or
+    a parenthesis (``"dead head (uniform, no effect)"`` -> ``"dead"``, ``"uniform/dead head"``
+    -> ``"uniform/<br>dead"``), broken after "/" and "-". The whole role is in the hover;
+    a label wider than its cell spills over its neighbours."""
+    short = role.split("(")[0].strip()
+    words = [w for w in short.split() if w != "head"] or short.split()
+    parts = " ".join(words).replace("/", "/ ").replace("-", "- ").split()
+    out: list[str] = []
+    for w in parts:
+        if out and len(out[-1]) + 1 + len(w) <= width and not out[-1].endswith(("/", "-")):
+            out[-1] += " " + w
+        elif out and out[-1].endswith("-") and len(out[-1]) + len(w) <= width:
+            out[-1] += w
         else:
-            lines.append(w)
-    return "<br>".join(lines)
+            out.append(w)
+    if len(out) > lines:
+        out = out[: lines - 1] + [out[lines - 1].rstrip("/-") + "…"]
+    return "<br>".join(out)
+
+
+#: Cells per figure row up to which role labels are written in the cells (hover beyond).
+ROLE_LABEL_CELLS = 24
 
 
 def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy") -> go.Figure:
@@ -518,6 +530,7 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
     n_h = max(int(r["head"]) for r in rows) + 1
     n_l = max(int(r["layer"]) for r in rows) + 1
     traces = []
+    labelled = n_h * len(kinds) <= ROLE_LABEL_CELLS  # narrower cells: roles in the hover only
     for n, kind in enumerate(kinds, start=1):
         mine = [r for r in rows if r["kind"] == kind]
         layers = max(int(r["layer"]) for r in mine) + 1
@@ -530,7 +543,8 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
             hover[i, h] = f"{kind} L{i} H{h}<br>{metric}: {v:.4g}<br>role: {full}"
         s = "" if n == 1 else str(n)
         cells = dict(type="heatmap", z=z, x=np.arange(n_h), y=np.arange(layers), name=kind)
-        cells.update(text=role, texttemplate="%{text}", textfont=dict(size=10), xgap=2, ygap=2)
+        cells.update(text=role, texttemplate="%{text}" if labelled else "", xgap=2, ygap=2)
+        cells.update(textfont=dict(size=10 if n_h * len(kinds) <= 12 else 9))
         cells.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>")
         cells.update(hoverongaps=False, coloraxis="coloraxis", xaxis=f"x{s}", yaxis=f"y{s}")
         traces.append(cells)
@@ -576,9 +590,12 @@ def _player(steps: list[int]) -> dict[str, Any]:
     ]
     play = dict(label="▶ play", method="animate", args=[None, _PLAY])
     pause = dict(label="❚❚ pause", method="animate", args=[[None], _STILL])
-    at = dict(x=0, y=-0.08, xanchor="left", yanchor="top", pad=dict(t=50))
+    # the buttons sit left of the slider on its line, not on top of it; it starts at the first
+    at = dict(x=0, y=0, xanchor="left", yanchor="top", pad=dict(t=62, r=10))
+    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)
+    slider.update(x=0.2, len=0.8, y=0, yanchor="top")
     return dict(
-        sliders=[dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=50), steps=marks)],
+        sliders=[slider],
         updatemenus=[dict(type="buttons", direction="left", buttons=[play, pause], **at)],
     )
 
@@ -639,6 +656,100 @@ def snapshot_timeline(
         for i in range(len(snaps.steps))
     ]
     return fig
+
+
+# -- two checkpoints -----------------------------------------------------------------------------
+def head_divergence(
+    divergence: Any, matching: Any = None, title: str = "", zmax: float | None = None
+) -> go.Figure:
+    """Per-head divergence of two models as a layers x heads grid.
+
+    Args:
+        divergence: ``[L, H]`` values (e.g. Jensen–Shannon divergence in bits, in [0, 1]).
+        matching: optional ``[L, H]`` ints: the head of the other model matched to each head,
+            written in its cell (``"→H2"``).
+        title: figure title.
+        zmax: top of the colour scale (default: the largest value, or 1 when all are 0).
+    Returns:
+        One heatmap trace named ``"divergence"`` (row 0 = layer 0 at the top).
+    """
+    d = _array(divergence, "divergence", (2,), "[L, H]")
+    n_l, n_h = d.shape
+    cells = np.array([[f"{v:.3f}" for v in row] for row in d], dtype=object)  # [L, H]
+    if matching is not None:
+        m = np.asarray(matching)
+        if m.shape != d.shape:
+            raise InputError(f"matching {list(m.shape)} does not fit divergence {list(d.shape)}")
+        cells = np.array(
+            [[f"{cells[i, h]}<br>→H{int(m[i, h])}" for h in range(n_h)] for i in range(n_l)],
+            dtype=object,
+        )
+    x = [f"H{h}" for h in range(n_h)]
+    y = [f"L{i}" for i in range(n_l)]
+    trace = dict(
+        type="heatmap", z=d, x=np.arange(n_h), y=np.arange(n_l), name="divergence",
+        colorscale=SCALE, zmin=0.0, zmax=_zmax(d, None, zmax), text=cells,
+        texttemplate="%{text}", customdata=cells, colorbar=dict(title="JSD"),
+        hovertemplate="layer %{y}, head %{x}<br>divergence %{z:.4f}<extra></extra>",
+    )  # fmt: skip
+    return _figure(
+        [trace],
+        title=title,
+        height=int(np.clip(140 + 60 * n_l, 260, 900)),
+        xaxis=token_axis(x, title="head"),
+        yaxis=token_axis(y, reverse=True, title="layer"),
+    )
+
+
+def attention_difference(
+    a: Any,
+    b: Any,
+    x_tokens: Tokens,
+    y_tokens: Tokens,
+    title: str = "",
+    mask: Any = None,
+    names: tuple[str, str] = ("A", "B"),
+) -> go.Figure:
+    """One head of two models on the same input: A | B | A − B.
+
+    Args:
+        a, b: ``[Tq, Tk]`` weights of the same head position in two models.
+        x_tokens, y_tokens: ``Tk`` key and ``Tq`` query tokens (None for positions).
+        title: figure title.
+        mask: optional bool mask (True = blocked) shared by both, drawn grey in A and B.
+        names: panel titles of the two models.
+    Returns:
+        Three panels: traces named ``names[0]``, ``names[1]`` (shared ``coloraxis``) and
+        ``"A - B"`` (``coloraxis2``: diverging, centred on 0, symmetric).
+    """
+    wa = _array(a, "a", (2,), "[Tq, Tk]")
+    wb = _array(b, "b", (2,), "[Tq, Tk]")
+    if wa.shape != wb.shape:
+        raise InputError(f"a {list(wa.shape)} and b {list(wb.shape)} differ in shape")
+    m = _mask(mask, wa.shape)
+    x, y = _xy(x_tokens, y_tokens, *wa.shape)
+    hover = _hover_cells(x, y)
+    diff = wa - wb  # [Tq, Tk]
+    traces = _heat_traces(wa, m, hover, name=names[0], coloraxis="coloraxis")
+    traces += _heat_traces(wb, m, hover, name=names[1], coloraxis="coloraxis", panel=2)
+    change = dict(name="A - B", coloraxis="coloraxis2", hovertemplate=_CHANGE_HOVER)
+    traces += _heat_traces(diff, m, hover, panel=3, **change)
+    span = float(np.abs(diff).max()) or 1.0
+    bar = dict(thickness=12, len=1)
+    titles = (names[0], names[1], f"{names[0]} − {names[1]}")
+    return _figure(
+        traces,
+        title=title,
+        height=_height(1, wa.shape[0]),
+        coloraxis=dict(
+            colorscale=SCALE,
+            cmin=0.0,
+            cmax=max(_zmax(wa, m), _zmax(wb, m)),
+            colorbar=dict(x=0.65, **bar),
+        ),  # fmt: skip
+        coloraxis2=dict(colorscale=DIVERGING, cmin=-span, cmax=span, colorbar=dict(**bar)),
+        **_grid(1, 3, titles, token_axis(x), token_axis(y, reverse=True), gaps=(0.1, 0)),
+    )
 
 
 # -- config ------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Iterable, Sequence
-from itertools import chain
 
 import numpy as np
 
@@ -258,6 +257,7 @@ class _WordTable:
         self.ids = array("i")  # every word's ids, word after word
         self.starts, self.lengths = array("q"), array("i")
         self._add([""], [hf.encode(" ", add_special_tokens=False).ids[:1]])
+        self._add(["\n"], [[]])  # separates texts in a chunk; no ids of its own
 
     def __len__(self) -> int:
         return len(self.index)
@@ -271,23 +271,48 @@ class _WordTable:
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(ids int32, lengths int32)`` of ``texts``, as :meth:`SubwordTokenizer.encode`."""
-        split = [t.split(" ") if t else [] for t in texts]
-        every = chain.from_iterable(split)
-        new = list(set(chain.from_iterable(split)).difference(self.index))
+        kept = list(filter(None, texts))  # an empty text has no ids (not even ▁)
+        joined = " \n ".join(kept)
+        if joined.count("\n") != max(len(kept) - 1, 0):  # a text holds a line break itself
+            return self._encode_each(texts)
+        if not kept:
+            return np.zeros(0, np.int32), np.zeros(len(texts), np.int32)
+        ids, per_text = self._gather(joined.split(" "))
+        lengths = np.zeros(len(texts), dtype=np.int32)
+        lengths[np.fromiter(map(bool, texts), dtype=bool, count=len(texts))] = per_text
+        return ids, lengths
+
+    def _encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids, lengths = [], np.zeros(len(texts), dtype=np.int32)
+        for i, t in enumerate(texts):
+            if "\n" in t:  # the word "\n" would read as a separator: encode it whole
+                row = np.array(self._hf.encode(t, add_special_tokens=False).ids, np.int32)
+            elif t:
+                row = self._gather(t.split(" "))[0]
+            else:
+                continue
+            ids.append(row)
+            lengths[i] = len(row)
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int32)), lengths
+
+    def _gather(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Words, texts separated by the word ``"\\n"`` -> all ids and each text's length."""
+        new = list(set(words).difference(self.index))
         if new:
             encs = self._hf.encode_batch_fast(new, add_special_tokens=False)
             self._add(new, [e.ids for e in encs])
-        word = np.fromiter(map(self.index.__getitem__, every), dtype=np.int64)
-        n_words = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+        word = np.fromiter(map(self.index.__getitem__, words), dtype=np.int64, count=len(words))
         lengths = np.frombuffer(self.lengths, dtype=np.int32)[word]
         starts = np.frombuffer(self.starts, dtype=np.int64)[word]
         ends = np.cumsum(lengths, dtype=np.int64)  # where each word's ids end in the output
         pos = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
         pos += np.repeat(starts - (ends - lengths), lengths)
         ids = np.frombuffer(self.ids, dtype=np.int32)[pos]
-        bounds = np.concatenate(([0], np.cumsum(n_words)))  # word range of each text
+        seps = np.flatnonzero(word == self.index["\n"])  # a text's words lie between two
+        starts_w = np.concatenate(([0], seps + 1))
+        ends_w = np.concatenate((seps, [len(words)]))
         cum = np.concatenate(([0], ends))
-        return ids, (cum[bounds[1:]] - cum[bounds[:-1]]).astype(np.int32)
+        return ids, (cum[ends_w] - cum[starts_w]).astype(np.int32)
 
 
 def _unmatchable(token: str) -> str:

@@ -128,6 +128,11 @@ FAMILIES = {
 }
 
 
+def model_type(family: str) -> str:
+    """The config.json ``model_type`` of a :data:`FAMILIES` entry ("t5-v1.1" is a T5)."""
+    return family.split("-")[0]
+
+
 def build(family: str, seed: int = 0, **overrides):
     """A random transformers model of ``family`` in eval mode with eager attention."""
     import transformers
@@ -169,12 +174,27 @@ CORPUS = [
 ] * 4
 
 
-def _train_sentencepiece(folder: Path, name: str, vocab_size: int, **kwargs) -> Path:
+#: a second language for target-side tokenizers (Marian's target.spm)
+TARGET_CORPUS = [
+    "die Katze sass auf der Matte",
+    "ein Hund lief im Park",
+    "der Vogel sang ein Lied",
+    "wir lasen ein Buch zu Hause",
+    "die Sonne ist heute warm",
+    "sie sass am Fluss",
+    "sie gingen zum Laden",
+    "es regnete auf die Stadt",
+] * 4
+
+
+def _train_sentencepiece(
+    folder: Path, name: str, vocab_size: int, corpus: list[str] | None = None, **kwargs
+) -> Path:
     import sentencepiece as spm
 
     prefix = folder / name
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS),
+        sentence_iterator=iter(corpus or CORPUS),
         model_prefix=str(prefix),
         vocab_size=vocab_size,
         hard_vocab_limit=False,
@@ -185,23 +205,32 @@ def _train_sentencepiece(folder: Path, name: str, vocab_size: int, **kwargs) -> 
     return prefix.with_suffix(".model")
 
 
-def marian_tokenizer(folder: Path):
-    """A MarianTokenizer on a sentencepiece model trained here: </s> 0, <unk> 1, <pad> last."""
+def marian_tokenizer(folder: Path, target: bool = False):
+    """A MarianTokenizer on a sentencepiece model trained here: </s> 0, <unk> 1, <pad> last.
+
+    ``target``: a second sentencepiece model, trained on :data:`TARGET_CORPUS`, is the
+    target side's (``target.spm``; one shared vocab.json), as opus-mt folders have it.
+    """
     import json
 
+    import sentencepiece as spm
     from transformers import MarianTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    model = _train_sentencepiece(folder, "spm", 48, unk_id=1, bos_id=-1, eos_id=0, pad_id=-1)
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(model))
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    vocab = {p: i for i, p in enumerate(pieces)}
+    specials = dict(unk_id=1, bos_id=-1, eos_id=0, pad_id=-1)
+    model = _train_sentencepiece(folder, "spm", 48, **specials)
+    models = [model]
+    if target:
+        models.append(_train_sentencepiece(folder, "tgt", 48, TARGET_CORPUS, **specials))
+    vocab: dict[str, int] = {}
+    for m in models:
+        sp = spm.SentencePieceProcessor(model_file=str(m))
+        for i in range(sp.get_piece_size()):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
     vocab["<pad>"] = len(vocab)
     (folder / "vocab.json").write_text(json.dumps(vocab))
     return MarianTokenizer(
-        source_spm=str(model), target_spm=str(model), vocab=str(folder / "vocab.json")
+        source_spm=str(model), target_spm=str(models[-1]), vocab=str(folder / "vocab.json")
     )
 
 

@@ -82,3 +82,90 @@ def test_an_output_that_is_eos_at_once_is_called_empty(done):
     res = labs.ablation(done, sites)
     assert "→ (empty: EOS first)" in res.message and "“”" not in res.message
     assert labs.shown_output("") == "(empty: EOS first)" and labs.shown_output("ab") == "“ab”"
+
+
+# -- checkpoint health -------------------------------------------------------------------------
+def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path, monkeypatch):
+    import dataclasses
+
+    from attnviz.app import panels, store
+
+    real = store.get_checkpoint(reverse_path)
+    no_task = dataclasses.replace(real, meta={k: v for k, v in real.meta.items() if k != "task"})
+    assert no_task.task is None
+    monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": no_task)
+    fresh = session.new_state(reverse_path)
+    assert "type an input" in panels.health(fresh).message  # nothing to check on yet
+    state = session.step(fresh, "helloworld").state
+    view = panels.health(state, "abc\n\n  xyz  \nhelloworld\n")
+    assert not view.message.startswith("⚠"), view.message
+    assert "Health check passed</b> on 3 given inputs" in view.message
+    assert panels.health_inputs(state, "abc\nhelloworld") == ("helloworld", "abc")
+    one = panels.health(state)
+    assert "on 1 given input," in one.message and "1 given inputs" not in one.message
+
+
+def test_health_wording_agrees_with_itself(reverse_ckpt):
+    """The header names the inputs the accuracy line used; "needed" heads change outputs."""
+    import re
+
+    from attnviz.analysis import health
+
+    report = health.check(reverse_ckpt, n=16, ablation_sample=16)
+    found = {f.check: f for f in report.findings}
+    n_acc = found["accuracy"].details["n"]
+    assert n_acc != 16 and f"on {n_acc} validation inputs" in found["accuracy"].message
+    assert report.inputs.startswith("16 validation inputs")
+    assert f"exact match on {n_acc} validation inputs" in report.inputs
+    for words in found.get("broad heads", health.Finding("", "", "")).details.values():
+        assert "changes 0 of" not in words and int(re.search(r"changes (\d+) of", words)[1]) > 0
+    weak = found["weak heads"].details  # the shipped model has some (measured: 4 of 24)
+    assert weak and all("changes none of 16 outputs" in w for w in weak.values())
+    roles = {f"{s.kind} L{s.layer} H{s.head}": s.role for s in report.stats}
+    assert all(roles[site] == health.WEAK_ROLE for site in weak)
+
+
+def test_counts_read_as_words():
+    from attnviz.analysis.health import count
+
+    assert count(1, "step") == "1 step" and count(2, "step") == "2 steps"
+    assert count(0, "input") == "0 inputs" and count(1, "query", "queries") == "1 query"
+    assert count(3, "query", "queries") == "3 queries"
+
+
+def test_header_and_status_of_a_folder_without_a_task(reverse_path, monkeypatch):
+    """No "task None" in the header; "1 step", never "1 steps"."""
+    import dataclasses
+
+    from attnviz.app import store
+    from attnviz.app.state import describe
+    from attnviz.decoding import LogitRules
+
+    real = store.get_checkpoint(reverse_path)
+    eos = real.config.eos_id
+    odd = dataclasses.replace(
+        real,
+        meta={k: v for k, v in real.meta.items() if k != "task"},
+        rules=LogitRules(forced_eos_id=eos, eos_id=eos),
+        max_new_tokens=1,
+    )
+    monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": odd)
+    state = session.new_state(reverse_path)
+    header = describe(state)
+    assert "None" not in header and "no built-in task recorded" in header
+    view = session.step(state, "helloworld")
+    assert "Done after 1 step:" in view.message and "1 steps" not in view.message
+
+
+def test_an_edited_input_that_was_not_run_is_noted(done):
+    assert labs.edited_note(done, "helloworld") == ""
+    note = labs.edited_note(done, "helloworl")
+    assert "still show “helloworld”" in note and "Step" in note
+    assert labs.edited_note(session.new_state(done.model), "abc") == ""  # nothing shown yet
+
+
+def test_the_reports_mask_summary_counts_one_input(reverse_ckpt):
+    from attnviz.analysis import masking
+
+    summary = masking.causal_experiment(reverse_ckpt, ["hello"]).summary()
+    assert "of 1 input;" in summary and "1 inputs" not in summary

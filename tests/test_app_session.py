@@ -564,7 +564,7 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith"}
     new = views.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
-                                                          "beam", "ablate", "align"}  # fmt: skip
+                                                          "beam", "ablate", "align", "compare"}  # fmt: skip
     assert before["model"] == new["model"]
 
 

@@ -19,6 +19,7 @@ import attnviz
 from attnviz.beam import beam_search
 from attnviz.decoding import GreedyStepper, LogitRules, greedy_decode, until_eos
 from attnviz.errors import CheckpointError, InputError, InteropError
+from tests import hf_families
 
 try:
     import transformers  # noqa: F401
@@ -31,7 +32,7 @@ needs_hf = pytest.mark.skipif(
     not HAVE_HF, reason="transformers is not installed (pip install 'attnviz[hf]')"
 )
 
-FAMILIES = ["marian", "bart", "mbart", "pegasus", "fsmt", "t5", "t5-v1.1"]
+FAMILIES = list(hf_families.FAMILIES)  # every registered model_type (see below)
 # generation settings each family's folder gets (what real folders of that family carry)
 GENERATION = {
     "marian": dict(bad_words_ids=[[60]], forced_eos_token_id=0, max_new_tokens=12),
@@ -84,6 +85,16 @@ def reference(hf_model, src, tgt, src_real, tgt_real):
             output_attentions=True,
             use_cache=False,  # FSMT builds its causal mask only without a cache
         )
+
+
+def test_every_registered_family_is_tested():
+    """The parity tests below run over FAMILIES: it covers every registry entry."""
+    from attnviz.interop.hf import REGISTRY, SUPPORTED_MODEL_TYPES
+
+    assert {hf_families.model_type(f) for f in FAMILIES} == set(REGISTRY)
+    assert set(SUPPORTED_MODEL_TYPES) == set(REGISTRY)
+    for family in FAMILIES:
+        assert set(GENERATION) >= {family}
 
 
 # -- parity with transformers --------------------------------------------------------------------
@@ -365,10 +376,13 @@ def test_weights_that_do_not_fit_are_named(folders, tmp_path):
 @needs_hf
 def test_folder_without_tokenizer_loads_ids_in_ids_out(folders):
     ckpt = attnviz.load_checkpoint(folders["marian"][1])
-    assert ckpt.src_tokenizer is None
+    assert ckpt.src_tokenizer.kind == "ids" and ckpt.tgt_tokenizer.kind == "ids"
     assert "no tokenizer files" in ckpt.meta["tokenizer_missing"]
-    with pytest.raises(InputError, match="no tokenizer files"):
+    with pytest.raises(InputError, match="no tokenizer files.*type token ids"):
         ckpt.predict("hello")
+    assert ckpt.encode_source("5, 7 9 0").pieces == ["#5", "#7", "#9", "#0"]
+    tokens = ckpt.predict_details("5 7 9 0").tokens
+    assert ckpt.predict("5 7 9 0") == " ".join(map(str, tokens[:-1] if tokens[-1] == 0 else tokens))
     cfg = ckpt.config
     assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (60, 60, 0)  # Marian: start = pad = V - 1
 
@@ -383,7 +397,7 @@ def test_tokenizer_without_transformers_names_the_extra(folders, tmp_path, monke
     (folder / "tokenizer_config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
     ckpt = attnviz.load_checkpoint(folder)
-    assert ckpt.src_tokenizer is None
+    assert ckpt.src_tokenizer.kind == "ids"
     assert "attnviz[hf]" in ckpt.meta["tokenizer_missing"]
     with pytest.raises(InputError, match=r"attnviz\[hf\]"):
         ckpt.encode_source("hello")

@@ -242,3 +242,13 @@ def test_one_final_norm_only_is_refused(tutorial_state):
     bad = {k: v for k, v in tutorial_state.items() if not k.startswith("transformer.encoder.norm.")}
     with pytest.raises(attnviz.InteropError, match="only one of encoder.norm and decoder.norm"):
         from_torch_state_dict(bad, n_heads=2)
+
+
+def test_nan_weights_are_refused(tutorial_state):
+    """The same weight-loading path as checkpoints: NaN or inf is named, not loaded."""
+    key = "transformer.encoder.layers.0.linear1.weight"
+    bad = dict(tutorial_state)
+    bad[key] = bad[key].clone()
+    bad[key][0, 0] = float("nan")
+    with pytest.raises(attnviz.InteropError, match=r"NaN or inf in encoder\.layers\.0\.ff"):
+        from_torch_state_dict(bad, n_heads=2)

@@ -5,6 +5,9 @@ Build times at the default model size: ``python -m tests.test_plots`` (median of
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import re
 
 import numpy as np
@@ -220,8 +223,28 @@ def test_long_head_roles_wrap_instead_of_clipping():
     rows = [dict(kind="cross", layer=0, head=h, entropy=1.0, role="uniform/dead head")
             for h in range(4)]  # fmt: skip
     cells = plots.head_stats_figure(rows).data[0].text
-    assert cells[0][0] == "uniform/<br>dead head"
+    assert cells[0][0] == "uniform/<br>dead"
     assert all(len(line) <= 10 for line in cells[0][0].split("<br>"))
+
+
+def test_head_role_labels_fit_their_cells():
+    """Roles as the health check writes them: at most two short lines per cell (the whole
+    role in the hover); too many heads in a row and the cells carry no label at all."""
+    roles = ["dead head (uniform, no effect)", "broad head (uniform-looking but needed)",
+             "sharp content-based head", "previous-token head"]  # fmt: skip
+    rows = [dict(kind=k, layer=0, head=h, entropy=1.0, role=roles[h])
+            for k in attnviz.KINDS for h in range(4)]  # fmt: skip
+    fig = plots.head_stats_figure(rows)
+    for trace in fig.data:
+        assert trace.texttemplate == "%{text}"
+        for label, full in zip(trace.text[0], roles, strict=True):
+            lines = label.split("<br>")
+            assert len(lines) <= 2 and all(len(line) <= 10 for line in lines), label
+            assert f"role: {full}" in trace.customdata[0][list(roles).index(full)]
+    assert fig.data[0].text[0][:2].tolist() == ["dead", "broad"]
+    wide = [dict(kind=k, layer=0, head=h, entropy=1.0, role="mixed head")
+            for k in attnviz.KINDS for h in range(16)]  # fmt: skip
+    assert {t.texttemplate for t in plots.head_stats_figure(wide).data} == {""}
 
 
 def test_dark_theme_keeps_the_data():
@@ -317,16 +340,23 @@ def test_to_html_is_one_offline_page(trace):
         plots.heads_grid(trace.weights("encoder_self", 0)[0], None, None),
         plots.topk_bar(np.full(4, 0.25), list("abcd"), k=3),
     ]
+    figs[0].update_layout(title="a </script> in a title")
     page = report.to_html(figs, "attention <demo>", intro_html="<p>hello</p>")
-    bundle = get_plotlyjs()
-    assert page.count(bundle) == 1 and page.count("* plotly.js v") == 1
+    packed = re.search(r'<script type="application/octet-stream" id="attnviz-plotlyjs">'
+                       r"([A-Za-z0-9+/=]+)</script>", page)[1]  # fmt: skip
+    assert gzip.decompress(base64.b64decode(packed)).decode() == get_plotlyjs()  # the bundle, once
+    assert len(page) < 0.5 * len(get_plotlyjs())  # gzipped: the page is under half its size
     assert page.startswith("<!DOCTYPE html>") and "<title>attention &lt;demo&gt;</title>" in page
     assert "<p>hello</p>" in page
     assert len(re.findall(r'class="plotly-graph-div"', page)) == 3
     assert all(f'id="attnviz-figure-{i}"' in page for i in range(3))
-    rest = page.replace(bundle, "")
-    assert rest.count("Plotly.newPlot(") == 3
-    assert page.index(bundle) < page.index('id="attnviz-figure-0"')  # loaded before first use
+    rest = page.replace(packed, "")
+    assert rest.count("Plotly.newPlot(") == 1 and "DecompressionStream" in rest  # one loader
+    for i, fig in enumerate(figs):  # each figure's JSON, whole and parseable
+        spec = re.search(rf'id="attnviz-figure-{i}-json">(.*?)</script>', page, re.S)[1]
+        assert json.loads(spec)["data"][0]["type"] == fig.data[0].type
+    # 3 figures, the bundle and the loader: the title's "</script>" is escaped in its JSON
+    assert page.count("</script>") == 5
     # No resource is fetched from anywhere: no src/href attribute on script, link, img, iframe
     # tags, and outside the inline bundle not a single URL (no MathJax CDN, no plot.ly link).
     assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=", page, re.I)
@@ -334,6 +364,15 @@ def test_to_html_is_one_offline_page(trace):
     assert not re.search(r"""(src|href)\s*=\s*["']?https?://""", rest)
     assert "MathJax.js" not in page and "https://plot.ly" not in page
     assert '"displaylogo": false' in rest and '"format": "png"' in rest
+
+
+def test_playback_starts_at_the_first_snapshot_with_buttons_beside_the_slider():
+    from attnviz.plots import _player
+
+    layout = _player([0, 100, 200])
+    slider, buttons = layout["sliders"][0], layout["updatemenus"][0]
+    assert slider["active"] == 0 and [s["label"] for s in slider["steps"]] == ["0", "100", "200"]
+    assert buttons["x"] + 0.15 <= slider["x"]  # the buttons end before the slider begins
 
 
 def test_to_html_headings_and_config():

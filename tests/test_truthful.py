@@ -114,7 +114,8 @@ def test_report_numbers_steps_from_one_like_the_app(inspected):
     assert steps[0] == "Step 1: next token after <bos>"
     assert steps[-1].startswith("Step 11: next token after <bos> d l r o w o l l e h")
     assert not any(h.startswith("Step 0") for h in {**figs, **experiments})
-    assert any(h.startswith("Step 1 (d): Integrated Gradients") for h in experiments)
+    # attribution explains the newest token shown, as the app's Attribution tab does
+    assert any(h.startswith("Step 11 (<eos>): Integrated Gradients") for h in experiments)
 
 
 def test_report_head_table_headings_are_whole_words(inspected):

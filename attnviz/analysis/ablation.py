@@ -15,7 +15,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..data import Batch, make_batch, source_batch
-from ..decoding import greedy_decode, until_eos
+from ..decoding import until_eos
 from ..devices import as_numpy
 from ..errors import EditError
 from ..model import KINDS
@@ -35,8 +35,7 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
     cfg = ckpt.config
     ids = [ckpt.encode_source(t).ids for t in texts]
     src = source_batch(ids, cfg, ckpt.device)
-    out = greedy_decode(ckpt.model, src.src, cfg.bos_id, cfg.eos_id, src_pad_mask=src.src_pad,
-                        edits=edits)  # fmt: skip
+    out = ckpt.greedy(src.src, src.src_pad, edits)  # the checkpoint's generation rules
     rows = [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
     return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
 
@@ -103,9 +102,8 @@ def ablate(
 ) -> AblationResult:
     """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
     ablation = [*edits, *zero_heads(heads)]
-    cfg = ckpt.config
     base = greedy_batch(ckpt, [text], edits)
-    ablated = greedy_decode(ckpt.model, base.src, cfg.bos_id, cfg.eos_id, edits=ablation)
+    ablated = ckpt.greedy(base.src, edits=ablation)
     n = int(base.real[0].sum())
     tok = ckpt.tgt_tokenizer
     return AblationResult(
@@ -155,9 +153,7 @@ def head_effects(
     out = []
     for kind, layer, head in heads or all_heads(ckpt):
         ablation = [*edits, ZeroHeads(kind, layer, head)]
-        ablated = greedy_decode(
-            ckpt.model, base.src, cfg.bos_id, cfg.eos_id, src_pad_mask=base.src_pad, edits=ablation
-        )
+        ablated = ckpt.greedy(base.src, base.src_pad, ablation)
         changed = sum(
             until_eos(a, cfg.eos_id, cfg.pad_id) != until_eos(b, cfg.eos_id, cfg.pad_id)
             for a, b in zip(ablated.tolist(), base.tgt_out.tolist(), strict=True)

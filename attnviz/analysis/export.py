@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
@@ -85,10 +84,7 @@ class Inspection:
 def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Inspection:
     """Greedy-decode ``text`` step by step and collect what the views show."""
     enc = ckpt.encode_source(text)
-    cfg = ckpt.config
-    stepper = GreedyStepper(
-        ckpt.model, torch.tensor(enc.ids), cfg.bos_id, cfg.eos_id, max_len=max_len
-    )
+    stepper = ckpt.stepper(text, max_len)  # the checkpoint's generation rules
     stepper.run()
     return from_stepper(ckpt, text, enc, stepper)
 

@@ -27,7 +27,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..data import source_batch
-from ..decoding import greedy_decode, until_eos
+from ..decoding import until_eos
 from ..errors import InputError
 from ..record import record
 from .attribution import attribute
@@ -133,7 +133,7 @@ def faithfulness(
     suff = {m: np.zeros(k_max) for m in methods}
     for i, text in enumerate(texts):
         batch = source_batch([ckpt.encode_source(text).ids], cfg, ckpt.device)
-        out = greedy_decode(ckpt.model, batch.src, cfg.bos_id, cfg.eos_id)[0].tolist()
+        out = ckpt.greedy(batch.src)[0].tolist()  # the checkpoint's generation rules
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
         t = min(len(tokens) // 2 if step is None else step, len(tokens) - 1)
         tgt = torch.tensor([[cfg.bos_id, *tokens[:t]]], device=ckpt.device)

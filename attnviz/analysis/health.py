@@ -9,7 +9,8 @@ recording attention, and checks what the model actually did:
 - **finite** (error): NaN or inf in logits, attention weights or head outputs;
 - **dead heads** (warning): near-uniform attention or an output near zero next to its layer,
   *and* zeroing the head changes nothing. A uniform-looking head whose zeroing moves outputs
-  is reported as **broad** (info): it is needed. Without the ablation run nothing is called
+  is reported as **broad** (info): it is needed; one that only moves probabilities, changing
+  no output, as **weak** (info). Without the ablation run nothing is called
   dead (info: uniform-looking, not ablated);
 - **removable heads** (info): heads whose zeroing changes no greedy output and moves no
   next-token probability by more than 0.01 on a sample;
@@ -29,7 +30,7 @@ attention edits (e.g. ``DropMask("padding")``), which is how a broken model is s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from ..tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
 from .export import dumps, key_stats
 from .stats import (
+    BROAD_ROLE,
     PATTERN_SHARE,
     SINK_SHARE,
     UNIFORM_ENTROPY,
@@ -56,6 +58,8 @@ LEAK_TOLERANCE = 1e-6
 SILENT = 0.01  # head output RMS below this share of its layer's mean counts as silent
 ACCURACY_ERROR = 0.5  # exact match below this against true targets is an error
 ACCURACY_WARNING = 0.95  # ... and below this a warning
+#: Role of a uniform-looking head whose zeroing moves probabilities but changes no output.
+WEAK_ROLE = "weak head (uniform, moves p only)"
 #: Per task: (attention kind, statistic, what the pattern is) the task cannot be done without.
 TASK_PATTERNS = {
     "reverse": ("cross", "anti_diagonal", "the mirrored source position"),
@@ -157,9 +161,13 @@ def check(
         if task is None:
             raise InputError("this checkpoint names no task: give inputs to check it on")
         texts = [e.src for e in task.examples("validation", n, seed=0)]
-        inputs = f"{len(texts)} validation inputs of task {task.name!r}, in padded batches of {batch_size}"
+        inputs = f"{count(len(texts), 'validation input')} of task {task.name!r}"
     else:
-        inputs = f"{len(texts)} given inputs, in padded batches of {batch_size}"
+        inputs = count(len(texts), "given input")
+    inputs += f", in padded batches of {batch_size}"
+    if task is not None and (size := _accuracy_size(ckpt, n)) != len(texts):
+        # the exact match runs on the examples the recorded score used: say so up front
+        inputs += f"; exact match on {count(size, 'validation input')}, as recorded"
     model = ckpt.model
     findings: list[Finding] = []
     texts = list(texts)
@@ -206,12 +214,23 @@ def check(
     effects = None
     if ablation_sample:
         effects = head_effects(ckpt, texts[:ablation_sample], edits=edits)
-        stats = with_ablation(stats, effects)
+        stats = _weak_roles(with_ablation(stats, effects), effects)
     findings += _dead_heads(stats, rms, effects, min(ablation_sample, len(texts)))
     findings.append(_sinks(stats))
     if effects is not None:
         findings.append(_removable_heads(effects, min(ablation_sample, len(texts))))
     return HealthReport(str(ckpt.path), inputs, findings, stats)
+
+
+def _weak_roles(stats: list[HeadStats], effects: list[HeadEffect]) -> list[HeadStats]:
+    """A broad head whose zeroing changes no output is not "needed": call it weak."""
+    by_site = {e.site: e for e in effects}
+    return [
+        replace(s, role=WEAK_ROLE)
+        if s.role == BROAD_ROLE and not by_site[_site(s.kind, s.layer, s.head)].changed_outputs
+        else s
+        for s in stats
+    ]
 
 
 def _leak_findings(worst: dict[str, dict[str, float]]) -> list[Finding]:
@@ -237,7 +256,7 @@ def _site(kind: str, layer: int, head: int) -> str:
 
 def _effect_words(e: HeadEffect, n: int) -> str:
     return (
-        f"zeroing it changes {e.changed_outputs} of {n} outputs, "
+        f"zeroing it changes {e.changed_outputs} of {count(n, 'output')}, "
         f"moves a token's probability by up to {e.max_prob_change:.2f}"
     )
 
@@ -266,17 +285,27 @@ def _dead_heads(
             Finding(
                 "dead heads",
                 "info",
-                f"{len(looks)} heads look unused but were not zeroed (ablation sample 0), so "
+                f"{count(len(looks), 'head')} {_verb(len(looks), 'look')} unused but "
+                f"{'was' if len(looks) == 1 else 'were'} not zeroed (ablation sample 0), so "
                 "none is called dead: " + "; ".join(f"{k} {v}" for k, v in looks.items()),
                 looks,
             )
         ]
     by_site = {e.site: e for e in effects}
     dead = {k: v for k, v in looks.items() if k in by_site and changes_nothing(by_site[k])}
+    moving = {k: by_site[k] for k in looks if k in by_site and not changes_nothing(by_site[k])}
+    # "needed" only where zeroing changes an output; a head that only moves probabilities
+    # is not dead, but is not needed for the output either
     broad = {
-        k: f"{v}, but {_effect_words(by_site[k], n_ablated)}"
-        for k, v in looks.items()
-        if k in by_site and not changes_nothing(by_site[k])
+        k: f"{looks[k]}, but {_effect_words(e, n_ablated)}"
+        for k, e in moving.items()
+        if e.changed_outputs
+    }
+    nudging = {
+        k: f"{looks[k]}, zeroing it changes none of {count(n_ablated, 'output')} but moves a token's "
+        f"probability by up to {e.max_prob_change:.2f}"
+        for k, e in moving.items()
+        if not e.changed_outputs
     }
     out = []
     if dead:
@@ -284,8 +313,9 @@ def _dead_heads(
             Finding(
                 "dead heads",
                 "warning",
-                f"{len(dead)} heads look unused and zeroing each changes nothing on "
-                f"{n_ablated} inputs: " + "; ".join(f"{k} {v}" for k, v in dead.items()),
+                f"{count(len(dead), 'head')} {_verb(len(dead), 'look')} unused and zeroing each "
+                f"changes nothing on "
+                f"{count(n_ablated, 'input')}: " + "; ".join(f"{k} {v}" for k, v in dead.items()),
                 dead,
             )
         )
@@ -300,6 +330,16 @@ def _dead_heads(
                 broad,
             )
         )
+    if nudging:
+        out.append(
+            Finding(
+                "weak heads",
+                "info",
+                "uniform-looking, needed for no output, yet not dead: "
+                + "; ".join(f"{k} {v}" for k, v in nudging.items()),
+                nudging,
+            )
+        )
     return out
 
 
@@ -309,21 +349,37 @@ def _removable_heads(effects: list[HeadEffect], n: int) -> Finding:
         return Finding(
             "removable heads",
             "info",
-            f"{len(removable)} of {len(effects)} heads change nothing when zeroed "
-            f"on {n} inputs: {', '.join(removable)}",
+            f"{len(removable)} of {count(len(effects), 'head')} change nothing when zeroed "
+            f"on {count(n, 'input')}: {', '.join(removable)}",
             {"heads": removable},
         )
     return Finding(
-        "removable heads", "ok", f"every head changes the output when zeroed ({n} inputs)"
+        "removable heads", "ok", f"every head changes the output when zeroed ({count(n, 'input')})"
     )
+
+
+def _verb(n: int, verb: str) -> str:
+    """A present-tense verb agreeing with ``n`` things: "1 head looks", "2 heads look"."""
+    return verb + "s" if n == 1 else verb
+
+
+def count(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` for one, ``many`` (default ``word + "s"``) otherwise:
+    ``"1 given input"``, ``"16 given inputs"`` (messages never say "1 inputs")."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def _accuracy_size(ckpt: Checkpoint, n: int) -> int:
+    """Validation examples the exact match runs on: those the recorded score used, else ``n``."""
+    metrics = ckpt.meta.get("metrics") or {}
+    return int(metrics.get("n", n)) if metrics.get("val_exact_match") is not None else n
 
 
 def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> list[Finding]:
     """Greedy exact match against the task's true targets, per source length, and against
     the exact match recorded at training time (measured on the same validation examples)."""
-    metrics = ckpt.meta.get("metrics") or {}
-    recorded = metrics.get("val_exact_match")
-    size = int(metrics.get("n", n)) if recorded is not None else n
+    recorded = (ckpt.meta.get("metrics") or {}).get("val_exact_match")
+    size = _accuracy_size(ckpt, n)
     examples = task.examples("validation", size, seed=0)
     with record(ckpt.model, edits, capture=None):
         outputs = ckpt.predict_batch([e.src for e in examples])
@@ -348,7 +404,7 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
     }[level]
     message = (
         f"greedy exact match {exact:.3f} against the task's true targets on {len(examples)} "
-        f"validation inputs{why}; right by source length: {breakdown}"
+        f"validation {'input' if len(examples) == 1 else 'inputs'}{why}; right by source length: {breakdown}"
     )
     return [Finding("accuracy", level, message, details), _recorded(recorded, exact, examples)]
 
@@ -363,7 +419,7 @@ def _sinks(stats: list[HeadStats]) -> Finding:
     return Finding(
         "sinks",
         "info",
-        f"{len(sinks)} heads put most of their weight on start, end, punctuation or first "
+        f"{count(len(sinks), 'head')} {_verb(len(sinks), 'put')} most of their weight on start, end, punctuation or first "
         f"tokens (a sink: read their maps with care, the weight there carries little): {names}",
         {f"{s.kind} L{s.layer} H{s.head}": round(s.sink, 4) for s in sinks},
     )
@@ -412,12 +468,12 @@ def _recorded(recorded: float | None, measured: float, examples: list) -> Findin
             "recorded accuracy",
             "warning",
             f"recorded validation exact match {recorded:.4f}, measured now {measured:.4f} "
-            f"on the same {n} inputs",
+            f"on the same {count(n, 'input')}",
             details,
         )
     return Finding(
         "recorded accuracy",
         "ok",
-        f"validation exact match {measured:.4f} as recorded ({recorded:.4f}, {n} inputs)",
+        f"validation exact match {measured:.4f} as recorded ({recorded:.4f}, {count(n, 'input')})",
         details,
     )

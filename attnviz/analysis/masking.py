@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import Batch, tensorize
-from ..decoding import greedy_decode
+from ..data import Batch, make_batch, source_batch
+from ..decoding import default_max_len, until_eos
 from ..devices import as_numpy
 from ..errors import InputError
 from ..record import DropMask, Edit, Trace, record
-from ..tasks import TASKS, Example, get_task
+from ..tasks import TASKS, get_task
 
 #: What the references of an experiment are (``MaskExperiment.reference``).
 REFERENCES = {
@@ -70,6 +70,8 @@ class MaskExperiment:
     Attributes:
         targets: the references teacher-forced, one per input.
         reference: a key of :data:`REFERENCES`: where ``targets`` came from.
+        target_ids: the teacher-forced rows (end id included); the model's own outputs are
+            its decoded ids, never its text encoded again (not the identity for subwords).
     """
 
     name: str
@@ -78,6 +80,7 @@ class MaskExperiment:
     after: Run
     targets: list[str]
     reference: str = "given"
+    target_ids: list[list[int]] | None = None
 
     @property
     def metric(self) -> str:
@@ -107,7 +110,8 @@ class MaskExperiment:
         return (
             f"{self.name}: {self.metric} {self.before.token_acc:.3f} -> "
             f"{self.after.token_acc:.3f}; greedy output changed for {self.changed_outputs} of "
-            f"{len(self.texts)} inputs; largest next-token probability change "
+            f"{len(self.texts)} input{'' if len(self.texts) == 1 else 's'}; largest next-token "
+            "probability change "
             f"{self.max_prob_change:.3f}"
         )
 
@@ -122,10 +126,31 @@ def references(
         correct output when the checkpoint names a task and the input is of its form
         (``"task"``), else the model's own greedy output (``"model"``; ``"mixed"`` when both).
     """
+    refs, kind, _ = _references(ckpt, texts, targets)
+    return refs, kind
+
+
+def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
+    """The model's greedy outputs as ids (end id included), as :meth:`Checkpoint.predict`
+    decodes them: each row cut at its own length limit, not the padded batch's."""
+    ids = [ckpt.encode_source(t).ids for t in texts]
+    batch = source_batch(ids, ckpt.config, ckpt.device)
+    out = ckpt.greedy(batch.src, batch.src_pad).tolist()
+    cfg, limit = ckpt.config, ckpt.max_new_tokens
+    return [
+        until_eos(row[: default_max_len(ckpt.model, len(own), limit)], cfg.eos_id, cfg.pad_id)
+        for row, own in zip(out, ids, strict=True)
+    ]
+
+
+def _references(
+    ckpt: Checkpoint, texts: Sequence[str], targets: Sequence[str] | None
+) -> tuple[list[str], str, dict[int, list[int]]]:
+    """:func:`references` and, by input index, the ids of the model's own outputs."""
     if targets is not None:
         if len(targets) != len(texts):
             raise InputError(f"{len(texts)} inputs but {len(targets)} targets")
-        return list(targets), "given"
+        return list(targets), "given", {}
     task = get_task(ckpt.task) if ckpt.task in TASKS else None
     refs: list[str | None] = []
     for text in texts:
@@ -134,24 +159,22 @@ def references(
         except (KeyError, IndexError, ValueError):  # not an input of the task's own form
             refs.append(None)
     missing = [i for i, r in enumerate(refs) if r is None]
+    own: dict[int, list[int]] = {}
     if missing:
-        own = ckpt.predict_batch([texts[i] for i in missing])
-        for i, out in zip(missing, own, strict=True):
-            refs[i] = out
+        own = dict(zip(missing, _own_ids(ckpt, [texts[i] for i in missing]), strict=True))
+        for i, row in own.items():
+            refs[i] = ckpt.tgt_tokenizer.decode(row)
     kind = "task" if not missing else "model" if len(missing) == len(texts) else "mixed"
-    return [str(r) for r in refs], kind
+    return [str(r) for r in refs], kind, own
 
 
 def _run(ckpt: Checkpoint, batch: Batch, src_pad, edits: Sequence[Edit], recompute: bool) -> Run:
-    model, cfg, tok = ckpt.model, ckpt.config, ckpt.tgt_tokenizer
+    model, tok = ckpt.model, ckpt.tgt_tokenizer
     with torch.no_grad(), record(model, edits) as trace:
         logits = model(batch.src, batch.tgt_in, src_pad, batch.tgt_pad)  # [B, Tt, V]
     real = batch.real
     acc = float(((logits.argmax(-1) == batch.tgt_out) & real).sum() / real.sum())
-    out = greedy_decode(
-        model, batch.src, cfg.bos_id, cfg.eos_id, src_pad_mask=src_pad, edits=edits,
-        cache=not recompute,
-    )  # fmt: skip
+    out = ckpt.greedy(batch.src, src_pad, edits, cache=not recompute)
     return Run(
         trace, as_numpy(logits.float().softmax(-1)), acc, [tok.decode(r) for r in out.tolist()]
     )
@@ -188,13 +211,17 @@ def experiment(
         )
     for text in texts:
         ckpt.encode_source(text)  # empty or too long: refused here, with the limit
-    refs, reference = references(ckpt, texts, targets)
-    examples = [Example(t, r) for t, r in zip(texts, refs, strict=True)]
-    batch = tensorize(examples, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.config, ckpt.device)
+    refs, reference, own = _references(ckpt, texts, targets)
+    cfg, tgt_tok = ckpt.config, ckpt.tgt_tokenizer
+    rows = [
+        own[i] if i in own else [*tgt_tok.encode(r).ids, cfg.eos_id] for i, r in enumerate(refs)
+    ]  # the model's own output as decoded; a reference text encoded (with the end id)
+    src = [ckpt.src_tokenizer.encode(t).ids for t in texts]
+    batch = make_batch(src, rows, cfg, ckpt.device, add_eos=False)
     before = _run(ckpt, batch, batch.src_pad, (), recompute)
     after_pad = batch.src_pad if blocked is None else batch.src_pad | blocked
     after = _run(ckpt, batch, after_pad, edits, recompute)
-    return MaskExperiment(name, texts, before, after, refs, reference)
+    return MaskExperiment(name, texts, before, after, refs, reference, rows)
 
 
 def causal_experiment(

@@ -34,6 +34,7 @@ from ..data import make_batch
 from ..errors import AttnvizError, InputError
 from ..record import record
 from ..tasks import TASKS, get_task
+from ..tokenizer import Encoding
 from . import figures, store
 from .labs import started_checkpoint
 from .state import SessionState, checkpoint_of
@@ -211,11 +212,15 @@ def current(
             gold = parse_pharaoh(gold_line)
         except InputError as exc:
             raise InputError(f"the gold line: {exc}") from None
-    if target is None:
-        target = ckpt.predict(text)
     src = ckpt.encode_source(text)
-    tgt = ckpt.tgt_tokenizer.encode(target)
-    batch = make_batch([src.ids], [tgt.ids], cfg, ckpt.device)
+    if target is None:  # the model's own output as decoded, not its text encoded again
+        prediction = ckpt.predict_details(text)
+        own, target = prediction.tokens, prediction.text
+        tgt = Encoding(own, [ckpt.tgt_tokenizer.token(i) for i in own], [])
+        batch = make_batch([src.ids], [own], cfg, ckpt.device, add_eos=False)
+    else:
+        tgt = ckpt.tgt_tokenizer.encode(target)
+        batch = make_batch([src.ids], [tgt.ids], cfg, ckpt.device)
     with torch.no_grad(), record(ckpt.model, capture=("weights", "mask", "values")) as trace:
         batch.forward(ckpt.model)
     specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}

@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .. import analysis, plots
+from ..analysis.health import count
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
 from ..plots import KIND_TITLES
@@ -64,11 +65,6 @@ class LabView:
 RANK_SHOWN = 24  # heads in the ranking chart (the table lists all)
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``word`` for one, ``many`` (default ``word + "s"``) otherwise: "1 step", "2 steps"."""
-    return word if n == 1 else many or word + "s"
-
-
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:
     """A panel's answer to a user error: placeholders and the reason as the message."""
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
@@ -91,6 +87,21 @@ def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:
             raise InputError(f"not a head: {site!r}; heads read like 'cross L1 H2'")
         out.append((m[1], int(m[2]), int(m[3])))
     return out
+
+
+def edited_note(state: SessionState, text: str | None) -> str:
+    """A line under the input when it was edited but not run: the panels show another input.
+
+    Returns:
+        ``""`` when ``text`` is the input shown (or nothing was started), else the note.
+    """
+    if not state.started or text is None or text == state.text:
+        return ""
+    shown = state.text if len(state.text) <= 40 else state.text[:39] + "…"
+    return (
+        f"✎ The panels still show “{html.escape(shown)}”: press **Step** or **Run** "
+        "(or Enter) for the edited input."
+    )
 
 
 # -- mask lab -----------------------------------------------------------------------------------
@@ -292,9 +303,9 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     ]
     top = effects[0]
     msg = (
-        f"Each head zeroed alone on {len(texts)} {plural(len(texts), 'input')} (yours first). "
-        f"Most important: **{top.site}** (changed {top.changed_outputs} of {len(texts)} "
-        f"{plural(len(texts), 'output')}). The chart shows every head's effect, largest first."
+        f"Each head zeroed alone on {count(len(texts), 'input')} (yours first). "
+        f"Most important: **{top.site}** (changed {top.changed_outputs} of "
+        f"{count(len(texts), 'output')}). The chart shows every head's effect, largest first."
     )
     shown = effects[:RANK_SHOWN]
     fig = figures.paired_bars(  # replaces the last ablation's chart: it explains this ranking
@@ -303,7 +314,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
             "mean |Δp|": [e.mean_prob_change for e in shown],
         },
         [e.site for e in shown],
-        title=f"each head zeroed alone on {len(texts)} {plural(len(texts), 'input')}: "
+        title=f"each head zeroed alone on {count(len(texts), 'input')}: "
         "change in the baseline tokens' probabilities"
         + (f" (top {RANK_SHOWN} of {len(effects)})" if len(effects) > RANK_SHOWN else ""),
         value_name="|Δ probability|",

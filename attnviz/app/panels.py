@@ -36,8 +36,11 @@ _SNAPS = store.LRU(16)  # snapshots by (model, version)
 
 
 # -- health -------------------------------------------------------------------------------------
-def health(state: SessionState, n: int = 100) -> LabView:
+def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
     """The health check of the loaded checkpoint (cached per checkpoint file version).
+
+    A checkpoint with a built-in task is checked on ``n`` of its validation inputs; one
+    without is checked on the current input plus the lines of ``extra`` (one input a line).
 
     Returns:
         The report as HTML (problems highlighted) in ``message``, and a figure of every
@@ -45,10 +48,11 @@ def health(state: SessionState, n: int = 100) -> LabView:
     """
     try:
         ckpt = checkpoint_of(state)
-        key = (state.model, store.version_of(state.model), state.device, n)
+        texts = None if ckpt.task else health_inputs(state, extra)
+        key = (state.model, store.version_of(state.model), state.device, n, texts)
         rep = _HEALTH.get(key)
         if rep is None:
-            rep = analysis.check(ckpt, n=n, ablation_sample=16)
+            rep = analysis.check(ckpt, texts=texts, n=n, ablation_sample=16)
             _HEALTH.put(key, rep)
     except AttnvizError as exc:
         return error_view(exc)
@@ -65,6 +69,19 @@ def health(state: SessionState, n: int = 100) -> LabView:
     )
     rows = [s.to_dict() for s in rep.stats]
     return LabView([plots.head_stats_figure(rows, "norm_entropy")], body)
+
+
+def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
+    """Inputs to check a checkpoint without a task on: the current input, then each
+    non-empty line of ``extra`` (duplicates once)."""
+    lines = [state.text.strip(), *(line.strip() for line in (extra or "").splitlines())]
+    texts = tuple(dict.fromkeys(t for t in lines if t))
+    if not texts:
+        raise InputError(
+            "this checkpoint names no task, so it is checked on your inputs: type an input "
+            "above (and, if you like, more inputs one per line in the box here)"
+        )
+    return texts
 
 
 # -- training playback --------------------------------------------------------------------------
@@ -153,4 +170,12 @@ def export(state: SessionState, what: str) -> LabView:
     return LabView([], f"Wrote {path.name} ({path.stat().st_size // 1024} KB).", path=str(path))
 
 
-__all__ = ["export", "health", "inspection", "playback", "playback_steps", "snapshots"]
+__all__ = [
+    "export",
+    "health",
+    "health_inputs",
+    "inspection",
+    "playback",
+    "playback_steps",
+    "snapshots",
+]

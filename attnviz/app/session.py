@@ -19,9 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
-from ..beam import beam_search
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
@@ -329,10 +327,8 @@ def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> st
         text = state.text if text is None else text
         if not (text or "").strip():
             raise InputError("type an input first")
-        enc = ckpt.encode_source(text)
-        ids = ckpt.config.special_ids
-        src = torch.tensor([enc.ids], device=ckpt.device)
-        best = beam_search(ckpt.model, src, ids["bos"], ids["eos"], beam_size=int(beam_size))[0]
+        # the folder's generation config: its rules, length limit, length penalty, ...
+        best = ckpt.beam(text, int(beam_size))
         greedy = ckpt.predict(text)
     except AttnvizError as exc:
         return _warn(exc)

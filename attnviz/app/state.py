@@ -140,8 +140,9 @@ def describe(state: SessionState) -> str:
     acc = (ckpt.meta.get("metrics") or {}).get("val_exact_match")
     acc_text = f" · validation exact match {acc:.3f}" if isinstance(acc, int | float) else ""
     return (
-        f"**{html.escape(store.model_name(state.model))}** — task `{task}`: "
-        f"{html.escape(about)}{acc_text}  \n"
+        f"**{html.escape(store.model_name(state.model))}** — "
+        + (f"task `{task}`: " if task else "")
+        + f"{html.escape(about)}{acc_text}  \n"
         f"{cfg.n_encoder_layers} encoder + {cfg.n_decoder_layers} decoder layers, "
         f"{cfg.n_heads} heads, d_model {cfg.d_model} · running on **{ckpt.device}**"
     )

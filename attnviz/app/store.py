@@ -367,7 +367,9 @@ def _place(files: list[Path], dest: Path) -> None:
         return
     weights = [f for f in files if f.suffix == ".safetensors" and f.name != SNAPSHOTS]
     json_files = [f for f in files if f.suffix == ".json" and f.name != DEV_PAIRS]
-    others = [f for f in files if f not in weights and f not in json_files and f.name not in _ALLOWED]
+    others = [
+        f for f in files if f not in weights and f not in json_files and f.name not in _ALLOWED
+    ]
     if len(weights) > 1:
         raise CheckpointError("upload one model's files: more than one weights .safetensors file")
     if not weights:

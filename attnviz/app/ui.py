@@ -22,7 +22,7 @@ from .. import plots
 from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import alignment, labs, lensview, panels, session, store
+from . import alignment, compare_lab, labs, lensview, panels, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
@@ -51,10 +51,10 @@ window.AttnViz.mount(element);
 if (props.value) window.AttnViz.apply(props.value);
 watch('value', () => window.AttnViz.apply(props.value));
 """
-UPLOAD_LABEL = (
-    "…or upload a checkpoint: model.safetensors + config.json (+ snapshots.safetensors), "
-    "a Hugging Face folder's files (config, safetensors weights, tokenizer files), "
-    "or one .zip of the folder"
+UPLOAD_LABEL = "…or upload a checkpoint"  # short: a long label covers the drop zone's icon
+UPLOAD_HELP = (
+    "model.safetensors + config.json (+ snapshots.safetensors), a Hugging Face folder's "
+    "files (config, safetensors weights, tokenizer files), or one .zip of the folder"
 )
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
 THEME_JS = (
@@ -93,6 +93,7 @@ class Page:
             self._mask_tab()
             self._other_tabs()
             self._align_tab()
+            self._compare_tab()
 
     # -- layout --------------------------------------------------------------------------------
     def _top(self) -> None:
@@ -105,11 +106,13 @@ class Page:
                 self.model_info = gr.Markdown(elem_id="model-info")
             with gr.Column(scale=1):
                 self.upload = gr.File(label=UPLOAD_LABEL, file_count="multiple", elem_id="upload")
+                gr.Markdown(UPLOAD_HELP, elem_classes="explain")
         with gr.Row():
             self.input_text = gr.Textbox(
                 label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
+        self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
         with gr.Row():
             self.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
             self.run_btn = gr.Button("Run ▶▶", elem_id="run-btn")
@@ -171,6 +174,10 @@ class Page:
             self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
             self.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
         with gr.Tab("Checkpoint health", elem_id="tab-health") as self.health_tab:
+            self.health_extra = gr.Textbox(
+                label="for a model without a task: the current input is checked, and these "
+                "inputs too (one per line)", lines=2, elem_id="health-inputs",
+            )  # fmt: skip
             self.health_btn = gr.Button("Run the health check", elem_id="health-btn")
             self.health_html = gr.HTML(elem_id="health-report")
             self.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
@@ -232,6 +239,27 @@ class Page:
             )
             self.faith_msg = gr.Markdown(elem_id="faith-message")
             self.faith_plot = gr.Plot(label="comprehensiveness / sufficiency", elem_id="faith-plot")
+
+    def _compare_tab(self) -> None:
+        with gr.Tab("Compare", elem_id="tab-compare") as self.compare_tab:
+            gr.Markdown(compare_lab.INTRO, elem_classes="explain")
+            with gr.Row():
+                self.compare_model = gr.Dropdown(
+                    choices=store.menu(), value=None, label="model B", elem_id="compare-model"
+                )
+                self.compare_kind = gr.Radio(list(KINDS), value="cross", label="head to draw")
+                self.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
+                self.compare_head = gr.Dropdown(
+                    ["H0"], value="H0", label="head", elem_id="compare-head-menu"
+                )
+                self.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+            self.compare_msg = gr.Markdown(elem_id="compare-message")
+            with gr.Row():
+                self.compare_grids = [
+                    gr.Plot(label=f"divergence: {k}", elem_id=f"compare-grid-{k}") for k in KINDS
+                ]
+            self.compare_tokens = gr.HTML(elem_id="compare-tokens")
+            self.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
 
     def align_inputs(self) -> list:
         return [self.align_lens, self.align_setting, self.align_layer, self.align_head,
@@ -303,6 +331,7 @@ class Page:
             self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
+            *self.compare_grids, self.compare_head_plot, self.compare_tokens, self.compare_msg,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -333,6 +362,9 @@ class Page:
             out[self.align_msg] = STALE
         if "faith" in stale:
             out.update({self.faith_plot: None, self.faith_msg: STALE})
+        if "compare" in stale:
+            out.update({g: None for g in (*self.compare_grids, self.compare_head_plot)})
+            out.update({self.compare_tokens: "", self.compare_msg: STALE})
         if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
@@ -404,6 +436,11 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    p.input_text.change(  # the input edited but not run: say the panels show another
+        labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
+    )
+    gr.on([p.step_btn.click, p.run_btn.click, p.input_text.submit, p.model_pick.input],
+          lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
@@ -441,7 +478,7 @@ def _wire_labs(p: Page) -> None:
     )  # fmt: skip
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
             p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
-            p.export_tab: "export", p.align_tab: "align"}  # fmt: skip
+            p.export_tab: "export", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 
@@ -467,7 +504,8 @@ def _wire_labs(p: Page) -> None:
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.health_btn.click(
-        _health, [p.state, p.stamps, p.theme], [p.health_html, p.health_plot, p.stamps],
+        _health, [p.state, p.stamps, p.health_extra, p.theme],
+        [p.health_html, p.health_plot, p.stamps],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
@@ -481,6 +519,7 @@ def _wire_labs(p: Page) -> None:
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     _wire_alignment(p)
+    _wire_compare(p)
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
             lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
@@ -524,6 +563,33 @@ def _wire_alignment(p: Page) -> None:
     )  # fmt: skip
 
 
+def _wire_compare(p: Page) -> None:
+    """The Compare tab: computed when model B, the head or the button asks, never on a Step."""
+    outs = [*p.compare_grids, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
+            p.compare_layer, p.compare_head]  # fmt: skip
+
+    def run(state, stamps, model_b, kind, layer, head, theme):
+        layers, heads = compare_lab.head_menus(state, kind)
+        layer = layer if layer in layers else (layers or [None])[0]
+        head = head if head in heads else (heads or [None])[0]
+        view = compare_lab.compare(state, model_b, kind, layer, head)
+        figs = _dark([*view.grids, view.head], theme)
+        stamps = {**stamps, "compare": stamp(state)["compare"]}
+        menus = (gr.Dropdown(choices=layers, value=layer), gr.Dropdown(choices=heads, value=head))
+        return (*figs, view.tokens_html, view.message, stamps, *menus)
+
+    gr.on(
+        [p.compare_model.input, p.compare_btn.click, p.compare_kind.input,
+         p.compare_layer.input, p.compare_head.input],
+        run, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+              p.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.compare_tab.select(
+        lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
+        [p.state, p.compare_model], [p.compare_model], **HIDDEN,
+    )  # fmt: skip
+
+
 def _file_only(view) -> tuple:
     return view.path, view.message
 
@@ -534,8 +600,8 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
-def _health(state: SessionState, stamps: dict, theme: str) -> tuple:
-    view = panels.health(state)
+def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
+    view = panels.health(state, extra)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
     return view.message, fig, stamps
 

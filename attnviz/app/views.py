@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 import torch
 
 from .. import plots
+from ..analysis.health import count
 from ..checkpoint import Checkpoint
 from ..decoding import StepResult
 from ..devices import as_numpy
@@ -137,12 +138,12 @@ def messages(
         )
     elif state.done and forced is not None:  # the length limit chose the end, not the model
         out.append(
-            f"✓ Done after {state.step} steps: the length limit ({state.max_steps} tokens) "
+            f"✓ Done after {count(state.step, 'step')}: the length limit ({state.max_steps} tokens) "
             f"forced <code>&lt;eos&gt;</code> (the model gave it p = {forced:.3f})."
         )
     elif state.done:
         out.append(
-            f"✓ Done after {state.step} steps (the model produced <code>&lt;eos&gt;</code>)."
+            f"✓ Done after {count(state.step, 'step')} (the model produced <code>&lt;eos&gt;</code>)."
         )
     elif state.step == 0 and not failed:
         out.append("Ready: press <b>Step</b> to decode one token, <b>Run</b> to decode to the end.")
@@ -413,6 +414,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "beam": (state.model, state.epoch),
         "ablate": (state.model, state.epoch),
         "align": (state.model, state.epoch),
+        "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
         "model": (state.model, store.version_of(state.model) if state.model else 0),
     }
 

@@ -7,6 +7,7 @@ tokenizers, protobuf). ``trust_remote_code`` is never enabled. Pieces are the to
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,19 +50,40 @@ class HFTokenizer:
 
     kind = "hf"
 
-    def __init__(self, tok, specials: dict[str, int], path: Path, vocab_size: int | None = None):
+    def __init__(
+        self,
+        tok,
+        specials: dict[str, int],
+        path: Path,
+        vocab_size: int | None = None,
+        side: str = "source",
+    ):
+        if side not in ("source", "target"):
+            raise ValueError(f"side must be 'source' or 'target', got {side!r}")
         self._tok = tok
+        self.side = side
         self.path = Path(path)
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self._vocab_size = vocab_size
         self._size = len(tok)  # ids the tokenizer itself knows
         self.tokens: list[str] = [
             readable(t) if t is not None else f"<unused {i}>"
-            for i, t in enumerate(tok.convert_ids_to_tokens(list(range(self._size))))
+            for i, t in enumerate(_id_pieces(tok, side, self._size))
         ]
         self.tokens += [f"<unused {i}>" for i in range(self._size, vocab_size or 0)]
         self._special_ids = set(tok.all_special_ids)
+
+    @property
+    def tokenizer_eos_id(self) -> int | None:
+        """The tokenizer's own end id (None when it has none)."""
+        return self._tok.eos_token_id
+
+    def for_target(self) -> HFTokenizer:
+        """The same tokenizer for the target side: text is read as transformers'
+        ``tok(text_target=...)`` reads it (Marian's ``target.spm``, mBART's target language)."""
+        return HFTokenizer(self._tok, self.specials, self.path, self._vocab_size, "target")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -69,8 +91,18 @@ class HFTokenizer:
     def __repr__(self) -> str:
         return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
 
+    def _ids(self, text: str, special: bool = True) -> list[int]:
+        """``tok(text)`` on the source side, ``tok(text_target=text)`` on the target side."""
+        if self.side == "target":
+            out = self._tok(text_target=text, add_special_tokens=special)
+        else:
+            out = self._tok(text, add_special_tokens=special)
+        return list(out["input_ids"])
+
     def split(self, text: str) -> list[str]:
         """The pieces of ``text`` without special tokens."""
+        if self.side == "target":
+            return [self.token(i) for i in self._ids(text, special=False)]
         return [readable(p) for p in self._tok.tokenize(text)]
 
     def encode(self, text: str) -> Encoding:
@@ -80,10 +112,12 @@ class HFTokenizer:
         """
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
-        ids = list(self._tok(text, add_special_tokens=True)["input_ids"])
+        ids = self._ids(text)
         pieces = [self.token(i) for i in ids]
         unknown: list[str] = []
-        if self.unk_id in ids:
+        if self.unk_id in ids and self.side == "target":
+            unknown = [p for i, p in zip(ids, pieces, strict=True) if i == self.unk_id]
+        elif self.unk_id in ids:
             try:
                 spans = self._tok(text, return_offsets_mapping=True)["offset_mapping"]
                 unknown = [
@@ -112,17 +146,107 @@ class HFTokenizer:
 
     def to_dict(self) -> dict:
         """Where it comes from (a folder's tokenizer is not copied into attnviz checkpoints)."""
-        return {"kind": self.kind, "path": str(self.path), "specials": dict(self.specials)}
+        return {
+            "kind": self.kind,
+            "path": str(self.path),
+            "side": self.side,
+            "specials": dict(self.specials),
+        }
+
+
+def _id_pieces(tok, side: str, size: int) -> list[str | None]:
+    """The piece of every id on one side. A tokenizer whose id -> piece table is the
+    target's (FSMT, Marian with separate vocabularies) labels source ids from its source
+    table (``encoder``) instead."""
+    pieces = tok.convert_ids_to_tokens(list(range(size)))
+    encoder, decoder = getattr(tok, "encoder", None), getattr(tok, "decoder", None)
+    if side == "source" and isinstance(encoder, dict) and isinstance(decoder, dict):
+        inverse = {v: k for k, v in encoder.items() if isinstance(v, int)}
+        if inverse != decoder:
+            added = {i: p for i, p in enumerate(pieces) if i not in inverse}
+            return [inverse.get(i, added.get(i)) for i in range(size)]
+    return pieces
+
+
+class IdTokenizer:
+    """Ids in, ids out: the tokenizer of a folder without a working one.
+
+    Text is token ids separated by spaces or commas (``"12 7 33 0"``: taken as given, as
+    transformers takes ``input_ids``); every id shows as ``#<id>``, and output decodes to its
+    ids. ``why`` says why the folder's own tokenizer is not used.
+    """
+
+    kind = "ids"
+
+    def __init__(self, specials: dict[str, int], vocab_size: int, why: str, side: str = "source"):
+        self.specials = dict(specials)
+        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
+        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.vocab_size, self.why, self.side = int(vocab_size), why, side
+
+    @functools.cached_property
+    def tokens(self) -> list[str]:
+        """A label per id (built on first use; the size is the weights' embedding rows)."""
+        return [self.token(i) for i in range(self.vocab_size)]
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"IdTokenizer(size={self.vocab_size})"
+
+    def split(self, text: str) -> list[str]:
+        """The ids of ``text`` as labels."""
+        return [self.token(i) for i in self._read(text)]
+
+    def _read(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise InputError(f"text must be a string, got {type(text).__name__}")
+        words = text.replace(",", " ").split()
+        ids = []
+        for w in words:
+            w = w.lstrip("#")
+            if not w.isdigit() or int(w) >= self.vocab_size:
+                raise InputError(
+                    f"{self.why}: type token ids (0..{self.vocab_size - 1}) separated by spaces, "
+                    f"e.g. '12 7 33 {self.eos_id}'; got {w[:20]!r}"
+                )
+            ids.append(int(w))
+        return ids
+
+    def encode(self, text: str) -> Encoding:
+        ids = self._read(text)
+        return Encoding(ids, [self.token(i) for i in ids], [])
+
+    def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
+        """Ids -> ``"12 7 33"`` (up to the end id)."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id and stop_at_eos:
+                break
+            out.append(str(i))
+        return " ".join(out)
+
+    def token(self, i: int) -> str:
+        if i < 0:
+            raise InputError(f"token id {i} is negative")
+        return f"#{int(i)}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "size": self.vocab_size, "specials": dict(self.specials)}
 
 
 def load_hf_tokenizer(
-    folder: Path, ids: dict[str, int], vocab_size: int | None = None
+    folder: Path, ids: dict[str, int], vocab_size: int | None = None, limit: int | None = None
 ) -> tuple[HFTokenizer | None, str | None]:
     """The folder's tokenizer, or ``(None, why)`` when it has none or transformers is missing.
 
     Args:
         ids: the model's ``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``.
         vocab_size: the model's (target) vocabulary, which may be larger (T5).
+        limit: ids the model takes (default ``vocab_size``); a tokenizer with an id outside
+            is not used.
     """
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None, f"{folder} has no tokenizer files; ids in, ids out"
@@ -136,6 +260,23 @@ def load_hf_tokenizer(
             tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers raises many kinds; say which and go on without
         return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
+    bad = _outside(tok, limit or vocab_size)
+    if bad:
+        return None, f"the tokenizer in {folder} is not usable: {bad}; ids in, ids out"
     unk = tok.unk_token_id if tok.unk_token_id is not None else ids["unk_id"]
     specials = {"pad": ids["pad_id"], "bos": ids["bos_id"], "eos": ids["eos_id"], "unk": unk}
     return HFTokenizer(tok, specials, folder, vocab_size), None
+
+
+def _outside(tok, vocab_size: int | None) -> str | None:
+    """Why the tokenizer's ids do not fit the model (a piece mapped past the vocabulary or
+    below 0), or None."""
+    try:
+        vocab = tok.get_vocab()
+    except Exception as exc:  # a broken vocabulary file: say which error and go on without
+        return f"its vocabulary does not read ({type(exc).__name__})"
+    limit = vocab_size if vocab_size is not None else len(vocab)
+    for piece, i in vocab.items():
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < limit:
+            return f"it maps {str(piece)[:40]!r} to id {str(i)[:20]}, outside 0..{limit - 1}"
+    return None

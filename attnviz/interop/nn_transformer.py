@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig
-from ..errors import AttnvizError, InteropError
+from ..errors import AttnvizError, CheckpointError, InteropError
 from ..model import Transformer, sinusoidal_positions
+from ..weights import build_model, unique_state_dict
 
 # Tutorial names outside the nn.Transformer -> ours.
 _OUTER = {
@@ -180,9 +181,9 @@ def from_torch_state_dict(
             "learned positional embeddings are not supported"
         )
 
-    model = Transformer(config)
+    with torch.device("meta"):  # names and shapes before anything is allocated
+        expected = unique_state_dict(Transformer(config))
     ours = {_map_key(k, prefix): v for k, v in state_dict.items() if k != _POS}
-    expected = model.state_dict()
     missing = sorted(set(expected) - set(ours))
     if missing:
         raise InteropError(f"missing keys in state dict (our names): {', '.join(missing)}")
@@ -193,5 +194,7 @@ def from_torch_state_dict(
     ]
     if wrong:
         raise InteropError(f"shapes do not match the inferred config: {'; '.join(wrong)}")
-    model.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
-    return model.eval()
+    try:  # the one weight-loading path: shapes on the meta device, load, NaN/inf check
+        return build_model(config, {k: v.float() for k, v in ours.items()}, "the state dict")
+    except CheckpointError as exc:
+        raise InteropError(str(exc)) from None

@@ -1,0 +1,215 @@
+"""The app's Compare tab: the step-through model (A) against another checkpoint (B).
+
+Plain Python, no gradio. A thin view over :func:`attnviz.analysis.compare` on the current
+input, both models teacher-forced on A's greedy output: the per-head divergence grid of each
+kind (with the head of B each head of A is matched to), one head of both models side by side
+with their difference, and the output tokens coloured by how their probability changed.
+User errors (no input, incomparable checkpoints) come back as a one-line message.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .. import plots
+from ..analysis import compare as analysis_compare
+from ..analysis.compare import Comparison
+from ..checkpoint import Checkpoint
+from ..errors import AttnvizError, InputError
+from ..model import KINDS
+from ..plots import KIND_TITLES
+from ..scoring import Scored, score_reference
+from . import store
+from .figures import placeholder
+from .state import SessionState, checkpoint_of, layer_count
+from .views import display_token
+
+#: The stamp key of this tab's result (see :func:`attnviz.app.views.panel_stamps`).
+PANEL = "compare"
+INTRO = (
+    "Compare the model above (**A**) with another checkpoint (**B**) on the current input: "
+    "both are teacher-forced on A's greedy output. Each grid cell is the mean Jensen–Shannon "
+    "divergence (bits, 0 = the same attention, 1 = no overlap) of head (layer, head) in A and "
+    "the same head in B; **→H2** names the head of B it is matched to (heads of a layer "
+    "paired to minimise the total divergence)."
+)
+_RESULTS = store.LRU(4)  # (a, version, b, version, text, device) -> (Comparison, Scored a, b)
+
+
+@dataclass
+class CompareView:
+    """What the tab shows.
+
+    Attributes:
+        grids: one divergence grid per kind, in :data:`attnviz.model.KINDS` order.
+        head: A | B | A − B of the chosen head on the current input.
+        tokens_html: the target tokens coloured by their probability change (B − A).
+        message: markdown (a summary, or the reason nothing is shown).
+        comparison: the library's result (None when refused).
+    """
+
+    grids: list[go.Figure] = field(default_factory=list)
+    head: go.Figure | None = None
+    tokens_html: str = ""
+    message: str = ""
+    comparison: Comparison | None = None
+
+
+def model_choices(state: SessionState) -> list[str]:
+    """The model menu's names (the same the page's model picker offers)."""
+    return store.menu(state.model or None)
+
+
+def head_menus(state: SessionState, kind: str = "cross") -> tuple[list[str], list[str]]:
+    """``(["L0", ...], ["H0", ...])`` for ``kind`` of the loaded model (empty when none)."""
+    try:
+        ckpt = checkpoint_of(state)
+    except AttnvizError:
+        return [], []
+    layers = [f"L{i}" for i in range(layer_count(ckpt, _kind(kind)))]
+    return layers, [f"H{h}" for h in range(ckpt.config.n_heads)]
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise InputError(f"unknown attention kind {kind!r}; one of {', '.join(KINDS)}")
+    return kind
+
+
+def _index(value, prefix: str, n: int, what: str) -> int:
+    try:
+        i = int(str(value if value not in (None, "") else 0).lstrip(prefix))
+    except ValueError:
+        raise InputError(f"not a {what}: {value!r}; {what}s read like '{prefix}1'") from None
+    if not 0 <= i < n:
+        raise InputError(f"{what} {i} does not exist (0 to {n - 1})")
+    return i
+
+
+def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpoint, str]:
+    if not state.started:
+        raise InputError("type an input and press Step (or Run) first")
+    if not model_b:
+        raise InputError("pick model B to compare with")
+    path_b = store.resolve_model(model_b)
+    return checkpoint_of(state), store.get_checkpoint(path_b, state.device), path_b
+
+
+def comparison_of(state: SessionState, model_b: str) -> tuple[Comparison, Scored, Scored]:
+    """The comparison of the state's model with ``model_b`` (a menu name or folder) on the
+    state's input, and both teacher-forced passes (kept for drawing heads); cached."""
+    a, b, path_b = _checkpoints(state, model_b)
+    key = (state.model, store.version_of(state.model), path_b, store.version_of(path_b),
+           state.text, state.device)  # fmt: skip
+    hit = _RESULTS.get(key)
+    if hit is None:
+        result = analysis_compare(a, b, [state.text])
+        target = result.targets[0]
+        hit = (
+            result,
+            score_reference(a, state.text, target),
+            score_reference(b, state.text, target),
+        )
+        _RESULTS.put(key, hit)
+    return hit
+
+
+def head_figure(
+    state: SessionState, scored_a: Scored, scored_b: Scored, kind: str, layer, head, b_name: str
+) -> go.Figure:
+    """A | B | A − B of one head for the current input (teacher-forced rows)."""
+    ckpt = checkpoint_of(state)
+    kind = _kind(kind)
+    li = _index(layer, "L", layer_count(ckpt, kind), "layer")
+    hi = _index(head, "H", ckpt.config.n_heads, "head")
+    wa = scored_a.trace.numpy(kind, li)[0, hi]  # [Tq, Tk]
+    wb = scored_b.trace.numpy(kind, li)[0, hi]
+    mask = scored_a.trace.numpy(kind, li, "mask")[0, 0]  # [Tq, Tk]
+    src = [display_token(t) for t in state.src_pieces]
+    tok = ckpt.tgt_tokenizer
+    bos = tok.token(ckpt.config.bos_id) if tok is not None else "<s>"
+    tgt_in = [display_token(bos), *(display_token(t) for t in scored_a.tokens[:-1])]  # [Tt]
+    keys, queries = {"encoder_self": (src, src), "decoder_self": (tgt_in, tgt_in),
+                     "cross": (src, tgt_in)}[kind]  # fmt: skip
+    title = (
+        f"{KIND_TITLES[kind]} · layer {li} · head {hi}<br>"
+        f"<sup>A = {html.escape(store.model_name(state.model))}, "
+        f"B = {html.escape(b_name)}</sup>"
+    )
+    return plots.attention_difference(wa, wb, keys, queries, title=title, mask=mask)
+
+
+def tokens_html(result: Comparison) -> str:
+    """The target tokens as a strip: green where B gives them more probability, red where less;
+    hovering a token shows both probabilities and ranks."""
+    spans = []
+    for t in result.tokens[0]:
+        c = float(np.clip(t.change, -1, 1))
+        colour = f"rgba(84,162,75,{abs(c):.3f})" if c >= 0 else f"rgba(228,87,86,{abs(c):.3f})"
+        tip = (f"A: p={t.prob_a:.4f}, rank {t.rank_a} · B: p={t.prob_b:.4f}, rank {t.rank_b} "
+               f"· change {t.change:+.4f}")  # fmt: skip
+        spans.append(
+            f'<span class="av-cmp-tok" title="{html.escape(tip)}" style="background:{colour};'
+            f'padding:2px 4px;margin:1px;border-radius:3px;display:inline-block">'
+            f"{html.escape(display_token(t.token))}</span>"
+        )
+    legend = (
+        "<small>Output tokens (A's greedy output): green = B more likely, red = B less likely; "
+        "hover a token for both probabilities and ranks.</small>"
+    )
+    return f'<div id="compare-token-strip">{"".join(spans)}</div>{legend}'
+
+
+def _summary(result: Comparison, a_name: str, b_name: str) -> str:
+    out_a, out_b, same = result.outputs[0]
+    agree = "the same output" if same else "**different outputs**"
+    top = []
+    for kind in KINDS:
+        (layer, head, d), *_ = result.most_changed(kind, 1)
+        top.append(f"{KIND_TITLES[kind].lower()}: L{layer} H{head} ({d:.3f})")
+    return (
+        f"A = **{html.escape(a_name)}** → “{html.escape(out_a)}”, B = **{html.escape(b_name)}** "
+        f"→ “{html.escape(out_b)}”: {agree}.  \nMost changed head per kind — "
+        + "; ".join(top)
+        + "."
+    )
+
+
+def compare(
+    state: SessionState, model_b: str, kind: str = "cross", layer="L0", head="H0"
+) -> CompareView:
+    """Everything the Compare tab shows for the state's model vs ``model_b`` on its input.
+
+    Args:
+        state: the step-through state (its model is A, its input the one compared).
+        model_b: a menu name (or folder) of the checkpoint to compare with.
+        kind, layer, head: the head drawn as A | B | A − B (``"L1"``, ``"H2"``).
+    Returns:
+        :class:`CompareView`; a user error (no input, incomparable checkpoints, a head that
+        does not exist) is its one-line message with placeholder figures.
+    """
+    try:
+        result, sa, sb = comparison_of(state, model_b)
+        b_name = store.model_name(store.resolve_model(model_b))
+        grids = []
+        for k in KINDS:
+            fig = plots.head_divergence(
+                result.divergence[k], result.matching[k], title=f"{KIND_TITLES[k]}: A vs B",
+                zmax=1.0,
+            )  # fmt: skip
+            grids.append(fig)
+        fig = head_figure(state, sa, sb, kind, layer, head, b_name)
+    except AttnvizError as exc:
+        return error_view(exc)
+    a_name = store.model_name(state.model)
+    return CompareView(grids, fig, tokens_html(result), _summary(result, a_name, b_name), result)
+
+
+def error_view(exc: Exception) -> CompareView:
+    """The tab's answer to a user error: the reason in one line, placeholders for figures."""
+    figs = [placeholder("see the message above") for _ in KINDS]
+    return CompareView(figs, placeholder("see the message above"), "", f"⚠ {html.escape(str(exc))}")

@@ -1,0 +1,43 @@
+"""Open Hugging Face encoder-decoder folders in attnviz's own :class:`~attnviz.Transformer`.
+
+A folder written by ``save_pretrained`` (or downloaded with ``huggingface-cli``) holds
+``config.json``, ``model.safetensors`` (or shards listed in ``model.safetensors.index.json``),
+usually ``generation_config.json`` and tokenizer files. The model is rebuilt from
+``config.json`` and the safetensors alone (no ``transformers`` import, nothing unpickled);
+the tokenizer, when the folder has one, comes from ``transformers`` (the ``hf`` extra).
+
+Families are a registry (:data:`REGISTRY`, one :class:`Family` per ``model_type``), one
+file each: :mod:`.marian`, :mod:`.bart` (BART, mBART), :mod:`.pegasus`, :mod:`.fsmt`,
+:mod:`.t5` (v1.0 and v1.1 / Flan-T5). Adding a family is one file and one import here.
+"""
+
+from ...checkpoint import register_folder_format
+from . import bart, fsmt, marian, pegasus, t5  # noqa: F401  (each registers its family)
+from .common import is_hf_folder, read_generation_config, read_hf_weights
+from .generation import DEFAULT_MAX_LENGTH, check_generation, generation_rules, max_new_tokens
+from .load import convert, load_hf_checkpoint, load_hf_model, read_hf_config, special_ids
+from .registry import REGISTRY, Family, register
+
+#: the ``model_type`` values attnviz opens
+SUPPORTED_MODEL_TYPES = tuple(REGISTRY)
+
+register_folder_format(is_hf_folder, load_hf_checkpoint)
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "REGISTRY",
+    "SUPPORTED_MODEL_TYPES",
+    "Family",
+    "check_generation",
+    "convert",
+    "generation_rules",
+    "is_hf_folder",
+    "load_hf_checkpoint",
+    "load_hf_model",
+    "max_new_tokens",
+    "read_generation_config",
+    "read_hf_config",
+    "read_hf_weights",
+    "register",
+    "special_ids",
+]

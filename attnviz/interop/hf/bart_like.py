@@ -1,0 +1,91 @@
+"""The layout BART, mBART, Marian, Pegasus and FSMT share (``model.encoder.layers.N.fc1`` ...):
+one config mapping and one weight mapping, with each family's norm and position flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ...config import ModelConfig
+from ...errors import InteropError
+from .common import Source, activation, int_of, linear
+from .common import attention as attention_weights
+
+#: the names of the output matrix in this layout
+LM_KEYS = ("lm_head.weight", "model.decoder.output_projection.weight")
+
+
+def config(
+    hf: dict,
+    where: Path,
+    tensors: dict[str, Tensor],
+    *,
+    pre_norm: bool,
+    embed_norm: bool,
+    positions: str,
+    position_offset: int,
+    scale_embedding: bool,
+) -> dict[str, Any]:
+    """config.json -> :class:`ModelConfig` fields, with the family's flags.
+
+    Args:
+        pre_norm: norms before each sublayer and a final norm per stack (mBART, Pegasus).
+        embed_norm: a norm after the embeddings (BART, mBART).
+        positions: ``"learned"``, ``"sinusoidal_split"`` (Marian, Pegasus), ``"fairseq"``.
+        position_offset: the first position's row in the table (BART's learned table: 2).
+        scale_embedding: the default of config.json's ``scale_embedding``.
+    """
+    heads = int_of(hf, "encoder_attention_heads", where)
+    d_ff = int_of(hf, "encoder_ffn_dim", where)
+    for key, value in (("decoder_attention_heads", heads), ("decoder_ffn_dim", d_ff)):
+        if hf.get(key, value) != value:
+            raise InteropError(
+                f"{where}: {key}={str(hf[key])[:40]} differs from the encoder's {value}; "
+                "attnviz models use one head count and one feed-forward width"
+            )
+    return dict(
+        d_model=int_of(hf, "d_model", where),
+        n_heads=heads,
+        n_encoder_layers=int_of(hf, "encoder_layers", where),
+        n_decoder_layers=int_of(hf, "decoder_layers", where),
+        d_ff=d_ff,
+        activation=activation(hf.get("activation_function", "gelu"), where),
+        norm_first=pre_norm,
+        final_norm=pre_norm,
+        embed_norm=embed_norm,
+        positions=positions,
+        position_offset=position_offset,
+        scale_embeddings=bool(hf.get("scale_embedding", scale_embedding)),
+        max_len=int_of(hf, "max_position_embeddings", where),
+        output_bias="final_logits_bias" in tensors,
+    )
+
+
+def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
+    """Layers, norms, learned positions and the logits bias -> our state dict."""
+    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
+    ours: dict[str, Tensor] = {}
+    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
+        hf_stack = f"model.{stack}."
+        for i in range(n):
+            p, o = f"{hf_stack}layers.{i}.", f"{stack}.layers.{i}."
+            ours |= attention_weights(src, f"{p}self_attn.", f"{o}self_attn.", qkvo)
+            ours |= linear(src, f"{p}self_attn_layer_norm", f"{o}norm1")
+            if stack == "decoder":
+                ours |= attention_weights(src, f"{p}encoder_attn.", f"{o}cross_attn.", qkvo)
+                ours |= linear(src, f"{p}encoder_attn_layer_norm", f"{o}norm2")
+            ours |= linear(src, f"{p}fc1", f"{o}ff.linear1")
+            ours |= linear(src, f"{p}fc2", f"{o}ff.linear2")
+            last = "norm3" if stack == "decoder" else "norm2"
+            ours |= linear(src, f"{p}final_layer_norm", f"{o}{last}")
+        if cfg.embed_norm:
+            ours |= linear(src, f"{hf_stack}layernorm_embedding", f"{stack}.embed_norm")
+        if cfg.final_norm:
+            ours |= linear(src, f"{hf_stack}layer_norm", f"{stack}.norm")
+        if cfg.positions == "learned":
+            ours[f"{stack}.pos_embed.weight"] = src.take(f"{hf_stack}embed_positions.weight")
+    if cfg.output_bias:
+        ours["generator.bias"] = src.take("final_logits_bias").reshape(-1)
+    return ours

@@ -1,0 +1,210 @@
+"""What every Hugging Face family shares: reading a folder (config, safetensors, generation
+settings; never a pickle), typed reading of config.json values, and the tensor helpers the
+family files map weights with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...checkpoint import read_tensors
+from ...errors import CheckpointError, InteropError
+
+INDEX = "model.safetensors.index.json"
+WEIGHTS = "model.safetensors"
+# transformers' activation names -> ours
+ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",
+}
+CONVERT = (
+    'python -c "from transformers import AutoModelForSeq2SeqLM as M; '
+    "M.from_pretrained('{0}').save_pretrained('{0}', safe_serialization=True)\""
+)
+
+
+# -- the folder --------------------------------------------------------------------------------
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    """True for a folder whose ``config.json`` names a transformers ``model_type``."""
+    folder = Path(path).expanduser()
+    config = folder / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "config" not in data
+
+
+def read_hf_weights(folder: str | Path) -> dict[str, Tensor]:
+    """All tensors of ``model.safetensors`` or of the shards its index lists; never a pickle."""
+    folder = Path(folder).expanduser()
+    if (folder / WEIGHTS).is_file():
+        return read_tensors(folder / WEIGHTS)[0]
+    if (folder / INDEX).is_file():
+        weight_map = read_json(folder / INDEX).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{folder / INDEX} has no 'weight_map'")
+        tensors: dict[str, Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not isinstance(shard, str) or Path(shard).name != shard:
+                raise CheckpointError(f"{folder / INDEX} names a shard outside the folder")
+            tensors.update(read_tensors(folder / shard)[0])
+        missing = sorted(set(weight_map) - set(tensors))
+        if missing:
+            raise CheckpointError(f"{folder}: shards lack {', '.join(missing[:4])}")
+        return tensors
+    pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+        p.name for p in folder.glob("*.pt*")
+    )
+    if pickles:
+        raise CheckpointError(
+            f"{folder} holds only {pickles[0]} (a pickle); attnviz reads safetensors only. "
+            f"Convert it where you trust it: {CONVERT.format(folder)}"
+        )
+    raise CheckpointError(f"{folder}: no {WEIGHTS} (or {INDEX}) next to config.json")
+
+
+def read_generation_config(folder: str | Path, hf: dict) -> dict[str, Any]:
+    """Generation settings: ``generation_config.json``, or, only where a folder has none, those
+    older folders keep in ``config.json`` (transformers reads one or the other, never both:
+    FSMT's config.json says ``max_length: 200`` beside a generation config without it)."""
+    keys = (
+        "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "max_length",
+        "max_new_tokens", "min_length", "min_new_tokens", "suppress_tokens",
+        "begin_suppress_tokens", "decoder_start_token_id", "eos_token_id", "pad_token_id",
+        "no_repeat_ngram_size", "repetition_penalty", "num_beams",
+    )  # fmt: skip
+    path = Path(folder).expanduser() / "generation_config.json"
+    if path.is_file():
+        return {k: v for k, v in read_json(path).items() if v is not None}
+    return {k: hf[k] for k in keys if hf.get(k) is not None}
+
+
+# -- config.json values -----------------------------------------------------------------------
+def first(value: Any) -> Any:
+    return value[0] if isinstance(value, list) and value else value
+
+
+def int_of(hf: dict, key: str, where: Path) -> int:
+    value = hf.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InteropError(f"{where}/config.json: {key} must be an integer, got {value!r}")
+    return value
+
+
+def opt_int(hf: dict, key: str, default: int, where: Path) -> int:
+    """An optional whole-number setting of config.json (``default`` when absent or null)."""
+    if hf.get(key) is None:
+        return default
+    return int_of(hf, key, where)
+
+
+def opt_float(hf: dict, key: str, default: float, where: Path) -> float:
+    value = hf.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InteropError(f"{where}/config.json: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def activation(name: Any, where: Path) -> str:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise InteropError(
+            f"{where}: activation {name!r} is not supported (supported: {sorted(ACTIVATIONS)})"
+        )
+    return ACTIVATIONS[name]
+
+
+# -- weights ----------------------------------------------------------------------------------
+class Source:
+    """The folder's tensors, taken one by one so that leftovers can be named."""
+
+    def __init__(self, tensors: dict[str, Tensor], where: Path):
+        self.tensors, self.where, self.used = tensors, where, set()
+
+    def has(self, key: str) -> bool:
+        return key in self.tensors
+
+    def take(self, key: str) -> Tensor:
+        if key not in self.tensors:
+            raise InteropError(f"{self.where}: the weights lack {key}")
+        self.used.add(key)
+        return self.tensors[key]
+
+    def first(self, *keys: str) -> tuple[str, Tensor] | None:
+        for key in keys:
+            if key in self.tensors:
+                return key, self.take(key)
+        return None
+
+    def leftovers(self, ignore: tuple[str, ...] = ()) -> list[str]:
+        return sorted(
+            k for k in self.tensors if k not in self.used and not any(s in k for s in ignore)
+        )
+
+
+def embeddings(src: Source, prefix: str, lm_keys: tuple[str, ...]) -> dict[str, Any]:
+    """Source/target tables and the output matrix, and which of them are one tensor."""
+    shared = f"{prefix}shared.weight"
+    enc = src.first(f"{prefix}encoder.embed_tokens.weight", shared)
+    dec = src.first(f"{prefix}decoder.embed_tokens.weight", shared)
+    if enc is None or dec is None:
+        raise InteropError(f"{src.where}: no token embeddings ({shared} or embed_tokens)")
+    if src.has(shared):
+        src.take(shared)
+    lm = src.first(*lm_keys)
+    same = enc[1].shape == dec[1].shape and torch.equal(enc[1], dec[1])
+    tied = lm is None or (lm[1].shape == dec[1].shape and torch.equal(lm[1], dec[1]))
+    return {
+        "src": enc[1],
+        "tgt": dec[1],
+        "lm": None if tied else lm[1],
+        "share_embeddings": same,
+        "tie_output": tied,
+    }
+
+
+def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) -> dict:
+    """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``."""
+    q, k, v, o = (f"{hf_prefix}{n}" for n in names)
+    out = {
+        f"{ours}in_proj_weight": torch.cat(
+            [src.take(f"{q}.weight"), src.take(f"{k}.weight"), src.take(f"{v}.weight")]
+        ),
+        f"{ours}out_proj.weight": src.take(f"{o}.weight"),
+    }
+    if src.has(f"{q}.bias"):
+        out[f"{ours}in_proj_bias"] = torch.cat(
+            [src.take(f"{q}.bias"), src.take(f"{k}.bias"), src.take(f"{v}.bias")]
+        )
+        out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
+    return out
+
+
+def linear(src: Source, hf_name: str, ours: str) -> dict:
+    out = {f"{ours}.weight": src.take(f"{hf_name}.weight")}
+    if src.has(f"{hf_name}.bias"):
+        out[f"{ours}.bias"] = src.take(f"{hf_name}.bias")
+    return out

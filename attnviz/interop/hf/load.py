@@ -1,0 +1,202 @@
+"""A Hugging Face folder -> attnviz's Transformer and Checkpoint, through the family
+registry (:data:`~attnviz.interop.hf.registry.REGISTRY`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...checkpoint import Checkpoint
+from ...config import ModelConfig
+from ...errors import AttnvizError, InteropError
+from ...model import Transformer
+from ...weights import build_model
+from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
+from .common import Source, embeddings, first, read_generation_config, read_hf_weights, read_json
+from .generation import check_generation, generation_rules
+from .registry import REGISTRY, Family
+
+
+def read_hf_config(folder: str | Path) -> dict[str, Any]:
+    """``config.json`` of a supported family, or one line saying why not."""
+    folder = Path(folder).expanduser()
+    hf = read_json(folder / "config.json")
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or model_type not in REGISTRY:
+        raise InteropError(
+            f"{folder}: model_type {str(model_type)[:40]!r} is not supported; attnviz opens "
+            f"{', '.join(REGISTRY)}"
+        )
+    if "auto_map" in hf:
+        raise InteropError(
+            f"{folder}: config.json asks for custom code (auto_map); attnviz never runs code "
+            "from a model folder"
+        )
+    return hf
+
+
+def special_ids(hf: dict, gen: dict, unk_id: int | None = None) -> dict[str, int]:
+    """Pad, decoder-start, end and unknown ids of a folder (generation config first)."""
+    family = REGISTRY[hf["model_type"]]
+    pad = gen.get("pad_token_id", hf.get("pad_token_id", family.pad_id))
+    eos = first(gen.get("eos_token_id", hf.get("eos_token_id", family.eos_id)))
+    start = gen.get("decoder_start_token_id", hf.get("decoder_start_token_id"))
+    if start is None:
+        start = pad if family.start_is_pad else eos
+    unk = family.unk_id if unk_id is None else unk_id
+    return {"pad_id": pad, "bos_id": first(start), "eos_id": eos, "unk_id": unk}
+
+
+_COMPUTED_POSITIONS = ("sinusoidal_split", "fairseq")
+
+
+def convert(
+    hf: dict, tensors: dict[str, Tensor], where: Path, ids: dict[str, int]
+) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """A folder's config and tensors -> our :class:`ModelConfig` and state dict (tied
+    tensors once, as :func:`attnviz.weights.unique_state_dict` names them)."""
+    family: Family = REGISTRY[hf["model_type"]]
+    src = Source(tensors, where)
+    emb = embeddings(src, family.embed_prefix, family.lm_keys)
+    fields = family.config(hf, where, tensors, ids)
+    # position tables computed rather than loaded (sinusoids) may be in the file: not weights
+    ignore = ("embed_positions",) if fields.get("positions") in _COMPUTED_POSITIONS else ()
+    try:
+        cfg = ModelConfig(
+            src_vocab_size=emb["src"].shape[0],
+            tgt_vocab_size=emb["tgt"].shape[0],
+            dropout=0.0,
+            share_embeddings=emb["share_embeddings"],
+            tie_output=emb["tie_output"],
+            **ids,
+            **fields,
+        )
+    except AttnvizError as exc:
+        raise InteropError(
+            f"{where}: config.json does not give a model attnviz can build: {exc}"
+        ) from None
+    ours = family.weights(src, cfg)
+    ours["src_embed.weight"] = emb["src"]
+    if not cfg.share_embeddings:
+        ours["tgt_embed.weight"] = emb["tgt"]
+    if not cfg.tie_output:
+        ours["generator.weight"] = emb["lm"]
+    left = src.leftovers(ignore)
+    if left:
+        more = f" and {len(left) - 4} more" if len(left) > 4 else ""
+        raise InteropError(f"{where}: tensors attnviz does not know: {', '.join(left[:4])}{more}")
+    return cfg, ours
+
+
+# -- loading ----------------------------------------------------------------------------------
+def load_hf_model(
+    path: str | Path, device: str | torch.device = "cpu", unk_id: int | None = None
+) -> Transformer:
+    """The model of a Hugging Face folder as an eval-mode :class:`~attnviz.Transformer`.
+
+    Raises:
+        InteropError: unsupported ``model_type``, or weights that do not fit the config.
+        CheckpointError: no safetensors (a ``.bin`` pickle is refused), unreadable files.
+    """
+    folder = Path(path).expanduser()
+    hf = read_hf_config(folder)
+    gen = read_generation_config(folder, hf)
+    return _build(folder, hf, special_ids(hf, gen, unk_id), device)
+
+
+def _build(
+    folder: Path, hf: dict, ids: dict, device, tensors: dict[str, Tensor] | None = None
+) -> Transformer:
+    tensors = read_hf_weights(folder) if tensors is None else tensors
+    cfg, ours = convert(hf, tensors, folder, ids)
+    return build_model(cfg, ours, folder).to(device)  # shapes on the meta device first
+
+
+def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int, int]:
+    """Source and target vocabulary sizes, read from the embedding tables' shapes; a
+    config.json whose vocab_size says otherwise is refused before anything is sized by it."""
+    rows = {}
+    for side, keys in (
+        ("src", ("model.encoder.embed_tokens.weight", "encoder.embed_tokens.weight")),
+        ("tgt", ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
+    ):
+        for key in (*keys, "model.shared.weight", "shared.weight"):
+            t = tensors.get(key)
+            if t is not None and t.dim() == 2:
+                rows[side] = int(t.shape[0])
+                break
+        else:
+            raise InteropError(f"{where}: no token embeddings (shared.weight or embed_tokens)")
+    for side, key in (("src", "src_vocab_size"), ("tgt", "tgt_vocab_size"), ("tgt", "vocab_size")):
+        said = hf.get(key)
+        if key == "vocab_size" and "tgt_vocab_size" in hf:
+            continue  # FSMT names each side's
+        if said is not None and said != rows[side]:
+            raise InteropError(
+                f"{where}: config.json says {key}={str(said)[:40]} but the weights have "
+                f"{rows[side]} embedding rows"
+            )
+    return rows["src"], rows["tgt"]
+
+
+def _check_tokenizer_specials(tokenizer, ids: dict[str, int], where: Path) -> None:
+    """The tokenizer's end id must be the model's (as attnviz checkpoints are checked)."""
+    tok_eos = tokenizer.tokenizer_eos_id
+    if tok_eos is None or tok_eos == ids["eos_id"]:
+        return
+    what = ""
+    if ids["eos_id"] == tokenizer.unk_id:
+        what = " (the tokenizer's unknown token)"
+    raise InteropError(
+        f"{where}: config.json's eos_token_id {ids['eos_id']}{what} is not the tokenizer's end "
+        f"token {tok_eos}; fix eos_token_id in config.json / generation_config.json"
+    )
+
+
+def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
+    """A Hugging Face folder as an :class:`attnviz.Checkpoint` (what ``load_checkpoint`` does
+    with such a folder): the model, the folder's tokenizer (or None, with the reason in
+    ``meta["tokenizer_missing"]``) and the generation rules ``predict`` follows."""
+    folder = Path(path).expanduser()
+    hf = read_hf_config(folder)
+    tensors = read_hf_weights(folder)  # first: a pickle or no weights is the first thing to say
+    gen = read_generation_config(folder, hf)
+    ids = special_ids(hf, gen)
+    for role, value in ids.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InteropError(f"{folder}: no usable {role} in config.json ({value!r})")
+    src_rows, tgt_rows = _vocab_rows(hf, tensors, folder)  # from the weights, never sized
+    check_generation(gen, tgt_rows, folder)  # from config.json's vocab_size alone
+    tokenizer, why = load_hf_tokenizer(folder, ids, tgt_rows, max(src_rows, tgt_rows))
+    if tokenizer is not None:
+        _check_tokenizer_specials(tokenizer, ids, folder)
+        ids["unk_id"] = tokenizer.unk_id
+    model = _build(folder, hf, ids, device, tensors)
+    rules, max_new, ignored = generation_rules(gen, model.config, hf, folder)
+    if tokenizer is None:  # ids in, ids out: every id shows as #<id>
+        specials = model.config.special_ids
+        src_tok = IdTokenizer(specials, src_rows, why)
+        tgt_tok = IdTokenizer(specials, tgt_rows, why, side="target")
+    else:
+        src_tok, tgt_tok = tokenizer, tokenizer.for_target()
+    meta = {
+        "format": "huggingface",
+        "model_type": hf["model_type"],
+        "hf_config": hf,
+        "generation_config": gen,
+        "generation_ignored": ignored,
+        "tokenizer_missing": why,
+    }
+    return Checkpoint(
+        model,
+        src_tok,
+        tgt_tok,
+        model.config,
+        meta,
+        folder,
+        rules=rules,
+        max_new_tokens=max_new,
+    )

@@ -1,0 +1,58 @@
+"""The Hugging Face families attnviz opens: one :class:`Family` per ``model_type``.
+
+Adding a family is one file that builds a :class:`Family` and calls :func:`register`, and
+one import line in ``attnviz/interop/hf/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ...config import ModelConfig
+from .common import Source
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one ``model_type`` maps onto attnviz's Transformer.
+
+    Attributes:
+        model_type: config.json's ``model_type``.
+        pad_id, eos_id, unk_id: transformers' defaults where config.json names none (a
+            tokenizer in the folder overrides the unknown id).
+        start_is_pad: the decoder starts from the pad id (Marian, Pegasus, T5) when the
+            folder names no ``decoder_start_token_id``; otherwise from the end id.
+        config: ``(config.json, folder, tensors, special ids) -> ModelConfig fields``: sizes,
+            norms (pre/post, final, embedding, RMS), positions, scales, biases.
+        weights: ``(tensors, ModelConfig) -> our state dict`` (layers, norms, positions;
+            token embeddings and the output matrix are common to all families).
+        embed_prefix: where the shared / per-side token embeddings live (``"model."``).
+        lm_keys: names the output matrix may have.
+    """
+
+    model_type: str
+    pad_id: int | None
+    eos_id: int
+    unk_id: int
+    start_is_pad: bool
+    config: Callable[[dict, Path, dict[str, Tensor], dict[str, int]], dict[str, Any]]
+    weights: Callable[[Source, ModelConfig], dict[str, Tensor]]
+    embed_prefix: str = "model."
+    lm_keys: tuple[str, ...] = ("lm_head.weight",)
+
+
+#: model_type -> Family, in the order families were registered.
+REGISTRY: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add ``family`` to :data:`REGISTRY` (one entry per ``model_type``)."""
+    if family.model_type in REGISTRY:
+        raise ValueError(f"model_type {family.model_type!r} is registered twice")
+    REGISTRY[family.model_type] = family
+    return family

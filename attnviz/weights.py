@@ -1,0 +1,85 @@
+"""One path from tensors to a model: names and shapes checked on the meta device, then
+loaded, then checked for NaN and inf.
+
+Used by :func:`attnviz.load_checkpoint`, :mod:`attnviz.interop.hf` and
+:func:`attnviz.interop.from_torch_state_dict`. A leaf module: it imports only the config,
+the model and the errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .config import ModelConfig
+from .errors import CheckpointError, shorten
+from .model import Transformer
+
+
+def unique_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
+    """The state dict with tied tensors stored once (the first name wins).
+
+    Ties are found by parameter identity, so this works on a ``meta``-device model as well.
+    """
+    keep = {name for name, _ in model.named_parameters()}  # a shared parameter appears once
+    keep |= {name for name, _ in model.named_buffers()}
+    return {k: v for k, v in model.state_dict().items() if k in keep}
+
+
+def check_tensors(expected: dict[str, Tensor], tensors: dict[str, Tensor], where) -> None:
+    """Every expected tensor present, no others, shapes as the config says, all float.
+
+    Raises:
+        CheckpointError: one line naming the first few offenders.
+    """
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [
+        f"{shorten(k)} {list(tensors[k].shape)} (config wants {list(expected[k].shape)})"
+        for k in expected
+        if k in tensors and tensors[k].shape != expected[k].shape
+    ]
+    not_float = [k for k in tensors if k in expected and not tensors[k].is_floating_point()]
+    for label, names in (
+        ("missing tensors", [shorten(k) for k in missing]),
+        ("unexpected tensors", [shorten(k) for k in unexpected]),
+        ("shapes that do not match the config", wrong),
+        ("non-float tensors", [shorten(k) for k in not_float]),
+    ):
+        if names:
+            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+            raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
+
+
+def load_tensors(model: torch.nn.Module, tensors: dict[str, Tensor], where) -> None:
+    """Copy ``tensors`` into ``model`` (names and shapes already checked); refuse NaN/inf."""
+    expected = unique_state_dict(model)
+    with torch.no_grad():
+        for k, t in expected.items():
+            t.copy_(tensors[k].to(t.dtype))
+    bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"{where}: NaN or inf in {', '.join(shorten(k) for k in bad[:4])}")
+
+
+def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Path) -> Transformer:
+    """A :class:`Transformer` of ``config`` holding ``tensors``, in eval mode on the CPU.
+
+    Names and shapes are checked against a meta-device skeleton before anything is
+    allocated, so a config asking for a huge model fails cheaply; the loaded weights are
+    checked for NaN and inf.
+
+    Args:
+        tensors: the state dict, tied tensors once (as :func:`unique_state_dict` names them).
+        where: the file or folder named in errors.
+    Raises:
+        CheckpointError: missing, unexpected, misshapen, non-float or non-finite tensors.
+    """
+    with torch.device("meta"):
+        skeleton = Transformer(config)
+    check_tensors(unique_state_dict(skeleton), tensors, where)
+    model = Transformer(config)
+    load_tensors(model, tensors, where)
+    return model.eval()
