@@ -333,11 +333,10 @@ class Checkpoint:
         )
 
     def predict_details(
-        self, text: str, max_len: int | None = None, num_beams: int | None = None
+        self, text: str, max_len: int | None = None, num_beams: int = 1
     ) -> Prediction:
-        """Greedy-decode one input (beam search when ``num_beams``, by default the generation
-        config's, is above 1); see :class:`Prediction`."""
-        num_beams = folder_num_beams(self) if num_beams is None else num_beams
+        """Greedy-decode one input (the stepper's tokens; beam search for ``num_beams > 1``);
+        see :class:`Prediction`."""
         if num_beams > 1:
             best = self.beam(text, num_beams, max_len)
             enc = self.encode_source(text)
@@ -379,7 +378,9 @@ class Checkpoint:
 
     def predict(self, text: str, max_len: int | None = None, num_beams: int | None = None) -> str:
         """Decode one input to text (unknown pieces run as UNK): greedy, or beam search when
-        ``num_beams`` (default: the generation config's, else 1) is above 1."""
+        ``num_beams`` (default: the generation config's, else 1) is above 1, as transformers'
+        ``generate()`` does."""
+        num_beams = folder_num_beams(self) if num_beams is None else num_beams
         return self.predict_details(text, max_len, num_beams).text
 
     def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
