@@ -26,6 +26,7 @@ from .tokenizer import (
     Encoding,
     Tokenizer,
     _check_specials,
+    content_ids,
 )
 
 #: Texts encoded per call when a whole corpus is encoded (bounds the memory of one call).
@@ -133,15 +134,9 @@ class SubwordTokenizer(Tokenizer):
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> text (spaces restored from ``▁``). Skips pad and start ids, stops at the end id."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id and stop_at_eos:
-                break
-            if i in (self.pad_id, self.bos_id):
-                continue
+        out = content_ids(ids, self.eos_id, stop_at_eos, (self.pad_id, self.bos_id))
+        for i in out:
             self.token(i)  # range check
-            out.append(i)
         return self._hf.decode(out, skip_special_tokens=False)
 
     def to_dict(self) -> dict:

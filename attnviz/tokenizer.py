@@ -158,14 +158,8 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> text. Skips pad and start ids, stops at the first end id, shows unk as its token."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id and stop_at_eos:
-                break
-            if i in (self.pad_id, self.bos_id):
-                continue
-            out.append(self.token(i))
+        skip = (self.pad_id, self.bos_id)
+        out = [self.token(i) for i in content_ids(ids, self.eos_id, stop_at_eos, skip)]
         return ("" if self.kind == "char" else " ").join(out)
 
     def token(self, i: int) -> str:
@@ -209,6 +203,21 @@ class Tokenizer:
         if "specials" not in data and tuple(tokens[: len(SPECIALS)]) != SPECIALS:
             raise InputError(f"a tokenizer's first tokens must be {SPECIALS}")
         return cls.from_vocab(data.get("kind"), tokens, data.get("specials", DEFAULT_IDS))
+
+
+def content_ids(
+    ids: Iterable[int], eos_id: int | None, stop_at_eos: bool = True, skip: Sequence[int] = ()
+) -> list[int]:
+    """Ids as ints up to the first end id (when ``stop_at_eos``), leaving out ``skip``: what
+    every tokenizer's ``decode`` turns into text."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == eos_id and stop_at_eos:
+            break
+        if i not in skip:
+            out.append(i)
+    return out
 
 
 def _reserved(token: str) -> bool:

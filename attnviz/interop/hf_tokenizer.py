@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import InputError
-from ..tokenizer import Encoding
+from ..tokenizer import Encoding, content_ids
 
 #: Files any one of which means the folder has a tokenizer.
 TOKENIZER_FILES = (
@@ -129,13 +129,7 @@ class HFTokenizer:
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> text as transformers decodes it (special tokens skipped); stops at the end id."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id and stop_at_eos:
-                break
-            if 0 <= i < self._size:
-                out.append(i)
+        out = [i for i in content_ids(ids, self.eos_id, stop_at_eos) if 0 <= i < self._size]
         return self._tok.decode(out, skip_special_tokens=True)
 
     def token(self, i: int) -> str:
@@ -220,13 +214,7 @@ class IdTokenizer:
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> ``"12 7 33"`` (up to the end id)."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id and stop_at_eos:
-                break
-            out.append(str(i))
-        return " ".join(out)
+        return " ".join(str(i) for i in content_ids(ids, self.eos_id, stop_at_eos))
 
     def token(self, i: int) -> str:
         if i < 0:
