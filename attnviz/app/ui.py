@@ -69,6 +69,9 @@ ALIGN_INTRO = (
     "**Setting**: *output* reads the row that predicts a word; *input* the row where the word "
     "is fed in."
 )
+FORCE_JS = (
+    "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.pending) || ''; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
@@ -118,6 +121,9 @@ class Page:
             self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
         self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
         self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
+        # a candidate clicked in the next-token panel: the page sets "step:id" and presses this
+        self.force_btn = gr.Button("force", elem_id="force-btn", elem_classes="av-hidden")
+        self.force_value = gr.Textbox("", elem_id="force-value", elem_classes="av-hidden")
         self.lens_btns = {  # the page asks for another lens's matrices through these
             name: gr.Button(name, elem_id=f"lens-{name}-btn", elem_classes="av-hidden")
             for name in ("norms", "rollout")
@@ -399,6 +405,10 @@ def _wire_decoding(p: Page) -> None:
         lambda s, v, stamps: p.decode(session.goto(s, v), stamps), [p.state, p.slider, p.stamps],
         outs, trigger_mode="always_last", **HIDDEN, **FAST,
     )  # fmt: skip
+    p.force_btn.click(
+        lambda s, stamps, v: p.decode(session.force(s, *_force_args(v)), stamps),
+        [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
+    )  # fmt: skip
     p.resync_btn.click(
         lambda s, stamps: p.decode(session.render(dataclasses.replace(s, page_rows=-1)), stamps),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
@@ -415,6 +425,12 @@ def _wire_decoding(p: Page) -> None:
         lambda s, f, t, stamps: p.decode(session.upload_model(s, f or [], t), stamps),
         [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
+
+
+def _force_args(value: str) -> tuple[str, str | None]:
+    """The page's ``"step:id"`` (or a bare id: the shown step) -> ``(token, at)``."""
+    at, _, token = str(value or "").rpartition(":")
+    return token, at or None
 
 
 def _beam(state: SessionState, text: str, stamps: dict) -> tuple:
