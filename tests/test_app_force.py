@@ -3,9 +3,12 @@ driven by hand."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import torch
 
-from attnviz.app import session, store
+from attnviz.app import reference, session, store
 from attnviz.decoding import GreedyStepper
 
 TEXT = "helloworld"
@@ -87,3 +90,39 @@ def test_force_bad_input_is_one_line_and_keeps_the_state(models_dir):
     assert "complete" in view.message and "\n" not in view.message
     view = session.force(s, 5, at=9)  # beyond the next step
     assert view.state == s and "1..3" in view.message
+
+
+# -- the Reference box -----------------------------------------------------------------------------
+def _chips(strip: str) -> list[tuple[float, int, bool]]:
+    """(prob, rank, marked) of each chip of a reference strip."""
+    chips = re.findall(
+        r'<span class="ref-tok( diverge)?" data-prob="([^"]+)" data-rank="(\d+)"', strip
+    )
+    return [(float(p), int(r), bool(d)) for d, p, r in chips]
+
+
+def test_reference_strip_is_the_checkpoint_score(models_dir):
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"), "cpu")
+    s = session.run(session.new_state(str(models_dir / "reverse")), TEXT).state
+    assert reference.default_reference(s) == "dlrowolleh"  # the task's answer pre-fills it
+    for ref in ("dlrowolleh", "dlrowollhe"):
+        view = reference.score(s, ref)
+        want = ckpt.score(TEXT, ref)
+        chips = _chips(view.html)
+        assert [r for _, r, _ in chips] == want.ranks
+        assert np.allclose([p for p, _, _ in chips], want.probs, atol=1e-6)
+        marked = [i for i, (_, _, d) in enumerate(chips) if d]
+        assert marked == ([] if want.first_divergence is None else [want.first_divergence])
+        z = np.asarray(view.figure.data[0].z, dtype=float)  # [Tt, Ts]: last layer, head mean
+        assert np.allclose(z, want.trace.numpy("cross", 1)[0].mean(0), atol=1e-6)
+    assert want.first_divergence == 8 and "position 8" in view.message  # "he" swapped: at h
+
+
+def test_reference_bad_input_is_one_line(models_dir):
+    s = session.run(session.new_state(str(models_dir / "reverse")), TEXT).state
+    for bad, words in (("", "empty"), ("  ", "empty"), ("a" * 500, "at most")):
+        view = reference.score(s, bad)
+        assert view.message.startswith("⚠") and words in view.message
+        assert "\n" not in view.message and view.html == "" and view.figure is None
+    fresh = session.new_state(str(models_dir / "reverse"))
+    assert reference.score(fresh, "abc").message.startswith("⚠")
