@@ -591,3 +591,34 @@ def test_clicking_a_candidate_forces_it_and_back_undoes_it(browser, url):
         assert page.errors == []
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
+    page = open_page(browser, url, color_scheme=scheme)
+    try:
+        page.locator("#input-text textarea").fill("helloworld")
+        page.wait_for_function(  # pre-filled with the task's answer
+            "() => document.querySelector('#reference-text textarea').value === 'dlrowolleh'"
+        )
+        for n in range(1, 3):
+            page.locator("#step-btn").click()
+            wait_step(page, n)
+        page.locator("#topk-plot .av-barrow").nth(1).click()
+        page.wait_for_function("() => document.querySelector('#output-tokens .tok.forced')")
+        page.locator("#reference-text textarea").fill("dlrowollhe")
+        page.locator("#reference-btn").click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('#reference-strip .ref-tok').length === 11"
+        )
+        chips = page.locator("#reference-strip .ref-tok")
+        marked = [i for i in range(11) if "diverge" in chips.nth(i).get_attribute("class")]
+        assert marked == [8] and "rank" in chips.nth(8).get_attribute("title")
+        assert "position 8" in page.locator("#reference-message").inner_text()
+        page.wait_for_selector("#reference-attn .js-plotly-plot")
+        worst = page.evaluate(CONTRAST, ".ref-tok, #reference-message, .tok")
+        assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
+        page.screenshot(path=str(tmp_path / f"force-reference-{scheme}.png"), full_page=True)
+        assert page.errors == []
+    finally:
+        page.close()
