@@ -28,6 +28,7 @@
   const FORCE_CSS = `.tokens .tok.forced { text-decoration: underline 2px; text-underline-offset: 3px; box-shadow: inset 0 0 0 2px #7c3aed; }
 .av-barrow.av-cand:not(.chosen) { cursor: pointer; border-radius: 3px; }
 .av-barrow.av-cand:not(.chosen):hover, .av-barrow.av-cand:not(.chosen):focus { background: rgba(124, 58, 237, 0.14); outline: none; }
+.av-barrow.forced { box-shadow: inset 4px 0 0 #7c3aed; }
 .av-barrow.forced .av-barfill { background: #7c3aed; }`;
 
   function fresh(epoch) {

@@ -78,7 +78,7 @@ def strip_html(scored: Scored) -> str:
         chips.append(
             f'<span class="ref-tok{" diverge" if first else ""}" data-prob="{p:.6f}" '
             f'data-rank="{r}" data-argmax="{top}" title="{html.escape(title)}" '
-            f'style="{style}">{label}<small style="opacity:.85">#{r}</small></span>'
+            f'style="{style}">{label}<small style="color:#fff;font-size:.75em">#{r}</small></span>'
         )
     return (
         '<div class="ref-strip" style="display:flex;flex-wrap:wrap;gap:6px;padding:4px 0">'
@@ -113,7 +113,7 @@ def figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
     mask = scored.trace.numpy("cross", layer, "mask")[0, 0].astype(bool)  # [Tt, Ts]
     z = w.mean(0) if head == "mean" else w[int(head[1:])]
     keys = [display_token(p) for p in ckpt.encode_source(state.text).pieces]
-    queries = [f"{i}: {display_token(t)}" for i, t in enumerate(scored.tokens)]
+    queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
     title = f"Reference: cross-attention · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
     i = scored.first_divergence
