@@ -25,9 +25,14 @@
   // another lens's matrices of this decode, sent once on request (null: the weights path)
   let LENS = null;
   AV.drawn = { epoch: "", step: -1, t: 0 };
+  const FORCE_CSS = `.tokens .tok.forced { text-decoration: underline 2px; text-underline-offset: 3px; box-shadow: inset 0 0 0 2px #7c3aed; }
+.av-barrow.av-cand:not(.chosen) { cursor: pointer; border-radius: 3px; }
+.av-barrow.av-cand:not(.chosen):hover, .av-barrow.av-cand:not(.chosen):focus { background: rgba(124, 58, 237, 0.14); outline: none; }
+.av-barrow.forced { box-shadow: inset 4px 0 0 #7c3aed; }
+.av-barrow.forced .av-barfill { background: #7c3aed; }`;
 
   function fresh(epoch) {
-    return { epoch, started: false, have: 0, n: 0, step: 0, tokens: [], prob: [], topk: [],
+    return { epoch, started: false, have: 0, n: 0, step: 0, tokens: [], prob: [], topk: [], forced: [],
       rows: { decoder_self: [], cross: [] }, enc: [], src: [], pieces: [], unk: [], H: 0,
       layers: {}, expected: null, bos: "<bos>", titles: {}, info: {}, done: false };
   }
@@ -87,7 +92,7 @@
     S.prob.length = S.topk.length = p.from;
     S.prob.push(...(p.prob || [])); S.topk.push(...(p.topk || []));
     S.prob.length = S.topk.length = p.n;
-    S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done;
+    S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done; S.forced = p.forced || [];
     S.info = p.info || {}; S.limit = p.limit;
     render();
     if (ui.lens !== "weights" && !lensCovers()) requestLens(); // only off the weights path
@@ -356,6 +361,7 @@
     if (element.querySelector(".av-root")?.dataset.mounted) return;
     root = element.querySelector(".av-root") || element;
     root.dataset.mounted = "1";
+    if (!document.getElementById("av-force-style")) document.head.appendChild(el("style", { id: "av-force-style", text: FORCE_CSS }));
     const top = el("div", { class: "av-tokens" },
       el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Source" }), el("div", { id: "source-tokens", class: "tokens" })),
       el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Output" }), el("div", { id: "output-tokens", class: "tokens" })),
@@ -519,16 +525,30 @@
     box.textContent = "";
     if (!S.started || S.step === 0) { title.textContent = "Next-token probabilities"; box.appendChild(el("div", { class: "av-empty", text: "press Step: each step's numbers appear here" })); return; }
     const q = S.step - 1, top = S.topk[q] || [], [, yl] = labels("cross");
-    const chosen = top.find((x) => x[2]) || ["?", 0];
-    title.textContent = `step ${S.step}: after “${yl[q]}”, chose “${chosen[0]}” (p = ${chosen[1].toFixed(3)})`;
-    for (const [tok, pr, isChosen] of top) {
-      const row = el("div", { class: "av-barrow" + (isChosen ? " chosen" : "") },
+    const chosen = top.find((x) => x[2]) || ["?", 0], isForced = S.forced.includes(q);
+    title.textContent = `step ${S.step}: after “${yl[q]}”, ${isForced ? "forced" : "chose"} “${chosen[0]}” (p = ${chosen[1].toFixed(3)})`;
+    for (const [tok, pr, isChosen, id] of top) {
+      const row = el("div", { class: "av-barrow av-cand" + (isChosen ? " chosen" : "") + (isChosen && isForced ? " forced" : ""),
+        "data-token-id": String(id), role: "button", tabindex: "0",
+        title: isChosen ? (isForced ? "forced at this step" : "the model's choice") : `click: feed “${tok}” at step ${S.step} instead, then Step on from it` },
         el("span", { class: "av-bartok", text: tok }),
         el("span", { class: "av-bartrack" }, el("span", { class: "av-barfill", style: `width:${(pr * 100).toFixed(1)}%` })),
         el("span", { class: "av-barval", text: pr.toFixed(3) }));
+      if (!isChosen && id !== undefined) {
+        row.addEventListener("click", () => AV.force(id, S.step));
+        row.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); AV.force(id, S.step); } });
+      }
       box.appendChild(row);
     }
   }
+  // feed a candidate instead of the argmax: the hidden force button's event reads AV.pending
+  AV.pending = "";
+  AV.force = function (id, step) {
+    const b = document.querySelector("#force-btn");
+    if (!b) return;
+    AV.pending = `${step}:${id}`;
+    b.click();
+  };
 
   function chips(box, labels, cls) {
     box.textContent = "";
@@ -546,10 +566,11 @@
     const shown = S.tokens.slice(0, S.step), want = S.expected;
     let bad = -1;
     if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
-    chips(out, shown, shown.map((_, i) => [i === shown.length - 1 ? "newest" : "", i === bad ? "mismatch" : ""].join(" ").trim()));
+    const forced = new Set(S.forced);
+    chips(out, shown, shown.map((_, i) => [i === shown.length - 1 ? "newest" : "", i === bad ? "mismatch" : "", forced.has(i) ? "forced" : ""].join(" ").trim()));
     out.querySelectorAll(".tok").forEach((c, i) => { // confidence strip: the chosen token's probability
       const p = S.prob[i] ?? 0;
-      c.title = `step ${i + 1}: p = ${p.toFixed(3)}${i === bad ? " · first mismatch with the expected output" : ""}`;
+      c.title = `step ${i + 1}: p = ${p.toFixed(3)}${forced.has(i) ? " · forced" : ""}${i === bad ? " · first mismatch with the expected output" : ""}`;
       c.appendChild(el("span", { class: "conf", style: `width:${Math.round(p * 100)}%` }));
     });
     const line = exp.parentElement;

@@ -554,3 +554,71 @@ def test_lens_switch_redraws_the_step_view_and_weights_stay_the_fast_path(page):
     page.locator("#step-btn").click()
     wait_step(page, 3, "dlr")
     assert title(page, "cross").endswith("step 3")
+
+
+def test_clicking_a_candidate_forces_it_and_back_undoes_it(browser, url):
+    page = open_page(browser, url)
+    try:
+        page.locator("#input-text textarea").fill("helloworld")
+        for n in range(1, 4):
+            page.locator("#step-btn").click()
+            wait_step(page, n)
+        wait_step(page, 3, "dlr")
+        rows = page.locator("#topk-plot .av-barrow")
+        assert "chosen" in rows.first.get_attribute("class")
+        other = rows.nth(1)  # a candidate other than the top one
+        token_id = other.get_attribute("data-token-id")
+        label = other.locator(".av-bartok").inner_text()
+        assert token_id and token_id.isdigit()
+        other.click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('#output-tokens .tok.forced').length === 1"
+        )
+        wait_step(page, 3, "dl" + label)
+        mark = page.locator("#output-tokens .tok.forced")
+        assert mark.inner_text() == label and "forced" in mark.get_attribute("title")
+        assert "forced" in page.locator("#topk-plot .av-title").inner_text()
+        page.locator("#step-btn").click()  # greedy on from the new prefix
+        wait_step(page, 4)
+        assert output(page).startswith("dl" + label) and len(output(page)) == 4
+        for n in (3, 2):
+            page.locator("#back-btn").click()
+            wait_step(page, n)
+        wait_step(page, 2, "dl")
+        assert page.locator("#output-tokens .tok.forced").count() == 0
+        page.locator("#step-btn").click()  # Back undid it: the argmax again
+        wait_step(page, 3, "dlr")
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
+    page = open_page(browser, url, color_scheme=scheme)
+    try:
+        page.locator("#input-text textarea").fill("helloworld")
+        page.wait_for_function(  # pre-filled with the task's answer
+            "() => document.querySelector('#reference-text textarea').value === 'dlrowolleh'"
+        )
+        for n in range(1, 3):
+            page.locator("#step-btn").click()
+            wait_step(page, n)
+        page.locator("#topk-plot .av-barrow").nth(1).click()
+        page.wait_for_function("() => document.querySelector('#output-tokens .tok.forced')")
+        page.locator("#reference-text textarea").fill("dlrowollhe")
+        page.locator("#reference-btn").click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('#reference-strip .ref-tok').length === 11"
+        )
+        chips = page.locator("#reference-strip .ref-tok")
+        marked = [i for i in range(11) if "diverge" in chips.nth(i).get_attribute("class")]
+        assert marked == [8] and "rank" in chips.nth(8).get_attribute("title")
+        assert "position 8" in page.locator("#reference-message").inner_text()
+        page.wait_for_selector("#reference-attn .js-plotly-plot")
+        worst = page.evaluate(CONTRAST, ".ref-tok, #reference-message, .tok")
+        assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
+        page.screenshot(path=str(tmp_path / f"force-reference-{scheme}.png"), full_page=True)
+        assert page.errors == []
+    finally:
+        page.close()

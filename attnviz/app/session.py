@@ -36,6 +36,7 @@ __all__ = [
     "beam",
     "choose_model",
     "figures",
+    "force",
     "goto",
     "new_state",
     "open_head",
@@ -155,6 +156,7 @@ def _start_state(
         epoch=state.epoch + 1,
         page_rows=-1,
         eos_id=ckpt.config.eos_id,
+        forced=[],
     )
 
 
@@ -164,7 +166,7 @@ def _cleared(state: SessionState, text: str | None) -> SessionState:
         return state
     return dataclasses.replace(
         state, text=text or "", src_ids=[], src_pieces=[], unknown=[], tokens=[], step=0,
-        epoch=state.epoch + 1, page_rows=-1,
+        epoch=state.epoch + 1, page_rows=-1, forced=[],
     )  # fmt: skip
 
 
@@ -213,15 +215,69 @@ def run(state: SessionState, text: str | None = None) -> DecodeView:
 
 
 def back(state: SessionState) -> DecodeView:
-    """One step back (the later tokens are kept for stepping forward again)."""
-    return _apply(state, lambda s, c: dataclasses.replace(s, step=max(0, s.step - 1)))
+    """One step back (the later tokens are kept for stepping forward again), except that a
+    forced token stepped back over is undone: the tokens from it on are dropped, so the next
+    Step decodes greedily again."""
+
+    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        to = max(0, s.step - 1)
+        undone = [p for p in s.forced if p >= to]
+        if not undone:
+            return dataclasses.replace(s, step=to)
+        cut = min(undone)
+        return dataclasses.replace(
+            s, step=to, tokens=s.tokens[:cut], forced=[p for p in s.forced if p < cut],
+            page_rows=min(s.page_rows, cut),
+        )  # fmt: skip
+
+    return _apply(state, change)
 
 
 def reset(state: SessionState) -> DecodeView:
-    """Back to the start of decoding this input (nothing decoded)."""
+    """Back to the start of decoding this input (nothing decoded, nothing forced)."""
     return _apply(
-        state, lambda s, c: dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0))
+        state,
+        lambda s, c: dataclasses.replace(
+            s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[]
+        ),
     )
+
+
+def force(state: SessionState, token: int | str, at: int | str | None = None) -> DecodeView:
+    """Feed ``token`` (an output vocabulary id) at step ``at`` instead of the argmax.
+
+    Args:
+        token: the id to feed (``0..V-1``); the page sends a candidate's ``data-token-id``.
+        at: the 1-based step whose token is replaced: ``state.step`` (default, the step whose
+            candidates the page shows) or ``state.step + 1`` (the next token, as Step would
+            choose it). Later tokens are dropped: Steps continue greedily from the new prefix.
+    """
+
+    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        if not s.started:
+            raise InputError("type an input and press Step first, then force a candidate")
+        vocab = ckpt.config.tgt_vocab_size
+        try:
+            tok = int(str(token).strip())
+        except ValueError:
+            raise InputError(f"not a token id: {token!r}; ids are 0..{vocab - 1}") from None
+        if not 0 <= tok < vocab:
+            raise InputError(f"token {tok} is outside the vocabulary 0..{vocab - 1}")
+        try:
+            where = s.step if at in (None, "") else int(str(at).strip())
+        except ValueError:
+            raise InputError(f"not a step: {at!r}") from None
+        last = s.step if s.done else min(s.step + 1, s.max_steps)
+        if not 1 <= where <= last:
+            why = " (the output is complete)" if s.done else ""
+            raise InputError(f"can force a token at step 1..{last}{why}, got {where}")
+        pos = where - 1
+        return dataclasses.replace(
+            s, tokens=[*s.tokens[:pos], tok], step=where, page_rows=min(s.page_rows, pos),
+            forced=[*(p for p in s.forced if p < pos), pos],
+        )  # fmt: skip
+
+    return _apply(state, change)
 
 
 def goto(state: SessionState, position: int) -> DecodeView:

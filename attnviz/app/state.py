@@ -65,6 +65,8 @@ class SessionState:
         view: ``{kind: [layer, head]}`` with head ``"mean"``, ``"all heads"`` or ``"H<h>"``.
         model_kind: the attention kind of the layers x heads model view.
         top_k: bars in the next-token chart.
+        forced: positions in ``tokens`` that the user forced instead of the argmax (sorted);
+            the stepper replays them like any other token, the page marks them.
     """
 
     model: str = ""
@@ -84,6 +86,7 @@ class SessionState:
     view: dict[str, list] = field(default_factory=dict)
     model_kind: str = "cross"
     top_k: int = 10
+    forced: list[int] = field(default_factory=list)
 
     @property
     def started(self) -> bool:

@@ -22,7 +22,7 @@ from .. import plots
 from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import alignment, compare_lab, labs, lensview, panels, session, store
+from . import alignment, compare_lab, labs, lensview, panels, reference, session, store
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
@@ -69,6 +69,9 @@ ALIGN_INTRO = (
     "**Setting**: *output* reads the row that predicts a word; *input* the row where the word "
     "is fed in."
 )
+FORCE_JS = (
+    "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.pending) || ''; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
@@ -90,6 +93,7 @@ class Page:
                     elem_id="viz",
                     padding=False,
                 )
+                self._reference_box()
             self._mask_tab()
             self._other_tabs()
             self._align_tab()
@@ -121,6 +125,9 @@ class Page:
             self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
         self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
         self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
+        # a candidate clicked in the next-token panel: the page sets "step:id" and presses this
+        self.force_btn = gr.Button("force", elem_id="force-btn", elem_classes="av-hidden")
+        self.force_value = gr.Textbox("", elem_id="force-value", elem_classes="av-hidden")
         self.lens_btns = {  # the page asks for another lens's matrices through these
             name: gr.Button(name, elem_id=f"lens-{name}-btn", elem_classes="av-hidden")
             for name in ("norms", "rollout")
@@ -132,6 +139,18 @@ class Page:
             label="Output so far", interactive=False, elem_id="output-text"
         )
         self.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
+
+    def _reference_box(self) -> None:
+        with gr.Group(elem_id="reference-box"):
+            with gr.Row():
+                self.reference = gr.Textbox(
+                    label="Reference (the output you expect; pre-filled with the task's answer)",
+                    elem_id="reference-text", scale=4,
+                )  # fmt: skip
+                self.ref_btn = gr.Button("Score the reference", elem_id="reference-btn", scale=1)
+            self.ref_msg = gr.HTML(elem_id="reference-message")
+            self.ref_strip = gr.HTML(elem_id="reference-strip")
+            self.ref_plot = gr.Plot(label="reference cross-attention", elem_id="reference-attn")
 
     def _mask_tab(self) -> None:
         with gr.Tab("Mask lab", elem_id="tab-mask") as self.mask_tab:
@@ -431,6 +450,10 @@ def _wire_decoding(p: Page) -> None:
         lambda s, v, stamps: p.decode(session.goto(s, v), stamps), [p.state, p.slider, p.stamps],
         outs, trigger_mode="always_last", **HIDDEN, **FAST,
     )  # fmt: skip
+    p.force_btn.click(
+        lambda s, stamps, v: p.decode(session.force(s, *_force_args(v)), stamps),
+        [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
+    )  # fmt: skip
     p.resync_btn.click(
         lambda s, stamps: p.decode(session.render(dataclasses.replace(s, page_rows=-1)), stamps),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
@@ -452,6 +475,28 @@ def _wire_decoding(p: Page) -> None:
         lambda s, f, t, stamps: p.decode(session.upload_model(s, f or [], t), stamps),
         [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
+
+
+def _wire_reference(p: Page) -> None:
+    """The Reference box: pre-filled from the input, scored on the button or Enter."""
+    p.input_text.change(  # a new input: its task answer, and nothing scored for the old one
+        lambda s, t: (reference.default_reference(s, t), "", "", None), [p.state, p.input_text],
+        [p.reference, p.ref_msg, p.ref_strip, p.ref_plot], **HIDDEN,
+    )  # fmt: skip
+    for trigger in (p.ref_btn.click, p.reference.submit):
+        trigger(_reference, [p.state, p.reference, p.theme],
+                [p.ref_msg, p.ref_strip, p.ref_plot], js=THEME_JS, **INTERNAL)  # fmt: skip
+
+
+def _reference(state: SessionState, ref: str, theme: str = "light") -> tuple:
+    v = reference.score(state, ref)
+    return v.message, v.html, _dark([v.figure], theme)[0]
+
+
+def _force_args(value: str) -> tuple[str, str | None]:
+    """The page's ``"step:id"`` (or a bare id: the shown step) -> ``(token, at)``."""
+    at, _, token = str(value or "").rpartition(":")
+    return token, at or None
 
 
 def _beam(state: SessionState, text: str, stamps: dict) -> tuple:
@@ -644,6 +689,7 @@ def build_app(
     with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
         p = Page(session.new_state(model, device), session_ttl_s)
         _wire_decoding(p)
+        _wire_reference(p)
         _wire_labs(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
             lambda s: p.decode(session.render(dataclasses.replace(s, page_rows=-1))),

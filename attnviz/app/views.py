@@ -197,6 +197,7 @@ def payload(
         "done": state.done,
         "view": state.view,
         "model_kind": state.model_kind,
+        "forced": [p for p in state.forced if p < n],
     }
     if not state.started:
         return {**base, "epoch": "", "full": True, "from": 0, "started": False}, -1
@@ -252,10 +253,13 @@ def _topk(step: StepResult, tok, k: int) -> list[list]:
     p = as_numpy(step.probs)  # [V]
     ids = np.argsort(-p, kind="stable")[:k]
     top = [
-        [display_token(tok.token(int(i))), round(float(p[i]), 6), int(i) == step.token] for i in ids
+        [display_token(tok.token(int(i))), round(float(p[i]), 6), int(i) == step.token, int(i)]
+        for i in ids
     ]
     if step.token not in ids:
-        top.append([display_token(tok.token(step.token)), round(float(step.prob), 6), True])
+        top.append(
+            [display_token(tok.token(step.token)), round(float(step.prob), 6), True, step.token]
+        )
     return top
 
 
@@ -283,6 +287,7 @@ def render(
         "tokens": [tok.token(t) for t in shown],
         "max_steps": state.max_steps,
         "decoded": len(state.tokens),
+        "forced": [p for p in state.forced if p < state.step],
     }
     forced = None
     if shown:

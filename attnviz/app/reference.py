@@ -1,0 +1,143 @@
+"""The step view's Reference box: a reference output scored under the model (no gradio).
+
+The reference is teacher-forced (:meth:`attnviz.Checkpoint.score`): each of its tokens gets
+the model's probability and rank given the source and the reference before it, shown as a
+strip of tokens coloured by probability, with the first position where the model's argmax
+leaves the reference marked (where greedy decoding, fed the reference so far, first differs
+from it). Its cross-attention is one heatmap at the layer and head the step view shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .. import plots
+from ..checkpoint import Checkpoint
+from ..errors import AttnvizError, InputError
+from ..scoring import Scored
+from ..tasks import TASKS, get_task
+from .state import SessionState, checkpoint_of, head_label
+from .views import display_token, view_of
+
+
+@dataclasses.dataclass
+class ReferenceView:
+    """What the Reference box shows.
+
+    Attributes:
+        html: the probability/rank strip (escaped HTML), "" when nothing was scored.
+        figure: the reference's cross-attention ``[Tt, Ts]`` as a heatmap, or None.
+        message: one line: a summary, or what to fix (starts with "⚠").
+        scored: the :class:`~attnviz.scoring.Scored` shown, or None.
+    """
+
+    html: str
+    figure: go.Figure | None
+    message: str
+    scored: Scored | None = None
+
+
+def default_reference(state: SessionState, text: str | None = None) -> str:
+    """The built-in task's true output for ``text`` (default: the state's input), else ""."""
+    text = state.text if text is None else text
+    try:
+        ckpt = checkpoint_of(state)
+        if ckpt.task not in TASKS or not (text or "").strip():
+            return ""
+        return get_task(ckpt.task).target(text)
+    except Exception:  # an input outside the task (unknown symbols): nothing to expect
+        return ""
+
+
+def _colour(p: float) -> str:
+    """Red (p = 0) through olive to green (p = 1), dark enough for white text (WCAG AA)."""
+    return f"hsl({120 * max(0.0, min(1.0, p)):.0f}, 65%, 28%)"
+
+
+def strip_html(scored: Scored) -> str:
+    """The reference's tokens as chips coloured by probability, rank under each, the first
+    divergence outlined (``data-rank``/``data-prob`` on each chip, for tests and tools)."""
+    chips = []
+    for i, (tok, p, r, top) in enumerate(
+        zip(scored.tokens, scored.probs, scored.ranks, scored.argmax, strict=True)
+    ):
+        first = i == scored.first_divergence
+        title = f"position {i}: p = {p:.3f}, rank {r}"
+        if first:
+            title += " · first divergence: the model's argmax here is another token"
+        style = (
+            f"background:{_colour(p)};color:#fff;padding:2px 6px;border-radius:4px;"
+            "display:inline-flex;flex-direction:column;align-items:center;white-space:pre;"
+            + ("outline:3px solid #d97706;outline-offset:2px;" if first else "")
+        )
+        label = html.escape(display_token(tok))
+        chips.append(
+            f'<span class="ref-tok{" diverge" if first else ""}" data-prob="{p:.6f}" '
+            f'data-rank="{r}" data-argmax="{top}" title="{html.escape(title)}" '
+            f'style="{style}">{label}<small style="color:#fff;font-size:.75em">#{r}</small></span>'
+        )
+    return (
+        '<div class="ref-strip" style="display:flex;flex-wrap:wrap;gap:6px;padding:4px 0">'
+        + "".join(chips)
+        + "</div>"
+    )
+
+
+def _summary(scored: Scored, ckpt: Checkpoint) -> str:
+    n, lp = len(scored.ids), scored.logprob
+    head = (
+        f"{n} tokens (end token included) · log p = {lp:.3f} · mean p = {np.mean(scored.probs):.3f}"
+    )
+    i = scored.first_divergence
+    if i is None:
+        return head + " · the model's argmax follows the reference at every position."
+    tok = ckpt.tgt_tokenizer
+    mine = display_token(tok.token(scored.argmax[i])) if tok is not None else f"#{scored.argmax[i]}"
+    return html.escape(
+        f"{head} · first divergence at position {i}: the model prefers “{mine}” to the "
+        f"reference's “{display_token(scored.tokens[i])}” (p = {scored.probs[i]:.3f}, "
+        f"rank {scored.ranks[i]})."
+    )
+
+
+def figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
+    """The reference's cross-attention at the step view's layer and head (``"all heads"``:
+    their mean), rows = the reference's positions (row ``i`` predicts token ``i``)."""
+    layer, head = view_of(state, ckpt, "cross")
+    head = "mean" if head == "all heads" else head
+    w = scored.trace.numpy("cross", layer)[0]  # [H, Tt, Ts]
+    mask = scored.trace.numpy("cross", layer, "mask")[0, 0].astype(bool)  # [Tt, Ts]
+    z = w.mean(0) if head == "mean" else w[int(head[1:])]
+    keys = [display_token(p) for p in ckpt.encode_source(state.text).pieces]
+    queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
+    title = f"Reference: cross-attention · layer {layer} · {head_label(head)}"
+    fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
+    i = scored.first_divergence
+    if i is not None:  # outline the row of the first divergence
+        fig.add_shape(type="rect", x0=-0.5, x1=len(keys) - 0.5, y0=i - 0.5, y1=i + 0.5,
+                      line=dict(color=plots.HIGHLIGHT, width=3))  # fmt: skip
+    return fig
+
+
+def score(state: SessionState, reference: str) -> ReferenceView:
+    """Score ``reference`` against the state's input; a user error is one line, nothing shown.
+
+    Args:
+        state: a started state (its input is the source).
+        reference: the output to score, as text (the end token is added).
+    """
+    try:
+        if not state.started:
+            raise InputError("type an input and press Step or Run first, then score a reference")
+        if not (reference or "").strip():
+            raise InputError("the reference is empty: type the output you expect")
+        ckpt = checkpoint_of(state)
+        scored = ckpt.score(state.text, reference)
+        return ReferenceView(strip_html(scored), figure(scored, state, ckpt),
+                             _summary(scored, ckpt), scored)  # fmt: skip
+    except AttnvizError as exc:
+        return ReferenceView("", None, "⚠ " + html.escape(str(exc).splitlines()[0]))
