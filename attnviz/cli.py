@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, compare_cli
+from . import __version__, cli_debug
 from .checkpoint import load_checkpoint
 from .errors import AttnvizError, one_line
 
@@ -454,51 +454,6 @@ def _add_data_parser(sub) -> None:
     d.set_defaults(func=_data)
 
 
-def _beam(args: argparse.Namespace) -> int:
-    """Beam search on one input: the finished hypotheses, best first; the tree as JSON."""
-    from .beam import beam_predict, folder_num_beams
-
-    ckpt = load_checkpoint(args.checkpoint)
-    early = {"true": True, "false": False, "never": "never", None: None}[args.early_stopping]
-    k = args.num_beams
-    if k is None:  # the generation config's beam size, where it names one
-        k = folder_num_beams(ckpt) if folder_num_beams(ckpt) > 1 else 4
-    result = beam_predict(ckpt, args.text, k, args.max_len,
-                          length_penalty=args.length_penalty, early_stopping=early,
-                          no_repeat_ngram_size=args.no_repeat_ngram_size, return_tree=True)  # fmt: skip
-    print(f"input : {args.text}")
-    for rank, hyp in enumerate(result.hypotheses, 1):
-        text = ckpt.tgt_tokenizer.decode(hyp.tokens)
-        print(f"  {rank}. {hyp.normalized_score:8.4f}  (log-prob {hyp.score:.4f}, "
-              f"{len(hyp.tokens)} tokens)  {text}")  # fmt: skip
-    print(f"output: {ckpt.tgt_tokenizer.decode(result.tokens)}")
-    if args.json:
-        tree = result.tree
-        doc = {"input": args.text, "output": ckpt.tgt_tokenizer.decode(result.tokens),
-               "tokens": result.tokens, **tree.to_dict(),
-               "pieces": [ckpt.tgt_tokenizer.token(n.token) for n in tree.nodes]}  # fmt: skip
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"wrote {args.json} ({len(tree.nodes)} nodes)")
-    return 0
-
-
-def _add_beam_parser(sub) -> None:
-    b = sub.add_parser("beam", help="beam search on one input: the hypotheses, and the search "
-                       "tree as JSON", description="Beam search as transformers' generate("
-                       "num_beams=k) runs it, following the checkpoint's generation config; "
-                       "options given here override it.")  # fmt: skip
-    b.add_argument("checkpoint")
-    b.add_argument("--text", required=True, help="the input")
-    b.add_argument("--num-beams", type=int, help="beam size (default: the generation config's, "
-                   "else 4)")  # fmt: skip
-    b.add_argument("--max-len", type=int, help="most tokens to produce")
-    b.add_argument("--length-penalty", type=float, help="rank by log-prob / length ** this")
-    b.add_argument("--early-stopping", choices=("true", "false", "never"))
-    b.add_argument("--no-repeat-ngram-size", type=int)
-    b.add_argument("--json", help="write the search tree (nodes, best) as JSON here")
-    b.set_defaults(func=_beam)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnviz", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
@@ -521,8 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_parser(sub)
     _add_analysis_parsers(sub)
     _add_data_parser(sub)
-    compare_cli.add_parser(sub)
-    _add_beam_parser(sub)
+    cli_debug.add_compare_parser(sub)
+    cli_debug.add_beam_parser(sub)
     return parser
 
 

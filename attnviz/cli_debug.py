@@ -1,8 +1,10 @@
-"""``attnviz compare A B``: what changed between two checkpoints, head by head.
+"""Commands for debugging a decode and comparing checkpoints: ``attnviz beam`` and
+``attnviz compare``.
 
-Prints the most changed heads per kind (mean Jensen–Shannon divergence, base 2), whether the
-greedy outputs agree, and the target tokens whose probability moved most; ``--json`` and
-``--html`` write the whole comparison.
+``compare A B`` prints the most changed heads per kind (mean Jensen–Shannon divergence, base
+2), whether the greedy outputs agree, and the target tokens whose probability moved most;
+``--json`` and ``--html`` write the whole comparison. ``beam`` prints beam search's finished
+hypotheses and writes its search tree as JSON.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _inputs(args: argparse.Namespace, a) -> tuple[list[str], list[str] | None]:
     raise InputError("give inputs to compare on: --text T (repeatable) or --data PATH [PATH2]")
 
 
-def run(args: argparse.Namespace) -> int:
+def _compare(args: argparse.Namespace) -> int:
     a, b = load_checkpoint(args.a), load_checkpoint(args.b)
     texts, targets = _inputs(args, a)
     c = compare(a, b, texts, targets)
@@ -116,7 +118,7 @@ def to_html(c: Comparison, name_a: str, name_b: str) -> str:
     return "\n".join(parts)
 
 
-def add_parser(sub) -> None:
+def add_compare_parser(sub) -> None:
     """Register ``attnviz compare`` on the CLI's subparsers."""
     p = sub.add_parser(
         "compare",
@@ -140,4 +142,50 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_compare)
+
+
+def _beam(args: argparse.Namespace) -> int:
+    """Beam search on one input: the finished hypotheses, best first; the tree as JSON."""
+    from .beam import beam_predict, folder_num_beams
+
+    ckpt = load_checkpoint(args.checkpoint)
+    early = {"true": True, "false": False, "never": "never", None: None}[args.early_stopping]
+    k = args.num_beams
+    if k is None:  # the generation config's beam size, where it names one
+        k = folder_num_beams(ckpt) if folder_num_beams(ckpt) > 1 else 4
+    result = beam_predict(ckpt, args.text, k, args.max_len,
+                          length_penalty=args.length_penalty, early_stopping=early,
+                          no_repeat_ngram_size=args.no_repeat_ngram_size, return_tree=True)  # fmt: skip
+    print(f"input : {args.text}")
+    for rank, hyp in enumerate(result.hypotheses, 1):
+        text = ckpt.tgt_tokenizer.decode(hyp.tokens)
+        print(f"  {rank}. {hyp.normalized_score:8.4f}  (log-prob {hyp.score:.4f}, "
+              f"{len(hyp.tokens)} tokens)  {text}")  # fmt: skip
+    print(f"output: {ckpt.tgt_tokenizer.decode(result.tokens)}")
+    if args.json:
+        tree = result.tree
+        doc = {"input": args.text, "output": ckpt.tgt_tokenizer.decode(result.tokens),
+               "tokens": result.tokens, **tree.to_dict(),
+               "pieces": [ckpt.tgt_tokenizer.token(n.token) for n in tree.nodes]}  # fmt: skip
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {args.json} ({len(tree.nodes)} nodes)")
+    return 0
+
+
+def add_beam_parser(sub) -> None:
+    """Register ``attnviz beam`` on the CLI's subparsers."""
+    b = sub.add_parser("beam", help="beam search on one input: the hypotheses, and the search "
+                       "tree as JSON", description="Beam search as transformers' generate("
+                       "num_beams=k) runs it, following the checkpoint's generation config; "
+                       "options given here override it.")  # fmt: skip
+    b.add_argument("checkpoint")
+    b.add_argument("--text", required=True, help="the input")
+    b.add_argument("--num-beams", type=int, help="beam size (default: the generation config's, "
+                   "else 4)")  # fmt: skip
+    b.add_argument("--max-len", type=int, help="most tokens to produce")
+    b.add_argument("--length-penalty", type=float, help="rank by log-prob / length ** this")
+    b.add_argument("--early-stopping", choices=("true", "false", "never"))
+    b.add_argument("--no-repeat-ngram-size", type=int)
+    b.add_argument("--json", help="write the search tree (nodes, best) as JSON here")
+    b.set_defaults(func=_beam)
