@@ -137,10 +137,16 @@ def launched_app_fixture():
 # -- tiers (markers declared in pyproject.toml) ------------------------------------------------
 #: Files whose every test belongs to a tier beyond the fast unit tier.
 TIERS = {
-    "browser": {"test_app_browser.py", "test_report_browser.py", "test_app_load.py"},
+    "browser": {
+        "test_app_browser.py", "test_report_browser.py", "test_app_load.py",
+        "test_app_labs_browser.py",
+    },
     "integration": {
         "test_app_server.py", "test_app_network.py", "test_app_hf.py", "test_hf.py",
         "test_cli.py", "test_train.py", "test_bench.py", "test_shipped_models.py",
+        "test_hf_generation.py", "test_hf_hostile.py", "test_hf_tokenizers.py", "test_hostile.py",
+        "test_train_corpus.py", "test_evaluate.py", "test_data_cli.py", "test_compare_cli.py",
+        "test_finetune.py",
     },
 }  # fmt: skip
 BEYOND_UNIT = ("slow", "integration", "browser", "gpu")
