@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import make_model, random_batch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -104,7 +105,7 @@ def test_pharaoh_files_and_bad_lines(tmp_path):
     golds = al.read_pharaoh(path)
     assert [g.sure for g in golds] == [frozenset({(0, 1), (2, 0)}), frozenset()]
     for bad in ("0-x", "1:2", "-1-2"):
-        with pytest.raises(attnviz.InputError):
+        with pytest.raises(attnviz.InputError, match="not a Pharaoh link"):
             al.parse_pharaoh(bad)
 
 
@@ -126,7 +127,7 @@ def test_alignment_refuses_bad_arguments(shipped):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_value_contributions_rebuild_the_module_output(make_model, random_batch, kind, norm_first):
+def test_value_contributions_rebuild_the_module_output(kind, norm_first):
     """Σ_j α_ij f_h(x_j) over keys and heads, plus the output bias, is the module's output."""
     model = make_model(norm_first=norm_first)
     src, tgt, sp, tp = random_batch(model)
@@ -148,7 +149,7 @@ def test_value_contributions_rebuild_the_module_output(make_model, random_batch,
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_rollout_rows_sum_to_one(make_model, random_batch, kind):
+def test_rollout_rows_sum_to_one(kind):
     model = make_model(n_encoder_layers=3, n_decoder_layers=2)
     src, tgt, sp, tp = random_batch(model)
     with torch.no_grad(), attnviz.record(model) as trace:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import make_model, random_batch
 
 import attnviz
 from attnviz.analysis import head_stats, matrix_stats, role_of
@@ -96,7 +97,7 @@ def test_padded_and_fully_blocked_rows_are_left_out():
     assert _stats(w2, mask=mask)["diagonal"] == 1
 
 
-def test_head_stats_cover_every_head_of_a_recorded_trace(make_model, random_batch):
+def test_head_stats_cover_every_head_of_a_recorded_trace():
     model = make_model()
     src, tgt, sp, tp = random_batch(model)
     with torch.no_grad(), attnviz.record(model) as trace:
@@ -109,7 +110,7 @@ def test_head_stats_cover_every_head_of_a_recorded_trace(make_model, random_batc
         assert isinstance(s.role, str) and s.to_dict()["head"] == s.head
 
 
-def test_a_head_forced_to_reverse_is_named_a_reversal_head(make_model, random_batch):
+def test_a_head_forced_to_reverse_is_named_a_reversal_head():
     model = make_model()
     src, tgt, _, _ = random_batch(model, b=2, ts=7, tt=6)
     src[src == 0], tgt[tgt == 0] = 5, 5  # no padding: every row sees 7 keys

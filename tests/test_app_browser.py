@@ -21,6 +21,8 @@ sync_api = pytest.importorskip(
 )
 pytest.importorskip("gradio")
 
+from helpers import launched_app  # noqa: E402
+
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.bench import CHROMIUM_ARGS  # noqa: E402
 
@@ -75,7 +77,7 @@ CONTRAST = """(sel) => {
 
 
 @pytest.fixture(scope="module")
-def url(launched_app, models_dir):
+def url(models_dir):
     with launched_app(models_dir / "reverse") as (_, port):
         yield f"http://127.0.0.1:{port}/"
 
@@ -442,9 +444,7 @@ def test_dark_mode_text_is_readable(browser, url):
         page.close()
 
 
-def test_a_checkpoint_rewritten_on_disk_renews_the_header(
-    browser, launched_app, models_dir, tmp_path
-):
+def test_a_checkpoint_rewritten_on_disk_renews_the_header(browser, models_dir, tmp_path):
     import shutil
 
     folder = tmp_path / "rewritten"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import launched_app
 
 import attnviz
 from attnviz import plots
@@ -99,7 +100,7 @@ def test_plots_refuse_a_matching_of_another_shape():
 
 
 @pytest.mark.browser
-def test_browser_compare_tab_draws_the_grid(launched_app, models_dir, tmp_path):
+def test_browser_compare_tab_draws_the_grid(models_dir, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():

@@ -20,6 +20,8 @@ pytest.importorskip(
 )
 pytest.importorskip("sentencepiece", reason="sentencepiece is not installed")
 
+from helpers import launched_app
+
 from attnviz.app import session, store  # noqa: E402  (after the skips)
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park"]
@@ -154,7 +156,7 @@ def test_a_zipped_hf_folder_without_weights_is_refused(marian, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_served_app_start_run_equal_generate(marian, launched_app):
+def test_the_served_app_start_run_equal_generate(marian):
     pytest.importorskip("gradio")
     gradio_client = pytest.importorskip("gradio_client")
     folder, expected, _ = marian
@@ -168,7 +170,7 @@ def test_the_served_app_start_run_equal_generate(marian, launched_app):
 
 
 @pytest.mark.slow
-def test_the_page_steps_an_hf_folder(marian, launched_app):
+def test_the_page_steps_an_hf_folder(marian):
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():
         pytest.skip(f"{chromium} is not installed")

@@ -20,6 +20,8 @@ sync_api = pytest.importorskip(
 )
 pytest.importorskip("gradio")
 
+from helpers import launched_app  # noqa: E402
+
 from attnviz.bench import CHROMIUM_ARGS  # noqa: E402  (after the skips)
 
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")
@@ -45,7 +47,7 @@ ARROW = """() => {
 
 
 @pytest.fixture(scope="module")
-def url(launched_app, models_dir):
+def url(models_dir):
     with launched_app(models_dir / "reverse") as (_, port):
         yield f"http://127.0.0.1:{port}/"
 

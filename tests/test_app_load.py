@@ -28,6 +28,8 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
+from helpers import free_port  # noqa: E402
+
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.app import server, ui  # noqa: E402
 from attnviz.app.decoders import DECODERS  # noqa: E402
@@ -51,7 +53,7 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def app_process(log: Path, free_port):
+def app_process(log: Path):
     """``attnviz app`` in a subprocess on a free port; yields (URL, pid) once it accepts."""
     port = free_port()
     code = "import sys; from attnviz.app import server; sys.exit(server.main(sys.argv[1:]))"
@@ -81,7 +83,7 @@ def app_process(log: Path, free_port):
             proc.wait()
 
 
-def serve(free_port, **build):
+def serve(**build):
     demo = ui.build_app(REVERSE, "cpu", **build)
     demo.queue(default_concurrency_limit=2)  # as `attnviz app` does
     port = free_port()
@@ -149,7 +151,7 @@ def session(url: str, text: str, expected: str, barrier: threading.Barrier) -> d
 
 
 @pytest.mark.slow
-def test_sixteen_sessions_at_once(tmp_path, free_port):
+def test_sixteen_sessions_at_once(tmp_path):
     texts = inputs()
     assert len(set(texts)) == SESSIONS and {len(t) for t in texts} >= {3, 20}
     ckpt = attnviz.load_checkpoint(REVERSE)
@@ -188,7 +190,7 @@ def test_sixteen_sessions_at_once(tmp_path, free_port):
 
 
 @pytest.mark.slow
-def test_abandoned_session_is_freed(free_port):
+def test_abandoned_session_is_freed():
     demo, url = serve(free_port, session_ttl_s=1.5)
     try:
         before = DECODERS.sessions()

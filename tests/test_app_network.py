@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("gradio")
 
+from helpers import launched_app
+
 from attnviz.app import server as app_server
 from attnviz.app import ui
 
@@ -22,7 +24,7 @@ PASSWD = Path("/etc/passwd")
 
 
 @pytest.fixture(scope="module")
-def server(launched_app):
+def server():
     with launched_app() as running:
         yield running
 

@@ -7,6 +7,8 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
+from helpers import launched_app  # noqa: E402
+
 from attnviz.app import server  # noqa: E402
 
 # positions in a decoding event's outputs (the state is not sent)
@@ -14,7 +16,7 @@ OUTPUT, STATUS, PAYLOAD = 0, 1, 3
 
 
 @pytest.fixture(scope="module")
-def url(launched_app):
+def url():
     with launched_app() as (_, port):
         yield f"http://127.0.0.1:{port}/"
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from helpers import make_model
 
 import attnviz
 from attnviz import analysis
 from attnviz.tokenizer import Tokenizer
 
 
-def test_shared_embeddings_attribute_like_an_untied_twin(make_model, tmp_path):
+def test_shared_embeddings_attribute_like_an_untied_twin(tmp_path):
     tied = make_model(src_vocab_size=19, tgt_vocab_size=19, share_embeddings=True, seed=3)
     cfg = tied.config
     twin = attnviz.Transformer(

@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from helpers import letters, make_model, unletters
 
 import attnviz
 from attnviz.beam import BeamTree, beam_predict, beam_search
@@ -70,7 +71,7 @@ def check_tree(result: attnviz.BeamResult, eos_id: int | None, n_max: int) -> Be
     ("beam_size", "length_penalty", "early_stopping"),
     [(2, 1.0, False), (4, 0.0, True), (5, 2.0, "never"), (3, -0.5, False)],
 )
-def test_tree_invariants(make_model, beam_size, length_penalty, early_stopping):
+def test_tree_invariants(beam_size, length_penalty, early_stopping):
     model = make_model(seed=4)
     cfg = model.config
     src = torch.randint(3, 23, (3, 7), generator=torch.Generator().manual_seed(2))
@@ -97,7 +98,7 @@ def test_tree_invariants(make_model, beam_size, length_penalty, early_stopping):
     assert ended > 0  # the EOS bookkeeping was exercised
 
 
-def test_tree_json_and_attention_of_the_winner(reverse_model, letters, unletters):
+def test_tree_json_and_attention_of_the_winner(reverse_model):
     cfg = reverse_model.config
     src = torch.tensor(letters("attention"))
     res = beam_search(
@@ -116,7 +117,7 @@ def test_tree_json_and_attention_of_the_winner(reverse_model, letters, unletters
         assert torch.allclose(res.trace.weights(*key), trace.weights(*key), atol=1e-5), key
 
 
-def test_beam_of_one_is_greedy_under_rules(make_model):
+def test_beam_of_one_is_greedy_under_rules():
     model = make_model(seed=1)
     cfg = model.config
     src = torch.randint(3, 23, (4, 8), generator=torch.Generator().manual_seed(7))
@@ -133,7 +134,7 @@ def test_beam_of_one_is_greedy_under_rules(make_model):
             check_tree(res, eos, 15)
 
 
-def test_bad_settings_are_refused_in_one_line(make_model):
+def test_bad_settings_are_refused_in_one_line():
     model = make_model()
     src = torch.tensor([[3, 4, 5]])
     for kwargs, match in [

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import make_model
 
 import attnviz
 from attnviz.checkpoint import (
@@ -28,7 +29,7 @@ def _tokenizers(model):
 
 
 @pytest.fixture(scope="module")
-def save(make_model):
+def save():
     """Factory: ``save(tmp_path, **config_overrides)`` -> (model, checkpoint folder)."""
 
     def _save(tmp_path, **overrides):
@@ -209,7 +210,7 @@ def test_predict_reports_unknowns_and_refuses_empty_or_long_input(tmp_path, save
         ckpt.predict(" ".join(["s1"] * 201))
 
 
-def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path, make_model):
+def test_saving_refuses_tokenizers_that_do_not_fit(tmp_path):
     model = make_model()
     src, _ = _tokenizers(model)
     with pytest.raises(CheckpointError, match="target tokenizer"):

@@ -62,7 +62,7 @@ def test_permuted_heads_compare_as_identical_after_matching(reverse_ckpt):
         assert (c.matching[kind] == expect).all()
 
 
-def test_given_targets_and_token_changes(reverse_ckpt, make_model):
+def test_given_targets_and_token_changes(reverse_ckpt):
     other = copy.deepcopy(reverse_ckpt)
     with torch.no_grad():
         other.model.decoder.layers[0].cross_attn.out_proj.weight.mul_(0.5)

@@ -216,7 +216,7 @@ def test_subset_keeps_the_order_asked_for_and_refuses_bad_indices():
     assert isinstance(sub, EncodedCorpus) and len(sub) == 2
     assert sub.pair(0) == enc.pair(2) and sub.pair(1) == enc.pair(0)
     assert len(enc.subset([])) == 0
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="outside a corpus of 3 pairs"):
         enc.subset([3])
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="pair 3 of 3"):
         enc.pair(3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import make_model
 
 import attnviz
 from attnviz.decoding import greedy_decode
@@ -32,7 +33,7 @@ def padded_source(model, b: int = 3, ts: int = 8, seed: int = 5):
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)
-def test_fused_steps_give_the_module_paths_logits(overrides, make_model):
+def test_fused_steps_give_the_module_paths_logits(overrides):
     model = make_model(**overrides)
     src = padded_source(model)
     pad = src == model.config.pad_id
@@ -54,7 +55,7 @@ def test_fused_steps_give_the_module_paths_logits(overrides, make_model):
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)
-def test_fused_greedy_equals_module_path_and_recompute(overrides, make_model):
+def test_fused_greedy_equals_module_path_and_recompute(overrides):
     model = make_model(**overrides)
     src = padded_source(model)
     eos = model.config.eos_id
@@ -65,7 +66,7 @@ def test_fused_greedy_equals_module_path_and_recompute(overrides, make_model):
     assert torch.equal(fast, recompute)
 
 
-def test_fused_greedy_equals_the_recording_steppers_tokens(make_model):
+def test_fused_greedy_equals_the_recording_steppers_tokens():
     """What the app shows (a recording stepper) and what fast decoding returns agree."""
     model = make_model()
     src = padded_source(model, b=1, ts=9)
@@ -82,7 +83,7 @@ def test_fused_greedy_equals_the_recording_steppers_tokens(make_model):
             prev = torch.tensor([res.token])
 
 
-def test_an_all_padding_source_row_gives_zero_cross_attention_not_nan(make_model):
+def test_an_all_padding_source_row_gives_zero_cross_attention_not_nan():
     model = make_model()
     src = padded_source(model)
     src[2] = model.config.pad_id
@@ -92,7 +93,7 @@ def test_an_all_padding_source_row_gives_zero_cross_attention_not_nan(make_model
     assert torch.equal(fast, slow)
 
 
-def test_recording_and_edits_take_the_module_path(make_model):
+def test_recording_and_edits_take_the_module_path():
     model = make_model()
     src = padded_source(model, b=1)
     assert why_not_fused(model) is None
@@ -114,7 +115,7 @@ def test_recording_and_edits_take_the_module_path(make_model):
     assert "training" in why_not_fused(model)
 
 
-def test_the_cache_grows_in_chunks_up_to_its_capacity(make_model):
+def test_the_cache_grows_in_chunks_up_to_its_capacity():
     model = make_model()
     src = padded_source(model, b=1)
     with torch.no_grad():
@@ -131,7 +132,7 @@ def test_the_cache_grows_in_chunks_up_to_its_capacity(make_model):
         step(tok)
 
 
-def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths(make_model):
+def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths():
     model = make_model()
     src = padded_source(model, b=1)
     for fused in (True, False):
@@ -140,7 +141,7 @@ def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths(make_model):
 
 
 @pytest.mark.parametrize("overrides", [CONFIGS[0], CONFIGS[3]])
-def test_beam_search_with_the_fused_step_equals_the_module_path(overrides, make_model):
+def test_beam_search_with_the_fused_step_equals_the_module_path(overrides):
     model = make_model(**overrides)
     src = padded_source(model)
     eos = model.config.eos_id

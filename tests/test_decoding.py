@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from helpers import letters, make_model, unletters
 
 import attnviz
 
@@ -20,7 +21,7 @@ def recompute(model, src, prefix):
 @pytest.mark.parametrize(
     "overrides", [dict(), dict(norm_first=True, final_norm=True, n_decoder_layers=3)]
 )
-def test_cached_steps_equal_recomputing_the_prefix(overrides, make_model):
+def test_cached_steps_equal_recomputing_the_prefix(overrides):
     model = make_model(**overrides)
     bos = model.config.bos_id
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
@@ -53,7 +54,7 @@ def test_cached_steps_equal_recomputing_the_prefix(overrides, make_model):
     assert torch.isnan(rebuilt.scores("decoder_self", 0)[~allowed]).all()  # never computed
 
 
-def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch, make_model):
+def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch):
     model = make_model()
     src = torch.randint(3, 23, (9,), generator=torch.Generator().manual_seed(4))
     calls = []
@@ -81,7 +82,7 @@ def test_back_and_reset_do_not_rerun_the_encoder(monkeypatch, make_model):
         stepper.back(3)
 
 
-def test_stepper_forced_tokens_and_finish(reverse_model, letters, unletters):
+def test_stepper_forced_tokens_and_finish(reverse_model):
     bos, eos = reverse_model.config.bos_id, reverse_model.config.eos_id
     ids = torch.tensor(letters("abcde"))
     stepper = attnviz.GreedyStepper(reverse_model, ids, bos, eos)
@@ -105,7 +106,7 @@ def test_stepper_forced_tokens_and_finish(reverse_model, letters, unletters):
         attnviz.GreedyStepper(reverse_model, torch.ones(2, 3, dtype=torch.long) * 5, bos, eos)
 
 
-def test_batched_greedy_stops_each_row_at_its_eos(reverse_model, letters, unletters):
+def test_batched_greedy_stops_each_row_at_its_eos(reverse_model):
     cfg = reverse_model.config
     pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
     words = ["a", "hello", "xyzzyab", "qq"]
@@ -123,7 +124,7 @@ def test_batched_greedy_stops_each_row_at_its_eos(reverse_model, letters, unlett
         assert row[: len(alone)] == alone
 
 
-def test_beam_one_is_greedy(make_model):
+def test_beam_one_is_greedy():
     model = make_model()
     bos = model.config.bos_id
     src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))
@@ -139,7 +140,7 @@ def test_beam_one_is_greedy(make_model):
     assert beams[0].tokens[-1] == eos  # the EOS bookkeeping was exercised
 
 
-def test_beam_score_and_attention_are_the_models(reverse_model, letters, unletters):
+def test_beam_score_and_attention_are_the_models(reverse_model):
     bos, eos = reverse_model.config.bos_id, reverse_model.config.eos_id
     src = torch.tensor(letters("reverse"))
     best = attnviz.beam_search(reverse_model, src, bos, eos, beam_size=4, return_attention=True)[0]
@@ -155,7 +156,7 @@ def test_beam_score_and_attention_are_the_models(reverse_model, letters, unlette
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_wide_beam_finds_the_exhaustive_best(length_penalty, make_model):
+def test_wide_beam_finds_the_exhaustive_best(length_penalty):
     """A beam wider than every hypothesis set is exact search: compare with enumeration."""
     model = make_model(seed=2, tgt_vocab_size=5)
     src = torch.randint(3, 23, (1, 6), generator=torch.Generator().manual_seed(6))
@@ -180,7 +181,7 @@ def test_wide_beam_finds_the_exhaustive_best(length_penalty, make_model):
     assert found.score == pytest.approx(score(best), abs=1e-4)
 
 
-def test_decoding_runs_in_eval_mode_and_restores_training_mode(make_model):
+def test_decoding_runs_in_eval_mode_and_restores_training_mode():
     model = make_model(dropout=0.5)
     bos = model.config.bos_id
     src = torch.randint(3, 23, (4, 9), generator=torch.Generator().manual_seed(8))
@@ -191,7 +192,7 @@ def test_decoding_runs_in_eval_mode_and_restores_training_mode(make_model):
     assert model.training
 
 
-def test_stepper_under_bf16_autocast(make_model):
+def test_stepper_under_bf16_autocast():
     model = make_model()
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -40,9 +40,9 @@ def test_rankings_cover_every_source_token(models_dir):
 
 def test_bad_arguments_are_refused(models_dir):
     ckpt = attnviz.load_checkpoint(models_dir / "copy")
-    with pytest.raises(attnviz.InputError):
+    with pytest.raises(attnviz.InputError, match="at least one input"):
         faithfulness(ckpt, [])
-    with pytest.raises(attnviz.InputError):
+    with pytest.raises(attnviz.InputError, match="k_max must be at least 1"):
         faithfulness(ckpt, ["abc"], k_max=0)
     with pytest.raises(attnviz.InputError, match="method"):
         faithfulness(ckpt, ["abc"], methods=["tea leaves"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import make_model, random_batch
 
 import attnviz
 
@@ -13,7 +14,7 @@ pytestmark = [
 ]
 
 
-def test_fast_path_equals_recording_path_on_cuda(make_model, random_batch):
+def test_fast_path_equals_recording_path_on_cuda():
     model = make_model().cuda()
     src, tgt, sp, tp = (t.cuda() for t in random_batch(model))
     fast = model(src, tgt, sp, tp)
@@ -24,7 +25,7 @@ def test_fast_path_equals_recording_path_on_cuda(make_model, random_batch):
     assert trace.numpy("cross", 0).dtype.name == "float32"  # display arrays land on the CPU
 
 
-def test_cached_decoding_matches_cpu(make_model):
+def test_cached_decoding_matches_cpu():
     model = make_model()
     bos = model.config.bos_id
     src = torch.randint(3, 23, (1, 9), generator=torch.Generator().manual_seed(3))
@@ -33,7 +34,7 @@ def test_cached_decoding_matches_cpu(make_model):
     assert cpu == gpu
 
 
-def test_decoders_move_a_cpu_mask_to_the_model(make_model):
+def test_decoders_move_a_cpu_mask_to_the_model():
     model = make_model().cuda()
     cfg = model.config
     src = torch.randint(3, 23, (2, 7))
@@ -44,7 +45,7 @@ def test_decoders_move_a_cpu_mask_to_the_model(make_model):
     assert out.is_cuda and out.shape == (2, 5)
 
 
-def test_fused_greedy_on_cuda_equals_the_module_path_and_the_cpu(make_model):
+def test_fused_greedy_on_cuda_equals_the_module_path_and_the_cpu():
     model = make_model()
     cfg = model.config
     src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(5))

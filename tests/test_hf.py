@@ -253,7 +253,7 @@ def test_t5_scores_include_the_position_bias(folders):
         assert not torch.allclose(q_k, trace.scores("encoder_self", layer))
     for layer in trace.layers("decoder_self"):
         assert torch.equal(trace.position_bias("decoder_self", layer), dec_bias)
-    with pytest.raises(attnviz.TraceLookupError):
+    with pytest.raises(attnviz.TraceLookupError, match="position_bias|position bias"):
         trace.position_bias("cross", 0)  # cross-attention has no position bias
     names = trace.names()
     assert "encoder.layers.1.self_attn.position_bias" in names

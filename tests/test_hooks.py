@@ -5,18 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import random_batch
 
 import attnviz
 from attnviz.decoding import greedy_decode
 
 
-def run(model, random_batch, edits=()):
+def run(model, edits=()):
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model, edits, capture=None):
         return model(src, tgt, sp, tp)
 
 
-def test_a_hook_zeroing_a_head_equals_head_ablation(model, random_batch):
+def test_a_hook_zeroing_a_head_equals_head_ablation(model):
     def zero_head_2(z):
         z = z.clone()
         z[:, 2] = 0
@@ -28,7 +29,7 @@ def test_a_hook_zeroing_a_head_equals_head_ablation(model, random_batch):
     assert not torch.allclose(hooked, run(model, random_batch), atol=1e-4)
 
 
-def test_a_hook_replacing_weights_changes_the_output_like_replace_weights(model, random_batch):
+def test_a_hook_replacing_weights_changes_the_output_like_replace_weights(model):
     def uniform(w):
         return torch.ones_like(w) / w.shape[-1]
 
@@ -43,7 +44,7 @@ def test_a_hook_replacing_weights_changes_the_output_like_replace_weights(model,
     assert torch.allclose(w, torch.full_like(w, 1 / w.shape[-1]))
 
 
-def test_a_mask_hook_equals_drop_mask(model, random_batch):
+def test_a_mask_hook_equals_drop_mask(model):
     def no_causal(kpm, causal):
         return kpm, None
 
@@ -54,7 +55,7 @@ def test_a_mask_hook_equals_drop_mask(model, random_batch):
     assert not torch.allclose(hooked, run(model, random_batch), atol=1e-4)
 
 
-def test_a_probe_sees_every_call_and_changes_nothing(model, random_batch):
+def test_a_probe_sees_every_call_and_changes_nothing(model):
     seen = []
     probe = attnviz.Hook("cross", None, "weights", lambda w: seen.append(tuple(w.shape)))
     # same output (a watched module takes the written-out path, so only rounding may differ)
@@ -67,7 +68,7 @@ def test_a_probe_sees_every_call_and_changes_nothing(model, random_batch):
     assert len(seen) == 2 * 5 and seen[-1] == (1, 4, 1, 7)
 
 
-def test_hooks_are_gone_after_the_block_even_after_an_exception(model, random_batch):
+def test_hooks_are_gone_after_the_block_even_after_an_exception(model):
     calls = []
 
     def zero_all(z):
@@ -87,7 +88,7 @@ def test_hooks_are_gone_after_the_block_even_after_an_exception(model, random_ba
     assert attnviz.model.ACTIVE_RECORDER.get() is None
 
 
-def test_a_new_edit_is_a_subclass_not_a_recorder_change(model, random_batch):
+def test_a_new_edit_is_a_subclass_not_a_recorder_change(model):
     class Sharpen(attnviz.Edit):
         """Square and renormalise every weight row of decoder self-attention."""
 
@@ -125,7 +126,7 @@ def test_bad_hooks_are_refused_before_running(model, hook, message):
         pass
 
 
-def test_a_hook_returning_the_wrong_thing_gets_a_clear_error(model, random_batch):
+def test_a_hook_returning_the_wrong_thing_gets_a_clear_error(model):
     src, tgt, sp, tp = random_batch(model)
     cases = [
         (attnviz.Hook("cross", 0, "heads", lambda z: z[:, :, 0, 0]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import make_model, random_batch
 
 import attnviz
 from attnviz.data import tensorize
@@ -20,7 +21,7 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)
-def test_fast_path_equals_recording_path(overrides, make_model, random_batch):
+def test_fast_path_equals_recording_path(overrides):
     model = make_model(**overrides)
     src, tgt, sp, tp = random_batch(model)
     fast = model(src, tgt, sp, tp)
@@ -32,7 +33,7 @@ def test_fast_path_equals_recording_path(overrides, make_model, random_batch):
     assert len(trace) == cfg.n_encoder_layers + 2 * cfg.n_decoder_layers
 
 
-def test_recorded_weights_reproduce_every_module_output(model, random_batch):
+def test_recorded_weights_reproduce_every_module_output(model):
     """weights @ V, merged and projected, is exactly what each attention module returned."""
     src, tgt, sp, tp = random_batch(model)
     outputs = {}
@@ -64,7 +65,7 @@ def test_recorded_weights_reproduce_every_module_output(model, random_batch):
         assert torch.allclose(per_head.sum(1) + module.out_proj.bias, outputs[name], atol=1e-5)
 
 
-def test_masks_in_trace(model, random_batch):
+def test_masks_in_trace(model):
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model) as trace:
         model(src, tgt, sp, tp)
@@ -123,7 +124,7 @@ def test_bad_ids_get_clear_errors(model):
         model(torch.randint(3, 20, (1, 201)), tgt)
 
 
-def test_options_change_the_structure(make_model):
+def test_options_change_the_structure():
     tied = make_model(src_vocab_size=19, share_embeddings=True, tie_output=True)
     assert tied.src_embed is tied.tgt_embed
     assert tied.generator.weight is tied.tgt_embed.weight
@@ -152,7 +153,7 @@ def test_positional_encoding_matches_the_paper():
     )
 
 
-def test_every_parameter_gets_a_gradient(make_model, random_batch):
+def test_every_parameter_gets_a_gradient():
     model = make_model(norm_first=True, final_norm=True).train()
     src, tgt, sp, tp = random_batch(model)
     model(src, tgt, sp, tp).logsumexp(-1).mean().backward()

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.io as pio
 import pytest
 import torch
+from helpers import make_model, random_batch
 from plotly.offline import get_plotlyjs
 
 import attnviz
@@ -25,12 +26,12 @@ TS, TT = 7, 6  # random_batch defaults; row 1 has PAD in source and target
 
 
 @pytest.fixture(scope="module")
-def model(make_model):
+def model():
     return make_model()
 
 
 @pytest.fixture(scope="module")
-def batch(model, random_batch):
+def batch(model):
     return random_batch(model, b=3, ts=TS, tt=TT)
 
 
@@ -295,7 +296,7 @@ def test_head_stats_figure_and_table():
 
 # -- training playback -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def snaps(batch, make_model):
+def snaps(batch):
     src, tgt = batch[0][:1], batch[1][:1]  # one probe: Ts = 7, decoder input BOS + 5
     s = Snapshots([f"s{i}" for i in range(TS)], [f"t{i}" for i in range(TT - 1)])
     for step, seed in ((0, 3), (100, 4), (200, 5)):
@@ -388,7 +389,7 @@ def test_to_html_headings_and_config():
 
 
 # -- every figure at the default model size ----------------------------------------------------
-def test_every_figure_builds_at_the_default_model_size(make_model):
+def test_every_figure_builds_at_the_default_model_size():
     """d_model 128, 4 heads, 2+2 layers, Tq = Tk = 21 (speed is measured by ``attnviz bench``)."""
     model = make_model(src_vocab_size=30, tgt_vocab_size=30, d_model=128, d_ff=512)
     g = torch.Generator().manual_seed(0)

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 import torch
+from helpers import make_model, random_batch
 
 import attnviz
 from attnviz.model import ACTIVE_RECORDER
-from tests.conftest import make_model, random_batch
 
 PINNED_MODULES = [
     "encoder.layers.0.self_attn",

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import make_model
 
 import attnviz
 from attnviz.show import View
@@ -82,7 +83,7 @@ def test_decoder_self_marks_the_future_blocked(reverse):
     np.testing.assert_array_equal(m, np.triu(np.ones((t, t), dtype=int), k=1))
 
 
-def test_trace_show_from_a_forward_pass(make_model):
+def test_trace_show_from_a_forward_pass():
     model = make_model()
     src, tgt = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 5, 6]])
     with attnviz.record(model) as trace:

@@ -108,7 +108,7 @@ def test_special_ids_anywhere_and_a_start_id_equal_to_the_pad_id():
         Tokenizer("char", ["a"], {"pad": 0, "bos": 1, "eos": 0, "unk": 2})
     with pytest.raises(InputError, match="exactly"):
         Tokenizer("char", ["a"], {"pad": 0, "bos": 1})
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="specials must name exactly"):
         Tokenizer.from_dict({"kind": "char", "tokens": ["<pad>", "a"], "specials": "pad"})
 
 

@@ -229,7 +229,7 @@ def test_cli_unknown_task_is_an_argparse_error():
 def test_snapshot_file_is_not_a_checkpoint(tmp_path):
     out = tmp_path / "x"
     train(_tiny(out=str(out), steps=5, eval_every=5), progress=False)
-    with pytest.raises(attnviz.CheckpointError):
+    with pytest.raises(attnviz.CheckpointError, match="no model 'config'"):
         attnviz.load_checkpoint(out / SNAPSHOTS)
     assert Path(out / TRAIN_STATE).is_file()
 

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import make_model, random_batch
 
 import attnviz
 from attnviz import plots, report
@@ -134,7 +135,7 @@ def test_report_head_table_headings_are_whole_words(inspected):
 
 
 # -- every figure function that draws a mask ----------------------------------------------------
-def test_plot_functions_grey_exactly_the_recorded_mask(make_model, random_batch):
+def test_plot_functions_grey_exactly_the_recorded_mask():
     model = make_model()
     src, tgt, src_pad, tgt_pad = random_batch(model, b=3, ts=7, tt=6)
     with torch.no_grad(), attnviz.record(model) as trace:
