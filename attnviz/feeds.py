@@ -283,9 +283,11 @@ def make_feed(
     rank: int,
     world: int,
     log: Callable[[str], None],
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
 ) -> Feed:
     """The run's :class:`~attnviz.feeds.Feed`: the task's, or the corpus encoded with the
-    saved run's tokenizers (on ``--resume``) or tokenizers trained on its training pairs."""
+    saved run's tokenizers (on ``--resume``), the ``tokenizers`` given (a fine-tuned
+    checkpoint's), or tokenizers trained on its training pairs."""
     saved = saved or {}
     if opts.task is not None:
         given = [f"--{n.replace('_', '-')}" for n in CORPUS_ONLY if getattr(opts, n)]
@@ -305,6 +307,8 @@ def make_feed(
     )
     if saved and out is not None:
         src_tok, tgt_tok = _saved_tokenizers(out)
+    elif tokenizers is not None:
+        src_tok, tgt_tok = tokenizers
     else:
         kind = pick("tokenizer", "bpe")
         docs = None

@@ -1,0 +1,105 @@
+"""Fine-tuning a checkpoint on a corpus: ``attnviz train --init FOLDER --data ...``."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from attnviz import load_checkpoint
+from attnviz.cli import main
+from attnviz.snapshots import Snapshots
+
+
+def _reverse_corpus(path, n: int = 200, seed: int = 0):
+    """``n`` reverse pairs of lowercase letters, one ``source<TAB>target`` line each."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        s = "".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 8)))
+        lines.append(f"{s}\t{s[::-1]}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _finetune(init, data, out, *extra) -> int:
+    return main(
+        ["train", "--init", str(init), "--data", str(data), "--out", str(out), "--steps", "3",
+         "--batch-size", "8", "--eval-every", "3", "--eval-size", "8", "--snapshot-every", "1",
+         "--warmup", "1", "--lr", "1e-5", "--device", "cpu", "--quiet", *extra]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tuned(models_dir, tmp_path_factory):
+    """models/reverse fine-tuned for 3 steps on a reverse corpus written here."""
+    tmp = tmp_path_factory.mktemp("finetune")
+    data = _reverse_corpus(tmp / "train.tsv")
+    out = tmp / "run"
+    assert _finetune(models_dir / "reverse", data, out) == 0
+    return out
+
+
+def test_a_fine_tuned_checkpoint_loads_predicts_and_keeps_tokenizers(models_dir, tuned):
+    before, after = load_checkpoint(models_dir / "reverse"), load_checkpoint(tuned)
+    assert after.config == before.config
+    assert after.src_tokenizer.to_dict() == before.src_tokenizer.to_dict()
+    assert after.tgt_tokenizer.to_dict() == before.tgt_tokenizer.to_dict()
+    assert after.meta["init"]["path"] == str(models_dir / "reverse")
+    assert after.meta["step"] == 3
+    # it started from the folder's weights: 3 small steps move them only a little
+    old, new = before.model.state_dict(), after.model.state_dict()
+    assert old.keys() == new.keys()
+    for name in old:
+        assert (old[name] - new[name]).abs().max() < 0.01, name
+    assert any(not torch.equal(old[name], new[name]) for name in old)
+    assert after.predict("abcdef") == before.predict("abcdef") == "fedcba"
+
+
+def test_snapshots_record_the_probe_during_fine_tuning(tuned):
+    snaps = Snapshots.load(tuned)
+    assert snaps.steps == [0, 1, 2, 3]
+    assert (tuned / "dev_pairs.json").is_file()
+
+
+def test_compare_shows_what_fine_tuning_changed(models_dir, tuned, tmp_path, capsys):
+    out_json = tmp_path / "c.json"
+    code = main(["compare", str(models_dir / "reverse"), str(tuned), "--text", "abcdef",
+                 "--json", str(out_json)])  # fmt: skip
+    assert code == 0
+    assert "agree on 1 of 1" in capsys.readouterr().out
+    grid = json.loads(out_json.read_text())["divergence"]["cross"]
+    assert all(0 <= x < 0.05 for row in grid for x in row)
+    assert any(x > 0 for row in grid for x in row)
+
+
+def test_resume_carries_on_a_fine_tuning_run(models_dir, tmp_path):
+    data = _reverse_corpus(tmp_path / "train.tsv")
+    out = tmp_path / "run"
+    assert _finetune(models_dir / "reverse", data, out) == 0
+    code = main(["train", "--resume", "--out", str(out), "--steps", "5", "--quiet",
+                 "--device", "cpu"])  # fmt: skip
+    assert code == 0
+    ck = load_checkpoint(out)
+    assert ck.meta["step"] == 5 and ck.meta["init"]["path"] == str(models_dir / "reverse")
+
+
+def test_a_bad_init_folder_is_one_line(tmp_path, capsys):
+    data = _reverse_corpus(tmp_path / "train.tsv", n=20)
+    assert _finetune(tmp_path / "nothing", data, tmp_path / "run") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_model_and_tokenizer_options_are_refused(models_dir, tmp_path, capsys):
+    data = _reverse_corpus(tmp_path / "train.tsv", n=20)
+    assert _finetune(models_dir / "reverse", data, tmp_path / "run", "--d-model", "64",
+                     "--vocab-size", "100") == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--d-model, --vocab-size" in err
+    code = main(["train", "--init", str(models_dir / "reverse"), "--task", "reverse", "--quiet"])
+    assert code == 2
+    assert "--data" in capsys.readouterr().err
