@@ -60,6 +60,7 @@ from .feeds import (
     CorpusFeed,
     Feed,
     batch_at,
+    hf_training_tokenizers,
     make_feed,
 )
 from .model import Transformer
@@ -219,6 +220,21 @@ def _same_source(opts: TrainOptions, saved: dict | None) -> None:
 
 #: Files of a fine-tuned folder copied beside the new checkpoint (its generation rules).
 KEPT_FILES = ("generation_config.json",)
+#: What a Hugging Face folder's files are not: the rest (its tokenizer's) go along.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".index.json")
+#: A Hugging Face folder's metadata kept with the fine-tuned checkpoint (its rules).
+_HF_META = ("model_type", "hf_config", "generation_config")
+
+
+def _kept_files(init: Checkpoint) -> list[Path]:
+    """The files of ``init``'s folder that go along with the fine-tuned checkpoint."""
+    if init.meta.get("format") != "huggingface":
+        return [init.path / n for n in KEPT_FILES if (init.path / n).is_file()]
+    return [
+        f
+        for f in sorted(init.path.iterdir())
+        if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES)
+    ]
 
 
 def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
@@ -240,12 +256,9 @@ def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
     if opts.task is not None:
         raise InputError("--init fine-tunes on a corpus: give --data instead of --task")
     ckpt = load_checkpoint(opts.init)
-    toks = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    if ckpt.meta.get("format") == "huggingface" or not all(isinstance(t, Tokenizer) for t in toks):
-        raise InputError(
-            f"--init {opts.init}: fine-tuning a Hugging Face folder is not supported yet "
-            "(only attnviz checkpoints, nn.Transformer imports included)"
-        )
+    if ckpt.meta.get("tokenizer_missing"):
+        raise InputError(f"--init {opts.init}: no tokenizer to read the corpus with "
+                         f"({ckpt.meta['tokenizer_missing']})")  # fmt: skip
     sizes = {k: getattr(ckpt.config, k) for k in MODEL_FIELDS}
     sizes["max_len"] -= CorpusFeed.extra_positions  # the feed adds the decoder's start back
     return ckpt, dataclasses.replace(opts, **sizes)
@@ -419,7 +432,11 @@ def train(
         init, opts = init_checkpoint(opts)
     rank, world, device = _dist_setup(resolve_device(opts.device))
     say = print if rank == 0 else (lambda _msg: None)
-    toks = (init.src_tokenizer, init.tgt_tokenizer) if init is not None else None
+    toks = None
+    if init is not None:
+        toks = (init.src_tokenizer, init.tgt_tokenizer)
+        if not isinstance(init.tgt_tokenizer, Tokenizer):  # a Hugging Face folder's
+            toks = hf_training_tokenizers(*toks)
     feed = make_feed(opts, saved, out, rank, world, say, tokenizers=toks)
     opts = opts.resolved(feed, saved)
     src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
@@ -452,9 +469,8 @@ def train(
         for stale in out.glob(".*.tmp*"):  # left by a run killed in the middle of a write
             stale.unlink(missing_ok=True)
         if init is not None:
-            for name in KEPT_FILES:  # its generation rules go along with its weights
-                if (init.path / name).is_file():
-                    shutil.copyfile(init.path / name, out / name)
+            for f in _kept_files(init):  # generation rules (and a folder's tokenizer files)
+                shutil.copyfile(f, out / f.name)
         if isinstance(feed, CorpusFeed):
             kept = feed.all_dev()[:DEV_PAIRS_KEPT]
             write_json_atomically(out / DEV_PAIRS, {"pairs": [[e.src, e.tgt] for e in kept]})
@@ -468,11 +484,12 @@ def train(
         "options": opts.saved(),
     }
     if opts.init is not None:  # on --resume, the saved run's record of it
-        meta["init"] = (
-            {"path": str(opts.init), "task": init.task, "step": init.meta.get("step")}
-            if init is not None
-            else (state[1].get("init") if state else None)
-        )
+        if init is not None:
+            meta["init"] = {"path": str(opts.init), "task": init.task,
+                            "step": init.meta.get("step")}  # fmt: skip
+            meta.update({k: init.meta[k] for k in _HF_META if k in init.meta})
+        elif state:
+            meta.update({k: state[1][k] for k in ("init", *_HF_META) if k in state[1]})
     if isinstance(feed, CorpusFeed):
         meta["corpus"] = {
             "train": opts.data or "pairs given in Python",
@@ -498,7 +515,8 @@ def train(
         history.append(last)
         if out is not None:
             info = {"step": step, "elapsed": last["elapsed_s"], "history": history,
-                    "options": meta["options"], "init": meta.get("init")}  # fmt: skip
+                    "options": meta["options"],
+                    **{k: meta[k] for k in ("init", *_HF_META) if k in meta}}  # fmt: skip
             _save_train_state(out / TRAIN_STATE, model, opt, info)
             save_checkpoint(
                 out,

@@ -10,6 +10,7 @@ import torch
 
 from attnviz import load_checkpoint
 from attnviz.cli import main
+from attnviz.feeds import hf_training_tokenizers
 from attnviz.snapshots import Snapshots
 
 
@@ -103,3 +104,47 @@ def test_model_and_tokenizer_options_are_refused(models_dir, tmp_path, capsys):
     code = main(["train", "--init", str(models_dir / "reverse"), "--task", "reverse", "--quiet"])
     assert code == 2
     assert "--data" in capsys.readouterr().err
+
+
+def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    from tests import hf_families
+
+    tok = hf_families.marian_tokenizer(tmp_path / "tok", target=True)
+    ids = {"pad_token_id": tok.pad_token_id, "decoder_start_token_id": tok.pad_token_id,
+           "eos_token_id": tok.eos_token_id}  # fmt: skip
+    hf_model = hf_families.build("marian", vocab_size=len(tok), **ids)
+    hf_model.generation_config.max_new_tokens = 6
+    folder = tmp_path / "marian"
+    hf_model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    pairs = zip(hf_families.CORPUS, hf_families.TARGET_CORPUS, strict=True)
+    data = tmp_path / "train.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    out = tmp_path / "run"
+    assert _finetune(folder, data, out, "--lr", "1e-3") == 0
+    before, after = load_checkpoint(folder), load_checkpoint(out)
+    assert after.config == before.config and after.meta["model_type"] == "marian"
+    assert (out / "generation_config.json").is_file() and (out / "target.spm").is_file()
+    text = hf_families.CORPUS[0]
+    assert after.src_tokenizer == before.src_tokenizer
+    assert after.tgt_tokenizer == before.tgt_tokenizer
+    assert after.src_tokenizer.encode(text).ids == tok(text).input_ids
+    assert after.max_new_tokens == before.max_new_tokens == 6
+    assert after.rules == before.rules
+    assert isinstance(after.predict(text), str)
+    old, new = before.model.state_dict(), after.model.state_dict()
+    assert any(not torch.equal(old[k], new[k]) for k in old)
+    # training reads the target without transformers' end id (a batch appends the model's),
+    # the source with it (as predict reads it)
+    src, tgt = hf_training_tokenizers(before.src_tokenizer, before.tgt_tokenizer)
+    german = hf_families.TARGET_CORPUS[0]
+    assert tgt.encode(german).ids == tok(text_target=german).input_ids[:-1]
+    assert src.encode(text).ids == tok(text).input_ids
+    flat, lengths = tgt.encode_flat([german, german])
+    assert flat.tolist() == 2 * tok(text_target=german).input_ids[:-1]
+    assert lengths.tolist() == [len(tok(text_target=german).input_ids) - 1] * 2
+    capsys.readouterr()
+    assert main(["compare", str(folder), str(out), "--text", text]) == 0
+    assert "agree on" in capsys.readouterr().out
