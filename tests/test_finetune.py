@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import pytest
 import torch
@@ -63,6 +64,14 @@ def test_snapshots_record_the_probe_during_fine_tuning(tuned):
     snaps = Snapshots.load(tuned)
     assert snaps.steps == [0, 1, 2, 3]
     assert (tuned / "dev_pairs.json").is_file()
+
+
+def test_a_fine_tuned_checkpoint_opens_in_the_app_with_its_playback(tuned):
+    from attnviz.app import panels, session
+
+    done = session.run(session.new_state(str(tuned)), "abcdef").state
+    assert session.goto(done, 7).output == "fedcba"
+    assert panels.playback_steps(done) == [0, 1, 2, 3]
 
 
 def test_compare_shows_what_fine_tuning_changed(models_dir, tuned, tmp_path, capsys):
@@ -148,3 +157,11 @@ def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path,
     capsys.readouterr()
     assert main(["compare", str(folder), str(out), "--text", text]) == 0
     assert "agree on" in capsys.readouterr().out
+    # it carries on with --resume, and needs nothing from the original folder
+    shutil.rmtree(folder)
+    code = main(["train", "--resume", "--out", str(out), "--steps", "4", "--quiet",
+                 "--device", "cpu"])  # fmt: skip
+    assert code == 0
+    again = load_checkpoint(out)
+    assert again.meta["step"] == 4 and again.tgt_tokenizer == after.tgt_tokenizer
+    assert again.rules == after.rules and isinstance(again.predict(text), str)
