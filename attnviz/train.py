@@ -17,6 +17,13 @@ rewritten atomically:
   playing back how attention formed;
 - ``dev_pairs.json`` (corpus runs): the dev pairs, so the app shows a dev source's reference.
 
+``--init FOLDER`` fine-tunes a checkpoint instead of starting from scratch: any folder
+:func:`~attnviz.load_checkpoint` opens (attnviz's own, an ``nn.Transformer`` import, a Hugging
+Face folder). Its weights, config and tokenizers are kept (a Hugging Face tokenizer reads the
+corpus; its files and ``generation_config.json`` are copied into ``--out``, and the folder's
+config and generation config go into the metadata, so the new checkpoint reopens with the same
+tokenizer and generation rules); the optimiser starts fresh.
+
 The data comes from a :class:`~attnviz.feeds.Feed`: a built-in task's generator or a corpus
 encoded once. The batch at each step depends only on (seed, rank, step), so a resumed run
 sees exactly the data it would have seen. Under ``torchrun --nproc_per_node N`` the same
@@ -245,8 +252,7 @@ def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
     (a task brings its own tokenizers).
 
     Raises:
-        InputError: such an option given, or a folder whose tokenizers attnviz cannot store
-            (a Hugging Face folder).
+        InputError: such an option given, or a Hugging Face folder without a tokenizer.
         CheckpointError: the folder does not load.
     """
     given = [n for n in (*MODEL_FIELDS, *CORPUS_ONLY, "preset") if getattr(opts, n) is not None]
