@@ -165,3 +165,12 @@ def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path,
     again = load_checkpoint(out)
     assert again.meta["step"] == 4 and again.tgt_tokenizer == after.tgt_tokenizer
     assert again.rules == after.rules and isinstance(again.predict(text), str)
+
+
+def test_only_a_fine_tuned_folders_metadata_is_taken_for_one(tmp_path, models_dir):
+    from attnviz.interop.hf import is_finetuned_hf
+
+    assert not is_finetuned_hf(models_dir / "reverse")
+    for text in ("[1, 2]", "not json", '{"format": "attnviz-checkpoint/1", "src_tokenizer": 3}'):
+        (tmp_path / "config.json").write_text(text)
+        assert not is_finetuned_hf(tmp_path)

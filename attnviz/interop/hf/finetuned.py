@@ -30,8 +30,10 @@ def is_finetuned_hf(path: str | Path) -> bool:
         doc = json.loads(meta.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
-    tok = doc.get("src_tokenizer") if isinstance(doc, dict) else None
-    return doc.get("format") == FORMAT and isinstance(tok, dict) and tok.get("kind") == "hf"
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return False
+    tok = doc.get("src_tokenizer")
+    return isinstance(tok, dict) and tok.get("kind") == "hf"
 
 
 def load_finetuned_hf(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
