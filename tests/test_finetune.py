@@ -157,6 +157,11 @@ def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path,
     capsys.readouterr()
     assert main(["compare", str(folder), str(out), "--text", text]) == 0
     assert "agree on" in capsys.readouterr().out
+    from attnviz.app import panels, session
+
+    done = session.run(session.new_state(str(out)), text)
+    assert done.state.done and done.output == after.predict_details(text).text
+    assert panels.playback_steps(done.state) == [0, 1, 2, 3]
     # it carries on with --resume, and needs nothing from the original folder
     shutil.rmtree(folder)
     code = main(["train", "--resume", "--out", str(out), "--steps", "4", "--quiet",
