@@ -370,6 +370,10 @@ def _add_train_parser(sub) -> None:
         choices=sorted(TASKS),
         help="; ".join(f"{n}: {t.description}" for n, t in sorted(TASKS.items())),
     )
+    p.add_argument("--init", metavar="FOLDER", help="fine-tune this checkpoint folder (attnviz's "
+                   "own, an nn.Transformer import or a Hugging Face folder) on --data: its "
+                   "weights, config, tokenizers and generation rules are kept, the optimiser "
+                   "starts fresh; model-size and tokenizer options are refused")  # fmt: skip
     p.add_argument("--data", nargs="+", metavar="PATH", help="a corpus: one .tsv "
                    "(source<TAB>target) or .jsonl ({\"translation\": {...}}) file, or two "
                    "aligned plain-text files (line i of one <-> line i of the other)")  # fmt: skip

@@ -26,7 +26,7 @@ from .checkpoint import METADATA
 from .corpus import EncodedCorpus, encode_corpus
 from .errors import CheckpointError, InputError
 from .tasks import Example, Task, get_task
-from .tokenizer import Tokenizer
+from .tokenizer import Encoding, Tokenizer
 
 #: Model sizes by name (``--preset``); ``base`` is the paper's Transformer-base.
 PRESETS = {
@@ -240,13 +240,52 @@ def corpus_defaults(corpus: EncodedCorpus) -> tuple[dict, dict]:
 
 
 # -- building a run's feed ------------------------------------------------------------------
+class TrainingTokenizer:
+    """A Hugging Face tokenizer as training reads a corpus with it: ``encode_flat`` for
+    :func:`~attnviz.corpus.encode_corpus`, and on the target side (``drop_end``) without the
+    end id transformers appends (a batch appends the model's own, see
+    :func:`attnviz.data.make_batch`). The source keeps it: ``predict`` reads text that way.
+    Everything else, ``to_dict`` and ``decode`` included, is the tokenizer's."""
+
+    def __init__(self, tok, drop_end: bool):
+        self.tok, self.drop_end = tok, drop_end
+
+    def __getattr__(self, name: str):
+        return getattr(self.tok, name)
+
+    def __len__(self) -> int:
+        return len(self.tok)
+
+    def encode(self, text: str) -> Encoding:
+        enc = self.tok.encode(text)
+        if self.drop_end and enc.ids and enc.ids[-1] == self.tok.eos_id:
+            return Encoding(enc.ids[:-1], enc.pieces[:-1], enc.unknown)
+        return enc
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Many texts -> ``(ids [sum(lengths)] int32, lengths [len(texts)] int32)``."""
+        rows = [self.encode(t).ids for t in texts]
+        flat = [i for row in rows for i in row]
+        return np.asarray(flat, dtype=np.int32), np.asarray([len(r) for r in rows], np.int32)
+
+
+def hf_training_tokenizers(src, tgt) -> tuple[TrainingTokenizer, TrainingTokenizer]:
+    """A Hugging Face checkpoint's two tokenizers as a corpus run reads them."""
+    return TrainingTokenizer(src, drop_end=False), TrainingTokenizer(tgt, drop_end=True)
+
+
 def _saved_tokenizers(out: Path) -> tuple[Tokenizer, Tokenizer]:
     try:
         meta = json.loads((out / METADATA).read_text())
+        if meta["src_tokenizer"].get("kind") == "hf":  # a fine-tuned Hugging Face folder's
+            from .checkpoint import load_checkpoint
+
+            ckpt = load_checkpoint(out)
+            return hf_training_tokenizers(ckpt.src_tokenizer, ckpt.tgt_tokenizer)
         return Tokenizer.from_dict(meta["src_tokenizer"]), Tokenizer.from_dict(
             meta["tgt_tokenizer"]
         )
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, AttributeError) as exc:
         raise CheckpointError(
             f"{out / METADATA}: cannot read the run's tokenizers ({exc})"
         ) from None
@@ -283,9 +322,11 @@ def make_feed(
     rank: int,
     world: int,
     log: Callable[[str], None],
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
 ) -> Feed:
     """The run's :class:`~attnviz.feeds.Feed`: the task's, or the corpus encoded with the
-    saved run's tokenizers (on ``--resume``) or tokenizers trained on its training pairs."""
+    saved run's tokenizers (on ``--resume``), the ``tokenizers`` given (a fine-tuned
+    checkpoint's), or tokenizers trained on its training pairs."""
     saved = saved or {}
     if opts.task is not None:
         given = [f"--{n.replace('_', '-')}" for n in CORPUS_ONLY if getattr(opts, n)]
@@ -305,6 +346,8 @@ def make_feed(
     )
     if saved and out is not None:
         src_tok, tgt_tok = _saved_tokenizers(out)
+    elif tokenizers is not None:
+        src_tok, tgt_tok = tokenizers
     else:
         kind = pick("tokenizer", "bpe")
         docs = None

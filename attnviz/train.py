@@ -17,6 +17,13 @@ rewritten atomically:
   playing back how attention formed;
 - ``dev_pairs.json`` (corpus runs): the dev pairs, so the app shows a dev source's reference.
 
+``--init FOLDER`` fine-tunes a checkpoint instead of starting from scratch: any folder
+:func:`~attnviz.load_checkpoint` opens (attnviz's own, an ``nn.Transformer`` import, a Hugging
+Face folder). Its weights, config and tokenizers are kept (a Hugging Face tokenizer reads the
+corpus; its files and ``generation_config.json`` are copied into ``--out``, and the folder's
+config and generation config go into the metadata, so the new checkpoint reopens with the same
+tokenizer and generation rules); the optimiser starts fresh.
+
 The data comes from a :class:`~attnviz.feeds.Feed`: a built-in task's generator or a corpus
 encoded once. The batch at each step depends only on (seed, rank, step), so a resumed run
 sees exactly the data it would have seen. Under ``torchrun --nproc_per_node N`` the same
@@ -29,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -39,7 +47,9 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import (
+    Checkpoint,
     greedy_texts,
+    load_checkpoint,
     read_tensors,
     save_checkpoint,
     unique_state_dict,
@@ -52,10 +62,12 @@ from .devices import resolve_device
 from .errors import CheckpointError, InputError
 from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, validate
 from .feeds import (
+    CORPUS_ONLY,
     PRESETS,
     CorpusFeed,
     Feed,
     batch_at,
+    hf_training_tokenizers,
     make_feed,
 )
 from .model import Transformer
@@ -108,6 +120,9 @@ class TrainOptions:
     likewise). Every :class:`~attnviz.ModelConfig` field but the vocabulary sizes and special
     ids is an option too (``d_model``, ``activation``, ``positions``, ...).
 
+    ``init`` is a checkpoint folder to fine-tune (see :func:`init_checkpoint`): the run
+    starts from its weights, config and tokenizers, with a fresh optimiser.
+
     ``None`` means: on ``--resume``, the saved run's value; else the ``preset``'s model size;
     else the task's or the corpus's defaults (:class:`~attnviz.feeds.Feed`); else a global
     default (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250
@@ -115,6 +130,7 @@ class TrainOptions:
     """
 
     task: str | None = None
+    init: str | None = None
     data: list[str] | None = None
     dev: list[str] | None = None
     langs: list[str] | None = None
@@ -207,6 +223,51 @@ def _same_source(opts: TrainOptions, saved: dict | None) -> None:
         was = repr(saved["task"]) if saved.get("task") else "corpus"
         now = repr(opts.task) if opts.task else "corpus"
         raise InputError(f"the saved run is a {was} run, not {now}")
+
+
+#: Files of a fine-tuned folder copied beside the new checkpoint (its generation rules).
+KEPT_FILES = ("generation_config.json",)
+#: What a Hugging Face folder's files are not: the rest (its tokenizer's) go along.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".index.json")
+#: A Hugging Face folder's metadata kept with the fine-tuned checkpoint (its rules).
+_HF_META = ("model_type", "hf_config", "generation_config")
+
+
+def _kept_files(init: Checkpoint) -> list[Path]:
+    """The files of ``init``'s folder that go along with the fine-tuned checkpoint."""
+    if init.meta.get("format") != "huggingface":
+        return [init.path / n for n in KEPT_FILES if (init.path / n).is_file()]
+    return [
+        f
+        for f in sorted(init.path.iterdir())
+        if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES)
+    ]
+
+
+def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
+    """The checkpoint ``opts.init`` names, and the options with its model config filled in.
+
+    Fine-tuning keeps the checkpoint's model and tokenizers, so the options that choose them
+    (model sizes, ``preset``, the corpus tokenizer's) are refused, as is a built-in ``task``
+    (a task brings its own tokenizers).
+
+    Raises:
+        InputError: such an option given, or a Hugging Face folder without a tokenizer.
+        CheckpointError: the folder does not load.
+    """
+    given = [n for n in (*MODEL_FIELDS, *CORPUS_ONLY, "preset") if getattr(opts, n) is not None]
+    if given:
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in given)
+        raise InputError(f"--init keeps the checkpoint's model and tokenizers; drop {flags}")
+    if opts.task is not None:
+        raise InputError("--init fine-tunes on a corpus: give --data instead of --task")
+    ckpt = load_checkpoint(opts.init)
+    if ckpt.meta.get("tokenizer_missing"):
+        raise InputError(f"--init {opts.init}: no tokenizer to read the corpus with "
+                         f"({ckpt.meta['tokenizer_missing']})")  # fmt: skip
+    sizes = {k: getattr(ckpt.config, k) for k in MODEL_FIELDS}
+    sizes["max_len"] -= CorpusFeed.extra_positions  # the feed adds the decoder's start back
+    return ckpt, dataclasses.replace(opts, **sizes)
 
 
 def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
@@ -372,14 +433,27 @@ def train(
         opts = dataclasses.replace(opts, **keep)
     what = opts.source()
     _same_source(opts, saved)  # before reading a corpus for nothing
+    init = None
+    if opts.init is not None and state is None:
+        init, opts = init_checkpoint(opts)
     rank, world, device = _dist_setup(resolve_device(opts.device))
     say = print if rank == 0 else (lambda _msg: None)
-    feed = make_feed(opts, saved, out, rank, world, say)
+    toks = None
+    if init is not None:
+        toks = (init.src_tokenizer, init.tgt_tokenizer)
+        if not isinstance(init.tgt_tokenizer, Tokenizer):  # a Hugging Face folder's
+            toks = hf_training_tokenizers(*toks)
+    feed = make_feed(opts, saved, out, rank, world, say, tokenizers=toks)
     opts = opts.resolved(feed, saved)
     src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
     cfg = model_config(feed, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
     model = Transformer(cfg).to(device)
+    if init is not None:
+        if cfg != init.config:
+            raise CheckpointError(f"{opts.init}: its config does not rebuild ({init.config})")
+        model.load_state_dict(init.model.state_dict())
+        what = f"fine-tune {opts.init} on {what}"
     opt = optimizer(model, opts)
     probe = feed.probe
     probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
@@ -400,6 +474,9 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob(".*.tmp*"):  # left by a run killed in the middle of a write
             stale.unlink(missing_ok=True)
+        if init is not None:
+            for f in _kept_files(init):  # generation rules (and a folder's tokenizer files)
+                shutil.copyfile(f, out / f.name)
         if isinstance(feed, CorpusFeed):
             kept = feed.all_dev()[:DEV_PAIRS_KEPT]
             write_json_atomically(out / DEV_PAIRS, {"pairs": [[e.src, e.tgt] for e in kept]})
@@ -412,6 +489,13 @@ def train(
         "world_size": world,
         "options": opts.saved(),
     }
+    if opts.init is not None:  # on --resume, the saved run's record of it
+        if init is not None:
+            meta["init"] = {"path": str(opts.init), "task": init.task,
+                            "step": init.meta.get("step")}  # fmt: skip
+            meta.update({k: init.meta[k] for k in _HF_META if k in init.meta})
+        elif state:
+            meta.update({k: state[1][k] for k in ("init", *_HF_META) if k in state[1]})
     if isinstance(feed, CorpusFeed):
         meta["corpus"] = {
             "train": opts.data or "pairs given in Python",
@@ -437,7 +521,8 @@ def train(
         history.append(last)
         if out is not None:
             info = {"step": step, "elapsed": last["elapsed_s"], "history": history,
-                    "options": meta["options"]}  # fmt: skip
+                    "options": meta["options"],
+                    **{k: meta[k] for k in ("init", *_HF_META) if k in meta}}  # fmt: skip
             _save_train_state(out / TRAIN_STATE, model, opt, info)
             save_checkpoint(
                 out,

@@ -88,6 +88,16 @@ class HFTokenizer:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def __eq__(self, other: object) -> bool:
+        """Same side, special ids and id -> piece table (a folder and its fine-tuned copy)."""
+        if not isinstance(other, HFTokenizer):
+            return NotImplemented
+        return (type(self._tok), self.side, self.specials, self.tokens) == (
+            type(other._tok), other.side, other.specials, other.tokens)  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash((self.side, len(self.tokens)))
+
     def __repr__(self) -> str:
         return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
 

@@ -14,6 +14,7 @@ file each: :mod:`.marian`, :mod:`.bart` (BART, mBART), :mod:`.pegasus`, :mod:`.f
 from ...checkpoint import register_folder_format
 from . import bart, fsmt, marian, pegasus, t5  # noqa: F401  (each registers its family)
 from .common import is_hf_folder, read_generation_config, read_hf_weights
+from .finetuned import is_finetuned_hf, load_finetuned_hf
 from .generation import DEFAULT_MAX_LENGTH, check_generation, generation_rules, max_new_tokens
 from .load import convert, load_hf_checkpoint, load_hf_model, read_hf_config, special_ids
 from .registry import REGISTRY, Family, register
@@ -22,6 +23,7 @@ from .registry import REGISTRY, Family, register
 SUPPORTED_MODEL_TYPES = tuple(REGISTRY)
 
 register_folder_format(is_hf_folder, load_hf_checkpoint)
+register_folder_format(is_finetuned_hf, load_finetuned_hf)  # attnviz train --init on one
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
