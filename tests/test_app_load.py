@@ -156,7 +156,7 @@ def test_sixteen_sessions_at_once(tmp_path):
     assert len(set(texts)) == SESSIONS and {len(t) for t in texts} >= {3, 20}
     ckpt = attnviz.load_checkpoint(REVERSE)
     expected = {t: ckpt.predict(t) for t in texts}
-    with app_process(tmp_path / "app.log", free_port) as (url, pid):
+    with app_process(tmp_path / "app.log") as (url, pid):
         barrier = threading.Barrier(SESSIONS)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(SESSIONS) as pool:
@@ -191,7 +191,7 @@ def test_sixteen_sessions_at_once(tmp_path):
 
 @pytest.mark.slow
 def test_abandoned_session_is_freed():
-    demo, url = serve(free_port, session_ttl_s=1.5)
+    demo, url = serve(session_ttl_s=1.5)
     try:
         before = DECODERS.sessions()
         client = gradio_client.Client(url, verbose=False)

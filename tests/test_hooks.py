@@ -23,20 +23,20 @@ def test_a_hook_zeroing_a_head_equals_head_ablation(model):
         z[:, 2] = 0
         return z
 
-    hooked = run(model, random_batch, [attnviz.Hook("cross", 1, "heads", zero_head_2)])
-    ablated = run(model, random_batch, [attnviz.ZeroHeads("cross", 1, [2])])
+    hooked = run(model, [attnviz.Hook("cross", 1, "heads", zero_head_2)])
+    ablated = run(model, [attnviz.ZeroHeads("cross", 1, [2])])
     assert torch.equal(hooked, ablated)
-    assert not torch.allclose(hooked, run(model, random_batch), atol=1e-4)
+    assert not torch.allclose(hooked, run(model), atol=1e-4)
 
 
 def test_a_hook_replacing_weights_changes_the_output_like_replace_weights(model):
     def uniform(w):
         return torch.ones_like(w) / w.shape[-1]
 
-    hooked = run(model, random_batch, [attnviz.Hook("encoder_self", 0, "weights", uniform)])
-    replaced = run(model, random_batch, [attnviz.ReplaceWeights("encoder_self", 0, uniform)])
+    hooked = run(model, [attnviz.Hook("encoder_self", 0, "weights", uniform)])
+    replaced = run(model, [attnviz.ReplaceWeights("encoder_self", 0, uniform)])
     assert torch.equal(hooked, replaced)
-    assert not torch.allclose(hooked, run(model, random_batch), atol=1e-4)
+    assert not torch.allclose(hooked, run(model), atol=1e-4)
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model, [attnviz.Hook("encoder_self", 0, "weights", uniform)]) as trace:
         model(src, tgt, sp, tp)
@@ -48,18 +48,18 @@ def test_a_mask_hook_equals_drop_mask(model):
     def no_causal(kpm, causal):
         return kpm, None
 
-    hooked = run(model, random_batch, [attnviz.Hook("decoder_self", None, "mask", no_causal)])
-    dropped = run(model, random_batch, [attnviz.DropMask("causal")])
+    hooked = run(model, [attnviz.Hook("decoder_self", None, "mask", no_causal)])
+    dropped = run(model, [attnviz.DropMask("causal")])
     # DropMask also routes the other kinds through the written-out path: rounding may differ
     assert torch.allclose(hooked, dropped, atol=1e-6)
-    assert not torch.allclose(hooked, run(model, random_batch), atol=1e-4)
+    assert not torch.allclose(hooked, run(model), atol=1e-4)
 
 
 def test_a_probe_sees_every_call_and_changes_nothing(model):
     seen = []
     probe = attnviz.Hook("cross", None, "weights", lambda w: seen.append(tuple(w.shape)))
     # same output (a watched module takes the written-out path, so only rounding may differ)
-    assert torch.allclose(run(model, random_batch, [probe]), run(model, random_batch), atol=1e-6)
+    assert torch.allclose(run(model, [probe]), run(model), atol=1e-6)
     assert seen == [(3, 4, 6, 7), (3, 4, 6, 7)]  # both cross layers, [B, H, Tt, Ts]
     seen.clear()
     src = random_batch(model)[0][:1]
@@ -102,7 +102,7 @@ def test_a_new_edit_is_a_subclass_not_a_recorder_change(model):
     src, tgt, sp, tp = random_batch(model)
     with attnviz.record(model, [Sharpen()]) as trace:
         out = model(src, tgt, sp, tp)
-    assert not torch.allclose(out, run(model, random_batch), atol=1e-4)
+    assert not torch.allclose(out, run(model), atol=1e-4)
     w = trace.weights("decoder_self", 1)
     assert torch.allclose(w.sum(-1)[0], torch.ones(4, 6), atol=1e-5)
     assert (w.masked_select(trace.mask("decoder_self", 1).expand_as(w)) == 0).all()
