@@ -47,6 +47,10 @@ class Attribution:
         cross: ``{layer: [Ts]}`` head-mean cross-attention of this step's query.
         rollout: ``[Ts]`` attention rollout to the source for this step.
         agreement: Spearman rank correlations, e.g. ``{"ig~cross L0": 0.9, "ig~rollout": ...}``.
+        versus: the alternative token of a contrastive attribution (None: plain). Then the
+            explained quantity is ``log p(token) - log p(versus)`` (``contrast``), and positive
+            scores are evidence for ``token`` over ``versus``.
+        versus_prob: the alternative's probability at this step.
     """
 
     text: str
@@ -63,6 +67,9 @@ class Attribution:
     cross: dict[int, np.ndarray]
     rollout: np.ndarray
     agreement: dict[str, float] = field(default_factory=dict)
+    versus: str | None = None
+    versus_prob: float | None = None
+    contrast: float | None = None
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -82,7 +89,12 @@ def rollout(trace, step: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
 
 
 def attribute(
-    ckpt: Checkpoint, text: str, step: int, tokens: list[int] | None = None, n_steps: int = 32
+    ckpt: Checkpoint,
+    text: str,
+    step: int,
+    tokens: list[int] | None = None,
+    n_steps: int = 32,
+    versus: int | None = None,
 ) -> Attribution:
     """Attribute the token chosen at ``step`` of the greedy output of ``text``.
 
@@ -90,6 +102,8 @@ def attribute(
         tokens: the output ids to condition on (default: the model's greedy output); the
             prefix ``tokens[:step]`` is the decoder input and ``tokens[step]`` the explained token.
         n_steps: Integrated Gradients path steps.
+        versus: an alternative token id: explain ``log p(chosen) - log p(versus)`` ("why this
+            token and not that one") instead of ``p(chosen)``.
     """
     from captum.attr import LayerIntegratedGradients
 
@@ -109,9 +123,19 @@ def attribute(
         raise InputError(f"step must be in 0..{len(tokens) - 1}, got {step}")
     tgt = torch.tensor([[cfg.bos_id, *tokens[:step]]], device=ckpt.device)
     chosen = tokens[step]
+    vocab = cfg.tgt_vocab_size
+    if versus is not None and not (0 <= versus < vocab and versus != chosen):
+        raise InputError(
+            f"versus must be a token id in 0..{vocab - 1} other than the explained {chosen}, "
+            f"got {versus}"
+        )
 
     def prob(src_ids, tgt_ids, pad):
-        return model(src_ids, tgt_ids, pad)[:, -1].float().softmax(-1)[:, chosen]
+        logits = model(src_ids, tgt_ids, pad)[:, -1].float()  # [B, V]
+        if versus is None:
+            return logits.softmax(-1)[:, chosen]
+        logp = logits.log_softmax(-1)
+        return logp[:, chosen] - logp[:, versus]
 
     with torch.enable_grad():
         with warnings.catch_warnings():  # two separate embedding layers: the case it allows
@@ -125,6 +149,16 @@ def attribute(
             return_convergence_delta=True,
         )
         gxi_src, gxi_tgt, p, trace = _grad_x_input(model, src, tgt, src_pad, prob)
+    extra = {}
+    if versus is not None:
+        with torch.no_grad():
+            probs = model(src, tgt, src_pad)[0, -1].float().softmax(-1)
+        extra = dict(
+            versus=ckpt.tgt_tokenizer.token(versus),
+            versus_prob=float(probs[versus]),
+            contrast=p,
+        )
+        p = float(probs[chosen])
     cross, roll = rollout(trace, step)
     result = Attribution(
         text=text,
@@ -140,6 +174,7 @@ def attribute(
         gxi_tgt=gxi_tgt,
         cross=cross,
         rollout=roll,
+        **extra,
     )
     for name, scores in (("ig", result.ig_src), ("gxi", result.gxi_src)):
         for layer, row in cross.items():
