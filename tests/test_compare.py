@@ -87,3 +87,12 @@ def test_incomparable_checkpoints_say_what_differs(reverse_ckpt):
         compare(reverse_ckpt, small, TEXTS)
     with pytest.raises(attnviz.InputError, match="at least one input"):
         compare(reverse_ckpt, reverse_ckpt, [])
+
+
+def test_keep_scores_holds_the_passes_the_divergence_came_from(reverse_ckpt):
+    assert compare(reverse_ckpt, reverse_ckpt, ["abc"]).scored == []
+    c = compare(reverse_ckpt, reverse_ckpt, ["abc"], keep_scores=True)
+    sa, sb = c.scored[0]
+    assert sa.ids == sb.ids == c.targets[0]
+    again = reverse_ckpt.score("abc", c.targets[0])
+    assert torch.equal(sa.trace.weights("cross", 1), again.trace.weights("cross", 1))

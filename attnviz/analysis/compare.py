@@ -54,6 +54,8 @@ class Comparison:
         matched_divergence: per kind, ``[layers, heads]`` divergence after matching.
         tokens: per text, each target token's probability and rank under a and b.
         outputs: per text, ``(a's greedy text, b's greedy text, equal)``.
+        scored: per text, a's and b's teacher-forced passes (:class:`~attnviz.scoring.Scored`,
+            traces included) when ``compare(..., keep_scores=True)``; else empty.
     """
 
     texts: list[str]
@@ -64,6 +66,7 @@ class Comparison:
     matched_divergence: dict[str, np.ndarray] = field(default_factory=dict)
     tokens: list[list[TokenChange]] = field(default_factory=list)
     outputs: list[tuple[str, str, bool]] = field(default_factory=list)
+    scored: list[tuple[Scored, Scored]] = field(default_factory=list)
 
     @property
     def agreement(self) -> float:
@@ -158,6 +161,7 @@ def compare(
     b: Checkpoint,
     texts: Sequence[str],
     targets: Sequence[str | Sequence[int]] | None = None,
+    keep_scores: bool = False,
 ) -> Comparison:
     """Compare checkpoints ``a`` and ``b`` head by head on ``texts``.
 
@@ -166,6 +170,8 @@ def compare(
         texts: inputs (at least one).
         targets: references (text or target ids) to teacher-force, one per text; default: a's
             greedy output for each text.
+        keep_scores: keep both teacher-forced passes per text in ``Comparison.scored`` (their
+            traces: memory grows with the texts).
     Returns:
         :class:`Comparison`.
     """
@@ -184,6 +190,8 @@ def compare(
         sa: Scored = score_reference(a, text, target)
         sb: Scored = score_reference(b, text, sa.ids)
         out.targets.append(sa.ids)
+        if keep_scores:
+            out.scored.append((sa, sb))
         out.tokens.append(
             [
                 TokenChange(i, t, sa.tokens[t], sa.probs[t], sb.probs[t], sa.ranks[t], sb.ranks[t])

@@ -22,7 +22,7 @@ from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
 from ..plots import KIND_TITLES
-from ..scoring import Scored, score_reference
+from ..scoring import Scored
 from . import store
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count
@@ -107,13 +107,8 @@ def comparison_of(state: SessionState, model_b: str) -> tuple[Comparison, Scored
            state.text, state.device)  # fmt: skip
     hit = _RESULTS.get(key)
     if hit is None:
-        result = analysis_compare(a, b, [state.text])
-        target = result.targets[0]
-        hit = (
-            result,
-            score_reference(a, state.text, target),
-            score_reference(b, state.text, target),
-        )
+        result = analysis_compare(a, b, [state.text], keep_scores=True)
+        hit = (result, *result.scored[0])
         _RESULTS.put(key, hit)
     return hit
 
