@@ -27,6 +27,7 @@ BART = register(
         config=_config(pre_norm=False),
         weights=bart_like.weights,
         lm_keys=bart_like.LM_KEYS,
+        export=bart_like.export_weights,
     )  # fmt: skip
 )
 MBART = register(
@@ -39,5 +40,6 @@ MBART = register(
         config=_config(pre_norm=True),
         weights=bart_like.weights,
         lm_keys=bart_like.LM_KEYS,
+        export=bart_like.export_weights,
     )  # fmt: skip
 )

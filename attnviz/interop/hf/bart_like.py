@@ -10,7 +10,8 @@ from torch import Tensor
 
 from ...config import ModelConfig
 from ...errors import InteropError
-from .common import Source, activation, int_of, linear
+from ...positions import position_table
+from .common import Source, activation, int_of, linear, unattention, unlinear
 from .common import attention as attention_weights
 
 #: the names of the output matrix in this layout
@@ -89,3 +90,35 @@ def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
     if cfg.output_bias:
         ours["generator.bias"] = src.take("final_logits_bias").reshape(-1)
     return ours
+
+
+def export_weights(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """The reverse of :func:`weights`: our state dict -> this layout's tensors, with the
+    computed position tables the model uses (transformers would otherwise initialise them)."""
+    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
+    table = position_table(cfg)  # [positions, D]: sinusoids, computed as the model does
+    hf: dict[str, Tensor] = {}
+    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
+        hf_stack = f"model.{stack}."
+        for i in range(n):
+            p, o = f"{hf_stack}layers.{i}.", f"{stack}.layers.{i}."
+            hf |= unattention(ours, f"{o}self_attn.", f"{p}self_attn.", qkvo)
+            hf |= unlinear(ours, f"{o}norm1", f"{p}self_attn_layer_norm")
+            if stack == "decoder":
+                hf |= unattention(ours, f"{o}cross_attn.", f"{p}encoder_attn.", qkvo)
+                hf |= unlinear(ours, f"{o}norm2", f"{p}encoder_attn_layer_norm")
+            hf |= unlinear(ours, f"{o}ff.linear1", f"{p}fc1")
+            hf |= unlinear(ours, f"{o}ff.linear2", f"{p}fc2")
+            last = "norm3" if stack == "decoder" else "norm2"
+            hf |= unlinear(ours, f"{o}{last}", f"{p}final_layer_norm")
+        if cfg.embed_norm:
+            hf |= unlinear(ours, f"{stack}.embed_norm", f"{hf_stack}layernorm_embedding")
+        if cfg.final_norm:
+            hf |= unlinear(ours, f"{stack}.norm", f"{hf_stack}layer_norm")
+        if cfg.positions == "learned":
+            hf[f"{hf_stack}embed_positions.weight"] = ours[f"{stack}.pos_embed.weight"]
+        elif table is not None:
+            hf[f"{hf_stack}embed_positions.weight"] = table
+    if cfg.output_bias:
+        hf["final_logits_bias"] = ours["generator.bias"].reshape(1, -1)
+    return hf

@@ -208,3 +208,40 @@ def linear(src: Source, hf_name: str, ours: str) -> dict:
     if src.has(f"{hf_name}.bias"):
         out[f"{ours}.bias"] = src.take(f"{hf_name}.bias")
     return out
+
+
+# -- the way back (export): our state dict -> a family's tensors ------------------------------
+def unattention(ours: dict[str, Tensor], prefix: str, hf_prefix: str, names: tuple[str, ...]):
+    """The reverse of :func:`attention`: ``in_proj_weight`` ``[3 * H * Dh, D]`` -> q/k/v/out."""
+    q, k, v, o = (f"{hf_prefix}{n}" for n in names)
+    out = dict(zip((f"{q}.weight", f"{k}.weight", f"{v}.weight"),
+                   ours[f"{prefix}in_proj_weight"].chunk(3), strict=True))  # fmt: skip
+    out[f"{o}.weight"] = ours[f"{prefix}out_proj.weight"]
+    if f"{prefix}in_proj_bias" in ours:
+        out |= dict(zip((f"{q}.bias", f"{k}.bias", f"{v}.bias"),
+                        ours[f"{prefix}in_proj_bias"].chunk(3), strict=True))  # fmt: skip
+        out[f"{o}.bias"] = ours[f"{prefix}out_proj.bias"]
+    return out
+
+
+def unlinear(ours: dict[str, Tensor], name: str, hf_name: str) -> dict[str, Tensor]:
+    """The reverse of :func:`linear` (a weight, and its bias where there is one)."""
+    out = {f"{hf_name}.weight": ours[f"{name}.weight"]}
+    if f"{name}.bias" in ours:
+        out[f"{hf_name}.bias"] = ours[f"{name}.bias"]
+    return out
+
+
+def unembeddings(ours: dict[str, Tensor], cfg, prefix: str, lm_key: str) -> dict[str, Tensor]:
+    """The reverse of :func:`embeddings`: one ``shared`` table where both sides share it (as
+    ``save_pretrained`` writes it), else one per side; the output matrix where it is its own."""
+    if cfg.share_embeddings:
+        out = {f"{prefix}shared.weight": ours["src_embed.weight"]}
+    else:
+        out = {
+            f"{prefix}encoder.embed_tokens.weight": ours["src_embed.weight"],
+            f"{prefix}decoder.embed_tokens.weight": ours["tgt_embed.weight"],
+        }
+    if not cfg.tie_output:
+        out[lm_key] = ours["generator.weight"]
+    return out

@@ -24,6 +24,8 @@ FSMT = register(
             scale_embedding=True,
         ),  # fmt: skip
         weights=bart_like.weights,
-        lm_keys=bart_like.LM_KEYS,
+        # its own output matrix, written under FSMT's name on export
+        lm_keys=tuple(reversed(bart_like.LM_KEYS)),
+        export=bart_like.export_weights,
     )
 )

@@ -24,5 +24,6 @@ MARIAN = register(
         ),  # fmt: skip
         weights=bart_like.weights,
         lm_keys=bart_like.LM_KEYS,
+        export=bart_like.export_weights,
     )
 )

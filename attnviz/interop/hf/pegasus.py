@@ -25,5 +25,6 @@ PEGASUS = register(
         ),  # fmt: skip
         weights=bart_like.weights,
         lm_keys=bart_like.LM_KEYS,
+        export=bart_like.export_weights,
     )
 )

@@ -32,7 +32,10 @@ class Family:
         weights: ``(tensors, ModelConfig) -> our state dict`` (layers, norms, positions;
             token embeddings and the output matrix are common to all families).
         embed_prefix: where the shared / per-side token embeddings live (``"model."``).
-        lm_keys: names the output matrix may have.
+        lm_keys: names the output matrix may have (the first is the one export writes).
+        export: the reverse of ``weights``: ``(our state dict, ModelConfig) -> the family's
+            tensors`` (layers, norms, learned positions; embeddings are common), or None for
+            a family that is not exported.
     """
 
     model_type: str
@@ -44,6 +47,7 @@ class Family:
     weights: Callable[[Source, ModelConfig], dict[str, Tensor]]
     embed_prefix: str = "model."
     lm_keys: tuple[str, ...] = ("lm_head.weight",)
+    export: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] | None = None
 
 
 #: model_type -> Family, in the order families were registered.

@@ -10,7 +10,17 @@ from typing import Any
 from torch import Tensor
 
 from ...config import ModelConfig
-from .common import Source, activation, attention, int_of, linear, opt_float, opt_int
+from .common import (
+    Source,
+    activation,
+    attention,
+    int_of,
+    linear,
+    opt_float,
+    opt_int,
+    unattention,
+    unlinear,
+)
 from .registry import Family, register
 
 
@@ -82,6 +92,34 @@ def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
     return ours
 
 
+def export_weights(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """The reverse of :func:`weights`: our state dict -> T5's blocks, norms and biases."""
+    qkvo = ("q", "k", "v", "o")
+    hf: dict[str, Tensor] = {}
+    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
+        for i in range(n):
+            p, o = f"{stack}.block.{i}.layer.", f"{stack}.layers.{i}."
+            hf |= unattention(ours, f"{o}self_attn.", f"{p}0.SelfAttention.", qkvo)
+            hf |= unlinear(ours, f"{o}norm1", f"{p}0.layer_norm")
+            ff = 1
+            if stack == "decoder":
+                hf |= unattention(ours, f"{o}cross_attn.", f"{p}1.EncDecAttention.", qkvo)
+                hf |= unlinear(ours, f"{o}norm2", f"{p}1.layer_norm")
+                ff = 2
+            dense = f"{p}{ff}.DenseReluDense."
+            if cfg.gated_ff:
+                hf |= unlinear(ours, f"{o}ff.linear1", f"{dense}wi_0")
+                hf |= unlinear(ours, f"{o}ff.gate", f"{dense}wi_1")
+            else:
+                hf |= unlinear(ours, f"{o}ff.linear1", f"{dense}wi")
+            hf |= unlinear(ours, f"{o}ff.linear2", f"{dense}wo")
+            hf |= unlinear(ours, f"{o}norm{ff + 1}", f"{p}{ff}.layer_norm")
+        hf |= unlinear(ours, f"{stack}.norm", f"{stack}.final_layer_norm")
+        bias = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        hf[bias] = ours[f"{stack}.position_bias.embedding.weight"]
+    return hf
+
+
 T5 = register(
     Family(
         model_type="t5",
@@ -93,5 +131,6 @@ T5 = register(
         weights=weights,
         embed_prefix="",
         lm_keys=("lm_head.weight",),
+        export=export_weights,
     )
 )
