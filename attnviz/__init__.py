@@ -20,6 +20,7 @@ from .errors import (
     MaskError,
     TraceLookupError,
 )
+from .interop import export_hf
 from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer, eager_attention
 from .record import (
     AttentionRecord,
@@ -71,6 +72,7 @@ __all__ = [
     "__version__",
     "beam_search",
     "eager_attention",
+    "export_hf",
     "greedy_decode",
     "interop",
     "load_checkpoint",

@@ -482,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_parser(sub)
     cli_debug.add_compare_parser(sub)
     cli_debug.add_beam_parser(sub)
+    cli_debug.add_export_hf_parser(sub)
     return parser
 
 

@@ -1,5 +1,5 @@
-"""Commands for debugging a decode and comparing checkpoints: ``attnviz beam`` and
-``attnviz compare``.
+"""Commands for debugging a decode and comparing checkpoints: ``attnviz beam``,
+``attnviz compare``, and ``attnviz export-hf`` (a checkpoint back to a Hugging Face folder).
 
 ``compare A B`` prints the most changed heads per kind (mean Jensen–Shannon divergence, base
 2), whether the greedy outputs agree, and the target tokens whose probability moved most;
@@ -189,3 +189,32 @@ def add_beam_parser(sub) -> None:
     b.add_argument("--no-repeat-ngram-size", type=int)
     b.add_argument("--json", help="write the search tree (nodes, best) as JSON here")
     b.set_defaults(func=_beam)
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    """Write a checkpoint of a Hugging Face family as a folder transformers loads."""
+    from .interop.hf.export import export_hf
+
+    ckpt = load_checkpoint(args.run)
+    out = export_hf(ckpt, args.out)
+    kind = ckpt.meta.get("model_type")
+    files = ", ".join(sorted(p.name for p in out.iterdir()))
+    print(f"wrote {out} ({kind}): {files}")
+    print(f"load it with transformers: AutoModelForSeq2SeqLM.from_pretrained({str(out)!r})")
+    return 0
+
+
+def add_export_hf_parser(sub) -> None:
+    """Register ``attnviz export-hf`` on the CLI's subparsers."""
+    e = sub.add_parser(
+        "export-hf",
+        help="write a checkpoint of a Hugging Face family (e.g. a fine-tuned Marian) as a "
+        "folder transformers loads",
+        description="Writes config.json, generation_config.json, model.safetensors and the "
+        "tokenizer files, for a Hugging Face folder attnviz opened or a checkpoint fine-tuned "
+        "from one (attnviz train --init FOLDER); transformers' generate() then gives the text "
+        "attnviz's predict gives. attnviz's own models have no transformers class.",
+    )
+    e.add_argument("run", help="the checkpoint folder (e.g. the --out of attnviz train --init)")
+    e.add_argument("out", help="a new (or empty) folder to write")
+    e.set_defaults(func=_export_hf)

@@ -5,13 +5,16 @@
 - :func:`load_hf_model` / :func:`load_hf_checkpoint`: Hugging Face encoder-decoder folders
   (Marian, BART, mBART, Pegasus, FSMT, T5), weights from safetensors and ``config.json``
   alone, in :mod:`attnviz.interop.hf`.
+- :func:`export_hf`: the way back, a checkpoint of one of those families -> a folder
+  transformers loads.
 """
 
-from .hf import SUPPORTED_MODEL_TYPES, is_hf_folder, load_hf_checkpoint, load_hf_model
+from .hf import SUPPORTED_MODEL_TYPES, export_hf, is_hf_folder, load_hf_checkpoint, load_hf_model
 from .nn_transformer import from_torch_state_dict
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "export_hf",
     "from_torch_state_dict",
     "is_hf_folder",
     "load_hf_checkpoint",
