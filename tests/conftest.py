@@ -45,7 +45,7 @@ TIERS = {
         "test_cli.py", "test_train.py", "test_bench.py", "test_shipped_models.py",
         "test_hf_generation.py", "test_hf_hostile.py", "test_hf_tokenizers.py", "test_hostile.py",
         "test_train_corpus.py", "test_evaluate.py", "test_data_cli.py", "test_compare_cli.py",
-        "test_finetune.py",
+        "test_finetune.py", "test_export_hf.py",
     },
 }  # fmt: skip
 BEYOND_UNIT = ("slow", "integration", "browser", "gpu")
