@@ -2,9 +2,12 @@
 
 Plain Python, no gradio. A thin view over :func:`attnviz.analysis.compare` on the current
 input, both models teacher-forced on A's greedy output: the per-head divergence grid of each
-kind (with the head of B each head of A is matched to), one head of both models side by side
-with their difference, and the output tokens coloured by how their probability changed.
-User errors (no input, incomparable checkpoints) come back as a one-line message.
+kind (with the head of B each head of A is matched to) as clickable HTML (a cell carries
+``data-kind``/``data-layer``/``data-head``; a click draws that head), one head of both models
+side by side with their difference, and the output tokens coloured by how their probability
+changed. Model B comes from the model menu or an upload (the main upload's checks: never
+unpickled, a refused upload leaves nothing on disk). User errors (no input, incomparable
+checkpoints) come back as a one-line message.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ INTRO = (
     "both are teacher-forced on A's greedy output. Each grid cell is the mean Jensen–Shannon "
     "divergence (bits, 0 = the same attention, 1 = no overlap) of head (layer, head) in A and "
     "the same head in B; **→H2** names the head of B it is matched to (heads of a layer "
-    "paired to minimise the total divergence)."
+    "paired to minimise the total divergence; underlined where it is another head). "
+    "**Click a cell** to draw that head as A | B | A − B."
 )
 _RESULTS = store.LRU(4)  # (a, version, b, version, text, device) -> (Comparison, Scored a, b)
 
@@ -45,7 +49,9 @@ class CompareView:
     """What the tab shows.
 
     Attributes:
-        grids: one divergence grid per kind, in :data:`attnviz.model.KINDS` order.
+        grids: one divergence grid per kind, in :data:`attnviz.model.KINDS` order (plotly
+            figures, for saving or a notebook).
+        grid_html: the same grids as the page shows them: a button per head that draws it.
         head: A | B | A − B of the chosen head on the current input.
         tokens_html: the target tokens coloured by their probability change (B − A).
         message: markdown (a summary, or the reason nothing is shown).
@@ -53,6 +59,7 @@ class CompareView:
     """
 
     grids: list[go.Figure] = field(default_factory=list)
+    grid_html: str = ""
     head: go.Figure | None = None
     tokens_html: str = ""
     message: str = ""
@@ -198,13 +205,92 @@ def compare(
             )  # fmt: skip
             grids.append(fig)
         fig = head_figure(state, sa, sb, kind, layer, head, b_name)
+        pick = (kind, _index(layer, "L", 10**9, "layer"), _index(head, "H", 10**9, "head"))
     except AttnvizError as exc:
         return error_view(exc)
     a_name = store.model_name(state.model)
-    return CompareView(grids, fig, tokens_html(result), _summary(result, a_name, b_name), result)
+    summary = _summary(result, a_name, b_name)
+    return CompareView(
+        grids=grids, grid_html=grid_html(result, pick), head=fig, tokens_html=tokens_html(result),
+        message=summary, comparison=result,
+    )  # fmt: skip
+
+
+def _cell_colour(d: float) -> str:
+    """White (JS 0) to red (JS 1), square-root scaled so small changes show; light enough for
+    dark text in either page theme."""
+    light = 96 - 34 * float(np.clip(d, 0, 1)) ** 0.5
+    return f"hsl(0, 75%, {light:.0f}%)"
+
+
+def grid_html(result: Comparison, pick: tuple[str, int, int] | None = None) -> str:
+    """The divergence grids, one table per kind, as buttons: a cell shows the divergence of
+    head (layer, head) of A and B and the head of B it is matched to; clicking it draws that
+    head (``data-kind``, ``data-layer``, ``data-head``; ``pick`` is marked as drawn)."""
+    tables = []
+    for kind in KINDS:
+        d, m, md = result.divergence[kind], result.matching[kind], result.matched_divergence[kind]
+        head_cols = "".join(f"<th>H{h}</th>" for h in range(d.shape[1]))
+        rows = []
+        for ly in range(d.shape[0]):
+            cells = []
+            for h in range(d.shape[1]):
+                j = int(m[ly, h])
+                picked = " best" if pick == (kind, ly, h) else ""
+                moved = " av-cmp-moved" if j != h else ""
+                tip = (f"{KIND_TITLES[kind]} L{ly} H{h}: JS divergence A vs B {d[ly, h]:.3f} "
+                       f"bits; matched to B's H{j} ({md[ly, h]:.3f}). Click to draw A | B | A − B")  # fmt: skip
+                cells.append(
+                    f'<td><button type="button" class="av-aer av-cmp-cell{picked}" '
+                    f'data-kind="{kind}" data-layer="{ly}" data-head="{h}" '
+                    f'aria-pressed="{str(bool(picked)).lower()}" '
+                    f'style="background:{_cell_colour(d[ly, h])}" title="{html.escape(tip)}">'
+                    f'<span>{d[ly, h]:.3f}</span><span class="av-cmp-match{moved}">→H{j}</span>'
+                    "</button></td>"
+                )
+            rows.append(f"<tr><th>L{ly}</th>{''.join(cells)}</tr>")
+        tables.append(
+            f'<div class="av-cmp-kind" id="compare-grid-{kind}"><b>{KIND_TITLES[kind]}</b>'
+            f"<table><thead><tr><th></th>{head_cols}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>"
+        )
+    style = (
+        "<style>#compare-grid .av-cmp-grids{display:flex;flex-wrap:wrap;gap:18px}"
+        "#compare-grid .av-cmp-cell{min-width:4.5rem}"
+        "#compare-grid .av-cmp-match{font-size:.8rem;opacity:.8}"
+        "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700;opacity:1}</style>"
+    )
+    return (
+        f'{style}<div class="av-aergrid"><div class="av-cmp-grids">{"".join(tables)}</div>'
+        '<p class="explain">JS divergence in bits (0 = the same attention); →H names the head '
+        "of B each head of A is matched to. Click a head to draw it as A | B | A − B.</p></div>"
+    )
+
+
+def parse_pick(value: str) -> tuple[str, str, str]:
+    """A clicked cell's ``"kind layer head"`` (as the page sends it) -> ``(kind, "L1", "H2")``."""
+    parts = str(value or "").split()
+    if len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
+        raise InputError(f"not a head: {str(value)[:40]!r}; heads read like 'cross 1 2'")
+    return _kind(parts[0]), f"L{parts[1]}", f"H{parts[2]}"
+
+
+def upload_b(paths: list[str], device: str = "cpu") -> tuple[str | None, str]:
+    """An uploaded checkpoint as model B: ``(its menu name, "")``, or ``(None, why not)``.
+
+    The main upload's checks (:func:`attnviz.app.store.import_upload`): no pickle is read, and
+    a refused upload leaves nothing on disk.
+    """
+    try:
+        folder, _ = store.import_upload([p for p in paths or [] if p], device)
+    except AttnvizError as exc:
+        return None, f"⚠ {html.escape(str(exc))}"
+    return store.model_name(folder), ""
 
 
 def error_view(exc: Exception) -> CompareView:
     """The tab's answer to a user error: the reason in one line, placeholders for figures."""
     figs = [placeholder("see the message above") for _ in KINDS]
-    return CompareView(figs, placeholder("see the message above"), "", f"⚠ {html.escape(str(exc))}")
+    return CompareView(
+        grids=figs, head=placeholder("see the message above"), message=f"⚠ {html.escape(str(exc))}"
+    )

@@ -72,6 +72,21 @@ ALIGN_INTRO = (
 FORCE_JS = (
     "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.pending) || ''; return a; }"
 )
+# the Compare tab's grid: a click on a head cell hands "kind layer head" to the hidden pick
+# button's event (PICK_JS reads it, with the page's theme, into its last two inputs)
+COMPARE_ON_LOAD = """
+element.addEventListener('click', (ev) => {
+  const b = ev.target.closest && ev.target.closest('[data-kind][data-layer][data-head]');
+  if (!b) return;
+  window.AVComparePick = `${b.dataset.kind} ${b.dataset.layer} ${b.dataset.head}`;
+  const go = document.querySelector('#compare-pick-btn');
+  if (go) go.click();
+});
+"""
+PICK_JS = (
+    "(...a) => { a[a.length - 2] = window.AVComparePick || ''; a[a.length - 1] = "
+    "document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
@@ -262,23 +277,36 @@ class Page:
     def _compare_tab(self) -> None:
         with gr.Tab("Compare", elem_id="tab-compare") as self.compare_tab:
             gr.Markdown(compare_lab.INTRO, elem_classes="explain")
-            with gr.Row():
+            with gr.Row(equal_height=True):
                 self.compare_model = gr.Dropdown(
-                    choices=store.menu(), value=None, label="model B", elem_id="compare-model"
+                    choices=store.menu(), value=None, label="model B", elem_id="compare-model",
+                    scale=2,
+                )  # fmt: skip
+                self.compare_upload = gr.File(
+                    label="…or upload model B", file_count="multiple", elem_id="compare-upload",
+                    scale=1, height=110,
+                )  # fmt: skip
+                self.compare_btn = gr.Button(
+                    "Compare", variant="primary", elem_id="compare-btn", scale=0
                 )
-                self.compare_kind = gr.Radio(list(KINDS), value="cross", label="head to draw")
+            self.compare_msg = gr.Markdown(elem_id="compare-message")
+            # a grid cell clicked: the page puts "kind layer head" here and presses the button
+            self.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
+            self.compare_pick_btn = gr.Button(
+                "pick", elem_id="compare-pick-btn", elem_classes="av-hidden"
+            )
+            self.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
+            with gr.Row():
+                self.compare_kind = gr.Radio(
+                    list(KINDS), value="cross", label="head drawn (or click a cell above)",
+                    elem_id="compare-kind",
+                )  # fmt: skip
                 self.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
                 self.compare_head = gr.Dropdown(
                     ["H0"], value="H0", label="head", elem_id="compare-head-menu"
                 )
-                self.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
-            self.compare_msg = gr.Markdown(elem_id="compare-message")
-            with gr.Row():
-                self.compare_grids = [
-                    gr.Plot(label=f"divergence: {k}", elem_id=f"compare-grid-{k}") for k in KINDS
-                ]
-            self.compare_tokens = gr.HTML(elem_id="compare-tokens")
             self.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
+            self.compare_tokens = gr.HTML(elem_id="compare-tokens")
 
     def align_inputs(self) -> list:
         return [self.align_lens, self.align_setting, self.align_layer, self.align_head,
@@ -350,7 +378,7 @@ class Page:
             self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
-            *self.compare_grids, self.compare_head_plot, self.compare_tokens, self.compare_msg,
+            self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -382,7 +410,7 @@ class Page:
         if "faith" in stale:
             out.update({self.faith_plot: None, self.faith_msg: STALE})
         if "compare" in stale:
-            out.update({g: None for g in (*self.compare_grids, self.compare_head_plot)})
+            out.update({self.compare_grid: "", self.compare_head_plot: None})
             out.update({self.compare_tokens: "", self.compare_msg: STALE})
         if "model" in plan.renew:
             ctl = self.controls(state)
@@ -609,8 +637,9 @@ def _wire_alignment(p: Page) -> None:
 
 
 def _wire_compare(p: Page) -> None:
-    """The Compare tab: computed when model B, the head or the button asks, never on a Step."""
-    outs = [*p.compare_grids, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
+    """The Compare tab: computed when model B (menu or upload), the head (menus or a click on
+    the grid) or the button asks, never on a Step."""
+    outs = [p.compare_grid, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
             p.compare_layer, p.compare_head]  # fmt: skip
 
     def run(state, stamps, model_b, kind, layer, head, theme):
@@ -618,16 +647,40 @@ def _wire_compare(p: Page) -> None:
         layer = layer if layer in layers else (layers or [None])[0]
         head = head if head in heads else (heads or [None])[0]
         view = compare_lab.compare(state, model_b, kind, layer, head)
-        figs = _dark([*view.grids, view.head], theme)
+        head_fig = _dark([view.head], theme)[0]
         stamps = {**stamps, "compare": stamp(state)["compare"]}
         menus = (gr.Dropdown(choices=layers, value=layer), gr.Dropdown(choices=heads, value=head))
-        return (*figs, view.tokens_html, view.message, stamps, *menus)
+        return (view.grid_html, head_fig, view.tokens_html, view.message, stamps, *menus)
 
     gr.on(
         [p.compare_model.input, p.compare_btn.click, p.compare_kind.input,
          p.compare_layer.input, p.compare_head.input],
         run, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
               p.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def pick(state, stamps, model_b, value, theme):
+        try:
+            kind, layer, head = compare_lab.parse_pick(value)
+        except AttnvizError as exc:
+            return (*[gr.skip()] * 3, f"⚠ {exc}", *[gr.skip()] * 4)
+        return (*run(state, stamps, model_b, kind, layer, head, theme), kind)
+
+    p.compare_pick_btn.click(
+        pick, [p.state, p.stamps, p.compare_model, p.compare_pick, p.theme],
+        [*outs, p.compare_kind], js=PICK_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def upload(state, stamps, files, kind, layer, head, theme):
+        name, why = compare_lab.upload_b(files or [], state.device)
+        if name is None:
+            return (*[gr.skip()] * 3, why, *[gr.skip()] * 4)
+        menu = gr.Dropdown(choices=compare_lab.model_choices(state), value=name)
+        return (*run(state, stamps, name, kind, layer, head, theme), menu)
+
+    p.compare_upload.upload(
+        upload, [p.state, p.stamps, p.compare_upload, p.compare_kind, p.compare_layer,
+                 p.compare_head, p.theme], [*outs, p.compare_model], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.compare_tab.select(
         lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
