@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import launched_app
 
 import attnviz
@@ -79,6 +81,104 @@ def test_a_compare_result_goes_stale_with_a_new_input_not_with_a_step(done):
     shown = {"compare": views.panel_stamps(done)["compare"]}
     assert not views.stale_panels(shown, session.back(done).state)
     assert views.follow(shown, session.start(done, "abc").state, "compare").clear == {"compare"}
+
+
+# -- the clickable grid and model B uploaded in the tab -------------------------------------------
+CELL = re.compile(
+    r'<button[^>]*class="av-aer av-cmp-cell( best)?"[^>]*data-kind="(\w+)" data-layer="(\d+)" '
+    r'data-head="(\d+)"[^>]*><span>([\d.]+)</span><span class="av-cmp-match( av-cmp-moved)?">'
+    r"→H(\d+)</span></button>"
+)
+
+
+def _cells(grid: str) -> dict[tuple[str, int, int], tuple[float, int, bool, bool]]:
+    """(kind, layer, head) -> (divergence shown, matched head of B, underlined, drawn)."""
+    return {
+        (k, int(ly), int(h)): (float(d), int(j), bool(moved), bool(best))
+        for best, k, ly, h, d, moved, j in CELL.findall(grid)
+    }
+
+
+def test_grid_cells_carry_their_head_the_divergence_and_the_matching(done, models_dir):
+    view = compare_lab.compare(done, "copy", "decoder_self", "L1", "H3")
+    ref = view.comparison
+    cells = _cells(view.grid_html)
+    assert len(cells) == sum(d.size for d in ref.divergence.values())  # every head, once
+    for kind in KINDS:
+        for (layer, head), d in np.ndenumerate(ref.divergence[kind]):
+            shown, matched, moved, drawn = cells[kind, layer, head]
+            assert shown == pytest.approx(d, abs=5e-4)
+            assert matched == ref.matching[kind][layer, head] and moved == (matched != head)
+            assert drawn == ((kind, layer, head) == ("decoder_self", 1, 3))
+    assert compare_lab.error_view(ValueError("x")).grid_html == ""
+
+
+def _permuted_copy(models_dir: Path, folder: Path, perm: list[int]) -> Path:
+    """models/reverse with the heads of encoder self-attention layer 0 reordered by ``perm``."""
+    ckpt = attnviz.load_checkpoint(models_dir / "reverse")
+    model = ckpt.model
+    attn = model.encoder.layers[0].self_attn
+    dh = model.config.head_dim
+    rows = torch.cat([torch.arange(p * dh, (p + 1) * dh) for p in perm])  # [H * Dh]
+    d = model.config.d_model
+    with torch.no_grad():
+        for part in range(3):  # q, k, v blocks of in_proj
+            block = slice(part * d, (part + 1) * d)
+            attn.in_proj_weight[block] = attn.in_proj_weight[block][rows].clone()
+            attn.in_proj_bias[block] = attn.in_proj_bias[block][rows].clone()
+        attn.out_proj.weight[:] = attn.out_proj.weight[:, rows].clone()
+    meta = {k: v for k, v in ckpt.meta.items() if k in ("task",)}
+    return attnviz.save_checkpoint(folder, model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, meta)
+
+
+def test_the_grid_shows_heads_matched_to_other_heads(done, models_dir, tmp_path):
+    """A copy whose encoder heads are permuted: same outputs, each head matched to its twin."""
+    perm = [2, 0, 3, 1]
+    folder = _permuted_copy(models_dir, tmp_path / "permuted", perm)
+    view = compare_lab.compare(done, str(folder), "encoder_self", "L0", "H0")
+    assert "same output" in view.message, view.message
+    cells = _cells(view.grid_html)
+    for head in range(4):
+        shown, matched, moved, _ = cells["encoder_self", 0, head]
+        assert matched == perm.index(head) and moved == (matched != head)
+    assert view.comparison.matched_divergence["encoder_self"][0] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_clicked_cell_reads_back_as_the_head_it_draws(done):
+    assert compare_lab.parse_pick("cross 1 2") == ("cross", "L1", "H2")
+    for bad in ("", "cross 1", "cross one 2", "sideways 0 0", "cross 1 2 3"):
+        with pytest.raises(attnviz.AttnvizError):
+            compare_lab.parse_pick(bad)
+    view = compare_lab.compare(done, "copy", *compare_lab.parse_pick("encoder_self 1 3"))
+    assert "encoder self-attention · layer 1 · head 3" in view.head.layout.title.text.lower()
+
+
+def test_model_b_uploaded_in_the_tab_is_compared(done, models_dir, tmp_path):
+    files = [str(models_dir / "copy" / n) for n in ("model.safetensors", "config.json")]
+    name, why = compare_lab.upload_b(files)
+    assert name and why == ""
+    assert name in compare_lab.model_choices(done)
+    uploaded = compare_lab.compare(done, name)
+    by_menu = compare_lab.compare(done, "copy")
+    for kind in KINDS:
+        assert np.array_equal(
+            uploaded.comparison.divergence[kind], by_menu.comparison.divergence[kind]
+        )
+
+
+def test_a_refused_upload_for_b_says_why_and_leaves_nothing(tmp_path):
+    uploads = store.private_dir("uploads")
+    before = sorted(uploads.rglob("*"))
+    pickle = tmp_path / "model.pt"
+    torch.save({"w": torch.zeros(2)}, pickle)
+    name, why = compare_lab.upload_b([str(pickle)])
+    assert name is None and why.startswith("⚠") and "pickle" in why and "\n" not in why
+    garbage = tmp_path / "model.safetensors"
+    garbage.write_bytes(b"not a tensor file at all")
+    name, why = compare_lab.upload_b([str(garbage)])
+    assert name is None and why.startswith("⚠")
+    assert compare_lab.upload_b([])[0] is None
+    assert sorted(uploads.rglob("*")) == before
 
 
 def test_beam_panel_follows_the_checkpoints_length_limit(models_dir, tmp_path):
