@@ -200,7 +200,7 @@ def test_plots_refuse_a_matching_of_another_shape():
 
 
 @pytest.mark.browser
-def test_browser_compare_tab_draws_the_grid(models_dir, tmp_path):
+def test_browser_compare_tab_draws_the_grid_and_a_clicked_head(models_dir, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():
@@ -223,24 +223,35 @@ def test_browser_compare_tab_draws_the_grid(models_dir, tmp_path):
             page.locator("#compare-model input").click()
             page.get_by_role("option", name="copy", exact=True).click()
             page.wait_for_function(
-                "() => document.querySelectorAll('#compare-grid-cross .js-plotly-plot').length"
-            )
-            page.wait_for_function(
-                "() => document.querySelector('#compare-head .js-plotly-plot') && "
+                "() => document.querySelectorAll('#compare-grid button[data-kind=cross]').length"
+                " === 8 && document.querySelector('#compare-head .js-plotly-plot') && "
                 "document.querySelectorAll('#compare-token-strip .av-cmp-tok').length === 11"
             )
-            cells = page.evaluate(
-                "() => document.querySelector('#compare-grid-cross .js-plotly-plot')"
-                "._fullData[0].z.length"
-            )
-            assert cells == 2  # two layers of cross-attention
-            page.locator("#compare-head-menu input").click()  # pick a head: it is drawn A | B | A−B
-            page.get_by_role("option", name="H2", exact=True).click()
+            assert page.locator("#compare-grid .av-cmp-match").first.inner_text().startswith("→H")
+            # click a head cell: it is drawn A | B | A−B and marked as the one drawn
+            cell = page.locator('#compare-grid button[data-kind=decoder_self][data-layer="1"]'
+                                '[data-head="2"]')  # fmt: skip
+            cell.click()
             page.wait_for_function(
                 "() => { const gd = document.querySelector('#compare-head .js-plotly-plot');"
-                " return gd && gd._fullLayout.title.text.includes('layer 0 · head 2'); }"
+                " return gd && gd._fullLayout.title.text.includes('layer 1 · head 2') &&"
+                " gd._fullLayout.title.text.toLowerCase().includes('decoder'); }"
             )
+            page.wait_for_function(
+                "() => { const b = document.querySelector('#compare-grid button.best');"
+                " return b && b.dataset.kind === 'decoder_self' && b.dataset.layer === '1' &&"
+                " b.dataset.head === '2'; }"
+            )
+            assert page.locator("#compare-head-menu input").input_value() == "H2"
             page.screenshot(path=str(tmp_path / f"compare-{scheme}.png"), full_page=True)
+            if scheme == "light":  # model B uploaded inside the tab is compared at once
+                files = [str(models_dir / "copy" / n) for n in ("model.safetensors", "config.json")]
+                page.locator("#compare-upload input[type=file]").set_input_files(files)
+                page.wait_for_function(
+                    "() => document.querySelector('#compare-model input').value !== 'copy' &&"
+                    " document.querySelector('#compare-model input').value.length > 0 &&"
+                    " document.querySelectorAll('#compare-grid button[data-kind]').length === 24"
+                )
             if scheme == "light":  # a new input: the result for the old one is cleared, with a note
                 page.locator("#input-text textarea").fill("abc")
                 page.locator("#step-btn").click()

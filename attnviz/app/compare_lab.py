@@ -257,6 +257,8 @@ def grid_html(result: Comparison, pick: tuple[str, int, int] | None = None) -> s
     style = (
         "<style>#compare-grid .av-cmp-grids{display:flex;flex-wrap:wrap;gap:18px}"
         "#compare-grid .av-cmp-cell{min-width:4.5rem}"
+        # light cells in either theme: dark text on them, whatever the page's text colour
+        "#compare-grid .av-cmp-cell,#compare-grid .av-cmp-cell span{color:#111827 !important}"
         "#compare-grid .av-cmp-match{font-size:.8rem;opacity:.8}"
         "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700;opacity:1}</style>"
     )
