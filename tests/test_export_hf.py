@@ -157,6 +157,36 @@ def test_a_mapping_that_does_not_go_back_writes_nothing(exported, tmp_path, monk
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_a_folders_tokenizer_goes_along(tmp_path, family):
+    """AutoTokenizer loads the exported folder; generate() text equals predict's."""
+    tok = getattr(hf_families, f"{family}_tokenizer")(tmp_path / "tok")
+    sizes = {"vocab_size": len(tok), "pad_token_id": tok.pad_token_id}
+    if family == "t5":  # the model's vocabulary is larger than the tokenizer's, as T5's is
+        sizes = {"vocab_size": len(tok) + 12}
+    model = hf_families.build(family, **sizes)
+    folder = hf_families.save(model, tmp_path / "model", max_new_tokens=8)
+    tok.save_pretrained(folder)
+    (folder / "README.md").write_text("a model card goes along too")
+    out = attnviz.export_hf(folder, tmp_path / "out")
+    original = {p.name for p in folder.iterdir()}
+    assert {p.name for p in out.iterdir()} == original
+    ckpt = attnviz.load_checkpoint(folder)
+    theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    their_tok = transformers.AutoTokenizer.from_pretrained(out)
+    for text in hf_families.CORPUS[:3]:
+        enc = their_tok(text, return_tensors="pt")
+        assert enc.input_ids[0].tolist() == ckpt.encode_source(text).ids
+        for beams in (1, 3):
+            with torch.no_grad():
+                ids = theirs.generate(
+                    **enc, num_beams=beams, do_sample=False, use_cache=family != "t5"
+                )
+            expected = their_tok.decode(ids[0], skip_special_tokens=True)
+            assert ckpt.predict(text, num_beams=beams) == expected, (text, beams)
+
+
 # -- the issue's "done when": a Marian folder fine-tuned here goes back --------------------------
 @pytest.mark.slow
 def test_a_fine_tuned_marian_folder_goes_back_to_transformers(tmp_path, capsys):

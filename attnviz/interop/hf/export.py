@@ -31,7 +31,10 @@ from .registry import REGISTRY
 GENERATION = "generation_config.json"
 #: files of a checkpoint folder that are not its tokenizer's (weights, attnviz's own files)
 _NOT_TOKENIZER = ("config.json", GENERATION, "dev_pairs.json")
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".pth", ".pkl")
+_WEIGHT_SUFFIXES = (
+    ".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".pth", ".pkl", ".ot", ".onnx",
+    ".gguf", ".tflite",
+)  # fmt: skip
 
 
 def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
