@@ -465,15 +465,15 @@ def bench_report(quick: bool) -> list:
         return [Row("report rows", float("nan"), "ms", "-", None, f"skipped: no {CHROMIUM}")]
     from .app.bench import opus_shaped_checkpoint
 
-    rows, repeats = [], 1 if quick else 3
+    rows, repeats, steps = [], 1 if quick else 3, 10 if quick else 40
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         cases = []
         if (MODELS / "reverse" / "model.safetensors").is_file():
             cases.append(("models/reverse, 'helloworld'", MODELS / "reverse", "helloworld", None, True))  # fmt: skip
         opus = opus_shaped_checkpoint(Path(tmp) / "opus-shaped")
-        cases.append(("opus-mt-shaped random model, 43 chars, 40 steps", opus,
-                      "the quick brown fox jumps over the lazy dog", 40, False))  # fmt: skip
+        cases.append((f"opus-mt-shaped random model, 43 chars, {steps} steps", opus,
+                      "the quick brown fox jumps over the lazy dog", steps, False))  # fmt: skip
         for name, folder, text, max_len, experiments in cases:
             ckpt = load_checkpoint(folder, device="cpu")
             ins = inspect_text(ckpt, text, max_len)
