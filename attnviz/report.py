@@ -88,7 +88,15 @@ table.av-stats { border-collapse: collapse; font-size: 12px }
 .av-bar span:first-child { overflow: hidden; text-overflow: ellipsis; white-space: pre }
 .av-bar i { display: block; height: 10px; background: #4c78a8; border-radius: 2px }
 .av-bar.chosen { font-weight: bold } .av-bar.chosen i { background: #e45756 }
-svg.av-svg text { font: 11px sans-serif; fill: #1f2937 }
+svg.av-svg text { font: 11px sans-serif; fill: #1f2937 } .av-stats td.t { white-space: nowrap }
+/* a dark system theme: a dark page; each canvas figure stays a light card, as in notebooks */
+@media (prefers-color-scheme: dark) {
+  body { background: #111827; color: #e5e7eb } code { color: #e5e7eb }
+  .av-fig canvas, svg.av-svg { background: #fff; border-radius: 6px }
+  .av-stats th { background: #1f2937 } .av-stats th, .av-stats td { border-color: #374151 }
+  .av-card { border-color: #374151 } .av-card p { color: #d1d5db } .av-sub { color: #9ca3af }
+  .av-png, a.av-png, select { background: #1f2937; color: #e5e7eb; border-color: #4b5563 }
+}
 """
 
 
