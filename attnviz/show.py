@@ -38,7 +38,10 @@ _CSS = """
 #{id} .av-label {{ width: 4.5rem; flex: none; color: #6b7280; padding-top: 2px; }}
 #{id} .tokens {{ display: flex; flex-wrap: wrap; gap: 3px; font-family: ui-monospace, monospace; }}
 #{id} .tok {{ padding: 1px 5px; border-radius: 4px; background: #f3f4f6; white-space: pre; }}
-#{id} .av-head {{ display: flex; gap: 12px; margin: 6px 0; }}
+#{id} .av-head {{ display: flex; gap: 12px; margin: 6px 0; align-items: center; }}
+#{id} .av-export {{ margin-left: auto; display: flex; gap: 4px; }}
+#{id} .av-png {{ font: 12px sans-serif; padding: 1px 8px; border: 1px solid #d1d5db;
+  border-radius: 4px; background: #f9fafb; color: #1f2937; cursor: pointer; }}
 #{id} select {{ background: #fff; color: #1f2937; border: 1px solid #d1d5db; border-radius: 4px; }}
 #{id} .av-sub {{ color: #6b7280; margin: 8px 0 2px; }}
 #{id} canvas {{ display: block; }}

@@ -33,6 +33,10 @@ CANVASES = """() => Array.from(document.querySelectorAll('.av-fig canvas')).map(
 PLAYER = """() => { const f = document.querySelector('.av-fig[data-kind=playback]');
   return {frame: +f.dataset.frame, max: +f.querySelector('.av-frame').max,
           title: f._shown[0].name}; }"""
+# page coordinates of cell (q, k) in the main canvas of attention figure `i`
+CELL = """([i, q, k]) => { const c = document.querySelectorAll('.av-fig[data-kind=attention] .av-main')[i];
+  const r = c.getBoundingClientRect(), b = c._av[0];
+  return [r.left + b.x + (k + 0.5) * b.cell, r.top + b.y + (q + 0.5) * b.cell]; }"""
 MOVE = """(i) => { const r = document.querySelector('.av-fig[data-kind=playback] .av-frame');
   r.value = String(i); r.dispatchEvent(new Event('input', {bubbles: true})); }"""
 
@@ -84,6 +88,10 @@ def test_the_report_draws_every_figure_offline(tmp_path, models_dir, reverse_ckp
         fig = page.locator(".av-fig[data-kind=attention]").nth(2)
         fig.locator(".av-layer").select_option("0")
         fig.locator(".av-headsel").select_option("H2")
+        fig.locator(".av-main").scroll_into_view_if_needed()
+        page.mouse.move(*page.evaluate(CELL, [2, 1, 3]))  # query 1, key 3 of that figure
+        page.locator(".av-tip").wait_for(state="visible", timeout=5_000)
+        tip = page.locator(".av-tip").inner_text()
         with page.expect_download() as dl:
             fig.locator("button", has_text="CSV").click()
         body = Path(dl.value.path()).read_text()
@@ -102,6 +110,9 @@ def test_the_report_draws_every_figure_offline(tmp_path, models_dir, reverse_ckp
     assert table[0][1:] == list("helloworld") and [r[0] for r in table[1:]][0] == "<bos>"
     got = np.array([[float(x) for x in r[1:]] for r in table[1:]])
     np.testing.assert_allclose(got, want, atol=1e-5)
+    assert tip.startswith("query 1 “d” → key 3 “l”: weight ") and float(tip.split()[-1]) == (
+        pytest.approx(float(want[1, 3]), abs=1e-4)
+    )
 
 
 @pytest.mark.slow
