@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,9 @@ def test_the_report_draws_every_figure_offline(tmp_path, models_dir, reverse_ckp
         with page.expect_download() as dl:
             fig.locator("button", has_text="CSV").click()
         body = Path(dl.value.path()).read_text()
+        with page.expect_download() as js:
+            fig.locator("button", has_text="JSON").click()
+        every = json.loads(Path(js.value.path()).read_text())
         with page.expect_download() as png:
             fig.locator("button", has_text="PNG").first.click()
         assert Path(png.value.path()).read_bytes()[:4] == b"\x89PNG"
@@ -110,6 +114,10 @@ def test_the_report_draws_every_figure_offline(tmp_path, models_dir, reverse_ckp
     assert table[0][1:] == list("helloworld") and [r[0] for r in table[1:]][0] == "<bos>"
     got = np.array([[float(x) for x in r[1:]] for r in table[1:]])
     np.testing.assert_allclose(got, want, atol=1e-5)
+    for layer, block in enumerate(every["layers"]):  # every head of every layer, as recorded
+        np.testing.assert_allclose(block["weights"], ins.trace.numpy("cross", layer)[0], atol=1e-7)
+        assert not np.array(block["mask"]).any()  # no padding: cross-attention blocks nothing
+    assert every["keys"] == list("helloworld") and every["kind"] == "cross"
     assert tip.startswith("query 1 “d” → key 3 “l”: weight ") and float(tip.split()[-1]) == (
         pytest.approx(float(want[1, 3]), abs=1e-4)
     )
