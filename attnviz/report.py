@@ -30,7 +30,6 @@ from .errors import InputError
 from .model import KINDS
 from .report_figures import (  # noqa: F401  (re-exported: report.inspection_figures, ...)
     STAT_HEADINGS,
-    _sides,
     experiment_figures,
     inspection_figures,
     recorded_mask,
@@ -126,12 +125,14 @@ def _matrix_panel(
 
 def attention_spec(ins: Inspection, kind: str) -> dict:
     """The ``"attention"`` figure of one kind: every layer and head as recorded in ``ins.trace``
-    (the data of :class:`attnviz.show.View`, drawn by the same ``AV.drawStatic``)."""
-    keys, queries = _sides(ins)[kind]
-    src, tgt = ins.src_tokens, ins.tgt_tokens
-    view = View.from_trace(ins.trace, src, tgt, kind=kind, out_tokens=ins.out_tokens,
-                           title=plots.KIND_TITLES[kind])  # fmt: skip
-    assert len(keys) == len(view.data["keys"]) and len(queries) == len(view.data["queries"])
+    (the data of :class:`attnviz.show.View`, drawn by the same ``AV.drawStatic``).
+
+    Returns:
+        :attr:`attnviz.show.View.data` (per layer ``w``: base64 float32 ``[H, Tq, Tk]``, ``m``:
+        the recorded mask ``[Tq, Tk]``) with ``type`` ``"attention"``.
+    """
+    view = View.from_trace(ins.trace, ins.src_tokens, ins.tgt_tokens, kind=kind,
+                           out_tokens=ins.out_tokens, title=plots.KIND_TITLES[kind])  # fmt: skip
     return {**view.data, "type": "attention", "lines": False}
 
 
