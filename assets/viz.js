@@ -626,9 +626,12 @@
     const layerSel = sel("av-layer", layers.map((_, i) => String(i)), v.layer);
     const headSel = sel("av-headsel", ["mean", "all heads", ...Array.from({ length: H }, (_, h) => `H${h}`)], v.head);
     const main = el("canvas", { class: "av-canvas av-main" }), grid = el("canvas", { class: "av-canvas av-grid" });
-    element.append(line("Source", d.src), line("Output", d.out),
-      el("div", { class: "av-head" }, el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layerSel),
-        el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel)), main,
+    const name = `${d.kind}`;
+    if (d.lines !== false) element.append(line("Source", d.src), line("Output", d.out));
+    element.append(el("div", { class: "av-head" }, el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layerSel),
+        el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel),
+        exportButtons(element, name, () => ({ title: d.title, kind: d.kind, keys: d.keys, queries: d.queries,
+          layers: layers.map((e) => ({ weights: nest(e.w, [H, tq, tk]), mask: nest(e.m, [tq, tk]) })) }))), main,
       el("div", { class: "av-sub", text: "every layer × head (click one to open it above)" }), grid);
     const tipBox = tipEl();
     hover(main, tipBox); hover(grid, tipBox);
@@ -642,6 +645,7 @@
         const panels = h === "all heads" ? Array.from({ length: H }, (_, i) => ({ mat: mat(v.layer, i), title: `H${i}` }))
           : [{ mat: mat(v.layer, h === "mean" ? -1 : +h.slice(1)) }];
         drawPanels(main, panels, { title: t, cols: h === "all heads" ? Math.min(4, H) : 1, vmax: vmaxOf(panels.map((p) => p.mat)), maxCell: 34, width: w });
+        element._shown = panels.map((p, i) => ({ name: `layer ${v.layer} ${h === "all heads" ? `head ${i}` : headName(h)}`, mat: p.mat }));
         const thumbs = [];
         layers.forEach((_, l) => { for (let i = 0; i < H; i++) thumbs.push({ mat: mat(l, i), title: `L${l} H${i}`, key: [l, i] }); });
         drawPanels(grid, thumbs, { cols: H, tiny: true, vmax: vmaxOf(thumbs.map((p) => p.mat)), maxCell: 12, width: w });
@@ -661,6 +665,198 @@
     // an output may be laid out after its script ran (width 0): draw again once it has a width
     if (window.ResizeObserver) new ResizeObserver(() => { if (element.clientWidth - 4 !== width) draw(); }).observe(element);
     draw();
+  };
+
+  // -- exports and the offline report (attnviz inspect --html): static-only ----------------
+  // nested arrays of a flat typed array (JSON export): shape [a, b, ...]
+  function nest(flat, shape) {
+    if (shape.length === 1) return Array.from(flat.subarray(0, shape[0]));
+    const n = shape.slice(1).reduce((a, b) => a * b, 1), out = [];
+    for (let i = 0; i < shape[0]; i++) out.push(nest(flat.subarray(i * n, (i + 1) * n), shape.slice(1)));
+    return out;
+  }
+  function download(name, blob) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob); a.download = name;
+    document.body.appendChild(a); a.click(); a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+  function csvCell(s) { s = String(s); return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s; }
+  // the matrices a figure shows now (element._shown: [{name, mat}]) as CSV, one block each
+  AV.csv = function (element) {
+    const lines = [];
+    for (const { name, mat } of element._shown || []) {
+      lines.push(`# ${name}` + (mat.m.some((x) => x) ? " (masked cells: blocked, weight 0 by construction)" : ""));
+      lines.push(["query \\ key", ...mat.xl].map(csvCell).join(","));
+      for (let q = 0; q < mat.tq; q++) lines.push([csvCell(mat.yl[q]), ...Array.from(mat.z.subarray(q * mat.tk, (q + 1) * mat.tk), (x) => (Number.isNaN(x) ? "" : x.toPrecision(6)))].join(","));
+      lines.push("");
+    }
+    return lines.join("\n");
+  };
+  // PNG (each canvas), CSV (what is shown) and JSON (every number of the figure) buttons
+  function exportButtons(element, name, all) {
+    const file = String(name).replace(/[^A-Za-z0-9_-]+/g, "_").slice(0, 48) || "figure";
+    const btn = (text, title, fn) => { const b = el("button", { class: "av-png", type: "button", title, text }); b.addEventListener("click", fn); return b; };
+    return el("span", { class: "av-export" },
+      btn("PNG", "download each canvas of this figure as PNG", () => element.querySelectorAll("canvas").forEach((c, i) =>
+        c.toBlob((b) => download(`attnviz-${file}${i ? "-" + i : ""}.png`, b), "image/png"))),
+      btn("CSV", "download the matrices shown as CSV", () => download(`attnviz-${file}.csv`, new Blob([AV.csv(element)], { type: "text/csv" }))),
+      btn("JSON", "download every number of this figure as JSON", () => download(`attnviz-${file}.json`, new Blob([JSON.stringify(all())], { type: "application/json" }))));
+  }
+  function tipOn(canvas, text) { // hover text(box, q, k) over any panel of the canvas
+    const t = tipEl();
+    canvas.addEventListener("mousemove", (ev) => {
+      const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (const b of canvas._av || []) {
+        const k = Math.floor((x - b.x) / b.cell), q = Math.floor((y - b.y) / b.cell);
+        if (k >= 0 && q >= 0 && k < b.mat.tk && q < b.mat.tq) {
+          t.textContent = text(b, q, k); t.style.display = "block";
+          t.style.left = ev.clientX + 12 + "px"; t.style.top = ev.clientY + 12 + "px"; return;
+        }
+      }
+      t.style.display = "none";
+    });
+    canvas.addEventListener("mouseleave", () => (t.style.display = "none"));
+  }
+  // a diverging map for signed panels (blue < 0 < red, white at 0): RdBu_r, as plots.DIVERGING
+  const RDBU = [[5, 48, 97], [33, 102, 172], [67, 147, 195], [146, 197, 222], [209, 229, 240], [247, 247, 247],
+    [253, 219, 199], [244, 165, 130], [214, 96, 77], [178, 24, 43], [103, 0, 31]];
+  function signedRgb(t) { // t in [-1, 1]
+    const x = (Math.max(-1, Math.min(1, t)) + 1) / 2 * (RDBU.length - 1), j = Math.min(Math.floor(x), RDBU.length - 2), f = x - j;
+    return RDBU[j].map((c, i) => Math.round(c * (1 - f) + RDBU[j + 1][i] * f));
+  }
+  // one signed matrix (e.g. after − before) on its own canvas, symmetric about 0
+  function drawSigned(canvas, mat, title, width) {
+    const dpr = window.devicePixelRatio || 1, ctx = canvas.getContext("2d"), font = 12;
+    ctx.font = `${font}px sans-serif`;
+    const span = Math.max(...Array.from(mat.z, Math.abs).filter(Number.isFinite), 0) || 1;
+    const lw = (ls) => Math.min(Math.max(...ls.map((s) => ctx.measureText(short(s, 12)).width), 8), 110);
+    const left = lw(mat.yl) + 8, bottom = lw(mat.xl) + 10, titleH = 22;
+    const cellPx = Math.max(2, Math.min(26, Math.floor((width - left - 80) / Math.max(mat.tk, 1)), Math.floor(560 / Math.max(mat.tq, 1))));
+    const W = Math.max(left + mat.tk * cellPx + 80, 240), Hh = titleH + mat.tq * cellPx + bottom;
+    canvas.width = Math.round(W * dpr); canvas.height = Math.round(Hh * dpr);
+    canvas.style.width = W + "px"; canvas.style.height = Hh + "px";
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.fillStyle = "#ffffff"; ctx.fillRect(0, 0, W, Hh);
+    ctx.fillStyle = "#1f2937"; ctx.textBaseline = "middle"; ctx.font = "bold 13px sans-serif"; ctx.fillText(title, 4, 11, W - 8);
+    ctx.font = `${font}px sans-serif`;
+    const gx = left, gy = titleH;
+    for (let q = 0; q < mat.tq; q++) for (let k = 0; k < mat.tk; k++) {
+      const v = mat.z[q * mat.tk + k], [r, g, b] = signedRgb(v / span);
+      ctx.fillStyle = `rgb(${r},${g},${b})`; ctx.fillRect(gx + k * cellPx, gy + q * cellPx, cellPx, cellPx);
+    }
+    const every = Math.max(1, Math.ceil((font + 1) / cellPx));
+    ctx.fillStyle = "#1f2937"; ctx.textAlign = "right";
+    for (let q = 0; q < mat.tq; q += every) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q + 0.5) * cellPx);
+    for (let k = 0; k < mat.tk; k += every) {
+      ctx.save(); ctx.translate(gx + (k + 0.5) * cellPx, gy + mat.tq * cellPx + 4); ctx.rotate(-Math.PI / 2);
+      ctx.fillText(short(mat.xl[k], 12), 0, 0); ctx.restore();
+    }
+    const bx = gx + mat.tk * cellPx + 12, bh = Math.min(120, Math.max(60, mat.tq * cellPx));
+    for (let y = 0; y < bh; y++) { const [r, g, b] = signedRgb(1 - (2 * y) / bh); ctx.fillStyle = `rgb(${r},${g},${b})`; ctx.fillRect(bx, gy + y, 10, 1); }
+    ctx.fillStyle = "#1f2937"; ctx.textAlign = "left"; ctx.font = "10px sans-serif";
+    ctx.fillText(`+${span.toPrecision(2)}`, bx + 13, gy + 4); ctx.fillText("0", bx + 13, gy + bh / 2); ctx.fillText(`−${span.toPrecision(2)}`, bx + 13, gy + bh - 2);
+    canvas._av = [{ x: gx, y: gy, cell: cellPx, mat, title }];
+  }
+  function matOf(p) { // a panel of a report figure: {tq, tk, z: base64 float32, m: "0"/"1" or "", xl, yl}
+    const z = f32(p.z), m = p.m ? bits(p.m, 0, p.tq * p.tk) : new Uint8Array(p.tq * p.tk);
+    return { z, m, tq: p.tq, tk: p.tk, xl: p.xl, yl: p.yl };
+  }
+  const LIGHT = { text: "#1f2937", bg: "#ffffff", dark: false };
+  function light(fn) { const saved = COL; COL = LIGHT; try { return fn(); } finally { COL = saved; } } // a light card
+  // heatmaps side by side ({panels: [{title, signed, hover}]}): unsigned panels share one
+  // canvas and colour scale; each signed panel gets its own canvas with a diverging scale
+  function drawHeat(element, d) {
+    const plain = d.panels.filter((p) => !p.signed), signed = d.panels.filter((p) => p.signed);
+    const mats = d.panels.map(matOf), byPanel = new Map(d.panels.map((p, i) => [p, mats[i]]));
+    const row = el("div", { class: "av-row" }), c1 = el("canvas", { class: "av-canvas" });
+    const cs = signed.map(() => el("canvas", { class: "av-canvas" }));
+    if (plain.length) row.appendChild(c1);
+    cs.forEach((c) => row.appendChild(c));
+    element.append(el("div", { class: "av-head" }, exportButtons(element, d.name || "figure",
+      () => ({ title: d.title, panels: d.panels.map((p, i) => ({ title: p.title, keys: p.xl, queries: p.yl, values: nest(mats[i].z, [p.tq, p.tk]), mask: nest(mats[i].m, [p.tq, p.tk]) })) }))), row);
+    const what = d.what || "weight";
+    const text = (b, q, k) => {
+      const i = q * b.mat.tk + k, p = b.panel;
+      const head = `${b.title ? b.title + ": " : ""}${b.mat.yl[q]} → ${b.mat.xl[k]}`;
+      if (b.mat.m[i]) return `${head}: masked (blocked: weight 0 by construction)`;
+      const note = p && p.hover ? ` · ${p.hover[i]}` : "";
+      return `${head}: ${p && p.signed ? "change" : what} ${b.mat.z[i].toFixed(4)}${note}`;
+    };
+    tipOn(c1, text); cs.forEach((c) => tipOn(c, text));
+    let width = 0;
+    const draw = () => light(() => {
+      width = Math.max(element.clientWidth - 4, 0);
+      const w = width || 900;
+      if (plain.length) {
+        const panels = plain.map((p) => ({ mat: byPanel.get(p), title: p.title }));
+        const vmax = d.vmax || vmaxOf(panels.map((p) => p.mat));
+        drawPanels(c1, panels, { title: d.title, cols: panels.length, subtitles: true, vmax, maxCell: d.maxCell || 26, width: Math.max(240, w - cs.length * 260) });
+        c1._av.forEach((b, i) => (b.panel = plain[i]));
+      }
+      signed.forEach((p, i) => { drawSigned(cs[i], byPanel.get(p), p.title, 420); cs[i]._av[0].panel = p; });
+      element._shown = d.panels.map((p, i) => ({ name: p.title || d.title, mat: mats[i] }));
+      element.dataset.drawn = "1";
+    });
+    if (window.ResizeObserver) new ResizeObserver(() => { if (element.clientWidth - 4 !== width) draw(); }).observe(element);
+    draw();
+  }
+  // training playback: one frame per snapshot ({frames: [{title}], heads, tq, tk, w: base64
+  // float32 [S, H, Tq, Tk], m: "0"/"1" [Tq, Tk]}); a slider, play / pause and a head switch
+  function drawPlayback(element, d) {
+    const S = d.frames.length, H = d.heads, n = d.tq * d.tk, w = f32(d.w), m = d.m ? bits(d.m, 0, n) : new Uint8Array(n);
+    const v = { frame: 0, head: "mean", timer: null };
+    const mat = () => {
+      const z = new Float32Array(n), base = v.frame * H * n;
+      for (let i = 0; i < n; i++) z[i] = v.head === "mean" ? mean((h) => w[base + h * n + i], H) : w[base + +v.head.slice(1) * n + i];
+      return { z, m, tq: d.tq, tk: d.tk, xl: d.xl, yl: d.yl };
+    };
+    const range = el("input", { type: "range", class: "av-frame", min: "0", max: String(S - 1), step: "1", value: "0", "aria-label": "snapshot" });
+    const play = el("button", { class: "av-png av-play", type: "button", text: "▶ play" });
+    const headSel = el("select", { class: "av-headsel", "aria-label": "head" });
+    for (const x of ["mean", ...Array.from({ length: H }, (_, h) => `H${h}`)]) headSel.appendChild(el("option", { value: x, text: x }));
+    const canvas = el("canvas", { class: "av-canvas" });
+    element.append(el("div", { class: "av-head" }, play, range, el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel),
+      exportButtons(element, d.name || "playback", () => ({ title: d.title, steps: d.frames.map((f) => f.step), keys: d.xl, queries: d.yl,
+        weights: nest(w, [S, H, d.tq, d.tk]), mask: nest(m, [d.tq, d.tk]) }))), canvas);
+    tipOn(canvas, (b, q, k) => b.mat.m[q * b.mat.tk + k] ? `${b.mat.yl[q]} → ${b.mat.xl[k]}: masked (blocked by the causal mask)`
+      : `${b.mat.yl[q]} → ${b.mat.xl[k]}: weight ${b.mat.z[q * b.mat.tk + k].toFixed(4)}`);
+    let width = 0;
+    const draw = () => light(() => {
+      width = Math.max(element.clientWidth - 4, 0);
+      const x = mat(), t = `${d.frames[v.frame].title} · ${headName(v.head)}`;
+      drawPanels(canvas, [{ mat: x }], { title: t, vmax: vmaxOf([x]), maxCell: 30, width: width || 900 });
+      element._shown = [{ name: t, mat: x }];
+      element.dataset.frame = String(v.frame); element.dataset.drawn = "1";
+    });
+    const stop = () => { clearInterval(v.timer); v.timer = null; play.textContent = "▶ play"; };
+    range.addEventListener("input", () => { v.frame = +range.value; draw(); });
+    headSel.addEventListener("change", () => { v.head = headSel.value; draw(); });
+    play.addEventListener("click", () => {
+      if (v.timer) return stop();
+      if (v.frame >= S - 1) v.frame = -1;
+      play.textContent = "❚❚ pause";
+      v.timer = setInterval(() => { v.frame += 1; range.value = String(v.frame); draw(); if (v.frame >= S - 1) stop(); }, 400);
+    });
+    if (window.ResizeObserver) new ResizeObserver(() => { if (element.clientWidth - 4 !== width) draw(); }).observe(element);
+    draw();
+  }
+  // AV.drawReport(figures): draw every figure of the report, one per frame in page order (the
+  // first appears at once); figures: [{el: element, spec: {type: "attention"|"heat"|"playback"}}].
+  // AV.report.times[i]: ms (performance.now) when figure i was drawn.
+  AV.report = { times: [], total: 0 };
+  AV.drawReport = function (figures) {
+    AV.report.total = figures.length;
+    const draw = { attention: AV.drawStatic, heat: drawHeat, playback: drawPlayback };
+    let i = 0;
+    const next = () => {
+      if (i >= figures.length) return;
+      const { el: e, spec } = figures[i];
+      e.textContent = "";
+      try { draw[spec.type](e, spec); } catch (err) { e.textContent = `this figure could not be drawn: ${err}`; throw err; }
+      finally { AV.report.times[i] = performance.now(); i += 1; requestAnimationFrame(() => setTimeout(next, 0)); }
+    };
+    next();
   };
 
   // -- keyboard: with focus outside a text field ---------------------------------------------

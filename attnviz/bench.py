@@ -367,6 +367,7 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
 
     from .app import bench as app  # the app's rows (Step on the server, the browser)
     from .devices import resolve_device
+    from .report import bench_report  # the offline report: canvas page vs Plotly page
 
     dev = resolve_device(device)  # "cuda" without a GPU: one clear error
     parts = [
@@ -375,6 +376,7 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
         ("app", lambda: app.bench_app(quick)),
         ("app memory", lambda: app.bench_app_memory(quick)),  # before the big trace: its RSS
         ("browser", lambda: app.bench_browser(quick)),
+        ("report", lambda: bench_report(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
         ("hf marian", lambda: bench_hf_marian(quick)),
         ("training", bench_training),

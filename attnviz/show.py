@@ -38,7 +38,10 @@ _CSS = """
 #{id} .av-label {{ width: 4.5rem; flex: none; color: #6b7280; padding-top: 2px; }}
 #{id} .tokens {{ display: flex; flex-wrap: wrap; gap: 3px; font-family: ui-monospace, monospace; }}
 #{id} .tok {{ padding: 1px 5px; border-radius: 4px; background: #f3f4f6; white-space: pre; }}
-#{id} .av-head {{ display: flex; gap: 12px; margin: 6px 0; }}
+#{id} .av-head {{ display: flex; gap: 12px; margin: 6px 0; align-items: center; }}
+#{id} .av-export {{ margin-left: auto; display: flex; gap: 4px; }}
+#{id} .av-png {{ font: 12px sans-serif; padding: 1px 8px; border: 1px solid #d1d5db;
+  border-radius: 4px; background: #f9fafb; color: #1f2937; cursor: pointer; }}
 #{id} select {{ background: #fff; color: #1f2937; border: 1px solid #d1d5db; border-radius: 4px; }}
 #{id} .av-sub {{ color: #6b7280; margin: 8px 0 2px; }}
 #{id} canvas {{ display: block; }}
@@ -54,17 +57,18 @@ _NO_SCRIPT = (
 )
 
 
-def _display(token: str) -> str:
+def display_token(token: str) -> str:
     """A token as display text: whitespace made visible, the empty string as ``∅``."""
     return "".join(_VISIBLE.get(c, c) for c in str(token)) or "∅"
 
 
 @cache
-def _renderer() -> str:
+def renderer_js() -> str:
+    """The app's page-side canvas renderer (``assets/viz.js``), read once."""
     return (ASSETS / "viz.js").read_text(encoding="utf-8")
 
 
-def _script(text: str) -> str:
+def script_safe(text: str) -> str:
     """Text safe inside ``<script>``: no ``</`` that could close it early."""
     return text.replace("</", "<\\/")
 
@@ -137,7 +141,7 @@ class View:
         for i in layers:
             w = trace.numpy(kind, i)[0]  # [H, Tq, Tk]
             m = np.broadcast_to(trace.numpy(kind, i, "mask")[0, 0], (tq, tk))  # [Tq, Tk]
-            blocks.append({"w": _b64(w), "m": _bits(m)})
+            blocks.append({"w": b64_f32(w), "m": mask_bits(m)})
         out = tgt_tokens[1:] if out_tokens is None else out_tokens
         return cls(
             {
@@ -146,10 +150,10 @@ class View:
                 "heads": int(n_heads),
                 "layer": layers.index(layer),
                 "head": head,
-                "keys": [_display(t) for t in keys],
-                "queries": [_display(t) for t in queries],
-                "src": [_display(t) for t in src_tokens],
-                "out": [_display(t) for t in out],
+                "keys": [display_token(t) for t in keys],
+                "queries": [display_token(t) for t in queries],
+                "src": [display_token(t) for t in src_tokens],
+                "out": [display_token(t) for t in out],
                 "layers": blocks,
             }
         )
@@ -158,11 +162,11 @@ class View:
         """Self-contained HTML: a ``<div>`` with a fresh id, its style, the renderer and the
         call that draws this view into that ``<div>`` (inline scripts only)."""
         vid = f"attnviz-{uuid.uuid4().hex[:12]}"
-        data = _script(json.dumps(self.data, separators=(",", ":"), ensure_ascii=False))
+        data = script_safe(json.dumps(self.data, separators=(",", ":"), ensure_ascii=False))
         return (
             f'<div id="{vid}" class="attnviz-view">{_NO_SCRIPT}</div>\n'
             f"<style>{_CSS.format(id=vid)}</style>\n"
-            f"<script>{_script(_renderer())}</script>\n"
+            f"<script>{script_safe(renderer_js())}</script>\n"
             f'<script>window.AttnViz.drawStatic(document.getElementById("{vid}"), {data});</script>'
         )
 
@@ -243,11 +247,11 @@ def _head(head: int | str | None, n_heads: int) -> str:
     return f"H{head}"
 
 
-def _b64(a: np.ndarray) -> str:
+def b64_f32(a: np.ndarray) -> str:
     """float32 little-endian bytes, base64."""
     return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
 
 
-def _bits(m: np.ndarray) -> str:
+def mask_bits(m: np.ndarray) -> str:
     """``"0"/"1"`` per cell (``1`` = blocked), row-major."""
     return (np.asarray(m, bool).ravel().astype(np.uint8) + ord("0")).tobytes().decode("ascii")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import re
 
 import numpy as np
 import pytest
-from plotly.offline import get_plotlyjs
 
 import attnviz
 from attnviz.analysis import ablation, attribution, export, health, masking
@@ -179,13 +176,10 @@ def test_inspect_html_is_offline(tmp_path, capsys, models_dir):
         == 0
     )
     html = page.read_text()
-    assert "dlrowolleh" in html and html.count('-json">') > 6  # one JSON block per figure
-    bundle = re.search(r'id="attnviz-plotlyjs">([A-Za-z0-9+/=]+)</script>', html)[1]
-    assert gzip.decompress(base64.b64decode(bundle)).decode() == get_plotlyjs()  # inline, gzipped
-    # nothing is fetched: no tag loads a resource, and outside the inline plotly.js (whose
-    # code holds map-tile URLs it uses only for map figures) there is no URL at all
+    assert "dlrowolleh" in html and "window.AttnViz.drawReport(" in html  # the app's renderer
+    # nothing is fetched: no tag loads a resource, and there is no URL at all
     assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=", html, re.I)
-    assert not re.search(r"https?://|//cdn", html.replace(bundle, ""))
+    assert not re.search(r"https?://|//cdn", html)
 
 
 def test_inspect_cli_ablation_causal_and_png(tmp_path, capsys, models_dir):

@@ -196,7 +196,7 @@ def test_health_playback_and_exports(done):
     assert data["output"] == "dlro" and len(data["out_tokens"]) == 4
     assert "cross.0.weights" in np.load(paths["npz"])
     html = panels.export(done, "html").path
-    assert "Plotly" in Path(html).read_text()
+    assert "window.AttnViz.drawReport(" in Path(html).read_text()  # the canvas report
 
 
 # -- models and uploads --------------------------------------------------------------------------
