@@ -113,10 +113,10 @@ class Page:
                     elem_id="viz",
                     padding=False,
                 )
-                self._whatif_box()
+                self._whatif_box(state)
                 self._reference_box()
             self._mask_tab()
-            self._other_tabs()
+            self._other_tabs(state)
             self._align_tab()
             self._compare_tab()
 
@@ -161,16 +161,22 @@ class Page:
         )
         self.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
 
-    def _whatif_box(self) -> None:
+    def _whatif_box(self, state: SessionState) -> None:
+        layers, heads = decoder_menus(state)
         self.wi_open = gr.State(False)  # the what-if panel is open: it follows each step
         with gr.Accordion(
             "What if this head had looked elsewhere", open=False, elem_id="whatif-box"
         ) as self.wi_box:
             gr.Markdown(whatif_view.INTRO, elem_classes="explain")
             with gr.Row():
-                self.wi_layer = gr.Dropdown(label="decoder layer", elem_id="whatif-layer")
+                self.wi_layer = gr.Dropdown(
+                    layers, value=(layers or [None])[-1], label="decoder layer",
+                    elem_id="whatif-layer",
+                )  # fmt: skip
                 self.wi_heads = gr.CheckboxGroup(
-                    label="heads (none ticked: every head of the layer)", elem_id="whatif-heads"
+                    heads,
+                    label="heads (none ticked: every head of the layer)",
+                    elem_id="whatif-heads",
                 )
             self.wi_strip = gr.HTML(
                 elem_id="whatif-strip", css_template=whatif_view.CSS, js_on_load=WHATIF_ON_LOAD
@@ -212,7 +218,8 @@ class Page:
             self.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
             self.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
 
-    def _other_tabs(self) -> None:
+    def _other_tabs(self, state: SessionState) -> None:
+        layers, heads = decoder_menus(state)
         with gr.Tab("Head ablation", elem_id="tab-ablation") as self.ablation_tab:
             self.ablate_sites = gr.CheckboxGroup(
                 label="heads to switch off", elem_id="ablate-heads"
@@ -227,7 +234,9 @@ class Page:
             )
         with gr.Tab("Attribution", elem_id="tab-attribution") as self.attr_tab:
             with gr.Row():
-                self.attr_layer = gr.Dropdown(label="cross-attention layer to compare")
+                self.attr_layer = gr.Dropdown(
+                    layers, value=(layers or [None])[-1], label="cross-attention layer to compare"
+                )
                 self.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
             self.attr_msg = gr.Markdown(elem_id="attr-message")
             self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
@@ -240,7 +249,7 @@ class Page:
                     scale=3,
                 )  # fmt: skip
                 self.attr_head = gr.Dropdown(
-                    ["mean"], value="mean", label="head of the attention rows", scale=1
+                    ["mean", *heads], value="mean", label="head of the attention rows", scale=1
                 )
                 self.attr_vs_btn = gr.Button(
                     "Why this token and not that one", elem_id="attr-vs-btn", scale=1
@@ -489,6 +498,16 @@ def block_choices(state: SessionState, chosen: list[str] | None):
 
     choices = [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
     return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
+
+
+def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
+    """``(["L0", ...], ["H0", ...])`` of the state's model (empty when none loads), so the
+    menus hold valid values before the page's first load event renews them."""
+    try:
+        cfg = checkpoint_of(state).config
+    except AttnvizError:
+        return [], []
+    return [f"L{i}" for i in range(cfg.n_decoder_layers)], [f"H{h}" for h in range(cfg.n_heads)]
 
 
 def alt_choices(state: SessionState):
