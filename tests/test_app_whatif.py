@@ -51,7 +51,9 @@ def test_whatif_panel_equals_what_if_called_directly(models_dir, ckpt, layer, he
     assert got.changed == direct.changed
     # the page: the compare line, every changed position marked with the non-colour marker
     assert "av-wi-compare" in view.html and direct.after.text in view.html
-    marked = {int(i) for i in re.findall(r'class="av-wi-tok changed[^"]*" data-pos="(\d+)"', view.html)}
+    marked = {
+        int(i) for i in re.findall(r'class="av-wi-tok changed[^"]*" data-pos="(\d+)"', view.html)
+    }
     assert marked == set(direct.changed)
     assert view.html.count(whatif_view.CHANGED_MARK) >= 2 * len(direct.changed)
     assert f'data-src-pos="{pos}"' in view.strip and "av-wi-chosen" in view.strip
