@@ -14,7 +14,8 @@ from .errors import InputError
 from .plots import BAR, HIGHLIGHT, TEMPLATE, token_axis, token_label
 
 #: Evidence for the chosen token / for the alternative (blue and orange: told apart without
-#: red-green vision; the sign is also in the hover and the bar's side of zero).
+#: red-green vision; the alternative's bars are also hatched, and the sign is in the hover
+#: and the bar's side of zero).
 FOR_CHOSEN, FOR_ALT = "#2563eb", "#ea580c"
 
 
@@ -35,8 +36,9 @@ def contrast_figure(
         tokens: ``Ts`` source tokens.
         names: the two tokens, for the hover.
     Returns:
-        Two stacked panels sharing the token axis: the attribution (bars coloured by sign)
-        and the attention rows (grouped bars, raw weights).
+        Two stacked panels sharing the token axis: the attribution (bars coloured and
+        hatched by sign) and the attention rows (grouped bars, raw weights; the second
+        hatched).
     """
     ig = np.asarray(attribution, dtype=float)
     if ig.ndim != 1:
@@ -49,7 +51,8 @@ def contrast_figure(
     data: list[dict[str, Any]] = [
         dict(
             type="bar", x=x, y=ig, name="Integrated Gradients (contrast)",
-            marker_color=np.where(ig >= 0, FOR_CHOSEN, FOR_ALT).tolist(),
+            marker_color=np.where(ig >= 0, FOR_CHOSEN, FOR_ALT).tolist(), showlegend=False,
+            marker_pattern_shape=np.where(ig >= 0, "", "/").tolist(),
             customdata=np.stack([labels, side], 1),
             hovertemplate="%{customdata[0]}: %{y:.4g}<br>evidence %{customdata[1]}<extra></extra>",
             xaxis="x", yaxis="y",
@@ -68,6 +71,7 @@ def contrast_figure(
         data.append(
             dict(
                 type="bar", x=x, y=r, name=name, marker_color=colour, customdata=labels,
+                marker_pattern_shape="/" if i % 2 else "",
                 hovertemplate=f"{name}<br>%{{customdata}}: weight %{{y:.4f}}<extra></extra>",
                 xaxis="x2", yaxis="y2",
             )
@@ -80,8 +84,9 @@ def contrast_figure(
         height=560,
         legend=dict(orientation="h", y=-0.18),
         xaxis=dict(axis, domain=[0, 1], anchor="y", matches="x2", showticklabels=False),
-        yaxis=dict(domain=[0.56, 1], anchor="x", title="IG: log p(chosen) − log p(alt)",
-                   zeroline=True),
+        yaxis=dict(domain=[0.56, 1], anchor="x", zeroline=True,
+                   title=f"IG (solid: for “{token_label(names[0])}”,<br>hatched: for "
+                         f"“{token_label(names[1])}”)"),
         xaxis2=dict(axis, domain=[0, 1], anchor="y2", title="source token"),
         yaxis2=dict(domain=[0, 0.44], anchor="x2", title="attention weight", rangemode="tozero"),
     )  # fmt: skip

@@ -25,6 +25,9 @@ from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, layer_index
 from .views import display_token
 
+#: The strip's shading, from no attention to the row's largest weight: opaque, so the dark text
+#: on it reads the same on a light and a dark page (contrast >= 4.5 at both ends).
+PALE, STRONG = (255, 247, 237), (249, 115, 22)
 #: The marker of a changed position (besides its colour): readable without colour vision.
 CHANGED_MARK = "≠"
 INTRO = (
@@ -113,14 +116,15 @@ def source_strip(
     top = float(np.max(row)) if len(row) else 0.0
     chips = []
     for j, (piece, w) in enumerate(zip(pieces, row, strict=True)):
-        alpha = 0.08 + 0.82 * (float(w) / top if top > 0 else 0.0)
+        f = float(w) / top if top > 0 else 0.0
+        rgb = ",".join(str(round(lo + (hi - lo) * f)) for lo, hi in zip(PALE, STRONG, strict=True))
         cls = "av-wi-src" + (" av-wi-chosen" if j == chosen else "")
         tip = (
             f"position {j} “{display_token(piece)}”: attention {float(w):.3f} — click: attend here"
         )
         chips.append(
             f'<span class="{cls}" data-src-pos="{j}" role="button" tabindex="0" '
-            f'style="--w:{alpha:.3f}" title="{html.escape(tip)}">'
+            f'style="background:rgb({rgb})" title="{html.escape(tip)}">'
             f"{html.escape(display_token(piece))}</span>"
         )
     head = f'<div class="av-wi-title">{html.escape(title)}</div>' if title else ""
@@ -248,8 +252,7 @@ CSS = """
 .av-wi-title { font-size: 0.9em; color: var(--body-text-color-subdued); margin: 4px 0; }
 .av-wi-tokens { display: flex; flex-wrap: wrap; gap: 3px; }
 .av-wi-src { cursor: pointer; padding: 3px 7px; border-radius: 4px; white-space: pre;
-  font-family: var(--font-mono); color: var(--body-text-color);
-  background: rgba(234, 88, 12, var(--w)); border: 1px solid var(--border-color-primary); }
+  font-family: var(--font-mono); color: #1f2937; border: 1px solid var(--border-color-primary); }
 .av-wi-src:hover, .av-wi-src:focus { outline: 2px solid #2563eb; outline-offset: 1px; }
 .av-wi-src.av-wi-chosen { outline: 3px solid #2563eb; outline-offset: 1px; font-weight: 700; }
 .av-wi-compare { margin: 6px 0; }
