@@ -85,8 +85,7 @@ def contrast_figure(
         legend=dict(orientation="h", y=-0.18),
         xaxis=dict(axis, domain=[0, 1], anchor="y", matches="x2", showticklabels=False),
         yaxis=dict(domain=[0.56, 1], anchor="x", zeroline=True,
-                   title=f"IG (solid: for “{token_label(names[0])}”,<br>hatched: for "
-                         f"“{token_label(names[1])}”)"),
+                   title=f"IG (+ for “{token_label(names[0])}”)"),
         xaxis2=dict(axis, domain=[0, 1], anchor="y2", title="source token"),
         yaxis2=dict(domain=[0, 0.44], anchor="x2", title="attention weight", rangemode="tozero"),
     )  # fmt: skip
