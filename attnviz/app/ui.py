@@ -510,14 +510,23 @@ def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
     return [f"L{i}" for i in range(cfg.n_decoder_layers)], [f"H{h}" for h in range(cfg.n_heads)]
 
 
-def alt_choices(state: SessionState):
-    """The Attribution tab's alternatives: the step shown's other candidates, the default
-    (runner-up, or the model's argmax for a forced token) selected."""
+def alt_choices(state: SessionState, value: str | None = None):
+    """The Attribution tab's alternatives: the step shown's other candidates, ``value`` or
+    else the default (runner-up, or the model's argmax for a forced token) selected."""
     try:
         choices, default = labs.alternatives(state)
     except AttnvizError:
         choices, default = [], None
-    return gr.Dropdown(choices=choices, value=default)
+    return gr.Dropdown(choices=choices, value=value or default)
+
+
+def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = "light") -> tuple:
+    """Why this token and not that one; the menu then names the alternative explained."""
+    view = labs.contrast(state, alt, layer, head)
+    fig = _dark(view.figures[:1], theme)[0] if view.figures else None
+    used = str(view.versus) if view.versus is not None else None
+    menu = alt_choices(state, used) if used else gr.skip()
+    return fig, view.message, {**stamps, "attr": stamp(state)["attr"]}, menu
 
 
 def forget_session(state: SessionState) -> None:
@@ -656,9 +665,8 @@ def _wire_labs(p: Page) -> None:
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.attr_vs_btn.click(
-        lab(labs.contrast, "attr", 1), [p.state, p.stamps, p.attr_alt, p.attr_layer, p.attr_head,
-                                        p.theme],
-        [p.attr_vs_plot, p.attr_vs_msg, p.stamps], js=THEME_JS, api_name="contrast",
+        _contrast, [p.state, p.stamps, p.attr_alt, p.attr_layer, p.attr_head, p.theme],
+        [p.attr_vs_plot, p.attr_vs_msg, p.stamps, p.attr_alt], js=THEME_JS, api_name="contrast",
         **MODEL_EVENTS,
     )  # fmt: skip
     p.attr_tab.select(alt_choices, [p.state], [p.attr_alt], **HIDDEN, **FAST)
