@@ -451,7 +451,8 @@ class Page:
             out[self.attr_alt] = alt_choices(state)
         if "whatif" in plan.rerun:
             out.update(self.whatif_strip(state, wi_layer, wi_heads))
-            out[self.wi_msg] = f"The step shown is now {state.step}: click a source token."
+            if not out[self.wi_msg]:  # no reason to refuse: say why the result went
+                out[self.wi_msg] = f"The step shown is now {state.step}: click a source token."
         elif "whatif" in stale:
             out.update({self.wi_strip: "", self.wi_result: "", self.wi_msg: STALE})
         if "ablate" in stale:
