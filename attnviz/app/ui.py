@@ -450,7 +450,7 @@ class Page:
             out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
             out[self.attr_alt] = alt_choices(state)
         if "whatif" in plan.rerun:
-            out.update(self.whatif_strip(state, wi_layer, wi_heads))
+            out.update(self.whatif_strip(state, wi_layer, wi_heads, menus=True))
             if not out[self.wi_msg]:  # no reason to refuse: say why the result went
                 out[self.wi_msg] = f"The step shown is now {state.step}: click a source token."
         elif "whatif" in stale:
@@ -475,8 +475,16 @@ class Page:
         out[self.stamps] = plan.stamps
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
 
-    def whatif_strip(self, state: SessionState, layer, heads) -> dict:
-        """The what-if panel drawn afresh for ``state``: the strip, no result yet."""
+    def whatif_strip(self, state: SessionState, layer, heads, menus: bool = False) -> dict:
+        """The what-if panel drawn afresh for ``state``: the strip, no result yet.
+
+        ``menus``: the layer and heads come from menus that may still list another model's
+        (a model switch renews them just after): choices this model lacks are dropped.
+        """
+        if menus:
+            layers, names = decoder_menus(state)
+            layer = layer if layer in layers else None
+            heads = [h for h in heads or () if h in names]
         v = whatif_view.strip(state, layer, heads)
         return {self.wi_strip: v.strip, self.wi_msg: v.message, self.wi_result: ""}
 
