@@ -32,8 +32,9 @@ PALE, STRONG = (255, 247, 237), (249, 115, 22)
 CHANGED_MARK = "≠"
 INTRO = (
     "Pick a decoder layer and heads, then click a source token: at this step the chosen heads "
-    "attend only to that token (a one-hot row), and decoding continues greedily. Shading is "
-    "the recorded cross-attention of this step (the weights the model used)."
+    "attend only to that token (a one-hot row), decoding continues greedily, and the result is "
+    "set against the greedy output. Shading is the recorded cross-attention of this step (the "
+    "weights the model used)."
 )
 
 
