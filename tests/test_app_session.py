@@ -561,10 +561,12 @@ def test_uploads_are_named_by_their_file(models_dir, fresh, tmp_path):
 def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     before = views.panel_stamps(done)
     back = views.panel_stamps(session.back(done).state)
-    assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith"}
+    assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
+                                                           "whatif"}  # fmt: skip
     new = views.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
-                                                          "beam", "ablate", "align", "compare"}  # fmt: skip
+                                                          "whatif", "beam", "ablate", "align",
+                                                          "compare"}  # fmt: skip
     assert before["model"] == new["model"]
 
 

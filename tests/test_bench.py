@@ -36,6 +36,7 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
         assert math.isfinite(row["value"]) and row["value"] > 0, row
     for action in ("step", "back", "scrub", "layer/head"):
         assert any(f"redrawn: {action}," in r["name"] for r in browser) or len(browser) == 1
+    assert any(r["name"].startswith("browser force a token:") for r in browser) or len(browser) == 1
     assert "| train step vs nn.Transformer |" in capsys.readouterr().out
 
 

@@ -11,7 +11,9 @@ A Step click goes ui -> session -> views -> the page, one way:
 - :mod:`~attnviz.app.views`: pure functions of state + trace: the status line and the
   payload the page draws from (only the rows it lacks); the same views as plotly figures.
 - :mod:`~attnviz.app.labs`, :mod:`~attnviz.app.panels`: mask lab, head ablation, attribution,
-  checkpoint health, training playback, export.
+  checkpoint health, training playback, export (and "why this token and not that one").
+- :mod:`~attnviz.app.whatif_view`: the step view's what-if panel (a source token clicked:
+  the chosen heads attend only to it at the step shown, the output re-decoded).
 - :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;
   the model menu's names.
 - :mod:`~attnviz.app.ui`: the Gradio layout and wiring (the only module importing gradio).

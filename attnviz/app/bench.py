@@ -144,6 +144,37 @@ _BYTES = """() => performance.getEntriesByType('resource')
   .map(e => e.encodedBodySize || e.transferSize || 0)"""
 
 
+# Click the candidate `n` (cycling) of the next-token panel other than the chosen one, then
+# resolve with the ms until the page has redrawn step `step` with that token marked forced.
+_FORCE = """async ([step, n]) => {
+  const rows = Array.from(document.querySelectorAll('#topk-plot .av-cand:not(.chosen)'));
+  if (!rows.length) throw new Error('no candidate to force');
+  const row = rows[n % rows.length], label = row.querySelector('.av-bartok').textContent;
+  const t0 = performance.now();
+  row.click();
+  return await new Promise((res, rej) => {
+    const until = t0 + 20000;
+    const check = () => {
+      const d = window.AttnViz.drawn, chips = document.querySelectorAll('#output-tokens .tok');
+      const last = chips[chips.length - 1];
+      if (d.step === step && d.t >= t0 && last && last.classList.contains('forced')
+          && last.firstChild.textContent === label) res(performance.now() - t0);
+      else if (performance.now() > until) rej(new Error('not redrawn after forcing ' + label));
+      else requestAnimationFrame(check);
+    };
+    requestAnimationFrame(check);
+  });
+}"""
+
+
+def _force_clicks(page, step: int, outputs: list[str], clicks: int) -> list[float]:
+    """Scrub to ``step``, then force a candidate there ``clicks`` times (each a different
+    token than the one shown); ms from each click to the redrawn page."""
+    if step != page.evaluate("() => window.AttnViz.drawn.step"):
+        page.evaluate(_CLICK, [None, step, outputs[step], "scrub"])
+    return [page.evaluate(_FORCE, [step, i]) for i in range(clicks)]
+
+
 def opus_shaped_checkpoint(folder: Path) -> Path:
     """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
     character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
@@ -189,7 +220,7 @@ def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str
                         ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
         for v in values:
             times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
-    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step]}
+    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step], "outputs": outs}
 
 
 def bench_browser(quick: bool) -> list[Row]:
@@ -231,6 +262,8 @@ def bench_browser(quick: bool) -> list[Row]:
                     got = _browser_case(
                         page, f"http://127.0.0.1:{port}/", str(model), text, 12 if quick else 40
                     )
+                    if model == reverse:  # force a token (the step view's candidates)
+                        got["force"] = _force_clicks(page, 6, got["outputs"], 10 if quick else 20)
                     ctx.close()
                 finally:
                     demo.close()
@@ -239,6 +272,12 @@ def bench_browser(quick: bool) -> list[Row]:
                     rows.append(Row(f"browser click -> redrawn: {action}, {name}", t, "ms",
                                     f"<= {target} (must <= {must})", t <= target,
                                     f"max {max(got[action]):.0f} ms over {len(got[action])}"))  # fmt: skip
+                if got.get("force"):
+                    t = statistics.median(got["force"])
+                    rows.append(Row(f"browser force a token: click -> redrawn, {name}", t, "ms",
+                                    "<= 150", t <= 150,
+                                    f"max {max(got['force']):.0f} ms over {len(got['force'])} "
+                                    "clicks on a candidate"))  # fmt: skip
                 b = got["bytes"]
                 rows.append(Row(f"browser bytes per Step, {name}", statistics.median(b) / 1024, "KB",
                                 "grows with one row per layer & head", None,

@@ -22,7 +22,7 @@ from .. import plots
 from ..analysis import LENSES
 from ..errors import AttnvizError
 from ..model import KINDS
-from . import alignment, compare_lab, labs, lensview, panels, reference, session, store
+from . import alignment, compare_lab, labs, lensview, panels, reference, session, store, whatif_view
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
@@ -88,6 +88,26 @@ PICK_JS = (
     "document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
 )
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
+# a source token clicked in the what-if strip: the page sets its position and presses the
+# hidden what-if button, whose event reads it (the force-a-token pattern)
+WHATIF_JS = (
+    "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.pendingWhatIf) || '';"
+    " return a; }"
+)
+WHATIF_ON_LOAD = """
+const go = (t) => {
+  const c = t && t.closest && t.closest('[data-src-pos]');
+  const b = document.querySelector('#whatif-btn');
+  if (!c || !b) return;
+  window.AttnViz = window.AttnViz || {};
+  window.AttnViz.pendingWhatIf = c.dataset.srcPos;
+  b.click();
+};
+element.addEventListener('click', (e) => go(e.target));
+element.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); go(e.target); }
+});
+"""
 
 
 class Page:
@@ -108,9 +128,10 @@ class Page:
                     elem_id="viz",
                     padding=False,
                 )
+                self._whatif_box(state)
                 self._reference_box()
             self._mask_tab()
-            self._other_tabs()
+            self._other_tabs(state)
             self._align_tab()
             self._compare_tab()
 
@@ -155,6 +176,31 @@ class Page:
         )
         self.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
 
+    def _whatif_box(self, state: SessionState) -> None:
+        layers, heads = decoder_menus(state)
+        self.wi_open = gr.State(False)  # the what-if panel is open: it follows each step
+        with gr.Accordion(
+            "What if this head had looked elsewhere", open=False, elem_id="whatif-box"
+        ) as self.wi_box:
+            gr.Markdown(whatif_view.INTRO, elem_classes="explain")
+            with gr.Row():
+                self.wi_layer = gr.Dropdown(
+                    layers, value=(layers or [None])[-1], label="decoder layer",
+                    elem_id="whatif-layer",
+                )  # fmt: skip
+                self.wi_heads = gr.CheckboxGroup(
+                    heads,
+                    label="heads (none ticked: every head of the layer)",
+                    elem_id="whatif-heads",
+                )
+            self.wi_strip = gr.HTML(
+                elem_id="whatif-strip", css_template=whatif_view.CSS, js_on_load=WHATIF_ON_LOAD
+            )
+            self.wi_msg = gr.HTML(elem_id="whatif-message")
+            self.wi_result = gr.HTML(elem_id="whatif-result", css_template=whatif_view.CSS)
+            self.wi_btn = gr.Button("what-if", elem_id="whatif-btn", elem_classes="av-hidden")
+            self.wi_value = gr.Textbox("", elem_id="whatif-value", elem_classes="av-hidden")
+
     def _reference_box(self) -> None:
         with gr.Group(elem_id="reference-box"):
             with gr.Row():
@@ -187,7 +233,8 @@ class Page:
             self.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
             self.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
 
-    def _other_tabs(self) -> None:
+    def _other_tabs(self, state: SessionState) -> None:
+        layers, heads = decoder_menus(state)
         with gr.Tab("Head ablation", elem_id="tab-ablation") as self.ablation_tab:
             self.ablate_sites = gr.CheckboxGroup(
                 label="heads to switch off", elem_id="ablate-heads"
@@ -202,11 +249,31 @@ class Page:
             )
         with gr.Tab("Attribution", elem_id="tab-attribution") as self.attr_tab:
             with gr.Row():
-                self.attr_layer = gr.Dropdown(label="cross-attention layer to compare")
+                self.attr_layer = gr.Dropdown(
+                    layers, value=(layers or [None])[-1], label="cross-attention layer to compare"
+                )
                 self.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
             self.attr_msg = gr.Markdown(elem_id="attr-message")
             self.attr_src = gr.Plot(label="source", elem_id="attribution-src")
             self.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
+            gr.Markdown("### Why this token and not that one")
+            with gr.Row():
+                self.attr_alt = gr.Dropdown(
+                    label="…and not this candidate (default: the runner-up; for a forced "
+                    "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
+                    scale=3,
+                )  # fmt: skip
+                self.attr_head = gr.Dropdown(
+                    ["mean", *heads], value="mean", label="head of the attention rows", scale=1
+                )
+                self.attr_vs_btn = gr.Button(
+                    "Why this token and not that one", elem_id="attr-vs-btn", scale=1
+                )
+            self.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
+            self.attr_vs_plot = gr.Plot(
+                label="contrastive attribution and next-step attention",
+                elem_id="attribution-contrast",
+            )
         with gr.Tab("Checkpoint health", elem_id="tab-health") as self.health_tab:
             self.health_extra = gr.Textbox(
                 label="for a model without a task: the current input is checked, and these "
@@ -352,6 +419,11 @@ class Page:
             self.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
             self.attr_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.attr_head: gr.Dropdown(choices=heads, value="mean"),
+            self.wi_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.wi_heads: gr.CheckboxGroup(
+                choices=[f"H{h}" for h in range(ckpt.config.n_heads)], value=[]
+            ),
             self.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
             self.play_layer: gr.Dropdown(choices=dec, value=dec[-1]),
             self.play_head: gr.Dropdown(choices=heads, value="mean"),
@@ -366,7 +438,8 @@ class Page:
         return [
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
-            self.play_btn, self.align_layer, self.align_head,
+            self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
+            self.wi_heads,
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------
@@ -379,14 +452,16 @@ class Page:
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
             self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
+            self.attr_vs_plot, self.attr_vs_msg, self.attr_alt, self.wi_strip, self.wi_msg,
+            self.wi_result,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
         the checkpoint changed on disk (the rules: :func:`attnviz.app.views.follow`)."""
-        *mask_args, theme = args
-        plan = follow_plan(stamps, state, active)
+        *mask_args, wi_open, wi_layer, wi_heads, theme = args
+        plan = follow_plan(stamps, state, active, frozenset({"whatif"} if wi_open else ()))
         if not plan:
             return {c: gr.skip() for c in self.lab_outputs()}
         out: dict = {}
@@ -400,6 +475,14 @@ class Page:
             out[self.beam_out] = ""
         if "attr" in stale:
             out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
+            out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
+            out[self.attr_alt] = alt_choices(state)
+        if "whatif" in plan.rerun:
+            out.update(self.whatif_strip(state, wi_layer, wi_heads, menus=True))
+            if not out[self.wi_msg]:  # no reason to refuse: say why the result went
+                out[self.wi_msg] = f"The step shown is now {state.step}: click a source token."
+        elif "whatif" in stale:
+            out.update({self.wi_strip: "", self.wi_result: "", self.wi_msg: STALE})
         if "ablate" in stale:
             out.update({self.ablate_plot: None, self.ablate_msg: STALE, self.rank_table: None})
         if "export" in stale:
@@ -419,6 +502,19 @@ class Page:
             out.update({self.health_html: "", self.health_plot: None})
         out[self.stamps] = plan.stamps
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
+
+    def whatif_strip(self, state: SessionState, layer, heads, menus: bool = False) -> dict:
+        """The what-if panel drawn afresh for ``state``: the strip, no result yet.
+
+        ``menus``: the layer and heads come from menus that may still list another model's
+        (a model switch renews them just after): choices this model lacks are dropped.
+        """
+        if menus:
+            layers, names = decoder_menus(state)
+            layer = layer if layer in layers else None
+            heads = [h for h in heads or () if h in names]
+        v = whatif_view.strip(state, layer, heads)
+        return {self.wi_strip: v.strip, self.wi_msg: v.message, self.wi_result: ""}
 
     def mask(self, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:
         v = labs.mask_lab(
@@ -441,6 +537,35 @@ def block_choices(state: SessionState, chosen: list[str] | None):
     return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
 
 
+def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
+    """``(["L0", ...], ["H0", ...])`` of the state's model (empty when none loads), so the
+    menus hold valid values before the page's first load event renews them."""
+    try:
+        cfg = checkpoint_of(state).config
+    except AttnvizError:
+        return [], []
+    return [f"L{i}" for i in range(cfg.n_decoder_layers)], [f"H{h}" for h in range(cfg.n_heads)]
+
+
+def alt_choices(state: SessionState, value: str | None = None):
+    """The Attribution tab's alternatives: the step shown's other candidates, ``value`` or
+    else the default (runner-up, or the model's argmax for a forced token) selected."""
+    try:
+        choices, default = labs.alternatives(state)
+    except AttnvizError:
+        choices, default = [], None
+    return gr.Dropdown(choices=choices, value=value or default)
+
+
+def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = "light") -> tuple:
+    """Why this token and not that one; the menu then names the alternative explained."""
+    view = labs.contrast(state, alt, layer, head)
+    fig = _dark(view.figures[:1], theme)[0] if view.figures else None
+    used = str(view.versus) if view.versus is not None else None
+    menu = alt_choices(state, used) if used else gr.skip()
+    return fig, view.message, {**stamps, "attr": stamp(state)["attr"]}, menu
+
+
 def forget_session(state: SessionState) -> None:
     """Free the server-side decoder of a session whose state gradio deletes.
 
@@ -455,7 +580,7 @@ def forget_session(state: SessionState) -> None:
 def _wire_decoding(p: Page) -> None:
     outs = p.decode_outputs()
     follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
-                 p.mask_layer, p.mask_head, p.theme]  # fmt: skip
+                 p.mask_layer, p.mask_head, p.wi_open, p.wi_layer, p.wi_heads, p.theme]  # fmt: skip
     # the page presses the hidden follow button when a payload says other panels are stale
     p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), js=THEME_JS, **INTERNAL)
     with_text = (
@@ -576,6 +701,13 @@ def _wire_labs(p: Page) -> None:
         lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer, p.theme],
         [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
+    p.attr_vs_btn.click(
+        _contrast, [p.state, p.stamps, p.attr_alt, p.attr_layer, p.attr_head, p.theme],
+        [p.attr_vs_plot, p.attr_vs_msg, p.stamps, p.attr_alt], js=THEME_JS, api_name="contrast",
+        **MODEL_EVENTS,
+    )  # fmt: skip
+    p.attr_tab.select(alt_choices, [p.state], [p.attr_alt], **HIDDEN, **FAST)
+    _wire_whatif(p)
     p.health_btn.click(
         _health, [p.state, p.stamps, p.health_extra, p.theme],
         [p.health_html, p.health_plot, p.stamps],
@@ -598,6 +730,36 @@ def _wire_labs(p: Page) -> None:
             lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
             [p.state, p.stamps], [p.exp_file, p.exp_msg, p.stamps], **INTERNAL,
         )  # fmt: skip
+
+
+def _wire_whatif(p: Page) -> None:
+    """The step view's what-if panel: drawn when it opens, when the layer or heads change and
+    (while open) after each step; a clicked source token runs the what-if."""
+    strip_out = [p.wi_strip, p.wi_msg, p.wi_result, p.stamps]
+
+    def draw(state, stamps, layer, heads):
+        out = p.whatif_strip(state, layer, heads)
+        return (*out.values(), {**stamps, "whatif": stamp(state)["whatif"]})
+
+    p.wi_box.expand(lambda: True, None, [p.wi_open], **HIDDEN, **FAST).then(
+        draw, [p.state, p.stamps, p.wi_layer, p.wi_heads], strip_out, **HIDDEN, **FAST
+    )
+    p.wi_box.collapse(lambda: False, None, [p.wi_open], **HIDDEN, **FAST)
+    gr.on([p.wi_layer.input, p.wi_heads.input], draw,
+          [p.state, p.stamps, p.wi_layer, p.wi_heads], strip_out, **HIDDEN, **FAST)  # fmt: skip
+    p.step_tab.select(  # a hidden tab's strip was cleared: draw it again when it shows
+        lambda s, stamps, o, ly, hd: draw(s, stamps, ly, hd) if o else [gr.skip()] * 4,
+        [p.state, p.stamps, p.wi_open, p.wi_layer, p.wi_heads], strip_out, **HIDDEN, **FAST,
+    )  # fmt: skip
+
+    def run(state, stamps, layer, heads, position):
+        v = whatif_view.run(state, layer, heads, position)
+        return v.strip, v.message, v.html, {**stamps, "whatif": stamp(state)["whatif"]}
+
+    p.wi_btn.click(
+        run, [p.state, p.stamps, p.wi_layer, p.wi_heads, p.wi_value], strip_out, js=WHATIF_JS,
+        api_name="whatif", **MODEL_EVENTS,
+    )  # fmt: skip
 
 
 def _wire_alignment(p: Page) -> None:

@@ -406,7 +406,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel: a panel computed for a
     stamp other than the current one shows an earlier state (the page clears or reruns it).
 
-    ``mask``, ``attr``, ``export``, ``faith`` follow the shown step; ``beam``, ``ablate``
+    ``mask``, ``attr``, ``export``, ``faith``, ``whatif`` follow the shown step; ``beam``, ``ablate``
     and ``align`` the input; ``model`` the checkpoint file's version (the header, health,
     playback range).
     """
@@ -416,6 +416,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "attr": decode,
         "export": decode,
         "faith": decode,
+        "whatif": decode,  # the step view's what-if panel: its strip shades the step shown
         "beam": (state.model, state.epoch),
         "ablate": (state.model, state.epoch),
         "align": (state.model, state.epoch),
@@ -455,17 +456,23 @@ class Follow:
         return bool(self.rerun or self.renew or self.clear)
 
 
-def follow(stamps: dict[str, Any], state: SessionState, active: str) -> Follow:
+def follow(
+    stamps: dict[str, Any], state: SessionState, active: str, opened: frozenset[str] = frozenset()
+) -> Follow:
     """What each panel computed for another state does now that ``state`` is current.
 
     Args:
         stamps: what the panels show (:func:`panel_stamps` of the states they were computed
             for, by panel); panels never computed have no stamp and nothing to follow.
         active: the tab shown (``"step"``, ``"mask"``, ``"align"``, ...).
+        opened: collapsible panels open on their tab (``"whatif"``: the step view's what-if
+            panel follows each step while it is open and its tab shown).
     """
     stale = stale_panels(stamps, state)
     now = panel_stamps(state)
     rerun = stale & ({"mask"} if active == "mask" else set())
+    if active == "step" and "whatif" in opened:
+        rerun |= stale & {"whatif"}
     renew = stale & {"model"}
     keep = {k: v for k, v in stamps.items() if k not in stale}
     keep.update({k: now[k] for k in rerun | renew})

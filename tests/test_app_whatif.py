@@ -1,0 +1,230 @@
+"""The step view's what-if panel and the Attribution tab's "why this token and not that one",
+through the session functions (and the named endpoints, with gradio_client)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.analysis import attribute, what_if
+from attnviz.app import labs, session, store, views, whatif_view
+
+TEXT = "helloworld"
+
+
+@pytest.fixture(scope="module")
+def ckpt(models_dir):
+    return store.get_checkpoint(str(models_dir / "reverse"), "cpu")
+
+
+def _stepped(models_dir, n: int) -> session.SessionState:
+    s = session.start(session.new_state(str(models_dir / "reverse")), TEXT).state
+    for _ in range(n):
+        s = session.step(s).state
+    return s
+
+
+def _recorded_cross(ckpt, n: int, layer: int) -> torch.Tensor:
+    """``[H, Ts]``: the cross-attention row of step ``n`` (1-based) of a stepper run here."""
+    st = ckpt.stepper(TEXT)
+    for _ in range(n - 1):
+        st.step()
+    return st.step().attention["cross", layer]
+
+
+# -- what-if ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer,heads,pos", [("L1", [], 0), ("L0", ["H0", "H2"], 7), (1, [3], 4)])
+def test_whatif_panel_equals_what_if_called_directly(models_dir, ckpt, layer, heads, pos):
+    s = _stepped(models_dir, 3)
+    view = whatif_view.run(s, layer, heads, str(pos))
+    layer_i = int(str(layer).lstrip("L"))
+    hs = [int(str(h).lstrip("H")) for h in heads] or None
+    direct = what_if(ckpt, TEXT, 2, kind="cross", layer=layer_i, heads=hs, attend_to=pos)
+    got = view.result
+    assert (got.step, got.layer, got.heads, got.attend_to) == (2, layer_i, direct.heads, pos)
+    assert got.before.tokens == direct.before.tokens and got.after.tokens == direct.after.tokens
+    assert got.after.probs == pytest.approx(direct.after.probs)
+    assert got.changed == direct.changed
+    # the page: the compare line, every changed position marked with the non-colour marker
+    assert "av-wi-compare" in view.html and direct.after.text in view.html
+    marked = {
+        int(i) for i in re.findall(r'class="av-wi-tok changed[^"]*" data-pos="(\d+)"', view.html)
+    }
+    assert marked == set(direct.changed)
+    assert view.html.count(whatif_view.CHANGED_MARK) >= 2 * len(direct.changed)
+    assert f'data-src-pos="{pos}"' in view.strip and "av-wi-chosen" in view.strip
+    assert view.message and not view.message.startswith("⚠")
+
+
+def test_a_whatif_that_changes_the_output_marks_it(models_dir, ckpt):
+    s = _stepped(models_dir, 1)
+    view = whatif_view.run(s, "L1", [], 0)  # step 1, every head onto "h": the output starts with h
+    assert view.result.after.text.startswith("h") and 0 in view.result.changed
+    titles = re.findall(r'data-pos="0" title="([^"]*)"', view.html)
+    # each side's probability on hover, of both sides
+    assert len(titles) == 2 and all("original" in t and "what-if" in t for t in titles)
+    p = view.result.after.probs[0]
+    assert f"p = {p:.3f}" in titles[1]
+
+
+def test_the_strip_is_shaded_by_the_recorded_row(models_dir, ckpt):
+    s = _stepped(models_dir, 4)
+    view = whatif_view.strip(s, "L0", ["H1", "H3"])
+    want = _recorded_cross(ckpt, 4, 0)[[1, 3]].mean(0).numpy()  # [Ts]
+    np.testing.assert_allclose(view.row, want, rtol=1e-6, atol=1e-7)
+    positions = [int(i) for i in re.findall(r'data-src-pos="(\d+)"', view.strip)]
+    assert positions == list(range(len(TEXT)))
+    tips = re.findall(r"attention (\d\.\d{3})", view.strip)
+    assert [float(t) for t in tips] == pytest.approx(want, abs=5e-4)
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("L7", [], 0), "layer must be one of [0, 1]"),
+        (("L1", ["H4"], 0), "head must be in 0..3"),
+        (("L1", ["top"], 0), "not a head"),
+        (("L1", [], 10), "source position must be in 0..9"),
+        (("L1", [], "-1"), "source position must be in 0..9"),
+        (("L1", [], "x"), "not a source position"),
+    ],
+)
+def test_whatif_bad_input_is_one_line_and_keeps_the_state(models_dir, args, words):
+    s = _stepped(models_dir, 2)
+    before = session.SessionState(**vars(s))
+    view = whatif_view.run(s, *args)
+    assert view.message.startswith("⚠") and words in view.message.replace("&#x27;", "'")
+    assert "\n" not in view.message and "<br>" not in view.message
+    assert view.result is None and view.html == ""
+    assert s == before  # a what-if never changes the decode
+
+
+def test_whatif_needs_a_step_and_a_greedy_prefix(models_dir, ckpt):
+    s = session.start(session.new_state(str(models_dir / "reverse")), TEXT).state
+    assert "take at least one Step" in whatif_view.run(s, "L1", [], 0).message
+    s = _stepped(models_dir, 2)
+    alt = int(np.argsort(-_recorded_cross_probs(ckpt, 2))[1])
+    forced = session.step(session.force(s, alt).state).state  # step 2 forced, step 3 shown
+    msg = whatif_view.run(forced, "L1", [], 0).message
+    assert "step 2 was forced" in msg and "Back" in msg
+    # forcing the step shown is fine: its row saw the greedy prefix only
+    here = session.force(s, alt).state
+    assert whatif_view.run(here, "L1", [], 0).result is not None
+
+
+def _recorded_cross_probs(ckpt, n: int) -> np.ndarray:
+    st = ckpt.stepper(TEXT)
+    for _ in range(n - 1):
+        st.step()
+    return st.step().probs.numpy()
+
+
+def test_whatif_follows_the_step_only_while_open():
+    s = session.SessionState(model="m", epoch=1, step=3)
+    stamps = {"whatif": views.panel_stamps(s)["whatif"]}
+    nxt = session.SessionState(model="m", epoch=1, step=4)
+    assert views.stale_panels(stamps, nxt) == {"whatif"}
+    shown = views.follow(stamps, nxt, "step", frozenset({"whatif"}))
+    assert shown.rerun == {"whatif"} and shown.stamps["whatif"] == views.panel_stamps(nxt)["whatif"]
+    closed = views.follow(stamps, nxt, "step")
+    assert closed.clear == {"whatif"} and "whatif" not in closed.stamps
+    elsewhere = views.follow(stamps, nxt, "mask", frozenset({"whatif"}))
+    assert elsewhere.clear == {"whatif"}
+    new_input = session.SessionState(model="m", epoch=2, step=3)
+    assert views.stale_panels(stamps, new_input) == {"whatif"}
+
+
+# -- why this token and not that one --------------------------------------------------------------
+def test_contrast_equals_attribute_with_versus(models_dir, ckpt):
+    s = _stepped(models_dir, 3)
+    alt = int(labs.alternatives(s)[1])
+    view = labs.contrast(s, str(alt), "L1", "H2", n_steps=16)
+    direct = attribute(ckpt, TEXT, 2, tokens=s.tokens[:3], n_steps=16, versus=alt)
+    np.testing.assert_allclose(view.attribution.ig_src, direct.ig_src, rtol=1e-5, atol=1e-6)
+    assert view.attribution.contrast == pytest.approx(direct.contrast)
+    fig = view.figures[0]
+    np.testing.assert_allclose(fig.data[0].y, direct.ig_src, rtol=1e-5, atol=1e-6)
+    # the attention rows: step 4's cross-attention (layer 1, head 2) after each token, by hand
+    for token, trace in zip((s.tokens[2], alt), fig.data[1:], strict=True):
+        st = ckpt.stepper(TEXT)
+        st.sync([*s.tokens[:2], token])
+        want = st.step().attention["cross", 1][2].numpy()
+        np.testing.assert_allclose(trace.y, want, rtol=1e-6)
+        np.testing.assert_allclose(view.next_rows[token], want, rtol=1e-6)
+    assert "next" in view.message and "step 4" in view.message
+
+
+def test_the_default_alternative(models_dir, ckpt):
+    s = _stepped(models_dir, 3)
+    probs = _recorded_cross_probs(ckpt, 3)
+    order = np.argsort(-probs, kind="stable")
+    choices, default = labs.alternatives(s)
+    assert default == str(order[1])  # not forced: the runner-up
+    assert str(order[0]) not in [v for _, v in choices]  # the chosen token is no alternative
+    forced = session.force(s, int(order[3])).state
+    assert labs.alternatives(forced)[1] == str(order[0])  # forced: the model's own argmax
+    view = labs.contrast(forced, None, "L1", "mean", n_steps=8)
+    assert view.versus == int(order[0])
+
+
+def test_contrast_after_an_end_token_has_no_next_row(models_dir, ckpt):
+    s = session.run(_stepped(models_dir, 0)).state  # the last step chose <eos>
+    view = labs.contrast(s, None, "L1", "mean", n_steps=8)
+    assert view.next_rows[s.tokens[-1]] is None and "decoding ends there" in view.message
+    assert len(view.figures[0].data) == 2  # the attribution and the alternative's row
+
+
+@pytest.mark.parametrize(
+    "versus,layer,head,words",
+    [
+        ("999", "L1", "mean", "outside the vocabulary 0..29"),
+        ("abc", "L1", "mean", "not a token id"),
+        (None, "L9", "mean", "layer must be one of [0, 1]"),
+        (None, "L1", "H8", "head must be in H0..H3"),
+    ],
+)
+def test_contrast_bad_input_is_one_line(models_dir, versus, layer, head, words):
+    s = _stepped(models_dir, 2)
+    view = labs.contrast(s, versus, layer, head, n_steps=4)
+    assert view.message.startswith("⚠") and words in view.message and "\n" not in view.message
+    assert view.attribution is None
+    chosen = labs.contrast(s, str(s.tokens[1]), "L1", "mean", n_steps=4)
+    assert "is the one chosen at step 2" in chosen.message
+
+
+# -- the named endpoints --------------------------------------------------------------------------
+@pytest.mark.integration
+def test_endpoints_through_gradio_client(models_dir, ckpt):
+    gradio_client = pytest.importorskip("gradio_client")
+    from helpers import launched_app
+
+    with launched_app() as (_, port):
+        client = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+        for _ in range(3):
+            client.predict(TEXT, api_name="/step")
+        strip, msg, compare, *_ = client.predict("L1", ["H1"], "5", api_name="/whatif")
+        direct = what_if(ckpt, TEXT, 2, layer=1, heads=[1], attend_to=5)
+        assert 'data-src-pos="5"' in strip and "av-wi-chosen" in strip
+        assert f"“{direct.before.text}” → “{direct.after.text}”" in compare
+        assert "source position 5" in msg
+        bad = client.predict("L1", ["H1"], "12", api_name="/whatif")
+        assert bad[1].startswith("⚠") and "0..9" in bad[1]
+        plot, caption, *_ = client.predict("", "L1", "mean", "light", api_name="/contrast")
+        fig = json.loads(plot["plot"]) if isinstance(plot, dict) else json.loads(plot)
+        alt = int(labs.alternatives(_stepped(models_dir, 3))[1])
+        want = attribute(ckpt, TEXT, 2, n_steps=32, versus=alt).ig_src
+        np.testing.assert_allclose(_ys(fig["data"][0]["y"]), want, rtol=1e-4, atol=1e-6)
+        assert "Why" in caption
+
+
+def _ys(y) -> np.ndarray:
+    """A plotly JSON array: a list, or ``{"dtype", "bdata"}`` (base64)."""
+    if isinstance(y, dict):
+        import base64
+
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"]))
+    return np.asarray(y, float)
