@@ -24,7 +24,7 @@ from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from . import store, views
+from . import beamview, store, views
 from .decoders import DECODERS
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count, new_state
@@ -34,7 +34,10 @@ __all__ = [
     "SessionState",
     "back",
     "beam",
+    "beam_node",
+    "beam_view",
     "choose_model",
+    "continue_beam",
     "figures",
     "force",
     "goto",
@@ -375,26 +378,112 @@ def figures(state: SessionState) -> dict[str, go.Figure]:
     return views.figures_of(state, ckpt, trace, steps)
 
 
-def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> str:
-    """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
-    (default: the state's input)."""
+@dataclasses.dataclass
+class BeamView:
+    """What the beam panel shows (see :mod:`attnviz.app.beamview`).
+
+    Attributes:
+        panel: the search (kept by the page for node clicks), None when refused or cleared.
+        html: the summary line and the tree ("" when nothing is shown).
+        message: one line about the selected node, or what to fix (starts with "⚠").
+        figure: the selected hypothesis's cross-attention rows, or None.
+        files: the tree as an SVG file and as JSON (paths), [] when nothing is shown.
+    """
+
+    panel: beamview.BeamPanel | None
+    html: str
+    message: str = ""
+    figure: go.Figure | None = None
+    files: list[str] = dataclasses.field(default_factory=list)
+
+
+def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> BeamView:
+    """Beam search on ``text`` (default: the state's input) with its tree, beside greedy.
+
+    Args:
+        beam_size: ``num_beams``, 1..:data:`~attnviz.app.beamview.MAX_BEAMS` (the page's box).
+    """
     try:
         ckpt = checkpoint_of(state)
+        size = beamview.beam_size_of(beam_size)
         text = state.text if text is None else text
         if not (text or "").strip():
             raise InputError("type an input first")
         # the folder's generation config: its rules, length limit, length penalty, ...
-        best = ckpt.beam(text, int(beam_size))
+        panel = beamview.search(ckpt, text, size, views.panel_stamps(state)["beam"])
         greedy = ckpt.predict(text)
     except AttnvizError as exc:
-        return _warn(exc)
-    out = ckpt.tgt_tokenizer.decode(best.tokens)
-    same = "the same as" if out == greedy else "<b>different from</b>"
-    return (
-        f"Beam search (beam {int(beam_size)}) on “{html.escape(text)}”: <b>{html.escape(out)}</b> "
-        f"(log-prob {best.score:.3f}, per token {best.normalized_score:.3f}) — {same} greedy "
-        f"<b>{html.escape(greedy)}</b>."
-    )
+        return BeamView(None, _warn(exc))
+    line = beamview.summary(panel, greedy, ckpt.tgt_tokenizer)
+    return BeamView(panel, beamview.panel_html(panel, line), files=beamview.write_files(panel))
+
+
+def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
+    """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
+    (default: the state's input), and the search tree (see :func:`beam_view`)."""
+    return beam_view(state, beam_size, text).html
+
+
+def _beam_ckpt(state: SessionState, panel: beamview.BeamPanel | None) -> Checkpoint:
+    """The checkpoint of a beam panel that is still current for ``state``, else InputError."""
+    if panel is None:
+        raise InputError("press “Decode with beam search” first, then click a node")
+    if panel.stamp != views.panel_stamps(state)["beam"]:
+        raise InputError("the input or model changed since this tree was drawn: decode again")
+    return checkpoint_of(state)
+
+
+def beam_node(state: SessionState, panel: beamview.BeamPanel | None, node: int | str) -> BeamView:
+    """Select ``node`` of the tree: its hypothesis's cross-attention rows at the step view's
+    cross-attention layer and head (the mean for "all heads"). A bad node id is one line
+    and the panel is kept as it was."""
+    try:
+        ckpt = _beam_ckpt(state, panel)
+        i = beamview.node_of(panel, node)
+        layer, head = views.view_of(state, ckpt, "cross")
+        fig = beamview.node_figure(ckpt, panel, i, layer, "mean" if head == "all heads" else head)
+    except AttnvizError as exc:
+        return BeamView(panel, "", _warn(exc))
+    chosen = dataclasses.replace(panel, selected=i)
+    line = beamview.node_line(chosen, i, ckpt.tgt_tokenizer)
+    return BeamView(chosen, "", line, fig)
+
+
+def continue_beam(
+    state: SessionState, panel: beamview.BeamPanel | None, node: int | str
+) -> tuple[DecodeView, beamview.BeamPanel | None]:
+    """Put the step view at the prefix of ``node``'s hypothesis: its tokens are fed one by one,
+    forced (and marked) where they differ from the greedy choice, so later Steps continue
+    greedily and Back undoes a forced token, as after :func:`force`.
+
+    Returns:
+        The step view, and the panel (its stamp renewed when the input had to be started on
+        the panel's text: the tree belongs to the new decode too).
+    """
+    tokens: list[int] = []
+
+    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        _beam_ckpt(s, panel)
+        tokens[:] = beamview.hypothesis(panel, node)
+        if not s.started or s.text != panel.text:
+            s = _start_state(s, ckpt, panel.text)
+        if len(tokens) > s.max_steps:
+            raise InputError(f"the hypothesis has {len(tokens)} tokens; at most {s.max_steps}")
+        return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
+
+    def decode(s: SessionState, stepper: GreedyStepper) -> SessionState:
+        forced = []
+        for i, token in enumerate(tokens):
+            if stepper.step().token != token:  # greedy would choose another: feed this one
+                stepper.back(i)
+                stepper.step(token=token)
+                forced.append(i)
+        return dataclasses.replace(s, tokens=list(tokens), step=len(tokens), forced=forced)
+
+    view = _apply(state, change, decode)
+    if view.message.startswith("⚠") or panel is None:
+        return view, panel
+    return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
 
 
 def _raise(exc: Exception):
