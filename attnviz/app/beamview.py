@@ -83,6 +83,7 @@ class BeamPanel:
         hypotheses: the finished hypotheses at the end, best first.
         score, normalized_score: the winner's log-probability and its length-normalised score.
         selected: the node the person clicked, or None.
+        line: the one-line summary shown above the tree (HTML).
     """
 
     text: str
@@ -94,6 +95,7 @@ class BeamPanel:
     score: float = 0.0
     normalized_score: float = 0.0
     selected: int | None = None
+    line: str = ""
 
     @property
     def best_path(self) -> list[int]:
@@ -141,6 +143,8 @@ def search(ckpt: Checkpoint, text: str, beam_size: int, stamp: Any = None) -> Be
 def node_of(panel: BeamPanel, node: Any) -> int:
     """The page's node id (text) as an id of a produced token's node, else InputError."""
     last = len(panel.tree.nodes) - 1
+    if node is None or str(node).strip() == "":
+        raise InputError("click a node of the tree first")
     try:
         i = int(str(node).strip())
     except (TypeError, ValueError):
@@ -255,12 +259,13 @@ def summary(panel: BeamPanel, greedy: str, tgt_tokenizer) -> str:
     )
 
 
-def panel_html(panel: BeamPanel, line: str) -> str:
-    """The panel as the page shows it: ``line``, the legend, the tree (scrolls sideways)."""
+def panel_html(panel: BeamPanel) -> str:
+    """The panel as the page shows it: its summary line, the legend, the tree (scrolls
+    sideways), the selected node ringed."""
     n = len(panel.tree.nodes)
     return (
         f'<div class="av-beam-panel" data-nodes="{n}" data-best="{panel.tree.best}">'
-        f"<p>{line}</p><p class='explain' style='margin:4px 0'>{LEGEND}</p>"
+        f"<p>{panel.line}</p><p class='explain' style='margin:4px 0'>{LEGEND}</p>"
         '<div id="beam-tree" style="overflow-x:auto;overflow-y:hidden;max-width:100%;'
         f'padding:4px 0">{tree_svg(panel)}</div></div>'
     )

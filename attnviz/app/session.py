@@ -384,7 +384,8 @@ class BeamView:
 
     Attributes:
         panel: the search (kept by the page for node clicks), None when refused or cleared.
-        html: the summary line and the tree ("" when nothing is shown).
+        html: the summary line and the tree ("" when nothing is shown or the tree is
+            unchanged: a refused node click keeps the page's tree).
         message: one line about the selected node, or what to fix (starts with "⚠").
         figure: the selected hypothesis's cross-attention rows, or None.
         files: the tree as an SVG file and as JSON (paths), [] when nothing is shown.
@@ -414,8 +415,8 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
         greedy = ckpt.predict(text)
     except AttnvizError as exc:
         return BeamView(None, _warn(exc))
-    line = beamview.summary(panel, greedy, ckpt.tgt_tokenizer)
-    return BeamView(panel, beamview.panel_html(panel, line), files=beamview.write_files(panel))
+    panel.line = beamview.summary(panel, greedy, ckpt.tgt_tokenizer)
+    return BeamView(panel, beamview.panel_html(panel), files=beamview.write_files(panel))
 
 
 def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
@@ -446,7 +447,7 @@ def beam_node(state: SessionState, panel: beamview.BeamPanel | None, node: int |
         return BeamView(panel, "", _warn(exc))
     chosen = dataclasses.replace(panel, selected=i)
     line = beamview.node_line(chosen, i, ckpt.tgt_tokenizer)
-    return BeamView(chosen, "", line, fig)
+    return BeamView(chosen, beamview.panel_html(chosen), line, fig)
 
 
 def continue_beam(
