@@ -34,8 +34,8 @@ from .state import head_label
 from .views import display_token
 
 MAX_BEAMS = 8
-COL_W, ROW_H = 78, 48  # one column per step, one row per rank
-NODE_W, NODE_H = 66, 36
+COL_W, ROW_H = 92, 46  # one column per step, one row per rank: room for the edges
+NODE_W, NODE_H = 62, 34
 PAD_X, PAD_TOP, PAD_BOTTOM = 12, 30, 10
 LABEL_CHARS = 7  # longer tokens are cut in the box (the full token is in the tooltip)
 STYLE = """
@@ -49,7 +49,8 @@ STYLE = """
 .av-beam .selected .ring { stroke: #7c3aed; stroke-width: 3.5; }
 .av-beam .tok { fill: #111827; font-size: 13px; font-weight: 600; }
 .av-beam .lp { fill: #374151; font-size: 10px; }
-.av-beam .rank, .av-beam .colhead { fill: #4b5563; font-size: 10px; }
+.av-beam .rank { fill: #15803d; font-size: 10px; font-weight: 700; }
+.av-beam .colhead { fill: #4b5563; font-size: 10px; }
 .av-beam .node { cursor: pointer; }
 .av-beam .node:hover .box, .av-beam .node:focus .box { stroke: #7c3aed; stroke-width: 2; }
 .av-beam .node:focus { outline: none; }
@@ -60,7 +61,8 @@ STYLE = """
 .dark .av-beam .finished .ring { stroke: #4ade80; }
 .dark .av-beam .selected .ring { stroke: #c4b5fd; }
 .dark .av-beam .tok { fill: #f9fafb; }
-.dark .av-beam .lp, .dark .av-beam .rank, .dark .av-beam .colhead { fill: #d1d5db; }
+.dark .av-beam .lp, .dark .av-beam .colhead { fill: #d1d5db; }
+.dark .av-beam .rank { fill: #4ade80; }
 """
 LEGEND = (
     "One column per step, hypotheses ranked by score (best at the top); each node shows its "
@@ -231,16 +233,16 @@ def tree_svg(panel: BeamPanel, standalone: bool = False) -> str:
             lp = f"{n.logp:.2f}".replace("-", "−")
         rank = ""
         if n.id in ranks:
-            rank = f'<text class="rank" x="{NODE_W - 2}" y="-3" text-anchor="end">#{ranks[n.id]}</text>'
+            rank = f'<text class="rank" x="{NODE_W + 5}" y="12">#{ranks[n.id]}</text>'
         nodes.append(
             f'<g class="{" ".join(classes)}" data-node-id="{n.id}" transform="translate({x},{y})"'
             + ("" if standalone or n.parent is None else ' tabindex="0" role="button"')
             + f"><title>{html.escape(tip)}</title>"
             f'<rect class="ring" x="-3" y="-3" width="{NODE_W + 6}" height="{NODE_H + 6}" rx="8"/>'
             f'<rect class="box" width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-            f'<text class="tok" x="{NODE_W / 2}" y="15" text-anchor="middle">'
+            f'<text class="tok" x="{NODE_W / 2}" y="14" text-anchor="middle">'
             f"{html.escape(_short(label))}</text>"
-            f'<text class="lp" x="{NODE_W / 2}" y="29" text-anchor="middle">{lp}</text>'
+            f'<text class="lp" x="{NODE_W / 2}" y="28" text-anchor="middle">{lp}</text>'
             f"{rank}</g>"
         )
     out += ['<g class="edges">', *edges, "</g>", '<g class="nodes">', *nodes, "</g>", "</svg>"]
@@ -332,5 +334,5 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     queries = [f"{i}:{panel.labels[p.id]}" for i, p in enumerate(path)]
     title = f"Node {node}'s hypothesis: cross-attention · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
-    fig.update_layout(height=min(140 + 26 * n, 900))
+    fig.update_layout(height=min(max(280, 140 + 26 * n), 900))
     return fig

@@ -157,12 +157,14 @@ class Page:
         with gr.Column(visible=False, elem_id="beam-node") as self.beam_node_box:
             self.beam_node_msg = gr.HTML(elem_id="beam-node-message")
             self.beam_attn = gr.Plot(label="the hypothesis's cross-attention", elem_id="beam-attn")
-            self.beam_continue = gr.Button(
-                "Continue greedily from here", variant="primary", elem_id="beam-continue"
-            )
+            with gr.Row():
+                self.beam_continue = gr.Button(
+                    "Continue greedily from here", variant="primary", elem_id="beam-continue",
+                    scale=0, min_width=280,
+                )  # fmt: skip
         self.beam_files = gr.File(
             label="the beam tree: SVG and JSON", file_count="multiple", visible=False,
-            elem_id="beam-files", height=90,
+            elem_id="beam-files",
         )  # fmt: skip
 
     def _reference_box(self) -> None:
