@@ -187,6 +187,17 @@ def test_continuing_starts_the_panels_input_when_the_step_view_shows_another(don
     assert panel.stamp == views.panel_stamps(view.state)["beam"]
 
 
+def test_continuing_on_an_input_the_model_warns_about_is_not_refused(models_dir):
+    """A long input's view carries a warning (⚠ longer than trained on): still continued."""
+    state = session.new_state(str(models_dir / "reverse"))
+    v = session.beam_view(state, 4, text="abcdefghij" * 3)
+    node = len(v.panel.tree.nodes) - 1
+    view, panel = session.continue_beam(state, v.panel, node)
+    assert "longer than anything" in view.message and panel is not None
+    assert panel.stamp == views.panel_stamps(view.state)["beam"]  # continued, not refused
+    assert view.state.tokens == v.panel.tree.tokens(node)
+
+
 def test_a_stale_tree_is_cleared_and_refuses_clicks(done, shown):
     stamps = {"beam": views.panel_stamps(done)["beam"]}
     assert not views.stale_panels(stamps, session.back(done).state)  # a step keeps the tree
@@ -195,8 +206,8 @@ def test_a_stale_tree_is_cleared_and_refuses_clicks(done, shown):
     assert views.follow(stamps, other, "attr").clear == {"beam"}  # from another tab too
     refused = session.beam_node(other, shown.panel, 5)
     assert "changed since this tree was drawn" in refused.message and refused.figure is None
-    view, _ = session.continue_beam(other, shown.panel, 5)
-    assert "changed since this tree was drawn" in view.message
+    view, kept = session.continue_beam(other, shown.panel, 5)
+    assert "changed since this tree was drawn" in view.message and kept is None
     assert view.state.tokens == other.tokens  # the step view is kept
     assert session.beam_node(done, None, 5).message.startswith("⚠ press “Decode with beam")
 

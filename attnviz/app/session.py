@@ -458,10 +458,12 @@ def continue_beam(
     greedily and Back undoes a forced token, as after :func:`force`.
 
     Returns:
-        The step view, and the panel (its stamp renewed when the input had to be started on
-        the panel's text: the tree belongs to the new decode too).
+        The step view, and the panel with its stamp renewed (the input may have been started
+        on the panel's text: the tree belongs to the new decode too); None when refused
+        (``view.message`` says why, the step view is the previous one).
     """
     tokens: list[int] = []
+    done: list[bool] = []  # set by decode, which runs only when the change was accepted
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
         _beam_ckpt(s, panel)
@@ -479,11 +481,12 @@ def continue_beam(
                 stepper.back(i)
                 stepper.step(token=token)
                 forced.append(i)
+        done.append(True)
         return dataclasses.replace(s, tokens=list(tokens), step=len(tokens), forced=forced)
 
     view = _apply(state, change, decode)
-    if view.message.startswith("⚠") or panel is None:
-        return view, panel
+    if not done or panel is None:  # a message starting with ⚠ may be a mere warning
+        return view, None
     return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
 
 

@@ -565,7 +565,7 @@ def _beam_node(state: SessionState, panel, node: str, theme: str = "light") -> t
 
 def _beam_continue(p: Page, state: SessionState, stamps: dict, panel) -> tuple:
     view, panel = session.continue_beam(state, panel, panel.selected if panel else None)
-    if view.message.startswith("⚠"):  # refused: the step view stays, the panel says why
+    if panel is None:  # refused: the step view stays, the panel says why
         return (*(gr.skip() for _ in p.decode_outputs()), gr.skip(), gr.skip(), view.message,
                 gr.skip(), gr.skip())  # fmt: skip
     stamps = {**stamps, "beam": stamp(view.state)["beam"]}
