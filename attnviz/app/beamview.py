@@ -1,4 +1,4 @@
-"""The beam panel: beam search's tree drawn as inline SVG, and one hypothesis's attention (no gradio).
+"""The beam panel: beam search's tree as inline SVG, one hypothesis's attention (no gradio).
 
 A :class:`BeamPanel` is one search on one input, small and deep-copyable (the page keeps it
 in a ``gr.State``): the :class:`~attnviz.beam.BeamTree`, a display label per node, the
@@ -10,6 +10,10 @@ purple one. The same SVG is offered as a file, beside the tree as JSON.
 
 A selected node's attention is the attention of a real forward pass: the hypothesis's tokens
 are teacher-forced through the recording path (:meth:`attnviz.Checkpoint.score`).
+
+The panel's actions, :func:`beam_view` (search and draw) and :func:`beam_node` (select), are
+re-exported by :mod:`attnviz.app.session`, which also continues the step view from a node
+(``session.continue_beam``: it drives the session's own stepper).
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import plotly.graph_objects as go
 from .. import plots
 from ..beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ..checkpoint import Checkpoint
-from ..errors import InputError
+from ..errors import AttnvizError, InputError
 from . import store
-from .state import head_label
-from .views import display_token
+from .state import SessionState, checkpoint_of, head_label
+from .views import display_token, panel_stamps, view_of
 
 MAX_BEAMS = 8
 COL_W, ROW_H = 92, 46  # one column per step, one row per rank: room for the edges
@@ -336,3 +340,74 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
     fig.update_layout(height=min(max(280, 140 + 26 * n), 900))
     return fig
+
+
+# -- the panel's actions (the session re-exports them) ----------------------------------------
+@dataclasses.dataclass
+class BeamView:
+    """What the beam panel shows.
+
+    Attributes:
+        panel: the search (kept by the page for node clicks), None when refused or cleared.
+        html: the summary line and the tree ("" when nothing is shown or the tree is
+            unchanged: a refused node click keeps the page's tree).
+        message: one line about the selected node, or what to fix (starts with "⚠").
+        figure: the selected hypothesis's cross-attention rows, or None.
+        files: the tree as an SVG file and as JSON (paths), [] when nothing is shown.
+    """
+
+    panel: BeamPanel | None
+    html: str
+    message: str = ""
+    figure: go.Figure | None = None
+    files: list[str] = dataclasses.field(default_factory=list)
+
+
+def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> BeamView:
+    """Beam search on ``text`` (default: the state's input) with its tree, beside greedy.
+
+    Args:
+        beam_size: ``num_beams``, 1..:data:`MAX_BEAMS` (the page's box).
+    """
+    try:
+        ckpt = checkpoint_of(state)
+        size = beam_size_of(beam_size)
+        text = state.text if text is None else text
+        if not (text or "").strip():
+            raise InputError("type an input first")
+        # the folder's generation config: its rules, length limit, length penalty, ...
+        panel = search(ckpt, text, size, panel_stamps(state)["beam"])
+        greedy = ckpt.predict(text)
+    except AttnvizError as exc:
+        return BeamView(None, _warn(exc))
+    panel.line = summary(panel, greedy, ckpt.tgt_tokenizer)
+    return BeamView(panel, panel_html(panel), files=write_files(panel))
+
+
+def current(state: SessionState, panel: BeamPanel | None) -> Checkpoint:
+    """The checkpoint of a beam panel that is still current for ``state``, else InputError."""
+    if panel is None:
+        raise InputError("press “Decode with beam search” first, then click a node")
+    if panel.stamp != panel_stamps(state)["beam"]:
+        raise InputError("the input or model changed since this tree was drawn: decode again")
+    return checkpoint_of(state)
+
+
+def beam_node(state: SessionState, panel: BeamPanel | None, node: int | str) -> BeamView:
+    """Select ``node`` of the tree: its hypothesis's cross-attention rows at the step view's
+    cross-attention layer and head (the mean for "all heads"). A bad node id is one line
+    and the panel is kept as it was."""
+    try:
+        ckpt = current(state, panel)
+        i = node_of(panel, node)
+        layer, head = view_of(state, ckpt, "cross")
+        fig = node_figure(ckpt, panel, i, layer, "mean" if head == "all heads" else head)
+    except AttnvizError as exc:
+        return BeamView(panel, "", _warn(exc))
+    chosen = dataclasses.replace(panel, selected=i)
+    line = node_line(chosen, i, ckpt.tgt_tokenizer)
+    return BeamView(chosen, panel_html(chosen), line, fig)
+
+
+def _warn(exc: Exception) -> str:
+    return f"⚠ {html.escape(str(exc))}"

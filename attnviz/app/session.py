@@ -25,11 +25,13 @@ from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
 from . import beamview, store, views
+from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count, new_state
 
 __all__ = [
+    "BeamView",
     "DecodeView",
     "SessionState",
     "back",
@@ -378,76 +380,10 @@ def figures(state: SessionState) -> dict[str, go.Figure]:
     return views.figures_of(state, ckpt, trace, steps)
 
 
-@dataclasses.dataclass
-class BeamView:
-    """What the beam panel shows (see :mod:`attnviz.app.beamview`).
-
-    Attributes:
-        panel: the search (kept by the page for node clicks), None when refused or cleared.
-        html: the summary line and the tree ("" when nothing is shown or the tree is
-            unchanged: a refused node click keeps the page's tree).
-        message: one line about the selected node, or what to fix (starts with "⚠").
-        figure: the selected hypothesis's cross-attention rows, or None.
-        files: the tree as an SVG file and as JSON (paths), [] when nothing is shown.
-    """
-
-    panel: beamview.BeamPanel | None
-    html: str
-    message: str = ""
-    figure: go.Figure | None = None
-    files: list[str] = dataclasses.field(default_factory=list)
-
-
-def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> BeamView:
-    """Beam search on ``text`` (default: the state's input) with its tree, beside greedy.
-
-    Args:
-        beam_size: ``num_beams``, 1..:data:`~attnviz.app.beamview.MAX_BEAMS` (the page's box).
-    """
-    try:
-        ckpt = checkpoint_of(state)
-        size = beamview.beam_size_of(beam_size)
-        text = state.text if text is None else text
-        if not (text or "").strip():
-            raise InputError("type an input first")
-        # the folder's generation config: its rules, length limit, length penalty, ...
-        panel = beamview.search(ckpt, text, size, views.panel_stamps(state)["beam"])
-        greedy = ckpt.predict(text)
-    except AttnvizError as exc:
-        return BeamView(None, _warn(exc))
-    panel.line = beamview.summary(panel, greedy, ckpt.tgt_tokenizer)
-    return BeamView(panel, beamview.panel_html(panel), files=beamview.write_files(panel))
-
-
 def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
     """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
     (default: the state's input), and the search tree (see :func:`beam_view`)."""
     return beam_view(state, beam_size, text).html
-
-
-def _beam_ckpt(state: SessionState, panel: beamview.BeamPanel | None) -> Checkpoint:
-    """The checkpoint of a beam panel that is still current for ``state``, else InputError."""
-    if panel is None:
-        raise InputError("press “Decode with beam search” first, then click a node")
-    if panel.stamp != views.panel_stamps(state)["beam"]:
-        raise InputError("the input or model changed since this tree was drawn: decode again")
-    return checkpoint_of(state)
-
-
-def beam_node(state: SessionState, panel: beamview.BeamPanel | None, node: int | str) -> BeamView:
-    """Select ``node`` of the tree: its hypothesis's cross-attention rows at the step view's
-    cross-attention layer and head (the mean for "all heads"). A bad node id is one line
-    and the panel is kept as it was."""
-    try:
-        ckpt = _beam_ckpt(state, panel)
-        i = beamview.node_of(panel, node)
-        layer, head = views.view_of(state, ckpt, "cross")
-        fig = beamview.node_figure(ckpt, panel, i, layer, "mean" if head == "all heads" else head)
-    except AttnvizError as exc:
-        return BeamView(panel, "", _warn(exc))
-    chosen = dataclasses.replace(panel, selected=i)
-    line = beamview.node_line(chosen, i, ckpt.tgt_tokenizer)
-    return BeamView(chosen, beamview.panel_html(chosen), line, fig)
 
 
 def continue_beam(
@@ -466,7 +402,7 @@ def continue_beam(
     done: list[bool] = []  # set by decode, which runs only when the change was accepted
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        _beam_ckpt(s, panel)
+        beamview.current(s, panel)
         tokens[:] = beamview.hypothesis(panel, node)
         if not s.started or s.text != panel.text:
             s = _start_state(s, ckpt, panel.text)
