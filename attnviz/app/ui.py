@@ -373,8 +373,9 @@ class Page:
         """Panels computed from the state, cleared (or rerun) when it moves on."""
         return [
             self.stamps, self.mask_plot, self.mask_probs, self.mask_msg, self.blocked,
-            self.beam_out, self.beam_state, self.beam_node_box, self.beam_files, self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot,
-            self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
+            self.beam_out, self.beam_state, self.beam_node_box, self.beam_files,
+            self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot, self.ablate_msg,
+            self.rank_table, self.exp_file, self.exp_msg, self.model_info,
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
             *self.compare_grids, self.compare_head_plot, self.compare_tokens, self.compare_msg,
