@@ -4,7 +4,8 @@
 :func:`build_app`; the named API
 endpoints ``start``, ``step``, ``run``, ``back``, ``reset`` drive step-through decoding from
 ``gradio_client`` (``Client(url).predict("helloworld", api_name="/step")``); the per-user
-state lives server-side in ``gr.State``. This is the only module that imports gradio, so all
+state lives server-side in ``gr.State``; ``beam``, ``beam_node`` and ``beam_continue``
+drive the beam panel. This is the only module that imports gradio, so all
 of the page's layout and wiring is here (hence its length).
 
 The heatmaps are drawn in the page (``assets/viz.js`` on ``<canvas>``): a decoding event
