@@ -38,7 +38,7 @@ from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, panel_stamps, view_of
 
 MAX_BEAMS = 8
-COL_W, ROW_H = 92, 46  # one column per step, one row per rank: room for the edges
+COL_W, ROW_H = 86, 46  # one column per step, one row per rank: room for the edges
 NODE_W, NODE_H = 62, 34
 PAD_X, PAD_TOP, PAD_BOTTOM = 12, 30, 10
 LABEL_CHARS = 7  # longer tokens are cut in the box (the full token is in the tooltip)
