@@ -873,3 +873,27 @@
     if (b) { ev.preventDefault(); b.click(); }
   });
 })();
+
+// -- the beam tree: a click (or Enter) on a node selects its hypothesis; the hidden
+// #beam-node-btn's event reads AV.beamPending, as the force button reads AV.pending
+(() => {
+  const AV = window.AttnViz;
+  if (!AV || AV.beamNode) return;
+  AV.beamPending = "";
+  AV.beamNode = function (id) {
+    const b = document.querySelector("#beam-node-btn");
+    if (!b) return;
+    AV.beamPending = String(id);
+    b.click();
+  };
+  const nodeOf = (ev) => {
+    const n = ev.target && ev.target.closest ? ev.target.closest("#beam-tree [data-node-id]") : null;
+    return n && n.getAttribute("data-node-id") !== "0" ? n : null; // node 0: the start token
+  };
+  document.addEventListener("click", (ev) => { const n = nodeOf(ev); if (n) AV.beamNode(n.getAttribute("data-node-id")); });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter" && ev.key !== " ") return;
+    const n = nodeOf(ev);
+    if (n) { ev.preventDefault(); AV.beamNode(n.getAttribute("data-node-id")); }
+  });
+})();

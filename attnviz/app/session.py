@@ -24,17 +24,22 @@ from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from . import store, views
+from . import beamview, store, views
+from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count, new_state
 
 __all__ = [
+    "BeamView",
     "DecodeView",
     "SessionState",
     "back",
     "beam",
+    "beam_node",
+    "beam_view",
     "choose_model",
+    "continue_beam",
     "figures",
     "force",
     "goto",
@@ -375,26 +380,50 @@ def figures(state: SessionState) -> dict[str, go.Figure]:
     return views.figures_of(state, ckpt, trace, steps)
 
 
-def beam(state: SessionState, beam_size: int = 4, text: str | None = None) -> str:
+def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
     """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
-    (default: the state's input)."""
-    try:
-        ckpt = checkpoint_of(state)
-        text = state.text if text is None else text
-        if not (text or "").strip():
-            raise InputError("type an input first")
-        # the folder's generation config: its rules, length limit, length penalty, ...
-        best = ckpt.beam(text, int(beam_size))
-        greedy = ckpt.predict(text)
-    except AttnvizError as exc:
-        return _warn(exc)
-    out = ckpt.tgt_tokenizer.decode(best.tokens)
-    same = "the same as" if out == greedy else "<b>different from</b>"
-    return (
-        f"Beam search (beam {int(beam_size)}) on “{html.escape(text)}”: <b>{html.escape(out)}</b> "
-        f"(log-prob {best.score:.3f}, per token {best.normalized_score:.3f}) — {same} greedy "
-        f"<b>{html.escape(greedy)}</b>."
-    )
+    (default: the state's input), and the search tree (see :func:`beam_view`)."""
+    return beam_view(state, beam_size, text).html
+
+
+def continue_beam(
+    state: SessionState, panel: beamview.BeamPanel | None, node: int | str
+) -> tuple[DecodeView, beamview.BeamPanel | None]:
+    """Put the step view at the prefix of ``node``'s hypothesis: its tokens are fed one by one,
+    forced (and marked) where they differ from the greedy choice, so later Steps continue
+    greedily and Back undoes a forced token, as after :func:`force`.
+
+    Returns:
+        The step view, and the panel with its stamp renewed (the input may have been started
+        on the panel's text: the tree belongs to the new decode too); None when refused
+        (``view.message`` says why, the step view is the previous one).
+    """
+    tokens: list[int] = []
+    done: list[bool] = []  # set by decode, which runs only when the change was accepted
+
+    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        beamview.current(s, panel)
+        tokens[:] = beamview.hypothesis(panel, node)
+        if not s.started or s.text != panel.text:
+            s = _start_state(s, ckpt, panel.text)
+        if len(tokens) > s.max_steps:
+            raise InputError(f"the hypothesis has {len(tokens)} tokens; at most {s.max_steps}")
+        return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
+
+    def decode(s: SessionState, stepper: GreedyStepper) -> SessionState:
+        forced = []
+        for i, token in enumerate(tokens):
+            if stepper.step().token != token:  # greedy would choose another: feed this one
+                stepper.back(i)
+                stepper.step(token=token)
+                forced.append(i)
+        done.append(True)
+        return dataclasses.replace(s, tokens=list(tokens), step=len(tokens), forced=forced)
+
+    view = _apply(state, change, decode)
+    if not done or panel is None:  # a message starting with ⚠ may be a mere warning
+        return view, None
+    return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
 
 
 def _raise(exc: Exception):

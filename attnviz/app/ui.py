@@ -4,7 +4,8 @@
 :func:`build_app`; the named API
 endpoints ``start``, ``step``, ``run``, ``back``, ``reset`` drive step-through decoding from
 ``gradio_client`` (``Client(url).predict("helloworld", api_name="/step")``); the per-user
-state lives server-side in ``gr.State``. This is the only module that imports gradio, so all
+state lives server-side in ``gr.State``; ``beam``, ``beam_node`` and ``beam_continue``
+drive the beam panel. This is the only module that imports gradio, so all
 of the page's layout and wiring is here (hence its length).
 
 The heatmaps are drawn in the page (``assets/viz.js`` on ``<canvas>``): a decoding event
@@ -87,6 +88,10 @@ PICK_JS = (
     "(...a) => { a[a.length - 2] = window.AVComparePick || ''; a[a.length - 1] = "
     "document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
 )
+BEAM_NODE_JS = (
+    "(...a) => { a[a.length - 2] = (window.AttnViz && window.AttnViz.beamPending) || '';"
+    " a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 # a source token clicked in the what-if strip: the page sets its position and presses the
 # hidden what-if button, whose event reads it (the force-a-token pattern)
@@ -118,8 +123,8 @@ class Page:
         self.stamps = gr.State({})  # panel -> the state it was computed for
         self.active = gr.State("step")  # the selected tab
         self._top()
-        with gr.Tabs():
-            with gr.Tab("Step through", elem_id="tab-step") as self.step_tab:
+        with gr.Tabs(elem_id="tabs") as self.tabs:
+            with gr.Tab("Step through", id="step", elem_id="tab-step") as self.step_tab:
                 self.viz = gr.HTML(
                     value=None,
                     html_template=VIZ_TEMPLATE,
@@ -159,6 +164,9 @@ class Page:
             self.back_btn = gr.Button("◀ Back", elem_id="back-btn")
             self.reset_btn = gr.Button("Reset", elem_id="reset-btn")
             self.beam_btn = gr.Button("Decode with beam search", elem_id="beam-btn")
+            self.beam_size = gr.Number(
+                4, label="beams", elem_id="beam-size", scale=0, min_width=90
+            )  # checked by the session: a bad value is one line, not a toast
         self.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
         self.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
         # a candidate clicked in the next-token panel: the page sets "step:id" and presses this
@@ -170,7 +178,7 @@ class Page:
         }
         self.theme = gr.Textbox("light", elem_id="theme", elem_classes="av-hidden")
         self.status = gr.HTML(elem_id="status")
-        self.beam_out = gr.HTML(elem_id="beam-result")
+        self._beam_box()
         self.output_text = gr.Textbox(
             label="Output so far", interactive=False, elem_id="output-text"
         )
@@ -200,6 +208,26 @@ class Page:
             self.wi_result = gr.HTML(elem_id="whatif-result", css_template=whatif_view.CSS)
             self.wi_btn = gr.Button("what-if", elem_id="whatif-btn", elem_classes="av-hidden")
             self.wi_value = gr.Textbox("", elem_id="whatif-value", elem_classes="av-hidden")
+
+    def _beam_box(self) -> None:
+        """The beam panel: summary and tree, the clicked node's attention, the files."""
+        self.beam_state = gr.State(None)  # the BeamPanel drawn (its tree), for node clicks
+        self.beam_out = gr.HTML(elem_id="beam-result")
+        # a node clicked in the tree: the page sets its id and presses this
+        self.beam_node_btn = gr.Button("node", elem_id="beam-node-btn", elem_classes="av-hidden")
+        self.beam_node_value = gr.Textbox("", elem_id="beam-node-value", elem_classes="av-hidden")
+        with gr.Column(visible=False, elem_id="beam-node") as self.beam_node_box:
+            self.beam_node_msg = gr.HTML(elem_id="beam-node-message")
+            self.beam_attn = gr.Plot(label="the hypothesis's cross-attention", elem_id="beam-attn")
+            with gr.Row():
+                self.beam_continue = gr.Button(
+                    "Continue greedily from here", variant="primary", elem_id="beam-continue",
+                    scale=0, min_width=280,
+                )  # fmt: skip
+        self.beam_files = gr.File(
+            label="the beam tree: SVG and JSON", file_count="multiple", visible=False,
+            elem_id="beam-files",
+        )  # fmt: skip
 
     def _reference_box(self) -> None:
         with gr.Group(elem_id="reference-box"):
@@ -447,8 +475,9 @@ class Page:
         """Panels computed from the state, cleared (or rerun) when it moves on."""
         return [
             self.stamps, self.mask_plot, self.mask_probs, self.mask_msg, self.blocked,
-            self.beam_out, self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot,
-            self.ablate_msg, self.rank_table, self.exp_file, self.exp_msg, self.model_info,
+            self.beam_out, self.beam_state, self.beam_node_box, self.beam_files,
+            self.attr_src, self.attr_tgt, self.attr_msg, self.ablate_plot, self.ablate_msg,
+            self.rank_table, self.exp_file, self.exp_msg, self.model_info,
             self.play_slider, self.health_html, self.health_plot, self.align_grid,
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
             self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
@@ -472,7 +501,9 @@ class Page:
             out.update({self.mask_plot: None, self.mask_probs: None, self.mask_msg: STALE})
             out[self.blocked] = block_choices(state, mask_args[2] if mask_args else [])
         if "beam" in stale:
-            out[self.beam_out] = ""
+            out.update({self.beam_out: "", self.beam_state: None})
+            out.update({self.beam_node_box: gr.Column(visible=False)})
+            out[self.beam_files] = gr.File(value=None, visible=False)
         if "attr" in stale:
             out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
             out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
@@ -619,7 +650,7 @@ def _wire_decoding(p: Page) -> None:
           lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
-    p.beam_btn.click(_beam, [p.state, p.input_text, p.stamps], [p.beam_out, p.stamps], **INTERNAL)
+    _wire_beam(p)
     p.model_pick.input(
         lambda s, m, t, stamps: p.decode(session.choose_model(s, m, t), stamps),
         [p.state, p.model_pick, p.input_text, p.stamps], outs, **INTERNAL,
@@ -652,8 +683,48 @@ def _force_args(value: str) -> tuple[str, str | None]:
     return token, at or None
 
 
-def _beam(state: SessionState, text: str, stamps: dict) -> tuple:
-    return session.beam(state, text=text), {**stamps, "beam": stamp(state)["beam"]}
+def _wire_beam(p: Page) -> None:
+    """The beam panel: decode, click a node (the page's handler presses the hidden button),
+    continue the step view from the node's hypothesis."""
+    p.beam_btn.click(
+        _beam, [p.state, p.input_text, p.beam_size, p.stamps],
+        [p.beam_out, p.stamps, p.beam_state, p.beam_node_box, p.beam_files],
+        api_name="beam", **INTERNAL,
+    )  # fmt: skip
+    p.beam_node_btn.click(
+        _beam_node, [p.state, p.beam_state, p.beam_node_value, p.theme],
+        [p.beam_out, p.beam_state, p.beam_node_msg, p.beam_attn, p.beam_node_box],
+        js=BEAM_NODE_JS, api_name="beam_node", **INTERNAL,
+    )  # fmt: skip
+    p.beam_continue.click(
+        lambda s, stamps, panel: _beam_continue(p, s, stamps, panel),
+        [p.state, p.stamps, p.beam_state],
+        [*p.decode_outputs(), p.stamps, p.beam_state, p.beam_node_msg, p.tabs, p.active],
+        api_name="beam_continue", **INTERNAL,
+    )  # fmt: skip
+
+
+def _beam(state: SessionState, text: str, size, stamps: dict) -> tuple:
+    v = session.beam_view(state, size, text)
+    shown = v.panel is not None
+    files = gr.File(value=v.files or None, visible=shown)
+    return (v.html, {**stamps, "beam": stamp(state)["beam"]}, v.panel,
+            gr.Column(visible=False), files)  # fmt: skip
+
+
+def _beam_node(state: SessionState, panel, node: str, theme: str = "light") -> tuple:
+    v = session.beam_node(state, panel, node)
+    fig = gr.skip() if v.figure is None else _dark([v.figure], theme)[0]  # refused: kept
+    return v.html or gr.skip(), v.panel, v.message, fig, gr.Column(visible=True)
+
+
+def _beam_continue(p: Page, state: SessionState, stamps: dict, panel) -> tuple:
+    view, panel = session.continue_beam(state, panel, panel.selected if panel else None)
+    if panel is None:  # refused: the step view stays, the panel says why
+        return (*(gr.skip() for _ in p.decode_outputs()), gr.skip(), gr.skip(), view.message,
+                gr.skip(), gr.skip())  # fmt: skip
+    stamps = {**stamps, "beam": stamp(view.state)["beam"]}
+    return (*p.decode(view, stamps), stamps, panel, gr.skip(), gr.Tabs(selected="step"), "step")
 
 
 def _dark(figs: list, theme: str) -> list:
