@@ -39,6 +39,7 @@ from .decoding import (
 from .errors import InputError
 from .model import Transformer
 from .record import AttentionRecord, Edit, Trace, record
+from .step import fused_step
 
 _PLACEHOLDER = -1.0e9  # transformers' score for beams that must not be chosen
 
@@ -155,6 +156,7 @@ def beam_search(
     bad_words: Sequence[Sequence[int]] = (),
     repetition_penalty: float = 1.0,
     return_tree: bool = False,
+    fused: bool = True,
 ) -> list[BeamResult]:
     """Beam search, one source sequence at a time, as transformers' ``generate`` runs it.
 
@@ -179,6 +181,10 @@ def beam_search(
         bad_words: token sequences never produced (a sequence of one bans that id).
         repetition_penalty: transformers' ``repetition_penalty`` on tokens already present.
         return_tree: also return :class:`BeamTree` of the search in ``.tree``.
+        fused: when nothing records (``return_attention=False``) and no edit touches the
+            decoder, run each cached step as one fused function (:mod:`attnviz.step`);
+            ``False`` runs it module by module (same hypotheses and scores; the benchmark
+            compares the two).
     Returns:
         One :class:`BeamResult` per source row.
     """
@@ -208,7 +214,7 @@ def beam_search(
     search = _Search(
         model, bos_id, eos_id, beam_size, float(length_penalty), early_stopping,
         _Constraints(rules, no_repeat_ngram_size, words, float(repetition_penalty), eos_id),
-        return_attention, return_tree,
+        return_attention, return_tree, fused,
     )  # fmt: skip
     results = []
     with record(model, edits, capture=None):  # the search's own record blocks nest inside
@@ -298,11 +304,12 @@ class _Candidates:
 class _Search:
     def __init__(
         self, model, bos_id, eos_id, k, length_penalty, early_stopping, constraints,
-        return_attention, return_tree,
+        return_attention, return_tree, fused,
     ):  # fmt: skip
         self.model, self.bos_id, self.eos_id, self.k = model, bos_id, eos_id, k
         self.lp, self.early_stopping, self.constraints = length_penalty, early_stopping, constraints
         self.return_attention, self.return_tree = return_attention, return_tree
+        self.fused = fused and not return_attention  # recording takes the module path
 
     def run(self, src: Tensor, pad: Tensor | None, max_len: int | None) -> BeamResult:
         model, k, eos, lp = self.model, self.k, self.eos_id, self.lp
@@ -316,6 +323,12 @@ class _Search:
             with record(model, capture=capture) as enc_trace:
                 memory = model.encode(src, pad)  # [1, Ts, D]
             cache = model.init_cache(memory, pad, capacity=n_max)
+            step_fn = fused_step(model, cache) if self.fused else None
+            if step_fn is not None and not 0 <= self.bos_id < model.config.tgt_vocab_size:
+                vocab = model.config.tgt_vocab_size  # later ids come from the top-k
+                raise InputError(
+                    f"tgt holds id {self.bos_id}, outside the vocabulary 0..{vocab - 1}"
+                )
             running = [_Slot([], [], 0 if i == 0 else None, []) for i in range(k)]
             run_scores = torch.zeros(1, k, device=device)  # [1, k], as transformers lays it out
             run_scores[:, 1:] = _PLACEHOLDER
@@ -325,12 +338,15 @@ class _Search:
             improvable = True
             seqs = torch.full((k, 1), self.bos_id, dtype=torch.long, device=device)
             for step in range(n_max):
-                with record(model, capture=capture) as trace:
-                    if step == 0:  # the k start copies are the same: run one, use it k times
-                        ids = seqs[:1]
-                        logits = model.decode(ids, None, cache=cache)[:, -1].float().expand(k, -1)
-                    else:
-                        logits = model.decode(seqs[:, -1:], None, cache=cache)[:, -1].float()
+                # the k start copies are the same at step 0: run one, use it k times
+                last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
+                trace = None
+                if step_fn is not None:  # the same math as the module path, fused
+                    logits = step_fn(last[:, 0]).float()
+                else:
+                    with record(model, capture=capture) as trace:
+                        logits = model.decode(last, None, cache=cache)[:, -1].float()
+                logits = logits.expand(k, -1)  # [k, V]
                 vocab = logits.shape[-1]  # [k, V]
                 logp = torch.log_softmax(logits, dim=-1)
                 logp = self.constraints.apply(logp, seqs, step, n_max)
@@ -362,7 +378,7 @@ class _Search:
                     tokens=tokens[0].tolist(),
                     just=just[0].tolist(),
                     ends=ends[0].tolist(),
-                    records=_step_records(trace) if self.return_attention else {},
+                    records=_step_records(trace) if trace is not None and capture else {},
                 )
 
                 new_done = []

@@ -155,9 +155,17 @@ class DecoderCache:
         """Keep batch rows ``index`` (beam search reorders and drops hypotheses)."""
         for buf in self.self_kv:
             buf.select(index)
-        self.cross_kv = [(k[index], v[index]) for k, v in self.cross_kv]
+        self.cross_kv = [(_rows(k, index), _rows(v, index)) for k, v in self.cross_kv]
         if self.src_pad_mask is not None:
-            self.src_pad_mask = self.src_pad_mask[index]
+            self.src_pad_mask = _rows(self.src_pad_mask, index)
+
+
+def _rows(t: Tensor, index: Tensor) -> Tensor:
+    """Rows ``index`` of ``t``; where every row is the same (one source shared by all beams:
+    batch 1, or rows already expanded from one) a view of it, not a copy per step."""
+    if t.shape[0] == 1 or t.stride(0) == 0:
+        return t[:1].expand(len(index), *t.shape[1:])
+    return t[index]
 
 
 def eager_attention(
