@@ -418,7 +418,8 @@ def _add_train_parser(sub) -> None:
         help="exact match per input length, BLEU and chrF of a checkpoint",
         description="Without --data: greedy exact match on the checkpoint's task's split, per "
         "input length. With --data: exact match (overall and per source length), BLEU and "
-        "chrF (sacrebleu) of greedy outputs against the corpus's references.",
+        "chrF (sacrebleu) of the outputs against the corpus's references. Outputs are greedy, "
+        "or beam search where the checkpoint's generation config sets num_beams > 1.",
     )
     e.add_argument("checkpoint")
     e.add_argument("--split", default="test", choices=("train", "validation", "test"))

@@ -183,3 +183,35 @@ def test_beam_search_keeps_to_the_folder_length_limit(marian_text):
     )
     html = session.beam(session.new_state(str(folder)), 3, TEXTS[2])
     assert ckpt.tgt_tokenizer.decode(ckpt.beam(TEXTS[2], 3).tokens) in html
+
+
+def test_predict_batch_and_evaluate_follow_the_folders_num_beams(marian_text, tmp_path):
+    """A folder whose generation config sets num_beams: every batch path decodes as
+    generate() does (beam search), as predict() already did."""
+    from attnviz.cli import main
+    from attnviz.evaluate import evaluate_pairs
+    from tests import hf_families
+
+    hf_model, tok, _ = marian_text
+    texts = TEXTS + ["the dog sang in the park", "a cat read a book at home"]
+    folder = hf_families.save(hf_model, tmp_path / "beam", num_beams=4)
+    tok.save_pretrained(folder)
+    hf_model.generation_config.num_beams = 1  # the fixture's model is shared
+    ckpt = attnviz.load_checkpoint(folder)
+    beams, greedy = [], []
+    for text in texts:
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            for k, out in ((4, beams), (1, greedy)):
+                ids = hf_model.generate(**enc, num_beams=k, do_sample=False)
+                out.append(tok.decode(ids[0], skip_special_tokens=True))
+    assert beams != greedy  # the beam size changes the output, so following it is tested
+    assert ckpt.predict_batch(texts) == beams == [ckpt.predict(t) for t in texts]
+    assert ckpt.predict_batch(texts, num_beams=1) == greedy
+    report = evaluate_pairs(ckpt, [(t, b) for t, b in zip(texts, beams, strict=True)])
+    assert report.predictions == beams and report.exact == len(texts)
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("".join(f"{t}\t{b}\n" for t, b in zip(texts, beams, strict=True)))
+    preds = tmp_path / "preds.txt"
+    assert main(["evaluate", str(folder), "--data", str(corpus), "--predictions", str(preds)]) == 0
+    assert preds.read_text().splitlines() == beams
