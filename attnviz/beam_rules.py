@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,15 +56,7 @@ class Constraints:
             for i, out in enumerate(banned):
                 ids = [t for t in out if t < logp.shape[-1]]
                 logp[i, ids] = float("-inf")
-        rules = self.rules
-        if rules is None:
-            return logp
-        # transformers suppresses ``begin_suppress_tokens`` at the first token after a forced BOS
-        first = 1 if rules.forced_bos_id is not None else 0
-        logp = dataclasses.replace(rules, begin_banned=()).apply(logp, step, limit)
-        if step == first and rules.begin_banned:
-            logp[:, [i for i in rules.begin_banned if 0 <= i < logp.shape[-1]]] = float("-inf")
-        return logp
+        return logp if self.rules is None else self.rules.apply(logp, step, limit)
 
 
 #: generation settings beam search does not follow, with the values that change nothing

@@ -407,3 +407,15 @@ def test_fused_and_module_paths_agree_on_imported_folders(hf_folders, family):
         for fused in (True, False)
     ]
     same_search(*runs)
+
+
+def test_begin_suppression_moves_to_the_second_step_after_a_forced_bos():
+    """transformers' rule (checked against generate() in test_hf_generation.py)."""
+    logits = torch.arange(6, dtype=torch.float).repeat(2, 1)  # argmax 5
+    plain = LogitRules(begin_banned=(5,))
+    assert plain.apply(logits, 0, 10).argmax(-1).tolist() == [4, 4]
+    assert plain.apply(logits, 1, 10).argmax(-1).tolist() == [5, 5]
+    forced = LogitRules(forced_bos_id=1, begin_banned=(5,))
+    assert forced.apply(logits, 0, 10).argmax(-1).tolist() == [1, 1]
+    assert forced.apply(logits, 1, 10).argmax(-1).tolist() == [4, 4]
+    assert forced.apply(logits, 2, 10).argmax(-1).tolist() == [5, 5]

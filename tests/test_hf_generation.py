@@ -215,3 +215,35 @@ def test_predict_batch_and_evaluate_follow_the_folders_num_beams(marian_text, tm
     preds = tmp_path / "preds.txt"
     assert main(["evaluate", str(folder), "--data", str(corpus), "--predictions", str(preds)]) == 0
     assert preds.read_text().splitlines() == beams
+
+
+@pytest.mark.parametrize(("family", "bos"), [("bart", 0), ("mbart", 7)])
+def test_begin_suppress_tokens_after_a_forced_bos_equal_generate(tmp_path, family, bos):
+    """With a forced first token, transformers suppresses ``begin_suppress_tokens`` at the
+    second step (its begin index moves by one); greedy used to ban them at the first."""
+    from attnviz.beam import beam_search
+    from attnviz.decoding import until_eos
+    from tests.hf_families import build, save
+
+    hf_model = build(family, seed=0)
+    src = torch.randint(3, 40, (1, 8), generator=torch.Generator().manual_seed(0))
+    free = _generate(hf_model, src, family, forced_bos_token_id=bos, max_new_tokens=8)[0]
+    folder = save(hf_model, tmp_path, forced_bos_token_id=bos, begin_suppress_tokens=free[1:3],
+                  max_new_tokens=8)  # fmt: skip
+    ckpt = attnviz.load_checkpoint(folder)
+    cfg = ckpt.config
+    n = ckpt.max_new_tokens
+    for k in (1, 3):
+        theirs = _cut(_generate(hf_model, src, family, num_beams=k)[0], cfg.eos_id)
+        assert theirs[0] == bos and theirs[1] not in free[1:3]  # the suppression acted
+        beam = beam_search(ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=k, max_len=n,
+                           rules=ckpt.rules)[0]  # fmt: skip
+        assert beam.tokens == theirs, k
+        if k == 1:
+            assert theirs != _cut(free, cfg.eos_id)
+            greedy = greedy_decode(ckpt.model, src, cfg.bos_id, cfg.eos_id, max_len=n,
+                                   rules=ckpt.rules)[0].tolist()  # fmt: skip
+            assert until_eos(greedy, cfg.eos_id, cfg.pad_id) == theirs
+            stepper = GreedyStepper(ckpt.model, src[0], cfg.bos_id, cfg.eos_id, max_len=n,
+                                    rules=ckpt.rules)  # fmt: skip
+            assert stepper.run() == theirs
