@@ -407,7 +407,15 @@ class Checkpoint:
     def score(self, source: str, target: str | Sequence[int]) -> Scored:
         """Teacher-force ``target`` on ``source``: per-token probabilities, ranks, attention
         (see :func:`attnviz.scoring.score`)."""
-        return score_reference(self, source, target if isinstance(target, str) else list(target))
+        if not isinstance(target, str):
+            try:
+                target = list(target)
+            except TypeError:  # a number, None, a 0-d tensor
+                why = f"got {shorten(repr(target))}"
+                raise InputError(
+                    f"the reference must be text or a list of target ids, {why}"
+                ) from None
+        return score_reference(self, source, target)
 
     @property
     def device(self) -> torch.device:

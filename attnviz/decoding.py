@@ -278,6 +278,8 @@ class GreedyStepper:
         vocab = self.model.config.tgt_vocab_size
         if token is not None:  # checked before the model runs, so a refusal leaves no trace
             try:
+                if isinstance(token, bool):
+                    raise TypeError
                 token = operator.index(token)  # int, numpy or 0-d tensor ints
             except TypeError:
                 raise InputError(f"token must be an integer id, got {token!r}") from None
