@@ -153,8 +153,9 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_inputs(ckpt, n: int) -> list:
-    """``n`` test-split examples of the checkpoint's task (an error when it names none)."""
+def task_inputs(ckpt, n: int) -> list:
+    """``n`` test-split examples of the checkpoint's task (an error when it names none): the
+    inputs every command that takes ``--text`` falls back on."""
     from .evaluate import task_of
 
     return task_of(ckpt).examples("test", n, seed=0)
@@ -180,7 +181,7 @@ def _align(args: argparse.Namespace) -> int:
         from .evaluate import task_of
 
         task = task_of(ckpt, args.checkpoint)
-        exs = _task_inputs(ckpt, args.n)
+        exs = task_inputs(ckpt, args.n)
         sources, targets = [e.src for e in exs], [e.tgt for e in exs]
         gold = [task.links(e.src) for e in exs]
     report = al.alignment(ckpt, sources, gold, targets, lens=args.lens, setting=args.setting)
@@ -202,7 +203,7 @@ def _faithfulness(args: argparse.Namespace) -> int:
     from .analysis.faithful import faithfulness
 
     ckpt = load_checkpoint(args.checkpoint)
-    texts = args.text or [e.src for e in _task_inputs(ckpt, args.n)]
+    texts = args.text or [e.src for e in task_inputs(ckpt, args.n)]
     report = faithfulness(ckpt, texts, step=args.step, k_max=args.k)
     print(report.text())
     if args.json:
