@@ -383,6 +383,12 @@ def test_fused_and_module_paths_find_the_same_hypotheses(overrides, monkeypatch)
                            return_attention=True)  # fmt: skip
     assert not calls
     same_search(plain, recorded)
+    # an edit of the decoder's attention runs where it can act: the module path
+    edit = [attnviz.ZeroHeads("cross", 0, [1])]
+    edited = beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True, edits=edit)
+    assert not calls
+    same_search(edited, beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True,
+                                    edits=edit, fused=False))  # fmt: skip
 
 
 @needs_hf
