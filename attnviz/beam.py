@@ -11,21 +11,22 @@ the same; those placeholder copies are never drawn in the tree.
 :func:`beam_search` can return the tree of every extension kept at each step
 (:class:`BeamTree`) and the attention of the winning hypothesis, recorded during the
 search. :func:`beam_predict` runs it on a checkpoint under the folder's generation config.
+The tree and result types live in :mod:`attnviz.beam_tree`, the logits processors and the
+generation config in :mod:`attnviz.beam_rules`; their public names import from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .beam_rules import Constraints, beam_options, generation_settings
+from .beam_tree import BeamNode, BeamResult, BeamTree, Hypothesis
 from .decoding import (
     STEP_FIELDS,
     LogitRules,
@@ -38,104 +39,15 @@ from .decoding import (
 )
 from .errors import InputError
 from .model import Transformer
-from .record import AttentionRecord, Edit, Trace, record
+from .record import AttentionRecord, Edit, record
+from .step import fused_step
+
+__all__ = [
+    "BeamNode", "BeamResult", "BeamTree", "Hypothesis", "beam_options", "beam_predict",
+    "beam_search", "folder_num_beams", "generation_settings",
+]  # fmt: skip
 
 _PLACEHOLDER = -1.0e9  # transformers' score for beams that must not be chosen
-
-
-@dataclass(frozen=True)
-class BeamNode:
-    """One hypothesis prefix in the search tree.
-
-    Attributes:
-        id: index in :attr:`BeamTree.nodes` (node 0 is the start token).
-        parent: the id of the prefix this extends (None for the start token).
-        token: the token this node adds.
-        step: index of ``token`` among the produced tokens (0 = first after the start
-            token; -1 for the start token itself).
-        logp: the log-probability the search added for ``token``, after the generation rules
-            (a forced token adds 0).
-        score: sum of ``logp`` from the start token to here.
-        finished: the hypothesis ended here (EOS, or the length limit) and joined the
-            finished hypotheses.
-    """
-
-    id: int
-    parent: int | None
-    token: int
-    step: int
-    logp: float
-    score: float
-    finished: bool
-
-
-@dataclass
-class BeamTree:
-    """Every extension beam search kept, step by step.
-
-    Attributes:
-        nodes: :class:`BeamNode` list, parents before children, ``nodes[i].id == i``.
-        best: id of the winning hypothesis's last node.
-    """
-
-    nodes: list[BeamNode]
-    best: int
-
-    def path(self, node_id: int) -> list[BeamNode]:
-        """The nodes from the first produced token to ``node_id`` (start token excluded)."""
-        if not 0 <= node_id < len(self.nodes):
-            raise InputError(f"node must be in 0..{len(self.nodes) - 1}, got {node_id}")
-        out = []
-        node: BeamNode | None = self.nodes[node_id]
-        while node is not None and node.parent is not None:
-            out.append(node)
-            node = self.nodes[node.parent]
-        return out[::-1]
-
-    def tokens(self, node_id: int) -> list[int]:
-        """Token ids of the hypothesis ending at ``node_id`` (start token excluded)."""
-        return [n.token for n in self.path(node_id)]
-
-    def finished(self) -> list[BeamNode]:
-        """Nodes where a hypothesis ended, in the order they ended."""
-        return [n for n in self.nodes if n.finished]
-
-    def to_dict(self) -> dict:
-        """JSON-ready: ``{"best": id, "nodes": [{id, parent, token, step, logp, ...}]}``."""
-        return {"best": self.best, "nodes": [dataclasses.asdict(n) for n in self.nodes]}
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """A finished hypothesis: ``tokens`` (start token excluded), ``score`` (sum of log-probs),
-    ``normalized_score`` (``score / len(tokens) ** length_penalty``), its tree ``node``."""
-
-    tokens: list[int]
-    score: float
-    normalized_score: float
-    node: int | None = None
-
-
-@dataclass
-class BeamResult:
-    """Best hypothesis of a beam search.
-
-    Attributes:
-        tokens: ids without BOS (ending with EOS unless cut at ``max_len``).
-        score: sum of log-probabilities of ``tokens`` (after the generation rules).
-        normalized_score: ``score / len(tokens) ** length_penalty`` (what ranks hypotheses).
-        trace: attention the model used for this hypothesis (``return_attention=True``).
-        tree: the search tree (``return_tree=True``).
-        hypotheses: the finished hypotheses at the end, best first (the winner first; at
-            most ``beam_size``), as transformers' ``num_return_sequences`` would give them.
-    """
-
-    tokens: list[int]
-    score: float
-    normalized_score: float
-    trace: Trace | None = None
-    tree: BeamTree | None = None
-    hypotheses: list[Hypothesis] = field(default_factory=list)
 
 
 def beam_search(
@@ -155,6 +67,7 @@ def beam_search(
     bad_words: Sequence[Sequence[int]] = (),
     repetition_penalty: float = 1.0,
     return_tree: bool = False,
+    fused: bool = True,
 ) -> list[BeamResult]:
     """Beam search, one source sequence at a time, as transformers' ``generate`` runs it.
 
@@ -179,6 +92,10 @@ def beam_search(
         bad_words: token sequences never produced (a sequence of one bans that id).
         repetition_penalty: transformers' ``repetition_penalty`` on tokens already present.
         return_tree: also return :class:`BeamTree` of the search in ``.tree``.
+        fused: when nothing records (``return_attention=False``) and no edit touches the
+            decoder, run each cached step as one fused function (:mod:`attnviz.step`);
+            ``False`` runs it module by module (same hypotheses and scores; the benchmark
+            compares the two).
     Returns:
         One :class:`BeamResult` per source row.
     """
@@ -207,8 +124,8 @@ def beam_search(
     pad = _pad_mask(model, src, src_pad_mask)
     search = _Search(
         model, bos_id, eos_id, beam_size, float(length_penalty), early_stopping,
-        _Constraints(rules, no_repeat_ngram_size, words, float(repetition_penalty), eos_id),
-        return_attention, return_tree,
+        Constraints(rules, no_repeat_ngram_size, words, float(repetition_penalty), eos_id),
+        return_attention, return_tree, fused,
     )  # fmt: skip
     results = []
     with record(model, edits, capture=None):  # the search's own record blocks nest inside
@@ -216,57 +133,6 @@ def beam_search(
             row_pad = None if pad is None else pad[i : i + 1]
             results.append(search.run(src[i : i + 1], row_pad, max_len))
     return results
-
-
-@dataclass(frozen=True)
-class _Constraints:
-    """The logits processors of transformers' beam search, in its order."""
-
-    rules: LogitRules | None
-    ngram: int
-    bad_words: list[tuple[int, ...]]
-    repetition_penalty: float
-    eos_id: int | None
-
-    def apply(self, logp: Tensor, seqs: Tensor, step: int, limit: int) -> Tensor:
-        """Constrained ``[k, V]`` log-probs for producing token ``step`` of at most ``limit``;
-        ``seqs`` ``[k, 1 + step]``: each hypothesis so far, start token first."""
-        if self.repetition_penalty != 1.0:
-            seen = logp.gather(1, seqs)
-            seen = torch.where(
-                seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty
-            )
-            logp = logp.scatter(1, seqs, seen)
-        rows = seqs.tolist() if self.ngram or self.bad_words else []
-        banned: list[set[int]] = [set() for _ in rows]
-        if self.ngram:
-            n = self.ngram
-            for row, out in zip(rows, banned, strict=True):
-                if len(row) >= n:
-                    prefix = row[len(row) + 1 - n :]
-                    for i in range(len(row) - n + 1):
-                        if row[i : i + n - 1] == prefix:
-                            out.add(row[i + n - 1])
-        for word in self.bad_words:
-            for row, out in zip(rows, banned, strict=True):
-                if len(word) - 1 <= len(row) and (
-                    len(word) == 1 or row[1 - len(word) :] == list(word[:-1])
-                ):
-                    out.add(word[-1])
-        if any(banned):
-            logp = logp.clone()
-            for i, out in enumerate(banned):
-                ids = [t for t in out if t < logp.shape[-1]]
-                logp[i, ids] = float("-inf")
-        rules = self.rules
-        if rules is None:
-            return logp
-        # transformers suppresses ``begin_suppress_tokens`` at the first token after a forced BOS
-        first = 1 if rules.forced_bos_id is not None else 0
-        logp = dataclasses.replace(rules, begin_banned=()).apply(logp, step, limit)
-        if step == first and rules.begin_banned:
-            logp[:, [i for i in rules.begin_banned if 0 <= i < logp.shape[-1]]] = float("-inf")
-        return logp
 
 
 @dataclass
@@ -298,11 +164,12 @@ class _Candidates:
 class _Search:
     def __init__(
         self, model, bos_id, eos_id, k, length_penalty, early_stopping, constraints,
-        return_attention, return_tree,
+        return_attention, return_tree, fused,
     ):  # fmt: skip
         self.model, self.bos_id, self.eos_id, self.k = model, bos_id, eos_id, k
         self.lp, self.early_stopping, self.constraints = length_penalty, early_stopping, constraints
         self.return_attention, self.return_tree = return_attention, return_tree
+        self.fused = fused and not return_attention  # recording takes the module path
 
     def run(self, src: Tensor, pad: Tensor | None, max_len: int | None) -> BeamResult:
         model, k, eos, lp = self.model, self.k, self.eos_id, self.lp
@@ -316,6 +183,12 @@ class _Search:
             with record(model, capture=capture) as enc_trace:
                 memory = model.encode(src, pad)  # [1, Ts, D]
             cache = model.init_cache(memory, pad, capacity=n_max)
+            step_fn = fused_step(model, cache) if self.fused else None
+            if step_fn is not None and not 0 <= self.bos_id < model.config.tgt_vocab_size:
+                vocab = model.config.tgt_vocab_size  # later ids come from the top-k
+                raise InputError(
+                    f"tgt holds id {self.bos_id}, outside the vocabulary 0..{vocab - 1}"
+                )
             running = [_Slot([], [], 0 if i == 0 else None, []) for i in range(k)]
             run_scores = torch.zeros(1, k, device=device)  # [1, k], as transformers lays it out
             run_scores[:, 1:] = _PLACEHOLDER
@@ -325,12 +198,15 @@ class _Search:
             improvable = True
             seqs = torch.full((k, 1), self.bos_id, dtype=torch.long, device=device)
             for step in range(n_max):
-                with record(model, capture=capture) as trace:
-                    if step == 0:  # the k start copies are the same: run one, use it k times
-                        ids = seqs[:1]
-                        logits = model.decode(ids, None, cache=cache)[:, -1].float().expand(k, -1)
-                    else:
-                        logits = model.decode(seqs[:, -1:], None, cache=cache)[:, -1].float()
+                # the k start copies are the same at step 0: run one, use it k times
+                last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
+                trace = None
+                if step_fn is not None:  # the same math as the module path, fused
+                    logits = step_fn(last[:, 0]).float()
+                else:
+                    with record(model, capture=capture) as trace:
+                        logits = model.decode(last, None, cache=cache)[:, -1].float()
+                logits = logits.expand(k, -1)  # [k, V]
                 vocab = logits.shape[-1]  # [k, V]
                 logp = torch.log_softmax(logits, dim=-1)
                 logp = self.constraints.apply(logp, seqs, step, n_max)
@@ -362,7 +238,7 @@ class _Search:
                     tokens=tokens[0].tolist(),
                     just=just[0].tolist(),
                     ends=ends[0].tolist(),
-                    records=_step_records(trace) if self.return_attention else {},
+                    records=_step_records(trace) if trace is not None and capture else {},
                 )
 
                 new_done = []
@@ -470,81 +346,6 @@ def _row(rec: AttentionRecord, beam: int) -> AttentionRecord:
         value = getattr(rec, f)
         setattr(out, f, value[beam : beam + 1])
     return out
-
-
-# -- a checkpoint's generation config --------------------------------------------------------
-#: generation settings beam search does not follow, with the values that change nothing
-_UNSUPPORTED: dict[str, tuple] = {
-    "do_sample": (None, False),
-    "num_beam_groups": (None, 1),
-    "diversity_penalty": (None, 0, 0.0),
-    "constraints": (None, []),
-    "force_words_ids": (None, []),
-    "encoder_no_repeat_ngram_size": (None, 0),
-    "encoder_repetition_penalty": (None, 1, 1.0),
-    "exponential_decay_length_penalty": (None,),
-    "sequence_bias": (None, {}, []),
-    "renormalize_logits": (None, False),
-    "remove_invalid_values": (None, False),
-    "guidance_scale": (None, 1, 1.0),
-    "low_memory": (None, False),
-    "max_time": (None,),
-    "stop_strings": (None, [], ""),
-    "watermarking_config": (None,),
-}
-
-
-def generation_settings(ckpt: Any) -> dict[str, Any]:
-    """A checkpoint's generation settings: for a Hugging Face folder, ``config.json``'s
-    generation keys under ``generation_config.json``'s (empty for attnviz checkpoints)."""
-    meta = getattr(ckpt, "meta", {}) or {}
-    gen: dict[str, Any] = {}
-    if meta.get("format") == "huggingface":
-        gen.update({k: v for k, v in (meta.get("hf_config") or {}).items() if v is not None})
-        gen.update(meta.get("generation_config") or {})
-        path = Path(ckpt.path) / "generation_config.json"
-        if path.is_file():
-            try:
-                doc = json.loads(path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                doc = {}
-            if isinstance(doc, dict):
-                gen.update({k: v for k, v in doc.items() if v is not None})
-    return gen
-
-
-def beam_options(gen: dict[str, Any], **given: Any) -> dict[str, Any]:
-    """Keyword arguments of :func:`beam_search` from generation settings ``gen``; ``given``
-    (not None) wins. Raises :class:`InputError` on a setting beam search does not follow."""
-    for key, neutral in _UNSUPPORTED.items():
-        if key in gen and gen[key] not in neutral:
-            raise InputError(
-                f"the generation config sets {key}={gen[key]!r}, which attnviz's beam search does "
-                "not follow; decoding without it would give other text than transformers"
-            )
-    eos = gen.get("eos_token_id")
-    if isinstance(eos, list) and len(set(eos)) > 1:
-        raise InputError(
-            f"the generation config names several end ids {eos}; attnviz's beam search follows one"
-        )
-    bad = gen.get("bad_words_ids") or []
-    if not isinstance(bad, list) or not all(isinstance(w, list) for w in bad):
-        raise InputError(f"bad_words_ids must be a list of id lists, got {bad!r}")
-    options = {
-        "beam_size": gen.get("num_beams", 1),
-        "length_penalty": gen.get("length_penalty", 1.0),
-        "early_stopping": gen.get("early_stopping", False),
-        "no_repeat_ngram_size": gen.get("no_repeat_ngram_size") or 0,
-        "repetition_penalty": gen.get("repetition_penalty", 1.0),
-        "bad_words": [w for w in bad if len(w) > 1],  # single ids are in the rules already
-    }
-    options.update({k: v for k, v in given.items() if v is not None})
-    for key, kind in (("beam_size", int), ("no_repeat_ngram_size", int),
-                      ("length_penalty", (int, float)), ("repetition_penalty", (int, float))):  # fmt: skip
-        value = options[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise InputError(f"{key} must be a number, got {value!r}")
-    return options
 
 
 def beam_predict(

@@ -383,10 +383,17 @@ class Checkpoint:
         num_beams = folder_num_beams(self) if num_beams is None else num_beams
         return self.predict_details(text, max_len, num_beams).text
 
-    def predict_batch(self, texts: Sequence[str], batch_size: int = 512) -> list[str]:
-        """Greedy-decode many inputs, batched (same outputs as :meth:`predict`)."""
+    def predict_batch(
+        self, texts: Sequence[str], batch_size: int = 512, num_beams: int | None = None
+    ) -> list[str]:
+        """Decode many inputs to texts, the same outputs as :meth:`predict`: greedy decoding
+        batched, or beam search (one input at a time) when ``num_beams`` (default: the
+        generation config's, else 1) is above 1."""
+        num_beams = folder_num_beams(self) if num_beams is None else num_beams
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
+        if num_beams > 1:
+            return [self.predict_details(text, num_beams=num_beams).text for text in texts]
         return greedy_texts(
             self.model,
             self.src_tokenizer,
@@ -400,7 +407,15 @@ class Checkpoint:
     def score(self, source: str, target: str | Sequence[int]) -> Scored:
         """Teacher-force ``target`` on ``source``: per-token probabilities, ranks, attention
         (see :func:`attnviz.scoring.score`)."""
-        return score_reference(self, source, target if isinstance(target, str) else list(target))
+        if not isinstance(target, str):
+            try:
+                target = list(target)
+            except TypeError:  # a number, None, a 0-d tensor
+                why = f"got {shorten(repr(target))}"
+                raise InputError(
+                    f"the reference must be text or a list of target ids, {why}"
+                ) from None
+        return score_reference(self, source, target)
 
     @property
     def device(self) -> torch.device:

@@ -153,8 +153,9 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_inputs(ckpt, n: int) -> list:
-    """``n`` test-split examples of the checkpoint's task (an error when it names none)."""
+def task_inputs(ckpt, n: int) -> list:
+    """``n`` test-split examples of the checkpoint's task (an error when it names none): the
+    inputs every command that takes ``--text`` falls back on."""
     from .evaluate import task_of
 
     return task_of(ckpt).examples("test", n, seed=0)
@@ -180,7 +181,7 @@ def _align(args: argparse.Namespace) -> int:
         from .evaluate import task_of
 
         task = task_of(ckpt, args.checkpoint)
-        exs = _task_inputs(ckpt, args.n)
+        exs = task_inputs(ckpt, args.n)
         sources, targets = [e.src for e in exs], [e.tgt for e in exs]
         gold = [task.links(e.src) for e in exs]
     report = al.alignment(ckpt, sources, gold, targets, lens=args.lens, setting=args.setting)
@@ -202,7 +203,7 @@ def _faithfulness(args: argparse.Namespace) -> int:
     from .analysis.faithful import faithfulness
 
     ckpt = load_checkpoint(args.checkpoint)
-    texts = args.text or [e.src for e in _task_inputs(ckpt, args.n)]
+    texts = args.text or [e.src for e in task_inputs(ckpt, args.n)]
     report = faithfulness(ckpt, texts, step=args.step, k_max=args.k)
     print(report.text())
     if args.json:
@@ -418,7 +419,8 @@ def _add_train_parser(sub) -> None:
         help="exact match per input length, BLEU and chrF of a checkpoint",
         description="Without --data: greedy exact match on the checkpoint's task's split, per "
         "input length. With --data: exact match (overall and per source length), BLEU and "
-        "chrF (sacrebleu) of greedy outputs against the corpus's references.",
+        "chrF (sacrebleu) of the outputs against the corpus's references. Outputs are greedy, "
+        "or beam search where the checkpoint's generation config sets num_beams > 1.",
     )
     e.add_argument("checkpoint")
     e.add_argument("--split", default="test", choices=("train", "validation", "test"))

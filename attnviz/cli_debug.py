@@ -32,9 +32,9 @@ def _inputs(args: argparse.Namespace, a) -> tuple[list[str], list[str] | None]:
     if args.text:
         return list(args.text), None
     if a.task:
-        from .evaluate import task_of
+        from .cli import task_inputs  # cli imports this module: here, not at the top
 
-        return [e.src for e in task_of(a).examples("test", 20, seed=0)], None
+        return [e.src for e in task_inputs(a, 20)], None
     raise InputError("give inputs to compare on: --text T (repeatable) or --data PATH [PATH2]")
 
 

@@ -84,7 +84,8 @@ class LogitRules:
         forced_bos_id: the first token produced (BART's ``<s>``, mBART's target language).
         forced_eos_id: the token forced at the last step the length limit allows.
         banned: ids never chosen (single-token ``bad_words_ids``, ``suppress_tokens``).
-        begin_banned: ids not chosen as the first token (``begin_suppress_tokens``).
+        begin_banned: ids not chosen as the first token (``begin_suppress_tokens``); after
+            a forced first token, as the second (transformers moves the step there).
         min_new_tokens: the end id (``eos_id``) is banned before this many tokens.
         eos_id: the end id that ``min_new_tokens`` holds back.
     """
@@ -114,7 +115,8 @@ class LogitRules:
         if self.eos_id is not None and step < self.min_new_tokens:
             ban([self.eos_id])
         ban(self.banned)
-        if step == 0:
+        # transformers' SuppressTokensAtBegin acts one step later when the first is forced
+        if step == (0 if self.forced_bos_id is None else 1):
             ban(self.begin_banned)
         if step == 0 and self.forced_bos_id is not None:
             force(self.forced_bos_id)
@@ -276,6 +278,8 @@ class GreedyStepper:
         vocab = self.model.config.tgt_vocab_size
         if token is not None:  # checked before the model runs, so a refusal leaves no trace
             try:
+                if isinstance(token, bool):
+                    raise TypeError
                 token = operator.index(token)  # int, numpy or 0-d tensor ints
             except TypeError:
                 raise InputError(f"token must be an integer id, got {token!r}") from None

@@ -1,5 +1,7 @@
 """Errors a user can cause. Each carries a one-line message a person can act on."""
 
+import operator
+
 
 class AttnvizError(Exception):
     """Base class of every error attnviz raises on bad input (text, file, option, tensor)."""
@@ -56,3 +58,24 @@ def one_line(exc: BaseException, limit: int = 2000) -> str:
     elif not isinstance(exc, (AttnvizError, OSError)):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return shorten(text, limit)
+
+
+def index_in(value: object, name: str, size: int, what: str = "", note: str = "") -> int:
+    """``value`` as an int in ``0..size-1``, or :class:`InputError` naming the valid range.
+
+    Accepts Python, numpy and 0-d tensor integers; refuses bools, floats and text, so a
+    layer, head, position, step or token id a person typed is checked in one place. The
+    message reads ``"{name} must be {what} in 0..{size - 1}{note}, got {value}"`` (``what``
+    defaults to "an integer" where the value is not one).
+    """
+    valid = f"in 0..{size - 1}{note}"
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        index = operator.index(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        shown = shorten(repr(value))
+        raise InputError(f"{name} must be {what or 'an integer'} {valid}, got {shown}") from None
+    if not 0 <= index < size:
+        raise InputError(f"{name} must be {what + ' ' if what else ''}{valid}, got {index}")
+    return index

@@ -6,13 +6,15 @@ attention that comes back with the scores is the attention of that very pass.
 
 from __future__ import annotations
 
+import contextlib
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from .data import make_batch
-from .errors import InputError
+from .errors import InputError, shorten
 from .record import Trace, record
 
 if TYPE_CHECKING:
@@ -58,9 +60,13 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
         if not target.strip():
             raise InputError("the reference is empty: type the output you expect")
         ids = list(ckpt.tgt_tokenizer.encode(target).ids)
+        if not ids or ids == [cfg.eos_id]:
+            raise InputError(f"the reference {shorten(repr(target))} has no tokens to score")
     else:
-        ids = [int(i) for i in target]
-    if not ids or ids[-1] != cfg.eos_id:
+        ids = [_target_id(i, cfg.tgt_vocab_size) for i in target]  # the range: below
+        if not ids:
+            raise InputError("the reference is empty: give target ids (the end id is added)")
+    if ids[-1] != cfg.eos_id:
         ids.append(cfg.eos_id)
     if len(ids) > cfg.max_len:
         raise InputError(
@@ -68,9 +74,18 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
             f"this model takes at most {cfg.max_len}"
         )
     bad = [i for i in ids if not 0 <= i < cfg.tgt_vocab_size]
-    if bad:
-        raise InputError(f"target id {bad[0]} is outside the vocabulary of {cfg.tgt_vocab_size}")
+    if bad:  # a tokenizer that gives ids the model does not have
+        raise InputError(
+            f"target id {bad[0]} is outside the vocabulary 0..{cfg.tgt_vocab_size - 1}"
+        )
     return ids
+
+
+def _target_id(value: object, vocab: int) -> int:
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
+            return operator.index(value)  # type: ignore[arg-type]
+    raise InputError(f"target ids must be integers in 0..{vocab - 1}, got {shorten(repr(value))}")
 
 
 def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> Scored:

@@ -326,3 +326,102 @@ def test_cli_beam_prints_hypotheses_and_writes_the_tree(models_dir, tmp_path, ca
     assert best["finished"] and len(doc["pieces"]) == len(doc["nodes"])
     assert main(["beam", str(models_dir / "reverse"), "--text", "hello", "--num-beams", "0"]) == 2
     assert "beam_size" in capsys.readouterr().err
+
+
+# -- the fused step and the module path ---------------------------------------------------------
+def same_search(fused: list[attnviz.BeamResult], modules: list[attnviz.BeamResult]) -> None:
+    """Both paths found the same hypotheses with the same scores and kept the same tree."""
+    assert len(fused) == len(modules)
+    for a, b in zip(fused, modules, strict=True):
+        assert a.tokens == b.tokens
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+        assert a.normalized_score == pytest.approx(b.normalized_score, abs=1e-5)
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        assert [h.score for h in a.hypotheses] == pytest.approx(
+            [h.score for h in b.hypotheses], abs=1e-5
+        )
+        ta, tb = a.tree.nodes, b.tree.nodes
+        assert [(n.parent, n.token, n.step, n.finished) for n in ta] == [
+            (n.parent, n.token, n.step, n.finished) for n in tb
+        ]
+        assert [n.score for n in ta] == pytest.approx([n.score for n in tb], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm_first": True, "final_norm": True}, {"activation": "gelu"}]
+)
+def test_fused_and_module_paths_find_the_same_hypotheses(overrides, monkeypatch):
+    model = make_model(seed=5, **overrides)
+    cfg = model.config
+    src = torch.randint(3, 23, (3, 8), generator=torch.Generator().manual_seed(4))
+    src[1, 5:] = cfg.pad_id  # a padded row: the cross-attention mask is shared by the beams
+    eos = int(greedy_decode(model, src, cfg.bos_id, None, max_len=6)[0, 2])
+    calls = []
+    import attnviz.step
+
+    real = attnviz.step.FusedStep.__call__
+    monkeypatch.setattr(
+        attnviz.step.FusedStep, "__call__", lambda self, t: calls.append(1) or real(self, t)
+    )
+    for settings in (
+        {"beam_size": 4},
+        {"beam_size": 3, "length_penalty": 2.0, "early_stopping": "never"},
+        {"beam_size": 5, "no_repeat_ngram_size": 2, "early_stopping": True},
+    ):
+        runs = {}
+        for fused in (True, False):
+            calls.clear()
+            runs[fused] = beam_search(
+                model, src, cfg.bos_id, eos, max_len=14, return_tree=True, fused=fused, **settings
+            )
+            assert bool(calls) == fused  # the fused step ran exactly when asked for
+        same_search(runs[True], runs[False])
+    # recording takes the module path (the fused step never runs) and finds the same search
+    plain = beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True)
+    calls.clear()
+    recorded = beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True,
+                           return_attention=True)  # fmt: skip
+    assert not calls
+    same_search(plain, recorded)
+    # an edit of the decoder's attention runs where it can act: the module path
+    edit = [attnviz.ZeroHeads("cross", 0, [1])]
+    edited = beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True, edits=edit)
+    assert not calls
+    same_search(edited, beam_search(model, src, cfg.bos_id, eos, max_len=14, return_tree=True,
+                                    edits=edit, fused=False))  # fmt: skip
+
+
+@needs_hf
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_fused_and_module_paths_agree_on_imported_folders(hf_folders, family):
+    """Learned positions and an embedding norm (BART), a position bias and no scaling (T5)."""
+    _, ckpt = hf_folders(family)[0]
+    cfg = ckpt.config
+    src = source(cfg, 1)
+    runs = [
+        beam_search(
+            ckpt.model,
+            src,
+            cfg.bos_id,
+            cfg.eos_id,
+            beam_size=4,
+            rules=ckpt.rules,
+            max_len=ckpt.max_new_tokens,
+            return_tree=True,
+            fused=fused,
+        )  # fmt: skip
+        for fused in (True, False)
+    ]
+    same_search(*runs)
+
+
+def test_begin_suppression_moves_to_the_second_step_after_a_forced_bos():
+    """transformers' rule (checked against generate() in test_hf_generation.py)."""
+    logits = torch.arange(6, dtype=torch.float).repeat(2, 1)  # argmax 5
+    plain = LogitRules(begin_banned=(5,))
+    assert plain.apply(logits, 0, 10).argmax(-1).tolist() == [4, 4]
+    assert plain.apply(logits, 1, 10).argmax(-1).tolist() == [5, 5]
+    forced = LogitRules(forced_bos_id=1, begin_banned=(5,))
+    assert forced.apply(logits, 0, 10).argmax(-1).tolist() == [1, 1]
+    assert forced.apply(logits, 1, 10).argmax(-1).tolist() == [4, 4]
+    assert forced.apply(logits, 2, 10).argmax(-1).tolist() == [5, 5]

@@ -183,3 +183,67 @@ def test_beam_search_keeps_to_the_folder_length_limit(marian_text):
     )
     html = session.beam(session.new_state(str(folder)), 3, TEXTS[2])
     assert ckpt.tgt_tokenizer.decode(ckpt.beam(TEXTS[2], 3).tokens) in html
+
+
+def test_predict_batch_and_evaluate_follow_the_folders_num_beams(marian_text, tmp_path):
+    """A folder whose generation config sets num_beams: every batch path decodes as
+    generate() does (beam search), as predict() already did."""
+    from attnviz.cli import main
+    from attnviz.evaluate import evaluate_pairs
+    from tests import hf_families
+
+    hf_model, tok, _ = marian_text
+    texts = TEXTS + ["the dog sang in the park", "a cat read a book at home"]
+    folder = hf_families.save(hf_model, tmp_path / "beam", num_beams=4)
+    tok.save_pretrained(folder)
+    hf_model.generation_config.num_beams = 1  # the fixture's model is shared
+    ckpt = attnviz.load_checkpoint(folder)
+    beams, greedy = [], []
+    for text in texts:
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            for k, out in ((4, beams), (1, greedy)):
+                ids = hf_model.generate(**enc, num_beams=k, do_sample=False)
+                out.append(tok.decode(ids[0], skip_special_tokens=True))
+    assert beams != greedy  # the beam size changes the output, so following it is tested
+    assert ckpt.predict_batch(texts) == beams == [ckpt.predict(t) for t in texts]
+    assert ckpt.predict_batch(texts, num_beams=1) == greedy
+    report = evaluate_pairs(ckpt, [(t, b) for t, b in zip(texts, beams, strict=True)])
+    assert report.predictions == beams and report.exact == len(texts)
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("".join(f"{t}\t{b}\n" for t, b in zip(texts, beams, strict=True)))
+    preds = tmp_path / "preds.txt"
+    assert main(["evaluate", str(folder), "--data", str(corpus), "--predictions", str(preds)]) == 0
+    assert preds.read_text().splitlines() == beams
+
+
+@pytest.mark.parametrize(("family", "bos"), [("bart", 0), ("mbart", 7)])
+def test_begin_suppress_tokens_after_a_forced_bos_equal_generate(tmp_path, family, bos):
+    """With a forced first token, transformers suppresses ``begin_suppress_tokens`` at the
+    second step (its begin index moves by one); greedy used to ban them at the first."""
+    from attnviz.beam import beam_search
+    from attnviz.decoding import until_eos
+    from tests.hf_families import build, save
+
+    hf_model = build(family, seed=0)
+    src = torch.randint(3, 40, (1, 8), generator=torch.Generator().manual_seed(0))
+    free = _generate(hf_model, src, family, forced_bos_token_id=bos, max_new_tokens=8)[0]
+    folder = save(hf_model, tmp_path, forced_bos_token_id=bos, begin_suppress_tokens=free[1:3],
+                  max_new_tokens=8)  # fmt: skip
+    ckpt = attnviz.load_checkpoint(folder)
+    cfg = ckpt.config
+    n = ckpt.max_new_tokens
+    for k in (1, 3):
+        theirs = _cut(_generate(hf_model, src, family, num_beams=k)[0], cfg.eos_id)
+        assert theirs[0] == bos and theirs[1] not in free[1:3]  # the suppression acted
+        beam = beam_search(ckpt.model, src, cfg.bos_id, cfg.eos_id, beam_size=k, max_len=n,
+                           rules=ckpt.rules)[0]  # fmt: skip
+        assert beam.tokens == theirs, k
+        if k == 1:
+            assert theirs != _cut(free, cfg.eos_id)
+            greedy = greedy_decode(ckpt.model, src, cfg.bos_id, cfg.eos_id, max_len=n,
+                                   rules=ckpt.rules)[0].tolist()  # fmt: skip
+            assert until_eos(greedy, cfg.eos_id, cfg.pad_id) == theirs
+            stepper = GreedyStepper(ckpt.model, src[0], cfg.bos_id, cfg.eos_id, max_len=n,
+                                    rules=ckpt.rules)  # fmt: skip
+            assert stepper.run() == theirs

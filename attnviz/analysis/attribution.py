@@ -31,7 +31,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..data import source_batch
 from ..devices import as_numpy
-from ..errors import InputError
+from ..errors import InputError, index_in
 from ..record import record
 from .lenses import self_rollout
 
@@ -119,16 +119,14 @@ def attribute(
     src, src_pad = batch.src, batch.src_pad
     if tokens is None:  # the model's own output, under the checkpoint's generation rules
         tokens = ckpt.predict_details(text).tokens
-    if not 0 <= step < len(tokens):
-        raise InputError(f"step must be in 0..{len(tokens) - 1}, got {step}")
+    vocab = cfg.tgt_vocab_size
+    tokens = [index_in(t, "tokens", vocab, "ids") for t in tokens]
+    step = index_in(step, "step", len(tokens), note=f" (the output has {len(tokens)} tokens)")
     tgt = torch.tensor([[cfg.bos_id, *tokens[:step]]], device=ckpt.device)
     chosen = tokens[step]
-    vocab = cfg.tgt_vocab_size
-    if versus is not None and not (0 <= versus < vocab and versus != chosen):
-        raise InputError(
-            f"versus must be a token id in 0..{vocab - 1} other than the explained {chosen}, "
-            f"got {versus}"
-        )
+    other = f" other than the explained {chosen}"
+    if versus is not None and index_in(versus, "versus", vocab, "a token id", other) == chosen:
+        raise InputError(f"versus must be a token id in 0..{vocab - 1}{other}, got {versus}")
 
     def prob(src_ids, tgt_ids, pad):
         logits = model(src_ids, tgt_ids, pad)[:, -1].float()  # [B, V]

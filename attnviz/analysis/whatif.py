@@ -8,14 +8,14 @@ with no override (later steps see the prefix, not the edited hidden states).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
-from ..errors import InputError
+from ..errors import InputError, index_in, shorten
 from ..record import ReplaceWeights
 
 
@@ -94,20 +94,22 @@ def what_if(
     if kind not in ("cross", "decoder_self"):
         raise InputError(f"a what-if overrides 'cross' or 'decoder_self' attention, got {kind!r}")
     cfg = ckpt.config
-    if not 0 <= layer < cfg.n_decoder_layers:
-        raise InputError(f"layer must be in 0..{cfg.n_decoder_layers - 1}, got {layer}")
-    heads = list(range(cfg.n_heads)) if heads is None else [int(h) for h in heads]
-    if not heads or any(not 0 <= h < cfg.n_heads for h in heads):
-        raise InputError(f"heads must be in 0..{cfg.n_heads - 1}, got {heads}")
+    layer = index_in(layer, "layer", cfg.n_decoder_layers)
+    if heads is None:
+        heads = list(range(cfg.n_heads))
+    elif isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable) or not list(heads):
+        raise InputError(
+            f"heads must be a list of heads in 0..{cfg.n_heads - 1} (None: every head), "
+            f"got {shorten(repr(heads))}"
+        )
+    heads = [index_in(h, "heads", cfg.n_heads) for h in heads]
     original = ckpt.stepper(text)
     original.run()
     before = _decode(ckpt, original, [s.prob for s in original.steps])
     n = len(before.tokens)
-    if not 0 <= step < n:
-        raise InputError(f"step must be in 0..{n - 1} (this decode has {n} steps), got {step}")
+    step = index_in(step, "step", n, note=f" (this decode has {n} steps)")
     keys = original.src.shape[1] if kind == "cross" else step + 1
-    if not 0 <= attend_to < keys:
-        raise InputError(f"attend_to must be a key position in 0..{keys - 1}, got {attend_to}")
+    attend_to = index_in(attend_to, "attend_to", keys, "a key position")
 
     def one_hot(w: torch.Tensor) -> torch.Tensor:  # [B, H, Tq=1, Tk]
         out = w.clone()

@@ -268,11 +268,11 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
             raise InputError(f"not a token id: {token!r}; ids are 0..{vocab - 1}") from None
         if not 0 <= tok < vocab:
             raise InputError(f"token {tok} is outside the vocabulary 0..{vocab - 1}")
+        last = s.step if s.done else min(s.step + 1, s.max_steps)
         try:
             where = s.step if at in (None, "") else int(str(at).strip())
         except ValueError:
-            raise InputError(f"not a step: {at!r}") from None
-        last = s.step if s.done else min(s.step + 1, s.max_steps)
+            raise InputError(f"not a step: {at!r}; can force a token at step 1..{last}") from None
         if not 1 <= where <= last:
             why = " (the output is complete)" if s.done else ""
             raise InputError(f"can force a token at step 1..{last}{why}, got {where}")
