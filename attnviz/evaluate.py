@@ -173,10 +173,10 @@ class Report:
 
     Attributes:
         n: pairs evaluated.
-        exact: greedy outputs equal to the reference (up to whitespace runs).
+        exact: outputs equal to the reference (up to whitespace runs).
         by_length: ``{source length in tokens: (exact, n)}``.
         bleu / chrf: sacrebleu's corpus scores (0-100).
-        predictions: the greedy outputs, one per pair, in order.
+        predictions: the outputs (as predict_batch decodes them), one per pair, in order.
     """
 
     n: int
