@@ -71,8 +71,12 @@ def word_index(pieces: Sequence[str], kind: str | None = None) -> list[int]:
     return out
 
 
-def _strip(piece: str) -> str:
+def piece_text(piece: str) -> str:
+    """A piece's share of its word's text: markers dropped (``"▁the"`` -> ``"the"``,
+    ``"##s"`` -> ``"s"``, ``"t</w>"`` -> ``"t"``); a special token stays whole."""
     p = str(piece)
+    if _is_special(p):
+        return p
     if p.startswith("##"):
         p = p[2:]
     return p.removesuffix("</w>").lstrip("▁Ġ")
@@ -89,7 +93,7 @@ def word_labels(pieces: Sequence[str], index: Sequence[int]) -> list[str]:
         if len(ps) == 1 and _is_special(str(ps[0])):
             out.append(str(ps[0]))
             continue
-        text = "".join(_strip(p) for p in ps).strip()
+        text = "".join(piece_text(p) for p in ps).strip()
         out.append(text or "".join(str(p) for p in ps) or "∅")
     return out
 
