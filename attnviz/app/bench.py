@@ -144,19 +144,31 @@ _BYTES = """() => performance.getEntriesByType('resource')
   .map(e => e.encodedBodySize || e.transferSize || 0)"""
 
 
-def opus_shaped_checkpoint(folder: Path) -> Path:
+def opus_shaped_checkpoint(folder: Path, max_len: int = 256, **shape) -> Path:
     """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
-    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
+    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``.
+
+    Args:
+        max_len: the model's positions (a long input needs more than the default 256).
+        shape: other :class:`~attnviz.ModelConfig` fields (a smaller model for tests).
+    """
     import string
 
     from ..checkpoint import save_checkpoint
     from ..tokenizer import Tokenizer
 
     tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
-    cfg = ModelConfig(len(tok), len(tok), d_model=512, n_heads=8, n_encoder_layers=6,
-                      n_decoder_layers=6, d_ff=2048, dropout=0.0, max_len=256)  # fmt: skip
+    dims = dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048)
+    cfg = ModelConfig(len(tok), len(tok), **{**dims, **shape}, dropout=0.0, max_len=max_len)
     torch.manual_seed(0)
     return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
+
+
+def long_text(n: int) -> str:
+    """``n`` characters of plain English-like text: ``n`` tokens for the character tokenizer of
+    :func:`opus_shaped_checkpoint` (no end token is added to a source)."""
+    base = "the quick brown fox jumps over the lazy dog, then naps. "
+    return (base * (n // len(base) + 1))[:n].rstrip().ljust(n, "s")
 
 
 def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:

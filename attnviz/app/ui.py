@@ -73,7 +73,9 @@ FORCE_JS = (
     "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.pending) || ''; return a; }"
 )
 # the encoder layer/head (or the thumbnails) a long input's page asks for (AV.encPending)
-ENC_JS = "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.encPending) || ''; return a; }"
+ENC_JS = (
+    "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.encPending) || ''; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 
 
