@@ -361,11 +361,13 @@
     const panelW = Math.floor((avail - barW) / cols);
     let base = Math.floor((panelW - left - 8) / tk);
     base = Math.max(2, Math.min(base, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
-    const cellPx = base * zm.z; // integer x integer: every cell the same whole number of pixels
-    const gw = tk * base, gh = tq * base; // the grid's size, zoomed or not
-    const nk = Math.min(tk, Math.ceil(gw / cellPx)), nq = Math.min(tq, Math.ceil(gh / cellPx));
+    // a few rows of many keys (cross-attention of a long input): taller rows, up to the cap
+    const baseH = opts.tiny ? base : Math.max(base, Math.min(opts.maxCell || 26, 22, Math.floor((opts.maxH || 560) / tq)));
+    const cellPx = base * zm.z, cellH = baseH * zm.z; // integers: every cell the same whole pixels
+    const gw = tk * base, gh = tq * baseH; // the grid's size, zoomed or not
+    const nk = Math.min(tk, Math.ceil(gw / cellPx)), nq = Math.min(tq, Math.ceil(gh / cellH));
     zm.k0 = Math.max(0, Math.min(Math.round(zm.k0), tk - Math.floor(gw / cellPx)));
-    zm.q0 = Math.max(0, Math.min(Math.round(zm.q0), tq - Math.floor(gh / cellPx)));
+    zm.q0 = Math.max(0, Math.min(Math.round(zm.q0), tq - Math.floor(gh / cellH)));
     const k0 = zm.k0, q0 = zm.q0;
     const rotate = showLabels && (cellPx < 14 || panels.some((p) => p.mat.xl.some((s) => String(s).length > 1)));
     if (showLabels) {
@@ -388,7 +390,7 @@
     if (opts.title) { ctx.font = "bold 13px sans-serif"; ctx.fillText(opts.title + (zm.z > 1 ? ` · zoom ×${zm.z}` : ""), 4, 11, W - 8); }
     ctx.font = `${font}px sans-serif`;
     const vmax = opts.vmax, boxes = [];
-    const every = Math.max(1, Math.ceil((font + 1) / cellPx)); // labels thinned to what fits
+    const every = Math.max(1, Math.ceil((font + 1) / cellPx)), everyQ = Math.max(1, Math.ceil((font + 1) / cellH)); // labels thinned to what fits
     panels.forEach((p, i) => {
       const x0 = (i % cols) * pw, y0 = titleH + Math.floor(i / cols) * ph;
       const gx = x0 + left, gy = y0 + subH, mat = p.mat;
@@ -406,24 +408,24 @@
       const vk = Math.min(nk, mat.tk - k0), vq = Math.min(nq, mat.tq - q0); // cells in view
       if (vk > 0 && vq > 0) {
         ctx.save(); ctx.beginPath(); ctx.rect(gx, gy, gw, gh); ctx.clip();
-        ctx.drawImage(OFF, k0, q0, vk, vq, gx, gy, vk * cellPx, vq * cellPx);
+        ctx.drawImage(OFF, k0, q0, vk, vq, gx, gy, vk * cellPx, vq * cellH);
         ctx.restore();
       }
       const oq = p.outline == null ? -1 : p.outline - q0;
       if (oq >= 0 && oq < nq && p.outline < mat.tq) {
         ctx.strokeStyle = OUTLINE; ctx.lineWidth = 2;
-        ctx.strokeRect(gx - 1, gy + oq * cellPx - 1, Math.min(vk * cellPx, gw) + 2, cellPx + 2);
+        ctx.strokeRect(gx - 1, gy + oq * cellH - 1, Math.min(vk * cellPx, gw) + 2, cellH + 2);
       }
       if (showLabels) {
         ctx.fillStyle = col.text; ctx.textAlign = "right";
-        for (let q = q0; q < q0 + vq; q += every) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q - q0 + 0.5) * cellPx);
+        for (let q = q0; q < q0 + vq; q += everyQ) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q - q0 + 0.5) * cellH);
         for (let k = k0; k < k0 + vk; k += every) {
           const x = gx + (k - k0 + 0.5) * cellPx, y = gy + gh + 4;
           if (rotate) { ctx.save(); ctx.translate(x, y); ctx.rotate(-Math.PI / 2); ctx.textAlign = "right"; ctx.fillText(short(mat.xl[k], 12), 0, 0); ctx.restore(); }
           else { ctx.textAlign = "center"; ctx.fillText(short(mat.xl[k], 12), x, y + font / 2); }
         }
       }
-      boxes.push({ x: gx, y: gy, cell: cellPx, k0, q0, w: Math.min(vk * cellPx, gw), h: Math.min(vq * cellPx, gh), mat, title: p.title, key: p.key });
+      boxes.push({ x: gx, y: gy, cell: cellPx, ch: cellH, k0, q0, w: Math.min(vk * cellPx, gw), h: Math.min(vq * cellH, gh), mat, title: p.title, key: p.key });
     });
     if (!opts.noBar) { // colour bar: 0 .. vmax, and the masked grey
       const bx = pw * cols + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
@@ -439,7 +441,7 @@
     }
     canvas._av = boxes;
     canvas._vmax = vmax;
-    canvas._geom = { cols, base, tk, tq };
+    canvas._geom = { cols, base, baseH, tk, tq };
     return boxes;
   }
 
@@ -447,7 +449,7 @@
   function cellAt(canvas, x, y) {
     for (const b of canvas._av || []) {
       if (x < b.x || y < b.y || x >= b.x + b.w || y >= b.y + b.h) continue;
-      const k = b.k0 + Math.floor((x - b.x) / b.cell), q = b.q0 + Math.floor((y - b.y) / b.cell);
+      const k = b.k0 + Math.floor((x - b.x) / b.cell), q = b.q0 + Math.floor((y - b.y) / b.ch);
       if (k < b.mat.tk && q < b.mat.tq) return { box: b, q, k };
     }
     return null;
@@ -489,7 +491,7 @@
     if (z === zm.z && factor !== 0) return;
     const b = (canvas._av || [])[0];
     // keep the cell under the pointer (or the view's centre) where it is
-    const fx = at && b ? (at[0] - b.x) / (g.tk * g.base) : 0.5, fy = at && b ? (at[1] - b.y) / (g.tq * g.base) : 0.5;
+    const fx = at && b ? (at[0] - b.x) / (g.tk * g.base) : 0.5, fy = at && b ? (at[1] - b.y) / (g.tq * g.baseH) : 0.5;
     const ck = zm.k0 + fx * g.tk / zm.z, cq = zm.q0 + fy * g.tq / zm.z;
     zm.z = z; zm.k0 = z === 1 ? 0 : ck - fx * g.tk / z; zm.q0 = z === 1 ? 0 : cq - fy * g.tq / z;
     canvas._redraw?.();
@@ -507,10 +509,10 @@
       const zm = canvas._zoom, g = canvas._geom;
       if (!zm || zm.z === 1 || !g || ev.button !== 0) return;
       ev.preventDefault();
-      const cell = g.base * zm.z, start = [ev.clientX, ev.clientY, zm.k0, zm.q0];
+      const cell = g.base * zm.z, cellH = g.baseH * zm.z, start = [ev.clientX, ev.clientY, zm.k0, zm.q0];
       canvas._drag = true; canvas.style.cursor = "grabbing";
       const move = (e) => {
-        const k0 = start[2] - (e.clientX - start[0]) / cell, q0 = start[3] - (e.clientY - start[1]) / cell;
+        const k0 = start[2] - (e.clientX - start[0]) / cell, q0 = start[3] - (e.clientY - start[1]) / cellH;
         if (Math.round(k0) !== zm.k0 || Math.round(q0) !== zm.q0) { zm.k0 = k0; zm.q0 = q0; canvas._redraw?.(); }
       };
       const up = () => { canvas._drag = false; canvas.style.cursor = ""; window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); };

@@ -39,7 +39,7 @@ DRAWN = """(id) => {
   const b = c._av[0], dpr = c.width / parseFloat(c.style.width), r = c.getBoundingClientRect();
   const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   const out = [];
-  for (let y = b.y + b.cell / 2; y < b.y + b.h; y += b.cell * 3)
+  for (let y = b.y + b.ch / 2; y < b.y + b.h; y += b.ch * 3)
     for (let x = b.x + b.cell / 2; x < b.x + b.w; x += b.cell * 5) {
       const p = window.AttnViz.probe(id, x, y);
       const i = (Math.floor(y * dpr) * c.width + Math.floor(x * dpr)) * 4;
