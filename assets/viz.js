@@ -590,8 +590,9 @@
       const p = panel(`heatmap-${k}`, k);
       const layer = el("select", { class: "av-layer", "aria-label": "layer" });
       const headSel = el("select", { class: "av-headsel", "aria-label": "head" });
-      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
-      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
+      // drawn now, or (a long input's encoder) once the layer/head asked for is here
+      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
+      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
       const h = p.querySelector(".av-head");
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layer), h.querySelector(".av-png"));
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel), h.querySelector(".av-png"));
@@ -683,9 +684,15 @@
         askEnc(`${lay} ${head}`);
         empty.textContent = `loading encoder self-attention, layer ${lay}, ${headName(head)} (a long input: the page asks for what it shows)…`;
         empty.style.display = "block"; canvas.style.display = "none";
-        return;
+        return false;
       }
     }
+    // the encoder's heatmap does not change with the step: drawn again only when what it
+    // shows changed (a 512 x 512 redraw per Step would cost the Step tens of ms)
+    const zm = canvas._zoom, key = kind === "encoder_self" ? [S.epoch, lay, head, ui.words, lensName(), LENS && LENS.n, ui.fixed,
+      zm ? `${zm.z},${zm.k0},${zm.q0}` : "", WIDTHS[p.id], colours().dark, t].join("|") : null;
+    if (key && canvas._key === key && canvas.style.display !== "none") return true;
+    canvas._key = key;
     let panels;
     if (head === "all heads") panels = Array.from({ length: S.H }, (_, h) => ({ mat: matrix(kind, lay, h), title: `H${h}`, outline }));
     else panels = [{ mat: matrix(kind, lay, head === "mean" ? -1 : +head.slice(1)), outline }];
