@@ -113,3 +113,8 @@ def test_a_1024_token_input_steps_and_keeps_no_per_step_encoder_copies(long_mode
             assert all(kind != "encoder_self" for kind, _ in recs)
             assert all(r.weights.shape[-2] == 1 for r in recs.values())
         assert enc.numpy("encoder_self", 0).shape == (1, 4, 1024, 1024)
+        # no raw scores beside the weights: no view of the app reads them
+        assert all(enc.get("encoder_self", i).scores is None for i in enc.layers("encoder_self"))
+        assert all(r.scores is None for recs in stepper._records for r in recs.values())
+        full = stepper.trace()  # the figures and exports still assemble weights and masks
+        assert full.numpy("cross", 1).shape == (1, 4, 3, 1024)

@@ -97,6 +97,45 @@ print(base, rss())
 """
 
 
+_LONG_MEMORY = """
+import sys
+from attnviz.app import session, views
+from attnviz.app.bench import long_text
+folder, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def mem():
+    got = {}
+    for line in open("/proc/self/status"):
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            got[line.split(":")[0]] = int(line.split()[1]) / 1024  # MB
+    return got["VmRSS"], got["VmHWM"]
+views.json_size(session.step(session.new_state(folder), "warm up").payload)
+base = mem()[0]
+view = session.step(session.new_state(folder), long_text(n))
+assert len(view.state.src_ids) == n, len(view.state.src_ids)
+views.json_size(view.payload)
+while view.state.step < steps:
+    state = view.state
+    view = session.step(state) if not state.done else session.force(state, 5, state.step + 1)
+    views.json_size(view.payload)
+    assert view.state.step > state.step, view.message
+print(base, *mem())
+"""
+
+
+def long_memory(folder: Path, n: int, steps: int) -> tuple[float, float, float]:
+    """``(MB after one short Step, RSS, peak RSS)`` of a fresh process serving one session
+    ``steps`` Steps of an ``n``-token input on the checkpoint in ``folder`` (MB)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LONG_MEMORY, str(folder), str(n), str(steps)],
+        capture_output=True, text=True, check=True, timeout=1800,
+    )  # fmt: skip
+    base, now, peak = map(float, out.stdout.split()[-3:])
+    return base, now, peak
+
+
 def bench_app_memory(quick: bool) -> list[Row]:
     """Peak RSS of a fresh process serving 10 app sessions x 100 Step/Back calls."""
     import subprocess
