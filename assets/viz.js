@@ -524,13 +524,34 @@
     return [b("+", "zoom in (or the mouse wheel over the cells; drag to pan)", 2), b("−", "zoom out", 0.5), b("1:1", "the whole matrix", 0)];
   }
 
+  function save(blob, file) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob); a.download = file;
+    document.body.appendChild(a); a.click(); a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+  // the figure as drawn (pieces or words, zoomed or not)
   function png(canvas, name) {
-    canvas.toBlob((blob) => {
-      const a = document.createElement("a");
-      a.href = URL.createObjectURL(blob); a.download = `attnviz-${name}-step${S.step}.png`;
-      document.body.appendChild(a); a.click(); a.remove();
-      setTimeout(() => URL.revokeObjectURL(a.href), 1000);
-    }, "image/png");
+    canvas.toBlob((blob) => save(blob, `attnviz-${name}-step${S.step}-${AV.unit()}.png`), "image/png");
+  }
+  // the matrices drawn (pieces or words; every cell, zoomed or not): one block per panel,
+  // a header row of keys, a column of queries; a masked cell is empty
+  AV.csv = function (canvas) {
+    const q = (x) => `"${String(x).replace(/"/g, '""')}"`, lines = [], boxes = canvas._av || [];
+    for (const b of boxes) {
+      const { z, m, tq, tk, xl, yl } = b.mat;
+      if (boxes.length > 1) lines.push(q(b.title || ""));
+      lines.push([q("query \\ key"), ...xl.map(q)].join(","));
+      for (let r = 0; r < tq; r++) {
+        const row = [q(yl[r])];
+        for (let k = 0; k < tk; k++) row.push(m[r * tk + k] ? "" : String(z[r * tk + k]));
+        lines.push(row.join(","));
+      }
+    }
+    return lines.join("\n") + "\n";
+  };
+  function csv(canvas, name) {
+    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), `attnviz-${name}-step${S.step}-${AV.unit()}.csv`);
   }
 
   // -- the page ------------------------------------------------------------------------------
@@ -548,7 +569,9 @@
     const canvas = el("canvas", { class: "av-canvas" });
     const btn = el("button", { class: "av-png", type: "button", title: "download this figure as PNG", text: "PNG" });
     btn.addEventListener("click", () => png(canvas, id));
-    head.append(...zoomButtons(canvas), btn);
+    const csvBtn = el("button", { class: "av-png av-csv", type: "button", title: "download the matrices shown as CSV (pieces or words, as the switch says; a masked cell is empty)", text: "CSV" });
+    csvBtn.addEventListener("click", () => csv(canvas, id));
+    head.append(...zoomButtons(canvas), btn, csvBtn);
     p.append(head, el("div", { class: "av-empty" }), canvas);
     hover(canvas, tipEl());
     zoomable(canvas);

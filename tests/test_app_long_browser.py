@@ -7,6 +7,8 @@ the alignment rule and its rows sum to 1. No timings are asserted (``attnviz ben
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from pathlib import Path
 
@@ -56,23 +58,35 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(model):
+def app(model):
     with launched_app(model) as (_, port), sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        page.set_default_timeout(TIMEOUT)
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.goto(f"http://127.0.0.1:{port}/")
-        page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
-        page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
-        page.locator("#input-text textarea").fill(long_text(N))
-        for i in range(1, 4):
-            page.locator("#step-btn").click()
-            page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
-        yield page
-        assert page.errors == []
+        yield browser, f"http://127.0.0.1:{port}/"
         browser.close()
+
+
+def _stepped(app, steps: int, **context):
+    browser, url = app
+    page = browser.new_page(viewport={"width": 1400, "height": 1600}, **context)
+    page.set_default_timeout(TIMEOUT)
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
+    page.locator("#input-text textarea").fill(long_text(N))
+    for i in range(1, steps + 1):
+        page.locator("#step-btn").click()
+        page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(app):
+    page = _stepped(app, 3)
+    yield page
+    assert page.errors == []
+    page.close()
 
 
 def _recorded(model, layer):
@@ -167,6 +181,17 @@ def test_words_mode_pools_pieces_and_rows_sum_to_one(page, model):
     enc = page.evaluate("() => window.AttnViz.matrixOf('encoder_self', 1, 1)")
     ez = np.array(enc["z"]).reshape(enc["tq"], enc["tk"])
     np.testing.assert_allclose(ez.sum(1), 1.0, rtol=1e-5)
+    # the CSV export follows the switch: the word matrix drawn, a masked cell empty
+    text = page.evaluate(
+        "() => window.AttnViz.csv(document.querySelector('#heatmap-cross canvas'))"
+    )
+    rows = list(csv.reader(io.StringIO(text)))
+    shown = page.evaluate("() => window.AttnViz.matrixOf('cross', 1, -1)")
+    assert rows[0][1:] == shown["xl"] and [r[0] for r in rows[1:]] == shown["yl"]
+    cells = np.array([[float(x) if x else np.nan for x in r[1:]] for r in rows[1:]])
+    want = np.array(shown["z"]).reshape(shown["tq"], shown["tk"])
+    np.testing.assert_array_equal(np.isnan(cells), np.array(shown["m"], bool).reshape(want.shape))
+    np.testing.assert_array_equal(np.nan_to_num(cells), np.where(np.isnan(cells), 0, want))
     if SHOTS:
         page.screenshot(path=str(SHOTS / "long-words-light.png"), full_page=True)
     page.select_option("#unit-select", "pieces")
@@ -185,3 +210,24 @@ def test_the_model_view_draws_downsampled_thumbnails(page):
     assert all(tk <= 64 for _, tk in boxes)
     if SHOTS:
         page.screenshot(path=str(SHOTS / "long-model-view-light.png"), full_page=True)
+
+
+def test_dark_mode_zoomed_and_in_words(app):
+    page = _stepped(app, 2, color_scheme="dark")
+    try:
+        assert page.evaluate("() => document.body.classList.contains('dark')")
+        page.wait_for_selector("#heatmap-encoder_self canvas", state="visible")
+        for _ in range(2):
+            page.locator("#heatmap-encoder_self .av-zoom", has_text="+").click()
+        page.select_option("#unit-select", "words")
+        page.wait_for_function("() => document.querySelector('#heatmap-encoder_self .av-title').textContent.includes('words')")  # fmt: skip
+        page.locator("#heatmap-encoder_self .av-zoom", has_text="+").click()
+        assert page.evaluate("() => document.querySelector('#heatmap-encoder_self canvas')._zoom.z") == 2  # fmt: skip
+        # the canvas background is the dark card's, not white
+        corner = page.evaluate("() => Array.from(document.querySelector('#heatmap-encoder_self canvas').getContext('2d').getImageData(1, 1, 1, 1).data)")  # fmt: skip
+        assert sum(corner[:3]) < 200
+        if SHOTS:
+            page.screenshot(path=str(SHOTS / "long-words-zoomed-dark.png"), full_page=True)
+        assert page.errors == []
+    finally:
+        page.close()

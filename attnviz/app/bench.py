@@ -150,7 +150,24 @@ def bench_app_memory(quick: bool) -> list[Row]:
     )  # fmt: skip
     base, peak = map(float, out.stdout.split()[-2:])
     return [Row(f"peak RSS after 10 app sessions x {calls} Step/Back calls", peak, "MB", "-", None,
-                f"{base:.0f} MB after the first step (torch, one model loaded)")]  # fmt: skip
+                f"{base:.0f} MB after the first step (torch, one model loaded)")] + _long_memory_rows(quick)  # fmt: skip
+
+
+def _long_memory_rows(quick: bool) -> list[Row]:
+    """Server RSS after 100 Steps of a 512-token input (and a 1,024-token one) on an
+    opus-mt-shaped random model, one session, a fresh process each."""
+    import tempfile
+
+    steps = 20 if quick else 100
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (LONG_TOKENS,) if quick else (LONG_TOKENS, 2 * LONG_TOKENS):
+            folder = opus_shaped_checkpoint(Path(tmp) / f"long{n}", max_len=n + 2 * steps)
+            base, now, peak = long_memory(folder, n, steps)
+            rows.append(Row(f"server RSS after {steps} Steps of a {n}-token input (opus-mt shape)",
+                            now, "MB", "-", None, f"{now - base:+.0f} MB over a short input's "
+                            f"first Step; peak {peak:.0f} MB (the encoder pass)"))  # fmt: skip
+    return rows
 
 
 # Click `sel` (or run `act`), then resolve with the ms until the output box reads `output`
