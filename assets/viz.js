@@ -309,10 +309,12 @@
     return { z, m, tq: nq, tk: nk, xl: span(mat.xl, bk, nk), yl: span(mat.yl, bq, nq), blocks: [bq, bk] };
   }
   AV.matrixOf = function (kind, layer, head) { // for tests: the matrix a heatmap shows
+    if (kind === "encoder_self" && !encHas(layer, head)) return null; // not asked for yet
     const mat = matrix(kind, layer, head);
     return { z: Array.from(mat.z), m: Array.from(mat.m), tq: mat.tq, tk: mat.tk, xl: mat.xl, yl: mat.yl };
   };
   AV.maskedCells = function (kind, layer) { // for tests: the blocked cells this page draws
+    if (kind === "encoder_self" && !encHas(layer, -1)) { askEnc(`${layer} mean`); return null; }
     const mat = matrix(kind, layer, -1), out = [];
     for (let q = 0; q < mat.tq; q++) out.push(Array.from(mat.m.subarray(q * mat.tk, (q + 1) * mat.tk)));
     return out;
@@ -701,7 +703,7 @@
     title.textContent = t;
     const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
     canvas._redraw = () => { measure(); drawKind(kind); };
-    if (kind === "encoder_self" && !LENS) { // a long input: this layer/head comes when asked for
+    if (kind === "encoder_self") { // a long input: this layer/head (and its mask) comes when asked for
       const hs = head === "all heads" ? [...Array(S.H).keys()] : [head === "mean" ? -1 : +head.slice(1)];
       if (!hs.every((h) => encHas(lay, h))) {
         askEnc(`${lay} ${head}`);
@@ -735,7 +737,11 @@
     canvas._redraw = () => { measure(); drawModel(); };
     const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
     let panels = [], blocks = [1, 1];
-    if (kind === "encoder_self" && !S.enc.length && !LENS) { // a long input: the server's thumbnails
+    if (kind === "encoder_self" && !S.enc.length && LENS) { // every head of a long input: not sent
+      empty.textContent = `model view: a long input's encoder is shown through the ${lensName()} lens one head at a time (open one above), or pick the weights lens for thumbnails`;
+      empty.style.display = "block"; canvas.style.display = "none"; return;
+    }
+    if (kind === "encoder_self" && !S.enc.length) { // a long input: the server's thumbnails
       const th = S.thumbs[ui.words ? "words" : "pieces"];
       if (!th) {
         askEnc(ui.words ? "thumbs words" : "thumbs");
