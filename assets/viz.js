@@ -534,7 +534,7 @@
   }
   // the figure as drawn (pieces or words, zoomed or not)
   function png(canvas, name) {
-    canvas.toBlob((blob) => save(blob, `attnviz-${name}-step${S.step}-${AV.unit()}.png`), "image/png");
+    canvas.toBlob((blob) => save(blob, `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.png`), "image/png");
   }
   // the matrices drawn (pieces or words; every cell, zoomed or not): one block per panel,
   // a header row of keys, a column of queries; a masked cell is empty
@@ -553,7 +553,7 @@
     return lines.join("\n") + "\n";
   };
   function csv(canvas, name) {
-    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), `attnviz-${name}-step${S.step}-${AV.unit()}.csv`);
+    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.csv`);
   }
 
   // -- the page ------------------------------------------------------------------------------
@@ -571,7 +571,7 @@
     const canvas = el("canvas", { class: "av-canvas" });
     const btn = el("button", { class: "av-png", type: "button", title: "download this figure as PNG", text: "PNG" });
     btn.addEventListener("click", () => png(canvas, id));
-    const csvBtn = el("button", { class: "av-png av-csv", type: "button", title: "download the matrices shown as CSV (pieces or words, as the switch says; a masked cell is empty)", text: "CSV" });
+    const csvBtn = el("button", { class: "av-csv", type: "button", title: "download the matrices shown as CSV (pieces or words, as the switch says; a masked cell is empty)", text: "CSV" });
     csvBtn.addEventListener("click", () => csv(canvas, id));
     head.append(...zoomButtons(canvas), btn, csvBtn);
     p.append(head, el("div", { class: "av-empty" }), canvas);

@@ -5,8 +5,10 @@
 - the peak memory of a process serving 10 sessions (:func:`bench_app_memory`);
 - in headless Chromium (Playwright, the system Chromium), the time from a click to the
   redrawn page for Step, Back, scrub and a layer/head change, and the bytes the page
-  receives per Step, on models/reverse and an opus-mt-shaped random model
-  (:func:`bench_browser`).
+  receives per Step, on models/reverse and an opus-mt-shaped random model, and for a
+  512-token source on that model also the first Step, the page's JS heap and the first
+  Step's bytes (:func:`bench_browser`);
+- the server's RSS after 100 Steps of a 512- and a 1,024-token source (:func:`long_memory`).
 
 :func:`attnviz.bench.run` runs them with the library's rows; gradio is imported only by the
 browser rows.
@@ -277,7 +279,8 @@ def _heap(page) -> dict[str, list[float]]:
 def bench_browser(quick: bool) -> list[Row]:
     """Click -> redrawn medians in headless Chromium (Step, Back, scrub, layer/head), and the
     bytes the page receives per Step, on models/reverse (20 chars) and an opus-mt-shaped
-    random model (60 chars)."""
+    random model (60 chars, and a 512-token source: its first Step, JS heap and first
+    Step's bytes too)."""
     import shutil
     import tempfile
 
