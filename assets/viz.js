@@ -43,7 +43,7 @@
     for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
     return new Float32Array(u8.buffer);
   }
-  // one bit per cell, most significant first (views.packed)
+  // one bit per cell, most significant first (encview.packed)
   function unpack(b64, n) {
     const bin = atob(b64), u = new Uint8Array(n);
     for (let i = 0; i < n; i++) u[i] = (bin.charCodeAt(i >> 3) >> (7 - (i & 7))) & 1;
@@ -121,7 +121,7 @@
   };
 
   // -- a long input's encoder self-attention: asked for when shown ----------------------------
-  // The first Step of a long input carries one layer/head of it (views.encoder_block); the
+  // The first Step of a long input carries one layer/head of it (encview.encoder_block); the
   // page asks for another when it shows it (hidden #enc-btn, AV.encPending), one at a time.
   function storeEnc(e) {
     const ts = e.ts;

@@ -25,7 +25,7 @@ from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from . import store, views
+from . import encview, store, views
 from .decoders import DECODERS
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count, new_state
@@ -405,8 +405,8 @@ def encoder_view(state: SessionState, want: str) -> dict:
 
     Args:
         want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
-            :func:`attnviz.app.views.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
-            downsampled thumbnails, :func:`attnviz.app.views.encoder_thumbs`); ``epoch`` is the
+            :func:`attnviz.app.encview.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
+            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`); ``epoch`` is the
             page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
     Returns:
         ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
@@ -424,13 +424,13 @@ def encoder_view(state: SessionState, want: str) -> dict:
                 words = None
                 if what == "thumbs words":
                     words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-                return {"enc": views.encoder_thumbs(state, encoder, words)}
+                return {"enc": encview.encoder_thumbs(state, encoder, words)}
             layer, _, head = what.partition(" ")
             try:
                 layer_i = int(layer.lstrip("L"))
             except ValueError:
                 raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
-            return {"enc": views.encoder_block(state, encoder, layer_i, head)}
+            return {"enc": encview.encoder_block(state, encoder, layer_i, head)}
     except AttnvizError as exc:
         return {"enc": {"epoch": epoch, "error": _warn(exc)}}
 
