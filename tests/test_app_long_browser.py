@@ -178,6 +178,15 @@ def test_words_mode_pools_pieces_and_rows_sum_to_one(page, model):
     assert np.array(got["m"], bool).reshape(z.shape).tolist() == want_mask.tolist()
     np.testing.assert_allclose(z.sum(1), 1.0, rtol=1e-5)
     assert got["tk"] == max(sw) + 1 and got["tk"] < N / 3  # words, not pieces
+    # the causal mask pools too: a word cell is masked where every piece cell under it is
+    dw = trace.numpy("decoder_self", 0)[0].mean(0)  # [3, 3]
+    dm = trace.numpy("decoder_self", 0, "mask")[0, 0]
+    want_d, want_dm = pool_words(dw, dm, tw, tw)
+    dec = page.evaluate("() => window.AttnViz.matrixOf('decoder_self', 0, -1)")
+    np.testing.assert_allclose(
+        np.array(dec["z"]).reshape(want_d.shape), want_d, rtol=1e-5, atol=1e-7
+    )
+    assert np.array(dec["m"], bool).reshape(want_dm.shape).tolist() == want_dm.tolist()
     enc = page.evaluate("() => window.AttnViz.matrixOf('encoder_self', 1, 1)")
     ez = np.array(enc["z"]).reshape(enc["tq"], enc["tk"])
     np.testing.assert_allclose(ez.sum(1), 1.0, rtol=1e-5)
