@@ -339,6 +339,14 @@
     for (const mat of mats) for (let i = 0; i < mat.z.length; i++) if (!mat.m[i] && mat.z[i] > mx) mx = mat.z[i];
     return mx > 0 ? mx : 1;
   }
+  // a label's width (shortened as drawn), measured once per font: a long input's labels repeat
+  const WIDTH_OF = new Map();
+  function textW(ctx, font, s) {
+    const key = `${font}|${s}`;
+    let w = WIDTH_OF.get(key);
+    if (w === undefined) { w = ctx.measureText(short(s, 12)).width; if (WIDTH_OF.size < 20000) WIDTH_OF.set(key, w); }
+    return w;
+  }
   // lay out panels [{mat, title, outline}] in a grid on one canvas; returns hit boxes.
   // Zoom (canvas._zoom = {z, k0, q0}): each cell is z times its fitted size (integers both:
   // crisp cells), the grid keeps its size and shows the cells k0.., q0.. that fit (pan).
@@ -355,7 +363,7 @@
     const zm = canvas._zoom || (canvas._zoom = { z: 1, k0: 0, q0: 0 });
     let left = 6, bottom = 6;
     if (showLabels) {
-      const yw = Math.max(...panels.flatMap((p) => p.mat.yl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      const yw = Math.max(...panels.flatMap((p) => p.mat.yl.map((s) => textW(ctx, font, s))), 8);
       left = Math.min(yw, 110) + 8;
     }
     const titleH = (opts.title ? 22 : 0), subH = panels.length > 1 || opts.subtitles ? font + 6 : 0;
@@ -373,7 +381,7 @@
     const k0 = zm.k0, q0 = zm.q0;
     const rotate = showLabels && (cellPx < 14 || panels.some((p) => p.mat.xl.some((s) => String(s).length > 1)));
     if (showLabels) {
-      const xw = Math.max(...panels.flatMap((p) => p.mat.xl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      const xw = Math.max(...panels.flatMap((p) => p.mat.xl.map((s) => textW(ctx, font, s))), 8);
       bottom = rotate ? Math.min(xw, 110) + 10 : font + 8;
     }
     const pw = left + gw + 8, ph = subH + gh + bottom;
