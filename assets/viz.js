@@ -179,6 +179,13 @@
     render();
   }
   AV.setLens = function (name) {
+    if (name !== "weights" && S.started && !S.enc.length) { // a long input
+      // another lens comes whole (every kind, layer and head: ~70 MB at 512 tokens): refused
+      const msg = document.getElementById("lens-msg"), sel = document.getElementById("lens-select");
+      if (msg) msg.textContent = ` ⚠ the ${name} lens is sent whole, too big for a ${S.src.length}-token input: showing the weights`;
+      if (sel) sel.value = "weights";
+      name = "weights";
+    }
     ui.lens = name; ui.lensAsked = "";
     const box = document.getElementById("fixed-scale"), note = document.getElementById("fixed-note");
     if (box) box.disabled = name === "norms"; // no 0–1 scale for sizes: say so beside the switch
