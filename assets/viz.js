@@ -21,7 +21,8 @@
   let root = null;
   let stale = false; // a render was skipped while the step view was hidden
   const view = {}; // kind -> [layer, head]
-  const ui = { fixed: false, modelKind: "cross", lens: "weights" };
+  const ui = { fixed: false, modelKind: "cross", lens: "weights", words: false, encQueue: [], encBusy: 0, encAsked: {} };
+  const THUMB = 64; // model-view thumbnails: at most THUMB x THUMB cells (analysis/words.py)
   // another lens's matrices of this decode, sent once on request (null: the weights path)
   let LENS = null;
   AV.drawn = { epoch: "", step: -1, t: 0 };
@@ -34,12 +35,19 @@
   function fresh(epoch) {
     return { epoch, started: false, have: 0, n: 0, step: 0, tokens: [], prob: [], topk: [], forced: [],
       rows: { decoder_self: [], cross: [] }, enc: [], src: [], pieces: [], unk: [], H: 0,
+      encBlocks: {}, encMask: {}, thumbs: {}, srcWords: null, tgtWords: null,
       layers: {}, expected: null, bos: "<bos>", titles: {}, info: {}, done: false };
   }
   function f32(b64) {
     const bin = atob(b64), u8 = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
     return new Float32Array(u8.buffer);
+  }
+  // one bit per cell, most significant first (encview.packed)
+  function unpack(b64, n) {
+    const bin = atob(b64), u = new Uint8Array(n);
+    for (let i = 0; i < n; i++) u[i] = (bin.charCodeAt(i >> 3) >> (7 - (i & 7))) & 1;
+    return u;
   }
   function bits(s, from, n) {
     const u = new Uint8Array(n);
@@ -51,6 +59,7 @@
   AV.apply = function (p) {
     if (!p || typeof p !== "object") return;
     if (p.lens) return setLens(p.lens);
+    if (p.enc) return setEnc(p.enc);
     if (!p.started) {
       S = fresh(p.epoch || "");
       S.info = p.info || {};
@@ -66,6 +75,10 @@
       S.bos = p.bos; S.expected = p.expected; S.titles = p.titles;
       const ts = p.src.length;
       S.enc = p.encoder.map((e) => ({ w: f32(e.w), m: bits(e.m, 0, ts * ts) }));
+      S.srcWords = p.src_words || null;
+      if (p.enc_block) storeEnc(p.enc_block);
+      ui.encAsked = {}; ui.encQueue = [];
+      document.querySelectorAll(".av-canvas").forEach((c) => (c._zoom = null)); // a new input: unzoomed
       for (const k of ["decoder_self", "cross"]) S.rows[k] = Array.from({ length: p.layers[k] }, () => []);
       for (const k of KINDS) {
         const v = (p.view || {})[k];
@@ -94,6 +107,7 @@
     S.prob.length = S.topk.length = p.n;
     S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done; S.forced = p.forced || [];
     S.info = p.info || {}; S.limit = p.limit;
+    if (p.tgt_words) S.tgtWords = p.tgt_words;
     render();
     if (ui.lens !== "weights" && !lensCovers()) requestLens(); // only off the weights path
     if (p.follow) { // other panels show an older state: let them follow, after this paint
@@ -105,6 +119,48 @@
     const b = document.querySelector("#resync-btn");
     if (b) b.click();
   };
+
+  // -- a long input's encoder self-attention: asked for when shown ----------------------------
+  // The first Step of a long input carries one layer/head of it (encview.encoder_block); the
+  // page asks for another when it shows it (hidden #enc-btn, AV.encPending), one at a time.
+  function storeEnc(e) {
+    const ts = e.ts;
+    if (!S.encMask[e.layer]) S.encMask[e.layer] = unpack(e.m, ts * ts);
+    S.encBlocks[`${e.layer}|${e.head}`] = { h: e.h, z: f32(e.w) };
+  }
+  function setEnc(e) {
+    ui.encBusy = 0;
+    if (e.epoch === S.epoch && !e.error) {
+      if (e.thumbs) S.thumbs[e.words ? "words" : "pieces"] = { ...e, z: f32(e.w), m: unpack(e.m, e.tq * e.tk) };
+      else storeEnc(e);
+      render();
+    }
+    pumpEnc();
+  }
+  function encBlock(layer, head) { // head: -1 the mean, h a head
+    const b = S.encBlocks;
+    if (head < 0) return b[`${layer}|mean`] ? [b[`${layer}|mean`].z, 0] : null;
+    if (b[`${layer}|H${head}`]) return [b[`${layer}|H${head}`].z, 0];
+    if (b[`${layer}|all heads`]) return [b[`${layer}|all heads`].z, head];
+    return null;
+  }
+  function encHas(layer, head) { return !!S.enc[layer] || !!encBlock(layer, head); }
+  function askEnc(what) {
+    const key = `${S.epoch} ${what}`;
+    if (ui.encAsked[key]) return;
+    ui.encAsked[key] = 1;
+    ui.encQueue.push(key);
+    pumpEnc();
+  }
+  function pumpEnc() {
+    if ((ui.encBusy && performance.now() - ui.encBusy < 15000) || !ui.encQueue.length) return;
+    const b = document.querySelector("#enc-btn");
+    if (!b) return;
+    AV.encPending = ui.encQueue.shift();
+    ui.encBusy = performance.now();
+    b.click();
+  }
+  AV.encPending = "";
 
   // -- lenses other than the weights -----------------------------------------------------------
   function lensCovers() { return !!LENS && LENS.epoch === S.epoch && S.step <= LENS.n; }
@@ -123,6 +179,13 @@
     render();
   }
   AV.setLens = function (name) {
+    if (name !== "weights" && S.started && !S.enc.length) { // a long input
+      // another lens comes whole (every kind, layer and head: ~70 MB at 512 tokens): refused
+      const msg = document.getElementById("lens-msg"), sel = document.getElementById("lens-select");
+      if (msg) msg.textContent = ` ⚠ the ${name} lens is sent whole, too big for a ${S.src.length}-token input: showing the weights`;
+      if (sel) sel.value = "weights";
+      name = "weights";
+    }
     ui.lens = name; ui.lensAsked = "";
     const box = document.getElementById("fixed-scale"), note = document.getElementById("fixed-note");
     if (box) box.disabled = name === "norms"; // no 0–1 scale for sizes: say so beside the switch
@@ -162,7 +225,9 @@
     const H = S.H, ts = S.src.length;
     let w, m, tk, base;
     if (kind === "encoder_self") {
-      const e = S.enc[layer]; w = e.w; m = e.m[q * ts + k]; tk = ts; base = q * ts;
+      const e = S.enc[layer];
+      if (!e) { const [z, h] = encBlock(layer, head); return [z[h * ts * ts + q * ts + k], S.encMask[layer][q * ts + k]]; }
+      w = e.w; m = e.m[q * ts + k]; tk = ts; base = q * ts;
       const at = (h) => w[h * ts * ts + base + k];
       return [head < 0 ? mean(at, H) : at(head), m];
     }
@@ -177,9 +242,13 @@
     for (let h = 0; h < H; h++) s += at(h);
     return s / H;
   }
-  function matrix(kind, layer, head) {
+  function pieceMatrix(kind, layer, head) {
     const [xl, yl] = labels(kind);
     const tq = yl.length, tk = xl.length;
+    if (kind === "encoder_self" && !S.enc[layer] && !LENS) { // a long input's block: as sent
+      const [z, h] = encBlock(layer, head);
+      return { z: z.subarray(h * tq * tk, (h + 1) * tq * tk), m: S.encMask[layer], tq, tk, xl, yl };
+    }
     const z = new Float32Array(tq * tk), m = new Uint8Array(tq * tk), get = LENS ? lensCell : cell;
     for (let q = 0; q < tq; q++)
       for (let k = 0; k < tk; k++) {
@@ -188,7 +257,71 @@
       }
     return { z, m, tq, tk, xl, yl };
   }
+  // the matrix shown: pieces, or pooled into words (ui.words)
+  function matrix(kind, layer, head) {
+    const mat = pieceMatrix(kind, layer, head);
+    return ui.words ? toWords(mat, ...wordsOf(kind)) : mat;
+  }
+  // [key words, query words] of a kind as {index, text} (views._words), cut to the shown pieces
+  function wordsOf(kind) {
+    const src = S.srcWords || { index: S.src.map((_, i) => i), text: S.src };
+    const tgt = S.tgtWords || { index: [0], text: [S.bos] };
+    return kind === "encoder_self" ? [src, src] : kind === "decoder_self" ? [tgt, tgt] : [src, tgt];
+  }
+  function wordLabels(w, n) {
+    const out = [];
+    for (let i = 0; i < n; i++) { const j = w.index[i]; out[j] = (out[j] || "") + w.text[i]; }
+    return out.map((s) => s.trim() || "␣");
+  }
+  // Pieces -> words, the alignment module's rule (analysis/words.py pool_words): summed over a
+  // word's key pieces, averaged over its query pieces (rows whose every key is blocked are left
+  // out); a word cell is blocked where every piece cell under it is.
+  function toWords(mat, kw, qw) {
+    const { tq, tk } = mat;
+    if (!tq || !tk) return mat;
+    const qi = qw.index, ki = kw.index, nq = qi[tq - 1] + 1, nk = ki[tk - 1] + 1;
+    const z = new Float32Array(nq * nk), reach = new Uint8Array(nq * nk), cnt = new Float64Array(nq);
+    const acc = new Float64Array(nq * nk), live = new Uint8Array(tq);
+    for (let q = 0; q < tq; q++) {
+      for (let k = 0; k < tk; k++) if (!mat.m[q * tk + k]) { live[q] = 1; break; }
+      if (live[q]) cnt[qi[q]] += 1;
+    }
+    for (let q = 0; q < tq; q++) {
+      if (!live[q]) continue;
+      const row = qi[q] * nk;
+      for (let k = 0; k < tk; k++) {
+        const j = row + ki[k];
+        acc[j] += mat.z[q * tk + k];
+        if (!mat.m[q * tk + k]) reach[j] = 1;
+      }
+    }
+    const m = new Uint8Array(nq * nk);
+    for (let a = 0; a < nq; a++) for (let b = 0; b < nk; b++) {
+      const j = a * nk + b;
+      m[j] = reach[j] ? 0 : 1;
+      z[j] = cnt[a] ? acc[j] / cnt[a] : 0;
+    }
+    return { z, m, tq: nq, tk: nk, xl: wordLabels(kw, tk), yl: wordLabels(qw, tq) };
+  }
+  // max over blocks of at most THUMB x THUMB cells (analysis/words.py downsample)
+  function thumb(mat) {
+    const bq = Math.max(1, Math.ceil(mat.tq / THUMB)), bk = Math.max(1, Math.ceil(mat.tk / THUMB));
+    if (bq === 1 && bk === 1) return mat;
+    const nq = Math.ceil(mat.tq / bq), nk = Math.ceil(mat.tk / bk), z = new Float32Array(nq * nk), m = new Uint8Array(nq * nk).fill(1);
+    for (let q = 0; q < mat.tq; q++) for (let k = 0; k < mat.tk; k++) {
+      const i = q * mat.tk + k, j = Math.floor(q / bq) * nk + Math.floor(k / bk);
+      if (!mat.m[i]) { if (m[j] || mat.z[i] > z[j]) z[j] = mat.z[i]; m[j] = 0; }
+    }
+    const span = (labels, b, n) => Array.from({ length: n }, (_, i) => `${labels[i * b]} … ${labels[Math.min((i + 1) * b, labels.length) - 1]}`);
+    return { z, m, tq: nq, tk: nk, xl: span(mat.xl, bk, nk), yl: span(mat.yl, bq, nq), blocks: [bq, bk] };
+  }
+  AV.matrixOf = function (kind, layer, head) { // for tests: the matrix a heatmap shows
+    if (kind === "encoder_self" && !encHas(layer, head)) return null; // not asked for yet
+    const mat = matrix(kind, layer, head);
+    return { z: Array.from(mat.z), m: Array.from(mat.m), tq: mat.tq, tk: mat.tk, xl: mat.xl, yl: mat.yl };
+  };
   AV.maskedCells = function (kind, layer) { // for tests: the blocked cells this page draws
+    if (kind === "encoder_self" && !encHas(layer, -1)) { askEnc(`${layer} mean`); return null; }
     const mat = matrix(kind, layer, -1), out = [];
     for (let q = 0; q < mat.tq; q++) out.push(Array.from(mat.m.subarray(q * mat.tk, (q + 1) * mat.tk)));
     return out;
@@ -213,7 +346,17 @@
     for (const mat of mats) for (let i = 0; i < mat.z.length; i++) if (!mat.m[i] && mat.z[i] > mx) mx = mat.z[i];
     return mx > 0 ? mx : 1;
   }
-  // lay out panels [{mat, title, outline}] in a grid on one canvas; returns hit boxes
+  // a label's width (shortened as drawn), measured once per font: a long input's labels repeat
+  const WIDTH_OF = new Map();
+  function textW(ctx, font, s) {
+    const key = `${font}|${s}`;
+    let w = WIDTH_OF.get(key);
+    if (w === undefined) { w = ctx.measureText(short(s, 12)).width; if (WIDTH_OF.size < 20000) WIDTH_OF.set(key, w); }
+    return w;
+  }
+  // lay out panels [{mat, title, outline}] in a grid on one canvas; returns hit boxes.
+  // Zoom (canvas._zoom = {z, k0, q0}): each cell is z times its fitted size (integers both:
+  // crisp cells), the grid keeps its size and shows the cells k0.., q0.. that fit (pan).
   function drawPanels(canvas, panels, opts) {
     const col = colours(), dpr = window.devicePixelRatio || 1;
     const avail = Math.max(240, opts.width || WIDTHS[canvas.parentElement.id] || 600);
@@ -224,22 +367,31 @@
     ctx.font = `${font}px sans-serif`;
     const tk = Math.max(...panels.map((p) => p.mat.tk), 1), tq = Math.max(...panels.map((p) => p.mat.tq), 1);
     const showLabels = !opts.tiny;
+    const zm = canvas._zoom || (canvas._zoom = { z: 1, k0: 0, q0: 0 });
     let left = 6, bottom = 6;
     if (showLabels) {
-      const yw = Math.max(...panels.flatMap((p) => p.mat.yl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      const yw = Math.max(...panels.flatMap((p) => p.mat.yl.map((s) => textW(ctx, font, s))), 8);
       left = Math.min(yw, 110) + 8;
     }
     const titleH = (opts.title ? 22 : 0), subH = panels.length > 1 || opts.subtitles ? font + 6 : 0;
     const barW = opts.noBar ? 0 : 56;
     const panelW = Math.floor((avail - barW) / cols);
-    let cellPx = Math.floor((panelW - left - 8) / tk);
-    cellPx = Math.max(2, Math.min(cellPx, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
+    let base = Math.floor((panelW - left - 8) / tk);
+    base = Math.max(2, Math.min(base, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
+    // a few rows of many keys (cross-attention of a long input): taller rows, up to the cap
+    const baseH = opts.tiny ? base : Math.max(base, Math.min(opts.maxCell || 26, 22, Math.floor((opts.maxH || 560) / tq)));
+    const cellPx = base * zm.z, cellH = baseH * zm.z; // integers: every cell the same whole pixels
+    const gw = tk * base, gh = tq * baseH; // the grid's size, zoomed or not
+    const nk = Math.min(tk, Math.ceil(gw / cellPx)), nq = Math.min(tq, Math.ceil(gh / cellH));
+    zm.k0 = Math.max(0, Math.min(Math.round(zm.k0), tk - Math.floor(gw / cellPx)));
+    zm.q0 = Math.max(0, Math.min(Math.round(zm.q0), tq - Math.floor(gh / cellH)));
+    const k0 = zm.k0, q0 = zm.q0;
     const rotate = showLabels && (cellPx < 14 || panels.some((p) => p.mat.xl.some((s) => String(s).length > 1)));
     if (showLabels) {
-      const xw = Math.max(...panels.flatMap((p) => p.mat.xl.map((s) => ctx.measureText(short(s, 12)).width)), 8);
+      const xw = Math.max(...panels.flatMap((p) => p.mat.xl.map((s) => textW(ctx, font, s))), 8);
       bottom = rotate ? Math.min(xw, 110) + 10 : font + 8;
     }
-    const pw = left + tk * cellPx + 8, ph = subH + tq * cellPx + bottom;
+    const pw = left + gw + 8, ph = subH + gh + bottom;
     const rows = Math.ceil(panels.length / cols);
     ctx.font = "bold 13px sans-serif";
     const titleW = opts.title ? ctx.measureText(opts.title).width + 12 : 0;
@@ -252,40 +404,45 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.fillStyle = col.bg; ctx.fillRect(0, 0, W, Hh);
     ctx.fillStyle = col.text; ctx.textBaseline = "middle";
-    if (opts.title) { ctx.font = "bold 13px sans-serif"; ctx.fillText(opts.title, 4, 11, W - 8); }
+    if (opts.title) { ctx.font = "bold 13px sans-serif"; ctx.fillText(opts.title + (zm.z > 1 ? ` · zoom ×${zm.z}` : ""), 4, 11, W - 8); }
     ctx.font = `${font}px sans-serif`;
     const vmax = opts.vmax, boxes = [];
-    const every = Math.max(1, Math.ceil((font + 1) / cellPx));
+    const every = Math.max(1, Math.ceil((font + 1) / cellPx)), everyQ = Math.max(1, Math.ceil((font + 1) / cellH)); // labels thinned to what fits
     panels.forEach((p, i) => {
       const x0 = (i % cols) * pw, y0 = titleH + Math.floor(i / cols) * ph;
       const gx = x0 + left, gy = y0 + subH, mat = p.mat;
       if (subH) { ctx.fillStyle = col.text; ctx.textAlign = "left"; ctx.fillText(short(p.title || "", 24), gx, y0 + subH / 2); }
-      const img = ctx.createImageData(mat.tk, mat.tq);
+      const img = ctx.createImageData(Math.max(mat.tk, 1), Math.max(mat.tq, 1)), px = img.data;
       for (let j = 0; j < mat.z.length; j++) {
-        let rgb;
-        if (mat.m[j]) rgb = MASK_RGB;
-        else { const t = Math.max(0, Math.min(255, Math.round((mat.z[j] / vmax) * 255))); rgb = [LUT[t * 3], LUT[t * 3 + 1], LUT[t * 3 + 2]]; }
-        img.data[j * 4] = rgb[0]; img.data[j * 4 + 1] = rgb[1]; img.data[j * 4 + 2] = rgb[2]; img.data[j * 4 + 3] = 255;
+        let r, g, b;
+        if (mat.m[j]) [r, g, b] = MASK_RGB;
+        else { const t = Math.max(0, Math.min(255, Math.round((mat.z[j] / vmax) * 255))) * 3; r = LUT[t]; g = LUT[t + 1]; b = LUT[t + 2]; }
+        px[j * 4] = r; px[j * 4 + 1] = g; px[j * 4 + 2] = b; px[j * 4 + 3] = 255;
       }
       OFF.width = Math.max(mat.tk, 1); OFF.height = Math.max(mat.tq, 1);
       OFF.getContext("2d").putImageData(img, 0, 0);
-      const off = OFF;
       ctx.imageSmoothingEnabled = false;
-      if (mat.tk && mat.tq) ctx.drawImage(off, gx, gy, mat.tk * cellPx, mat.tq * cellPx);
-      if (p.outline != null && p.outline >= 0) {
+      const vk = Math.min(nk, mat.tk - k0), vq = Math.min(nq, mat.tq - q0); // cells in view
+      if (vk > 0 && vq > 0) {
+        ctx.save(); ctx.beginPath(); ctx.rect(gx, gy, gw, gh); ctx.clip();
+        ctx.drawImage(OFF, k0, q0, vk, vq, gx, gy, vk * cellPx, vq * cellH);
+        ctx.restore();
+      }
+      const oq = p.outline == null ? -1 : p.outline - q0;
+      if (oq >= 0 && oq < nq && p.outline < mat.tq) {
         ctx.strokeStyle = OUTLINE; ctx.lineWidth = 2;
-        ctx.strokeRect(gx - 1, gy + p.outline * cellPx - 1, mat.tk * cellPx + 2, cellPx + 2);
+        ctx.strokeRect(gx - 1, gy + oq * cellH - 1, Math.min(vk * cellPx, gw) + 2, cellH + 2);
       }
       if (showLabels) {
         ctx.fillStyle = col.text; ctx.textAlign = "right";
-        for (let q = 0; q < mat.tq; q += every) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q + 0.5) * cellPx);
-        for (let k = 0; k < mat.tk; k += every) {
-          const x = gx + (k + 0.5) * cellPx, y = gy + mat.tq * cellPx + 4;
+        for (let q = q0; q < q0 + vq; q += everyQ) ctx.fillText(short(mat.yl[q], 12), gx - 4, gy + (q - q0 + 0.5) * cellH);
+        for (let k = k0; k < k0 + vk; k += every) {
+          const x = gx + (k - k0 + 0.5) * cellPx, y = gy + gh + 4;
           if (rotate) { ctx.save(); ctx.translate(x, y); ctx.rotate(-Math.PI / 2); ctx.textAlign = "right"; ctx.fillText(short(mat.xl[k], 12), 0, 0); ctx.restore(); }
           else { ctx.textAlign = "center"; ctx.fillText(short(mat.xl[k], 12), x, y + font / 2); }
         }
       }
-      boxes.push({ x: gx, y: gy, cell: cellPx, mat, title: p.title, key: p.key });
+      boxes.push({ x: gx, y: gy, cell: cellPx, ch: cellH, k0, q0, w: Math.min(vk * cellPx, gw), h: Math.min(vq * cellH, gh), mat, title: p.title, key: p.key });
     });
     if (!opts.noBar) { // colour bar: 0 .. vmax, and the masked grey
       const bx = pw * cols + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
@@ -301,34 +458,117 @@
     }
     canvas._av = boxes;
     canvas._vmax = vmax;
+    canvas._geom = { cols, base, baseH, tk, tq };
     return boxes;
   }
 
+  // the cell under a point of a canvas (canvas coordinates): {box, q, k} or null
+  function cellAt(canvas, x, y) {
+    for (const b of canvas._av || []) {
+      if (x < b.x || y < b.y || x >= b.x + b.w || y >= b.y + b.h) continue;
+      const k = b.k0 + Math.floor((x - b.x) / b.cell), q = b.q0 + Math.floor((y - b.y) / b.ch);
+      if (k < b.mat.tk && q < b.mat.tq) return { box: b, q, k };
+    }
+    return null;
+  }
+  // for tests: what the cell under a point of a panel's canvas shows (value, mask, tokens)
+  AV.probe = function (id, x, y) {
+    const c = document.querySelector(`#${id} canvas`), hit = c && cellAt(c, x, y);
+    if (!hit) return null;
+    const { box: b, q, k } = hit, i = q * b.mat.tk + k;
+    return { q, k, value: b.mat.z[i], masked: !!b.mat.m[i], query: b.mat.yl[q], key: b.mat.xl[k], vmax: c._vmax, zoom: c._zoom, title: b.title || "" };
+  };
+  AV.colourOf = function (value, vmax) { // for tests: the colour a cell of this value gets
+    const t = Math.max(0, Math.min(255, Math.round((value / vmax) * 255))) * 3;
+    return [LUT[t], LUT[t + 1], LUT[t + 2]];
+  };
+
   function hover(canvas, tip) {
     canvas.addEventListener("mousemove", (ev) => {
-      const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
-      for (const b of canvas._av || []) {
-        const k = Math.floor((x - b.x) / b.cell), q = Math.floor((y - b.y) / b.cell);
-        if (k >= 0 && q >= 0 && k < b.mat.tk && q < b.mat.tq) {
-          const i = q * b.mat.tk + k;
-          const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `${lensName() === "weights" ? "weight" : lensName()} ${b.mat.z[i].toFixed(4)}`;
-          tip.textContent = `${b.title ? b.title + ": " : ""}query ${q} “${b.mat.yl[q]}” → key ${k} “${b.mat.xl[k]}”: ${what}`;
-          tip.style.display = "block"; tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
-          return;
-        }
+      if (canvas._drag) return;
+      const r = canvas.getBoundingClientRect(), hit = cellAt(canvas, ev.clientX - r.left, ev.clientY - r.top);
+      if (hit) {
+        const { box: b, q, k } = hit, i = q * b.mat.tk + k;
+        const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `${lensName() === "weights" ? "weight" : lensName()} ${b.mat.z[i].toFixed(4)}`;
+        tip.textContent = `${b.title ? b.title + ": " : ""}query ${q} “${b.mat.yl[q]}” → key ${k} “${b.mat.xl[k]}”: ${what}`;
+        tip.style.display = "block"; tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
+        return;
       }
       tip.style.display = "none";
     });
     canvas.addEventListener("mouseleave", () => (tip.style.display = "none"));
   }
 
+  // zoom (wheel over the cells, or the panel's + / − / 1:1 buttons) and pan (drag) a canvas;
+  // canvas._redraw draws it again from what the page holds
+  AV.zoom = function (canvas, factor, at) {
+    const zm = canvas._zoom || (canvas._zoom = { z: 1, k0: 0, q0: 0 }), g = canvas._geom;
+    if (!g) return;
+    const z = factor === 0 ? 1 : Math.max(1, Math.min(64, factor > 1 ? zm.z * 2 : Math.floor(zm.z / 2)));
+    if (z === zm.z && factor !== 0) return;
+    const b = (canvas._av || [])[0];
+    // keep the cell under the pointer (or the view's centre) where it is
+    const fx = at && b ? (at[0] - b.x) / (g.tk * g.base) : 0.5, fy = at && b ? (at[1] - b.y) / (g.tq * g.baseH) : 0.5;
+    const ck = zm.k0 + fx * g.tk / zm.z, cq = zm.q0 + fy * g.tq / zm.z;
+    zm.z = z; zm.k0 = z === 1 ? 0 : ck - fx * g.tk / z; zm.q0 = z === 1 ? 0 : cq - fy * g.tq / z;
+    canvas._redraw?.();
+  };
+  function zoomable(canvas) {
+    canvas.addEventListener("wheel", (ev) => {
+      const r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      if (!cellAt(canvas, x, y)) return;
+      const zin = ev.deltaY < 0, z = canvas._zoom?.z || 1;
+      if (!zin && z === 1) return; // nothing to zoom out of: the page scrolls
+      ev.preventDefault();
+      AV.zoom(canvas, zin ? 2 : 0.5, [x, y]);
+    }, { passive: false });
+    canvas.addEventListener("mousedown", (ev) => {
+      const zm = canvas._zoom, g = canvas._geom;
+      if (!zm || zm.z === 1 || !g || ev.button !== 0) return;
+      ev.preventDefault();
+      const cell = g.base * zm.z, cellH = g.baseH * zm.z, start = [ev.clientX, ev.clientY, zm.k0, zm.q0];
+      canvas._drag = true; canvas.style.cursor = "grabbing";
+      const move = (e) => {
+        const k0 = start[2] - (e.clientX - start[0]) / cell, q0 = start[3] - (e.clientY - start[1]) / cellH;
+        if (Math.round(k0) !== zm.k0 || Math.round(q0) !== zm.q0) { zm.k0 = k0; zm.q0 = q0; canvas._redraw?.(); }
+      };
+      const up = () => { canvas._drag = false; canvas.style.cursor = ""; window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); };
+      window.addEventListener("mousemove", move); window.addEventListener("mouseup", up);
+    });
+  }
+  function zoomButtons(canvas) {
+    const b = (text, title, f) => { const x = el("button", { class: "av-zoom", type: "button", title, text }); x.addEventListener("click", () => AV.zoom(canvas, f)); return x; };
+    return [b("+", "zoom in (or the mouse wheel over the cells; drag to pan)", 2), b("−", "zoom out", 0.5), b("1:1", "the whole matrix", 0)];
+  }
+
+  function save(blob, file) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob); a.download = file;
+    document.body.appendChild(a); a.click(); a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+  // the figure as drawn (pieces or words, zoomed or not)
   function png(canvas, name) {
-    canvas.toBlob((blob) => {
-      const a = document.createElement("a");
-      a.href = URL.createObjectURL(blob); a.download = `attnviz-${name}-step${S.step}.png`;
-      document.body.appendChild(a); a.click(); a.remove();
-      setTimeout(() => URL.revokeObjectURL(a.href), 1000);
-    }, "image/png");
+    canvas.toBlob((blob) => save(blob, `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.png`), "image/png");
+  }
+  // the matrices drawn (pieces or words; every cell, zoomed or not): one block per panel,
+  // a header row of keys, a column of queries; a masked cell is empty
+  AV.csv = function (canvas) {
+    const q = (x) => `"${String(x).replace(/"/g, '""')}"`, lines = [], boxes = canvas._av || [];
+    for (const b of boxes) {
+      const { z, m, tq, tk, xl, yl } = b.mat;
+      if (boxes.length > 1) lines.push(q(b.title || ""));
+      lines.push([q("query \\ key"), ...xl.map(q)].join(","));
+      for (let r = 0; r < tq; r++) {
+        const row = [q(yl[r])];
+        for (let k = 0; k < tk; k++) row.push(m[r * tk + k] ? "" : String(z[r * tk + k]));
+        lines.push(row.join(","));
+      }
+    }
+    return lines.join("\n") + "\n";
+  };
+  function csv(canvas, name) {
+    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.csv`);
   }
 
   // -- the page ------------------------------------------------------------------------------
@@ -346,9 +586,12 @@
     const canvas = el("canvas", { class: "av-canvas" });
     const btn = el("button", { class: "av-png", type: "button", title: "download this figure as PNG", text: "PNG" });
     btn.addEventListener("click", () => png(canvas, id));
-    head.appendChild(btn);
+    const csvBtn = el("button", { class: "av-csv", type: "button", title: "download the matrices shown as CSV (pieces or words, as the switch says; a masked cell is empty)", text: "CSV" });
+    csvBtn.addEventListener("click", () => csv(canvas, id));
+    head.append(...zoomButtons(canvas), btn, csvBtn);
     p.append(head, el("div", { class: "av-empty" }), canvas);
     hover(canvas, tipEl());
+    zoomable(canvas);
     return p;
   }
   let tip = null;
@@ -371,9 +614,13 @@
     const lensSel = el("select", { id: "lens-select", "aria-label": "lens" });
     for (const [v, t] of [["weights", "attention weights"], ["norms", "norms ‖α·f(x)‖"], ["rollout", "rollout (heads averaged)"]]) lensSel.appendChild(el("option", { value: v, text: t }));
     lensSel.addEventListener("change", () => AV.setLens(lensSel.value));
+    const unitSel = el("select", { id: "unit-select", "aria-label": "pieces or words" });
+    for (const [v, t] of [["pieces", "pieces"], ["words", "words (pieces pooled)"]]) unitSel.appendChild(el("option", { value: v, text: t }));
+    unitSel.addEventListener("change", () => AV.setUnit(unitSel.value));
     const bar = el("div", { class: "av-bar" },
       el("label", { class: "av-check" }, fixed, el("span", { text: " fixed 0–1 colour scale (else each figure spans 0 to its largest weight)" }), el("span", { id: "fixed-note", class: "av-keys" })),
       el("label", { class: "av-ctl" }, el("span", { text: "lens " }), lensSel, el("span", { id: "lens-msg", class: "av-keys" })),
+      el("label", { class: "av-ctl", title: "words: each word's attention summed over its key pieces and averaged over its query pieces (the alignment rule)" }, el("span", { text: "show " }), unitSel),
       el("span", { class: "av-keys", id: "key-hint", text: "Keys (outside a text field): → or n Step · ← or b Back · r Run · Home Reset" }));
     const topk = el("div", { class: "av-panel", id: "topk-plot" }, el("div", { class: "av-head" }, el("span", { class: "av-title", text: "Next-token probabilities" })), el("div", { class: "av-bars" }));
     const rows = el("div", { class: "av-col" }, panel("heatmap-rows-cross", "Rows this step added"), panel("heatmap-rows-decoder", "Rows this step added"));
@@ -383,8 +630,9 @@
       const p = panel(`heatmap-${k}`, k);
       const layer = el("select", { class: "av-layer", "aria-label": "layer" });
       const headSel = el("select", { class: "av-headsel", "aria-label": "head" });
-      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
-      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); drawKind(k); AV.drawn.t = performance.now(); });
+      // drawn now, or (a long input's encoder) once the layer/head asked for is here
+      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
+      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
       const h = p.querySelector(".av-head");
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layer), h.querySelector(".av-png"));
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel), h.querySelector(".av-png"));
@@ -401,7 +649,7 @@
     mv.querySelector("canvas").addEventListener("click", (ev) => {
       const c = ev.currentTarget, r = c.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
       for (const b of c._av || []) {
-        if (x >= b.x && y >= b.y - 14 && x < b.x + b.mat.tk * b.cell && y < b.y + b.mat.tq * b.cell) {
+        if (x >= b.x && y >= b.y - 14 && x < b.x + b.w && y < b.y + b.h) {
           AV.openHead(ui.modelKind, b.key[0], b.key[1]);
           return;
         }
@@ -466,9 +714,25 @@
     const heads = ["mean", "all heads", ...Array.from({ length: S.H }, (_, h) => `H${h}`)];
     setOptions(p.querySelector(".av-headsel"), heads, heads, head);
     const stepTxt = kind === "encoder_self" ? "" : ` · step ${S.step}`;
-    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}${lensSuffix()}`;
+    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}${lensSuffix()}${ui.words ? " · words" : ""}`;
     title.textContent = t;
-    const outline = kind === "encoder_self" ? null : S.step - 1;
+    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
+    canvas._redraw = () => { measure(); drawKind(kind); };
+    if (kind === "encoder_self") { // a long input: this layer/head (and its mask) comes when asked for
+      const hs = head === "all heads" ? [...Array(S.H).keys()] : [head === "mean" ? -1 : +head.slice(1)];
+      if (!hs.every((h) => encHas(lay, h))) {
+        askEnc(`${lay} ${head}`);
+        empty.textContent = `loading encoder self-attention, layer ${lay}, ${headName(head)} (a long input: the page asks for what it shows)…`;
+        empty.style.display = "block"; canvas.style.display = "none";
+        return false;
+      }
+    }
+    // the encoder's heatmap does not change with the step: drawn again only when what it
+    // shows changed (a 512 x 512 redraw per Step would cost the Step tens of ms)
+    const zm = canvas._zoom, key = kind === "encoder_self" ? [S.epoch, lay, head, ui.words, lensName(), LENS && LENS.n, ui.fixed,
+      zm ? `${zm.z},${zm.k0},${zm.q0}` : "", WIDTHS[p.id], colours().dark, t].join("|") : null;
+    if (key && canvas._key === key && canvas.style.display !== "none") return true;
+    canvas._key = key;
     let panels;
     if (head === "all heads") panels = Array.from({ length: S.H }, (_, h) => ({ mat: matrix(kind, lay, h), title: `H${h}`, outline }));
     else panels = [{ mat: matrix(kind, lay, head === "mean" ? -1 : +head.slice(1)), outline }];
@@ -485,12 +749,38 @@
     if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
       empty.textContent = "model view: press Step (or pick encoder_self)"; empty.style.display = "block"; canvas.style.display = "none"; return;
     }
-    const panels = [];
-    for (let l = 0; l < S.layers[kind]; l++)
-      for (let h = 0; h < S.H; h++) panels.push({ mat: matrix(kind, l, h), title: `L${l} H${h}`, key: [l, h], outline: kind === "encoder_self" ? null : S.step - 1 });
+    canvas._redraw = () => { measure(); drawModel(); };
+    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
+    let panels = [], blocks = [1, 1];
+    if (kind === "encoder_self" && !S.enc.length && LENS) { // every head of a long input: not sent
+      empty.textContent = `model view: a long input's encoder is shown through the ${lensName()} lens one head at a time (open one above), or pick the weights lens for thumbnails`;
+      empty.style.display = "block"; canvas.style.display = "none"; return;
+    }
+    if (kind === "encoder_self" && !S.enc.length) { // a long input: the server's thumbnails
+      const th = S.thumbs[ui.words ? "words" : "pieces"];
+      if (!th) {
+        askEnc(ui.words ? "thumbs words" : "thumbs");
+        empty.textContent = "loading the encoder's thumbnails (a long input: downsampled on the server)…"; empty.style.display = "block"; canvas.style.display = "none"; return;
+      }
+      const n = th.tq * th.tk, span = (b, i) => (b > 1 ? `${i * b}–${(i + 1) * b - 1}` : String(i));
+      const yl = Array.from({ length: th.tq }, (_, i) => `${ui.words ? "words" : "pieces"} ${span(th.bq, i)}`), xl = Array.from({ length: th.tk }, (_, i) => `${ui.words ? "words" : "pieces"} ${span(th.bk, i)}`);
+      for (let l = 0; l < th.L; l++)
+        for (let h = 0; h < th.h; h++) panels.push({ mat: { z: th.z.subarray((l * th.h + h) * n, (l * th.h + h + 1) * n), m: th.m, tq: th.tq, tk: th.tk, xl, yl }, title: `L${l} H${h}`, key: [l, h], outline: null });
+      blocks = [th.bq, th.bk];
+    } else {
+      for (let l = 0; l < S.layers[kind]; l++)
+        for (let h = 0; h < S.H; h++) {
+          const mat = thumb(matrix(kind, l, h));
+          if (mat.blocks) blocks = mat.blocks;
+          panels.push({ mat, title: `L${l} H${h}`, key: [l, h], outline: mat.blocks ? null : outline });
+        }
+    }
+    const small = blocks[0] > 1 || blocks[1] > 1 ? ` · downsampled to ≤${THUMB}×${THUMB} (each cell: the largest weight of ${blocks[0]}×${blocks[1]} ${ui.words ? "words" : "pieces"}; open a head for every cell)` : "";
     empty.style.display = "none"; canvas.style.display = "block";
-    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
+    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}${ui.words ? " · words" : ""}${small}`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
   }
+  // the word row holding the newest query piece (words mode's outline)
+  function wordRow(kind) { const w = wordsOf(kind)[1]; return w.index[Math.max(S.step - 1, 0)] ?? S.step - 1; }
 
   function drawRows() {
     for (const [id, kind] of [["heatmap-rows-cross", "cross"], ["heatmap-rows-decoder", "decoder_self"]]) {
@@ -509,8 +799,10 @@
         names.push(`L${l} H${h}`);
         for (let k = 0; k < tk; k++) { const [v, b] = get(kind, l, h, q, k); z[(l * H + h) * tk + k] = v; m[(l * H + h) * tk + k] = b; }
       }
-      const mat = { z, m, tq: L * H, tk, xl, yl: names };
-      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}`;
+      let mat = { z, m, tq: L * H, tk, xl, yl: names };
+      if (ui.words) mat = toWords(mat, wordsOf(kind)[0], { index: names.map((_, i) => i), text: names });
+      canvas._redraw = () => { measure(); drawRows(); };
+      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}${ui.words ? " · words (summed over each word's pieces)" : ""}`;
       title.textContent = t;
       empty.style.display = "none"; canvas.style.display = "block";
       drawPanels(canvas, [{ mat }], { title: t, vmax: vmaxOf([mat]), maxCell: 22, maxH: 400 });
@@ -562,7 +854,10 @@
     const src = document.getElementById("source-tokens"), out = document.getElementById("output-tokens"), exp = document.getElementById("expected-tokens");
     if (!src) return;
     const unk = new Set(S.unk);
-    chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
+    if (src._key !== S.epoch || !S.started) { // a long input's chips are built once per input
+      chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
+      src._key = S.started ? S.epoch : "";
+    }
     const shown = S.tokens.slice(0, S.step), want = S.expected;
     let bad = -1;
     if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
@@ -599,6 +894,17 @@
     AV.drawn = { epoch: S.epoch, step: S.step, t: performance.now() };
   }
   AV.render = render;
+  // pieces | words: every heatmap (and its PNG) pools subword pieces into words, or not
+  AV.setUnit = function (unit) {
+    ui.words = unit === "words";
+    const sel = document.getElementById("unit-select");
+    if (sel) sel.value = ui.words ? "words" : "pieces";
+    document.querySelectorAll(".av-canvas").forEach((c) => (c._zoom = null)); // other cells
+    const v = document.querySelector("#unit-value textarea, #unit-value input"); // exports follow
+    if (v) { v.value = ui.words ? "words" : "pieces"; v.dispatchEvent(new Event("input", { bubbles: true })); }
+    render();
+  };
+  AV.unit = () => (ui.words ? "words" : "pieces");
 
   // -- a view outside the app (attnviz.show in a notebook) -----------------------------------
   // AV.drawStatic(element, data) draws one attention kind of a finished decode into
@@ -634,7 +940,8 @@
           layers: layers.map((e) => ({ weights: nest(e.w, [H, tq, tk]), mask: nest(e.m, [tq, tk]) })) }))), main,
       el("div", { class: "av-sub", text: "every layer × head (click one to open it above)" }), grid);
     const tipBox = tipEl();
-    hover(main, tipBox); hover(grid, tipBox);
+    hover(main, tipBox); hover(grid, tipBox); zoomable(main); zoomable(grid);
+    main._redraw = grid._redraw = () => draw();
     let width = 0;
     const draw = () => {
       const saved = COL;
@@ -657,7 +964,7 @@
     grid.addEventListener("click", (ev) => {
       const r = grid.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
       for (const b of grid._av || []) {
-        if (x >= b.x && y >= b.y - 14 && x < b.x + b.mat.tk * b.cell && y < b.y + b.mat.tq * b.cell) {
+        if (x >= b.x && y >= b.y - 14 && x < b.x + b.w && y < b.y + b.h) {
           v.layer = b.key[0]; v.head = `H${b.key[1]}`; layerSel.value = String(v.layer); headSel.value = v.head; draw(); return;
         }
       }

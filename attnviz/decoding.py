@@ -156,6 +156,8 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
         rec = AttentionRecord(kind, layer, name)
         for f in STEP_FIELDS:
             parts = [getattr(r, f) for r in rows]
+            if any(p is None for p in parts):  # not captured (GreedyStepper's capture)
+                continue
             if kind == "decoder_self":  # row t has t + 1 keys: pad the future
                 fill = {"scores": math.nan, "mask": True, "weights": 0.0}[f]
                 parts = [
@@ -213,6 +215,9 @@ class GreedyStepper:
         edits: attention edits (``ZeroHeads``, ``DropMask``, ...) applied to every pass,
             the encoder's included, so the whole decode runs the edited model.
         rules: :class:`LogitRules` for the argmax (a Hugging Face folder's generation config).
+        capture: what is recorded of every attention (default scores, mask and weights); the
+            app keeps ``("mask", "weights")``: a long input's encoder scores are as big as
+            its weights and no view of the app reads them.
     """
 
     def __init__(
@@ -225,6 +230,7 @@ class GreedyStepper:
         src_pad_mask: Tensor | None = None,
         edits: Sequence[Edit] = (),
         rules: LogitRules | None = None,
+        capture: Sequence[str] = STEP_FIELDS,
     ):
         src = _as_batch(src_ids, "src_ids")
         if src.shape[0] != 1:
@@ -232,10 +238,11 @@ class GreedyStepper:
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
         self.edits = tuple(edits)
         self.rules = rules
+        self.capture = tuple(capture)
         self.src = src.to(next(model.parameters()).device)
         self.max_len = default_max_len(model, src.shape[1], max_len)
         pad = _pad_mask(model, self.src, src_pad_mask)
-        with _inference(model), record(model, self.edits, capture=STEP_FIELDS) as enc_trace:
+        with _inference(model), record(model, self.edits, capture=self.capture) as enc_trace:
             memory = model.encode(self.src, pad)
             self._cache = model.init_cache(memory, pad, capacity=self.max_len)
         self.encoder_trace = enc_trace
@@ -285,7 +292,7 @@ class GreedyStepper:
                 raise InputError(f"token must be an integer id, got {token!r}") from None
             if not 0 <= token < vocab:
                 raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
-        with _inference(self.model), record(self.model, self.edits, capture=STEP_FIELDS) as trace:
+        with _inference(self.model), record(self.model, self.edits, capture=self.capture) as trace:
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)
         step = len(self._steps)

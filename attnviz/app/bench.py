@@ -5,8 +5,10 @@
 - the peak memory of a process serving 10 sessions (:func:`bench_app_memory`);
 - in headless Chromium (Playwright, the system Chromium), the time from a click to the
   redrawn page for Step, Back, scrub and a layer/head change, and the bytes the page
-  receives per Step, on models/reverse and an opus-mt-shaped random model
-  (:func:`bench_browser`).
+  receives per Step, on models/reverse and an opus-mt-shaped random model, and for a
+  512-token source on that model also the first Step, the page's JS heap and the first
+  Step's bytes (:func:`bench_browser`);
+- the server's RSS after 100 Steps of a 512- and a 1,024-token source (:func:`long_memory`).
 
 :func:`attnviz.bench.run` runs them with the library's rows; gradio is imported only by the
 browser rows.
@@ -97,6 +99,45 @@ print(base, rss())
 """
 
 
+_LONG_MEMORY = """
+import sys
+from attnviz.app import session, views
+from attnviz.app.bench import long_text
+folder, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def mem():
+    got = {}
+    for line in open("/proc/self/status"):
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            got[line.split(":")[0]] = int(line.split()[1]) / 1024  # MB
+    return got["VmRSS"], got["VmHWM"]
+views.json_size(session.step(session.new_state(folder), "warm up").payload)
+base = mem()[0]
+view = session.step(session.new_state(folder), long_text(n))
+assert len(view.state.src_ids) == n, len(view.state.src_ids)
+views.json_size(view.payload)
+while view.state.step < steps:
+    state = view.state
+    view = session.step(state) if not state.done else session.force(state, 5, state.step + 1)
+    views.json_size(view.payload)
+    assert view.state.step > state.step, view.message
+print(base, *mem())
+"""
+
+
+def long_memory(folder: Path, n: int, steps: int) -> tuple[float, float, float]:
+    """``(MB after one short Step, RSS, peak RSS)`` of a fresh process serving one session
+    ``steps`` Steps of an ``n``-token input on the checkpoint in ``folder`` (MB)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LONG_MEMORY, str(folder), str(n), str(steps)],
+        capture_output=True, text=True, check=True, timeout=1800,
+    )  # fmt: skip
+    base, now, peak = map(float, out.stdout.split()[-3:])
+    return base, now, peak
+
+
 def bench_app_memory(quick: bool) -> list[Row]:
     """Peak RSS of a fresh process serving 10 app sessions x 100 Step/Back calls."""
     import subprocess
@@ -111,7 +152,25 @@ def bench_app_memory(quick: bool) -> list[Row]:
     )  # fmt: skip
     base, peak = map(float, out.stdout.split()[-2:])
     return [Row(f"peak RSS after 10 app sessions x {calls} Step/Back calls", peak, "MB", "-", None,
-                f"{base:.0f} MB after the first step (torch, one model loaded)")]  # fmt: skip
+                f"{base:.0f} MB after the first step (torch, one model loaded)")] + _long_memory_rows(quick)  # fmt: skip
+
+
+def _long_memory_rows(quick: bool) -> list[Row]:
+    """Server RSS after 100 Steps of a 512-token input and of a 1,024-token one on an
+    opus-mt-shaped random model, one session, a fresh process each (not with ``--quick``)."""
+    import tempfile
+
+    if quick:  # a fresh process decoding 100 Steps of 512 and 1,024 tokens: minutes
+        return []
+    steps, rows = 100, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (LONG_TOKENS, 2 * LONG_TOKENS):
+            folder = opus_shaped_checkpoint(Path(tmp) / f"long{n}", max_len=n + 2 * steps)
+            base, now, peak = long_memory(folder, n, steps)
+            rows.append(Row(f"server RSS after {steps} Steps of a {n}-token input (opus-mt shape)",
+                            now, "MB", "-", None, f"{now - base:+.0f} MB over a short input's "
+                            f"first Step; peak {peak:.0f} MB (the encoder pass)"))  # fmt: skip
+    return rows
 
 
 # Click `sel` (or run `act`), then resolve with the ms until the output box reads `output`
@@ -175,19 +234,31 @@ def _force_clicks(page, step: int, outputs: list[str], clicks: int) -> list[floa
     return [page.evaluate(_FORCE, [step, i]) for i in range(clicks)]
 
 
-def opus_shaped_checkpoint(folder: Path) -> Path:
+def opus_shaped_checkpoint(folder: Path, max_len: int = 256, **shape) -> Path:
     """A random model of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048) with a
-    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``."""
+    character tokenizer, saved with :func:`attnviz.save_checkpoint` in ``folder``.
+
+    Args:
+        max_len: the model's positions (a long input needs more than the default 256).
+        shape: other :class:`~attnviz.ModelConfig` fields (a smaller model for tests).
+    """
     import string
 
     from ..checkpoint import save_checkpoint
     from ..tokenizer import Tokenizer
 
     tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
-    cfg = ModelConfig(len(tok), len(tok), d_model=512, n_heads=8, n_encoder_layers=6,
-                      n_decoder_layers=6, d_ff=2048, dropout=0.0, max_len=256)  # fmt: skip
+    dims = dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048)
+    cfg = ModelConfig(len(tok), len(tok), **{**dims, **shape}, dropout=0.0, max_len=max_len)
     torch.manual_seed(0)
     return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
+
+
+def long_text(n: int) -> str:
+    """``n`` characters of plain English-like text: ``n`` tokens for the character tokenizer of
+    :func:`opus_shaped_checkpoint` (no end token is added to a source)."""
+    base = "the quick brown fox jumps over the lazy dog, then naps. "
+    return (base * (n // len(base) + 1))[:n].rstrip().ljust(n, "s")
 
 
 def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:
@@ -196,17 +267,18 @@ def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str
     page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')", timeout=60_000)  # fmt: skip
     page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
     page.locator("#input-text textarea").fill(text)
-    ref = session.run(session.start(session.new_state(model), text).state)
-    outs = [ref.output[:0]] + [
-        session.goto(ref.state, i).output for i in range(1, len(ref.state.tokens) + 1)
-    ]
-    steps = min(steps, len(ref.state.tokens))
+    ref = session.start(session.new_state(model), text)
+    outs = [""]  # the output after i Steps (stepped only as far as the page will go)
+    while len(outs) <= steps and not ref.state.done:
+        ref = session.step(ref.state)
+        outs.append(ref.output)
+    steps = len(outs) - 1
     times: dict[str, list[float]] = {"step": [], "back": [], "scrub": [], "layer/head": []}
     sizes: list[int] = []
     page.evaluate("() => performance.clearResourceTimings()")
     for i in range(1, steps + 1):
         times["step"].append(page.evaluate(_CLICK, ["#step-btn", i, outs[i], None]))
-        sizes += page.evaluate(_BYTES)
+        sizes.append(sum(page.evaluate(_BYTES)))  # every response of this Step
         page.evaluate("() => performance.clearResourceTimings()")
     first_step = times["step"].pop(0)  # starts the input: encoder rows, not a step's
     for i in range(steps - 1, max(steps - 11, 0), -1):
@@ -220,13 +292,27 @@ def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str
                         ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
         for v in values:
             times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
-    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step], "outputs": outs}
+    heap = _heap(page)
+    return {**times, "bytes": [float(s) for s in sizes[1:]], "first": [first_step],
+            "first_bytes": [float(sum(sizes[:1]))], **heap,
+            "outputs": outs}  # fmt: skip
+
+
+def _heap(page) -> dict[str, list[float]]:
+    """The page's JS heap in bytes, as it is and after a garbage collection (DevTools)."""
+    cdp = page.context.new_cdp_session(page)
+    before = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    cdp.send("HeapProfiler.collectGarbage")
+    after = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    cdp.detach()
+    return {"heap": [float(before)], "heap_gc": [float(after)]}
 
 
 def bench_browser(quick: bool) -> list[Row]:
     """Click -> redrawn medians in headless Chromium (Step, Back, scrub, layer/head), and the
     bytes the page receives per Step, on models/reverse (20 chars) and an opus-mt-shaped
-    random model (60 chars)."""
+    random model (60 chars, and a 512-token source: its first Step, JS heap and first
+    Step's bytes too)."""
     import shutil
     import tempfile
 
@@ -246,12 +332,17 @@ def bench_browser(quick: bool) -> list[Row]:
         cases = [("models/reverse, 20 chars", reverse, "abcdefghijklmnopqrst", 100, 200),
                  ("opus-mt-shaped random model, 60 chars",
                   opus_shaped_checkpoint(Path(tmp) / "opus-shaped"),
-                  "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500)]  # fmt: skip
+                  "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500),
+                 (LONG_CASE, opus_shaped_checkpoint(Path(tmp) / "opus-long", max_len=1040),
+                  long_text(LONG_TOKENS), 100, 200)]  # fmt: skip
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
             for name, model, text, target, must in cases:
                 if not (Path(model) / "model.safetensors").is_file():
                     continue
+                got_n = len(session.start(session.new_state(str(model)), text).state.src_ids)
+                if name == LONG_CASE and got_n != LONG_TOKENS:
+                    raise AssertionError(f"{name}: the text is {got_n} tokens, not {LONG_TOKENS}")
                 demo = ui.build_app(str(model), "cpu")
                 demo.queue(default_concurrency_limit=2)
                 port = _free_port()
@@ -283,8 +374,28 @@ def bench_browser(quick: bool) -> list[Row]:
                                 "grows with one row per layer & head", None,
                                 f"first Step (encoder rows too) {got['first'][0]:.0f} ms; "
                                 f"per Step {min(b) / 1024:.1f}-{max(b) / 1024:.1f} KB"))  # fmt: skip
+                if name == LONG_CASE:
+                    rows += _long_rows(got)
             browser.close()
     return rows
+
+
+LONG_TOKENS = 512
+LONG_CASE = f"opus-mt-shaped random model, {LONG_TOKENS} tokens"
+
+
+def _long_rows(got: dict[str, list[float]]) -> list[Row]:
+    """The long input's own rows: its first Step, the page's heap and the first payload."""
+    first, heap, gc = got["first"][0], got["heap"][0] / 2**20, got["heap_gc"][0] / 2**20
+    return [
+        Row(f"browser click -> redrawn: first Step, {LONG_CASE}", first, "ms",
+            "<= 1000 (must <= 2000)", first <= 1000,
+            "starts the input: encoder, its shown layer/head, the first rows"),
+        Row(f"browser JS heap after the steps, {LONG_CASE}", heap, "MB", "<= 200", heap <= 200,
+            f"{gc:.0f} MB after a garbage collection"),
+        Row(f"browser bytes of the first Step, {LONG_CASE}", got["first_bytes"][0] / 2**20, "MB",
+            "-", None, "every encoder layer and head would be ~67 MB as base64"),
+    ]  # fmt: skip
 
 
 def _free_port() -> int:

@@ -20,11 +20,12 @@ from collections.abc import Callable
 import numpy as np
 import plotly.graph_objects as go
 
+from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from . import beamview, store, views
+from . import beamview, encview, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
@@ -33,6 +34,7 @@ from .state import SessionState, checkpoint_of, layer_count, new_state
 __all__ = [
     "BeamView",
     "DecodeView",
+    "encoder_view",
     "SessionState",
     "back",
     "beam",
@@ -424,6 +426,42 @@ def continue_beam(
     if not done or panel is None:  # a message starting with ⚠ may be a mere warning
         return view, None
     return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
+
+
+def encoder_view(state: SessionState, want: str) -> dict:
+    """``{"enc": ...}`` for the page: the encoder self-attention it asks for when it shows it
+    (a long input's first Step carries only the layer and head shown then).
+
+    Args:
+        want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
+            :func:`attnviz.app.encview.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
+            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`); ``epoch`` is the
+            page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
+    Returns:
+        ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
+        be answered (another decode, a bad layer or head).
+    """
+    epoch = f"{state.sid}:{state.epoch}"
+    try:
+        page_epoch, _, what = str(want or "").strip().partition(" ")
+        if not state.started or page_epoch != epoch:
+            raise InputError("the page shows another decode: step again")
+        ckpt = checkpoint_of(state)
+        with DECODERS.hold(state, ckpt, state.version) as stepper:
+            encoder = stepper.encoder_trace
+            if what in ("thumbs", "thumbs words"):
+                words = None
+                if what == "thumbs words":
+                    words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
+                return {"enc": encview.encoder_thumbs(state, encoder, words)}
+            layer, _, head = what.partition(" ")
+            try:
+                layer_i = int(layer.lstrip("L"))
+            except ValueError:
+                raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+            return {"enc": encview.encoder_block(state, encoder, layer_i, head)}
+    except AttnvizError as exc:
+        return {"enc": {"epoch": epoch, "error": _warn(exc)}}
 
 
 def _raise(exc: Exception):

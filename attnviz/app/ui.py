@@ -92,6 +92,10 @@ BEAM_NODE_JS = (
     "(...a) => { a[a.length - 2] = (window.AttnViz && window.AttnViz.beamPending) || '';"
     " a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
 )
+# the encoder layer/head (or the thumbnails) a long input's page asks for (AV.encPending)
+ENC_JS = (
+    "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.encPending) || ''; return a; }"
+)
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 # a source token clicked in the what-if strip: the page sets its position and presses the
 # hidden what-if button, whose event reads it (the force-a-token pattern)
@@ -176,6 +180,9 @@ class Page:
             name: gr.Button(name, elem_id=f"lens-{name}-btn", elem_classes="av-hidden")
             for name in ("norms", "rollout")
         }
+        # a long input's page asks for the encoder layer and head it shows through these
+        self.enc_btn = gr.Button("encoder", elem_id="enc-btn", elem_classes="av-hidden")
+        self.enc_value = gr.Textbox("", elem_id="enc-value", elem_classes="av-hidden")
         self.theme = gr.Textbox("light", elem_id="theme", elem_classes="av-hidden")
         self.status = gr.HTML(elem_id="status")
         self._beam_box()
@@ -650,6 +657,9 @@ def _wire_decoding(p: Page) -> None:
           lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
+    p.enc_btn.click(
+        session.encoder_view, [p.state, p.enc_value], [p.viz], js=ENC_JS, **HIDDEN, **FAST
+    )  # fmt: skip
     _wire_beam(p)
     p.model_pick.input(
         lambda s, m, t, stamps: p.decode(session.choose_model(s, m, t), stamps),

@@ -9,7 +9,6 @@ the same views as plotly figures for Python users and exports; :func:`stale_pane
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
 import json
@@ -22,6 +21,7 @@ import torch
 
 from .. import plots
 from ..analysis.health import count
+from ..analysis.words import piece_text, word_index
 from ..checkpoint import Checkpoint
 from ..decoding import StepResult
 from ..devices import as_numpy
@@ -30,6 +30,7 @@ from ..plots import KIND_TITLES
 from ..record import Trace
 from ..tasks import TASKS, get_task
 from . import figures, store
+from .encview import b64, encoder_block, encoder_inline
 from .state import (
     SessionState,
     head_choices,
@@ -49,11 +50,6 @@ def display_token(token: str) -> str:
 
 def _code(token: str) -> str:
     return f"<code>{html.escape(display_token(token))}</code>"
-
-
-def b64(a: np.ndarray) -> str:
-    """float32 little-endian bytes, base64: exact weights at 4 bytes each (+1/3)."""
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
 
 
 def _bits(m: np.ndarray) -> str:
@@ -212,6 +208,9 @@ def payload(
         "tokens": [display_token(tok.token(t)) for t in state.tokens],
         "prob": [round(float(s.prob), 6) for s in steps[start:n]],
         "topk": [_topk(s, tok, state.top_k) for s in steps[start:n]],
+        "tgt_words": _words(
+            [tok.token(ckpt.config.bos_id), *(tok.token(t) for t in state.tokens)], tok.kind
+        ),
         "rows": {},
     }
     if full:
@@ -226,19 +225,30 @@ def payload(
             expected=expected_output(ckpt, state.text),
             max_steps=state.max_steps,
             titles=KIND_TITLES,
-            encoder=[
+            src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind),
+        )
+        if encoder_inline(ckpt, len(state.src_ids)):
+            out["encoder"] = [
                 {
                     "w": b64(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
                     "m": _bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
                 }
                 for i in encoder.layers("encoder_self")
-            ],
-        )
+            ]
+        else:  # a long input: the layer and head shown now; the page asks for others
+            out["encoder"] = []
+            out["enc_block"] = encoder_block(state, encoder, *view_of(state, ckpt, "encoder_self"))
     if n > start:  # decoder_self row r holds keys 0..r (the rest is the future), cross Ts
         for kind in ("decoder_self", "cross"):
             layers = sorted(i for k, i in rows if k == kind)
             out["rows"][kind] = [_row_block(rows[kind, i]) for i in layers]
     return out, n
+
+
+def _words(pieces: Sequence[str], kind: str) -> dict[str, list]:
+    """``{"index": the word of each piece, "text": each piece's share of its word's text}``
+    for the page's pieces | words switch (a word's label: its pieces' texts joined)."""
+    return {"index": word_index(pieces, kind), "text": [piece_text(p) for p in pieces]}
 
 
 def _row_block(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, str]:
