@@ -990,7 +990,7 @@
   }
   function csvCell(s) { s = String(s); return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s; }
   // the matrices a figure shows now (element._shown: [{name, mat}]) as CSV, one block each
-  AV.csv = function (element) {
+  AV.shownCsv = function (element) {
     const lines = [];
     for (const { name, mat } of element._shown || []) {
       lines.push(`# ${name}` + (mat.m.some((x) => x) ? " (masked cells: blocked, weight 0 by construction)" : ""));
@@ -1007,7 +1007,7 @@
     return el("span", { class: "av-export" },
       btn("PNG", "download each canvas of this figure as PNG", () => element.querySelectorAll("canvas").forEach((c, i) =>
         c.toBlob((b) => download(`attnviz-${file}${i ? "-" + i : ""}.png`, b), "image/png"))),
-      btn("CSV", "download the matrices shown as CSV", () => download(`attnviz-${file}.csv`, new Blob([AV.csv(element)], { type: "text/csv" }))),
+      btn("CSV", "download the matrices shown as CSV", () => download(`attnviz-${file}.csv`, new Blob([AV.shownCsv(element)], { type: "text/csv" }))),
       btn("JSON", "download every number of this figure as JSON", () => download(`attnviz-${file}.json`, new Blob([JSON.stringify(all())], { type: "application/json" }))));
   }
   function tipOn(canvas, text) { // hover text(box, q, k) over any panel of the canvas
