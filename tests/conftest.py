@@ -33,6 +33,30 @@ def models_dir() -> Path:
     return MODELS
 
 
+@pytest.fixture(scope="module")
+def url(models_dir):
+    """The address of an app serving the shipped ``models/reverse`` (one per test module)."""
+    from helpers import launched_app
+
+    with launched_app(models_dir / "reverse") as (_, port):
+        yield f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium (the system one, as ``attnviz bench`` drives it), per test module."""
+    from helpers import CHROMIUM, browser_or_skip
+
+    from attnviz.bench import CHROMIUM_ARGS
+
+    with browser_or_skip().sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
 # -- tiers (markers declared in pyproject.toml) ------------------------------------------------
 #: Files whose every test belongs to a tier beyond the fast unit tier.
 TIERS = {

@@ -7,6 +7,7 @@ import contextlib
 import socket
 from pathlib import Path
 
+import pytest
 import torch
 
 import attnviz
@@ -75,3 +76,20 @@ def launched_app(model: str | Path | None = None, **build):
         yield demo, port
     finally:
         demo.close()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def browser_or_skip():
+    """Skip the calling test module unless Chromium, Playwright and gradio are installed; the
+    ``playwright.sync_api`` module otherwise (call at module level, before app imports)."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True
+        )
+    api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
+    )
+    pytest.importorskip("gradio")
+    return api

@@ -11,20 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import browser_or_skip  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-pytest.importorskip("gradio")
-
-from helpers import launched_app  # noqa: E402
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
 from attnviz.app import store  # noqa: E402
 from attnviz.beam import beam_predict  # noqa: E402
-from attnviz.bench import CHROMIUM_ARGS  # noqa: E402  (after the skips)
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")
@@ -42,22 +34,6 @@ NODE_CONTRAST = """() => {
     });
   });
 }"""
-
-
-@pytest.fixture(scope="module")
-def url(models_dir):
-    with launched_app(models_dir / "reverse") as (_, port):
-        yield f"http://127.0.0.1:{port}/"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

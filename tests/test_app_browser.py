@@ -12,19 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import browser_or_skip  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-pytest.importorskip("gradio")
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
 from helpers import launched_app  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
-from attnviz.bench import CHROMIUM_ARGS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
@@ -74,22 +68,6 @@ CONTRAST = """(sel) => {
   }
   return out;
 }"""
-
-
-@pytest.fixture(scope="module")
-def url(models_dir):
-    with launched_app(models_dir / "reverse") as (_, port):
-        yield f"http://127.0.0.1:{port}/"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url, **context):

@@ -14,14 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import CHROMIUM, browser_or_skip  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-pytest.importorskip("gradio")
+sync_api = browser_or_skip()
 
 from helpers import launched_app  # noqa: E402
 

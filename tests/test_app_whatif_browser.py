@@ -11,18 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import browser_or_skip  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-pytest.importorskip("gradio")
-
-from helpers import launched_app  # noqa: E402
-
-from attnviz.bench import CHROMIUM_ARGS  # noqa: E402  (after the skips)
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")
 # WCAG contrast of each element's own text colour on its effective background (the same
@@ -41,22 +32,6 @@ CONTRAST = """(sel) => {
     return [el.textContent.trim().slice(0, 30), (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
   });
 }"""
-
-
-@pytest.fixture(scope="module")
-def url(models_dir):
-    with launched_app(models_dir / "reverse") as (_, port):
-        yield f"http://127.0.0.1:{port}/"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
 
 
 def _open(browser, url, scheme: str, steps: int):

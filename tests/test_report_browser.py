@@ -11,13 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import CHROMIUM, browser_or_skip  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
+sync_api = browser_or_skip()
 
 from attnviz import report  # noqa: E402  (after the skips)
 from attnviz.analysis import export  # noqa: E402
