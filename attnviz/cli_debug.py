@@ -32,7 +32,7 @@ def _inputs(args: argparse.Namespace, a) -> tuple[list[str], list[str] | None]:
     if args.text:
         return list(args.text), None
     if a.task:
-        from .cli import task_inputs  # cli imports this module: here, not at the top
+        from .cli_analysis import task_inputs
 
         return [e.src for e in task_inputs(a, 20)], None
     raise InputError("give inputs to compare on: --text T (repeatable) or --data PATH [PATH2]")

@@ -1,0 +1,40 @@
+"""What every lab panel returns (:class:`LabView`) and the check each one starts with.
+
+Shared by :mod:`attnviz.app.labs`, :mod:`attnviz.app.contrast_lab` and the panels that build
+on them; :mod:`attnviz.app.labs` re-exports all three names.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+from ..checkpoint import Checkpoint
+from ..errors import InputError
+from . import figures
+from .state import SessionState, checkpoint_of
+
+
+@dataclass
+class LabView:
+    """What one panel shows: figures (in panel order) and a markdown message."""
+
+    figures: list[go.Figure] = field(default_factory=list)
+    message: str = ""
+    rows: list[list] = field(default_factory=list)  # table rows, where the panel has a table
+    path: str | None = None  # a written file, for the export buttons
+
+
+def error_view(exc: Exception, n_figures: int = 1) -> LabView:
+    """A panel's answer to a user error: placeholders and the reason as the message."""
+    figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
+    return LabView(figs, f"⚠ {html.escape(str(exc))}")
+
+
+def started_checkpoint(state: SessionState) -> Checkpoint:
+    """The checkpoint of a state with an input started (else a message to start one)."""
+    if not state.started:
+        raise InputError("type an input and press Step (or Run) first")
+    return checkpoint_of(state)
