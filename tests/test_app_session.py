@@ -715,7 +715,7 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     # by hand: the reference's ids against the output shown, position by position
     ids = ckpt.score("helloworld", ref).ids
     shown = forced.tokens[: forced.step]
-    want = next(i for i, (a, b) in enumerate(zip(ids, shown)) if a != b)
+    want = next(i for i, (a, b) in enumerate(zip(ids, shown, strict=False)) if a != b)
     assert want == 3
     assert _leaves(out[page.ref_strip]) == [want]
     assert f"leaves the reference at position {want}" in out[page.ref_msg]
