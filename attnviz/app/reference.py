@@ -91,7 +91,7 @@ def strip_html(scored: Scored, leaves: int | None = None) -> str:
             f"background:{_colour(p)};color:#fff;padding:2px 6px;border-radius:4px;"
             "display:inline-flex;flex-direction:column;align-items:center;white-space:pre;"
             + ("outline:3px solid #d97706;outline-offset:2px;" if first else "")
-            + ("border-bottom:3px dashed #7c3aed;" if i == leaves else "")
+            + ("border-bottom:3px dashed #fff;" if i == leaves else "")
         )
         here = ' data-leaves="1"' if i == leaves else ""
         rank = f"#{r}" + (" ≠" if i == leaves else "")
