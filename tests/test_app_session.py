@@ -562,11 +562,13 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     before = views.panel_stamps(done)
     back = views.panel_stamps(session.back(done).state)
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
-                                                           "whatif"}  # fmt: skip
+                                                           "whatif", "attr_alt",
+                                                           "reference"}  # fmt: skip
     new = views.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
-                                                          "compare"}  # fmt: skip
+                                                          "compare", "attr_alt",
+                                                          "reference"}  # fmt: skip
     assert before["model"] == new["model"]
 
 
@@ -616,3 +618,114 @@ def test_lens_payload_covers_the_decode_and_matches_the_recorded_weights(done):
     assert lensview.payload(done, "weights")["lens"]["kinds"] == {}  # the page has those
     bad = lensview.payload(done, "gradients")["lens"]
     assert bad["name"] == "weights" and "lens must be one of" in bad["error"]
+
+
+# -- the Attribution tab's alternatives menu and the Reference box follow the step view ---------
+def _page():
+    """A Page built in a Blocks (not launched): its follow() is called directly."""
+    import gradio as gr
+
+    from attnviz.app import ui
+
+    with gr.Blocks():
+        return ui.Page(session.new_state(None, "cpu"))
+
+
+def _follow(page, state, stamps, active, ref=""):
+    mask = (True, True, [], "cross", "last", "mean")  # the mask lab's inputs (not stale here)
+    return page.follow(state, stamps, active, *mask, False, None, [], ref, "light")
+
+
+def _stepped(models_dir, n):
+    s = session.start(session.new_state(str(models_dir / "reverse")), "helloworld").state
+    for _ in range(n):
+        s = session.step(s).state
+    return s
+
+
+def test_the_alternatives_menu_follows_the_step_rules():
+    s = session.SessionState(model="m", epoch=1, step=3)
+    nxt = session.SessionState(model="m", epoch=1, step=4)
+    stamps = {"attr_alt": views.panel_stamps(s)["attr_alt"]}
+    assert views.stale_panels(stamps, nxt) == {"attr_alt"}
+    shown = views.follow(stamps, nxt, "attr")  # on the Attribution tab: refilled now
+    assert shown.rerun == {"attr_alt"} and shown.stamps == {
+        "attr_alt": views.panel_stamps(nxt)["attr_alt"]
+    }
+    away = views.follow(stamps, nxt, "step")  # elsewhere: emptied, refilled on the tab
+    assert away.clear == {"attr_alt"} and away.stamps == {}
+
+
+def test_stepping_on_the_attribution_tab_renews_its_alternatives(models_dir):
+    s = _stepped(models_dir, 2)
+    page = _page()
+    stamps = {"attr_alt": views.panel_stamps(s)["attr_alt"]}  # the menu filled at step 2
+    nxt = session.step(s).state  # Step pressed while the Attribution tab is shown
+    view = session.step(s)
+    assert view.state == nxt and views.stale_panels(stamps, nxt) == {"attr_alt"}
+    out = _follow(page, nxt, stamps, "attr")
+    menu = out[page.attr_alt]
+    want, default = labs.alternatives(nxt)
+    assert [tuple(c) for c in menu.choices] == [tuple(c) for c in want]
+    assert want != labs.alternatives(s)[0] and menu.value == default
+    assert nxt.tokens[2] not in [int(v) for _, v in menu.choices]  # the chosen one is no choice
+    assert out[page.stamps] == {"attr_alt": views.panel_stamps(nxt)["attr_alt"]}
+    away = _follow(page, nxt, stamps, "step")
+    assert away[page.attr_alt].choices == [] and away[page.stamps] == {}
+
+
+def test_the_reference_follows_the_output_shown_rules(models_dir, done):
+    stamps = {"reference": views.panel_stamps(done)["reference"]}
+    back = session.back(done).state  # the output shown moved: rescored, the mark follows
+    plan = views.follow(stamps, back, "mask")
+    assert plan.rerun == {"reference"} and plan.stamps == {
+        "reference": views.panel_stamps(back)["reference"]
+    }
+    new = session.start(done, "abc").state  # a new input: scored for another one, cleared
+    assert views.follow(stamps, new, "step").clear == {"reference"}
+    other = dataclasses.replace(done, model=str(models_dir / "copy"))  # another model: cleared
+    assert views.follow(stamps, other, "step").clear == {"reference"}
+    moved = {"reference": (*stamps["reference"][:2], -1, stamps["reference"][3])}  # file changed
+    assert views.follow(moved, done, "step").clear == {"reference"}
+    assert not views.follow(stamps, done, "step")  # nothing moved: nothing to do
+
+
+def _leaves(strip: str) -> list[int]:
+    import re
+
+    chips = re.findall(r'<span class="ref-tok[^"]*"[^>]*?(data-leaves="1")?\s+title=', strip)
+    return [i for i, c in enumerate(chips) if c]
+
+
+def test_a_forced_step_moves_the_references_output_mark(models_dir):
+    from attnviz.app import reference
+
+    ckpt = session.checkpoint_of(_stepped(models_dir, 0))
+    s = _stepped(models_dir, 3)
+    ref = "dlrowolleh"  # the task's answer: the greedy output follows it
+    first = reference.score(s, ref)
+    assert first.output_divergence is None and _leaves(first.html) == []
+    stamps = {"reference": views.panel_stamps(s)["reference"]}
+    alt = int(np.argsort(-_probs(ckpt, s.tokens[:3]))[1])  # step 4's runner-up
+    forced = session.step(session.force(session.step(s).state, alt).state).state
+    assert forced.forced == [3] and forced.step == 5
+    assert views.stale_panels(stamps, forced) == {"reference"}
+    page = _page()
+    out = _follow(page, forced, stamps, "step", ref)
+    # by hand: the reference's ids against the output shown, position by position
+    ids = ckpt.score("helloworld", ref).ids
+    shown = forced.tokens[: forced.step]
+    want = next(i for i, (a, b) in enumerate(zip(ids, shown, strict=False)) if a != b)
+    assert want == 3
+    assert _leaves(out[page.ref_strip]) == [want]
+    assert f"leaves the reference at position {want}" in out[page.ref_msg]
+    assert out[page.stamps] == {"reference": views.panel_stamps(forced)["reference"]}
+    new = session.start(forced, "abc").state  # a new input: cleared, not rescored
+    gone = _follow(page, new, out[page.stamps], "step", ref)
+    assert gone[page.ref_strip] == "" and gone[page.ref_plot] is None and gone[page.stamps] == {}
+
+
+def _probs(ckpt, prefix):
+    st = ckpt.stepper("helloworld")
+    st.sync(prefix)
+    return st.step().probs.numpy()

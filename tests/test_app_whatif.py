@@ -103,17 +103,38 @@ def test_whatif_bad_input_is_one_line_and_keeps_the_state(models_dir, args, word
     assert s == before  # a what-if never changes the decode
 
 
-def test_whatif_needs_a_step_and_a_greedy_prefix(models_dir, ckpt):
+def test_whatif_needs_a_step(models_dir):
     s = session.start(session.new_state(str(models_dir / "reverse")), TEXT).state
     assert "take at least one Step" in whatif_view.run(s, "L1", [], 0).message
-    s = _stepped(models_dir, 2)
+
+
+def test_whatif_after_a_forced_step_starts_from_the_sessions_prefix(models_dir, ckpt):
+    s = _stepped(models_dir, 1)
     alt = int(np.argsort(-_recorded_cross_probs(ckpt, 2))[1])
-    forced = session.step(session.force(s, alt).state).state  # step 2 forced, step 3 shown
-    msg = whatif_view.run(forced, "L1", [], 0).message
-    assert "step 2 was forced" in msg and "Back" in msg
-    # forcing the step shown is fine: its row saw the greedy prefix only
-    here = session.force(s, alt).state
-    assert whatif_view.run(here, "L1", [], 0).result is not None
+    s = session.force(session.step(s).state, alt).state  # step 2 forced
+    s = session.step(session.step(s).state).state  # step 4 shown
+    assert s.forced == [1] and s.step == 4
+    before = session.SessionState(**vars(s))
+    view = whatif_view.run(s, "L0", ["H1"], "2")
+    assert not view.message.startswith("⚠") and view.result is not None
+    direct = what_if(ckpt, TEXT, 3, "cross", 0, [1], 2, tokens=s.tokens[:3])
+    assert view.result.before.tokens == direct.before.tokens
+    assert view.result.after.tokens == direct.after.tokens
+    # the original is what the step view decodes on from its prefix (the forced token kept)
+    st = ckpt.stepper(TEXT)
+    st.sync(s.tokens[:3])
+    assert view.result.before.tokens == st.run() and view.result.before.tokens[1] == alt
+    assert view.result.after.tokens[:3] == s.tokens[:3]
+    # the forced position is marked in both rows, with its non-colour marker, and said so
+    forced_cells = re.findall(r'class="av-wi-tok[^"]* forced" data-pos="(\d+)"', view.html)
+    assert forced_cells == ["1", "1"]
+    assert view.html.count(whatif_view.FORCED_MARK) >= 3 and "step 2 forced" in view.html
+    assert s == before  # the session's decode is untouched
+    # forcing the step shown: both sides show the model's own choice there, and say so
+    here = session.force(_stepped(models_dir, 2), alt).state
+    shown = whatif_view.run(here, "L1", [], 0)
+    assert shown.result is not None and "step 2 was forced" in shown.message
+    assert 'forced" data-pos' not in shown.html
 
 
 def _recorded_cross_probs(ckpt, n: int) -> np.ndarray:

@@ -4,10 +4,16 @@ At step ``step`` the chosen heads' attention row is replaced by a one-hot on key
 ``attend_to`` (a :class:`~attnviz.ReplaceWeights` edit inside the real forward pass); the
 token chosen from that edited pass is kept, and greedy decoding continues from the new prefix
 with no override (later steps see the prefix, not the edited hidden states).
+
+By default both sides start from the greedy decode. ``tokens=`` gives the prefix actually fed
+instead (e.g. with tokens a person forced): both sides feed ``tokens[:step]``, then the
+original decodes greedily on from it (as the step view continues) and the what-if overrides
+step ``step`` and decodes greedily on.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -68,6 +74,33 @@ def _decode(ckpt: Checkpoint, stepper: GreedyStepper, probs: list[float]) -> Dec
     return Decode(tokens, text, probs)
 
 
+def _prefix(ckpt: Checkpoint, tokens: Sequence[int], step: int) -> list[int]:
+    """``tokens[:step]`` checked: ids in the vocabulary, no end token before ``step``."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+        raise InputError(f"tokens must be a list of target ids, got {shorten(repr(tokens))}")
+    tokens = list(tokens)
+    step = index_in(step, "step", len(tokens) + 1, note=f" (tokens holds {len(tokens)} ids)")
+    cfg = ckpt.config
+    vocab = cfg.tgt_vocab_size
+    out = []
+    for i, t in enumerate(tokens[:step]):
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            t = operator.index(t)
+        except TypeError:
+            raise InputError(f"tokens[{i}] is not a token id: {shorten(repr(t))}") from None
+        if not 0 <= t < vocab:
+            raise InputError(f"tokens[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
+        if t == cfg.eos_id:
+            raise InputError(
+                f"tokens[{i}] is the end token: that decode has {i + 1} steps, "
+                f"so step must be in 0..{i}"
+            )
+        out.append(t)
+    return out
+
+
 def what_if(
     ckpt: Checkpoint,
     text: str,
@@ -76,6 +109,7 @@ def what_if(
     layer: int = 0,
     heads: Sequence[int] | None = None,
     attend_to: int = 0,
+    tokens: Sequence[int] | None = None,
 ) -> WhatIf:
     """Re-decode ``text`` with the attention of ``heads`` at ``step`` forced onto one key.
 
@@ -88,8 +122,15 @@ def what_if(
         layer: the decoder layer.
         heads: the heads to override; None = every head of that layer.
         attend_to: the key position the overridden heads attend to (weight 1, all else 0).
+        tokens: the output prefix actually fed (ids, BOS excluded; e.g. with forced tokens):
+            both sides feed ``tokens[:step]`` before ``step``; None = the greedy decode's.
+            Ids after ``step`` are ignored.
     Returns:
         :class:`WhatIf`.
+    Raises:
+        InputError: a layer, head, step or key out of range; ``tokens`` shorter than
+            ``step``, holding a non-id, an id outside the vocabulary or an end token before
+            ``step``.
     """
     if kind not in ("cross", "decoder_self"):
         raise InputError(f"a what-if overrides 'cross' or 'decoder_self' attention, got {kind!r}")
@@ -104,7 +145,10 @@ def what_if(
         )
     heads = [index_in(h, "heads", cfg.n_heads) for h in heads]
     original = ckpt.stepper(text)
-    original.run()
+    if tokens is not None:
+        original.sync(_prefix(ckpt, tokens, step))
+    if not original.done:
+        original.run()
     before = _decode(ckpt, original, [s.prob for s in original.steps])
     n = len(before.tokens)
     step = index_in(step, "step", n, note=f" (this decode has {n} steps)")

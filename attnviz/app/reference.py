@@ -5,6 +5,8 @@ the model's probability and rank given the source and the reference before it, s
 strip of tokens coloured by probability, with the first position where the model's argmax
 leaves the reference marked (where greedy decoding, fed the reference so far, first differs
 from it). Its cross-attention is one heatmap at the layer and head the step view shows.
+The first position where the reference leaves the output the step view shows (forced tokens
+included) is marked too; that mark follows the step view (:func:`attnviz.app.views.follow`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,24 @@ class ReferenceView:
         figure: the reference's cross-attention ``[Tt, Ts]`` as a heatmap, or None.
         message: one line: a summary, or what to fix (starts with "⚠").
         scored: the :class:`~attnviz.scoring.Scored` shown, or None.
+        output_divergence: the first position where the reference differs from the output
+            the step view shows (:func:`output_divergence`), or None.
     """
 
     html: str
     figure: go.Figure | None
     message: str
     scored: Scored | None = None
+    output_divergence: int | None = None
+
+
+def output_divergence(ref_ids: list[int], shown: list[int]) -> int | None:
+    """The first position where ``ref_ids`` (EOS last) differs from ``shown`` (the output
+    the step view shows, BOS excluded), within ``shown``; None when they agree so far."""
+    for i, t in enumerate(shown):
+        if i >= len(ref_ids) or ref_ids[i] != t:
+            return i
+    return None
 
 
 def default_reference(state: SessionState, text: str | None = None) -> str:
@@ -58,9 +72,11 @@ def _colour(p: float) -> str:
     return f"hsl({120 * max(0.0, min(1.0, p)):.0f}, 65%, 28%)"
 
 
-def strip_html(scored: Scored) -> str:
+def strip_html(scored: Scored, leaves: int | None = None) -> str:
     """The reference's tokens as chips coloured by probability, rank under each, the first
-    divergence outlined (``data-rank``/``data-prob`` on each chip, for tests and tools)."""
+    divergence outlined (``data-rank``/``data-prob`` on each chip, for tests and tools);
+    ``leaves``: the position where the reference leaves the step view's output (``data-leaves``,
+    a dashed underline and a ``≠`` after the rank)."""
     chips = []
     for i, (tok, p, r, top) in enumerate(
         zip(scored.tokens, scored.probs, scored.ranks, scored.argmax, strict=True)
@@ -69,16 +85,21 @@ def strip_html(scored: Scored) -> str:
         title = f"position {i}: p = {p:.3f}, rank {r}"
         if first:
             title += " · first divergence: the model's argmax here is another token"
+        if i == leaves:
+            title += " · the output shown (Step view) differs here"
         style = (
             f"background:{_colour(p)};color:#fff;padding:2px 6px;border-radius:4px;"
             "display:inline-flex;flex-direction:column;align-items:center;white-space:pre;"
             + ("outline:3px solid #d97706;outline-offset:2px;" if first else "")
+            + ("border-bottom:3px dashed #fff;" if i == leaves else "")
         )
+        here = ' data-leaves="1"' if i == leaves else ""
+        rank = f"#{r}" + (" ≠" if i == leaves else "")
         label = html.escape(display_token(tok))
         chips.append(
             f'<span class="ref-tok{" diverge" if first else ""}" data-prob="{p:.6f}" '
-            f'data-rank="{r}" data-argmax="{top}" title="{html.escape(title)}" '
-            f'style="{style}">{label}<small style="color:#fff;font-size:.75em">#{r}</small></span>'
+            f'data-rank="{r}" data-argmax="{top}"{here} title="{html.escape(title)}" '
+            f'style="{style}">{label}<small style="color:#fff;font-size:.75em">{rank}</small></span>'
         )
     return (
         '<div class="ref-strip" style="display:flex;flex-wrap:wrap;gap:6px;padding:4px 0">'
@@ -137,7 +158,14 @@ def score(state: SessionState, reference: str) -> ReferenceView:
             raise InputError("the reference is empty: type the output you expect")
         ckpt = checkpoint_of(state)
         scored = ckpt.score(state.text, reference)
-        return ReferenceView(strip_html(scored), figure(scored, state, ckpt),
-                             _summary(scored, ckpt), scored)  # fmt: skip
+        leaves = output_divergence(scored.ids, state.tokens[: state.step])
+        message = _summary(scored, ckpt)
+        if leaves is not None:
+            message += html.escape(
+                f" The output shown (step {state.step}) leaves the reference at position "
+                f"{leaves} (dashed, ≠)."
+            )
+        return ReferenceView(strip_html(scored, leaves), figure(scored, state, ckpt),
+                             message, scored, leaves)  # fmt: skip
     except AttnvizError as exc:
         return ReferenceView("", None, "⚠ " + html.escape(str(exc).splitlines()[0]))

@@ -428,14 +428,14 @@ class Page:
             self.align_plot, self.align_overlay, self.align_msg, self.faith_plot, self.faith_msg,
             self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
             self.attr_vs_plot, self.attr_vs_msg, self.attr_alt, self.wi_strip, self.wi_msg,
-            self.wi_result,
+            self.wi_result, self.ref_msg, self.ref_strip, self.ref_plot,
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
         the checkpoint changed on disk (the rules: :func:`attnviz.app.views.follow`)."""
-        *mask_args, wi_open, wi_layer, wi_heads, theme = args
+        *mask_args, wi_open, wi_layer, wi_heads, ref_text, theme = args
         plan = follow_plan(stamps, state, active, frozenset({"whatif"} if wi_open else ()))
         if not plan:
             return {c: gr.skip() for c in self.lab_outputs()}
@@ -453,7 +453,10 @@ class Page:
         if "attr" in stale:
             out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
             out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
+        if "attr_alt" in plan.rerun:  # the Attribution tab is shown: the shown step's candidates
             out[self.attr_alt] = alt_choices(state)
+        elif "attr_alt" in stale:  # refilled when the tab is selected
+            out[self.attr_alt] = gr.Dropdown(choices=[], value=None)
         if "whatif" in plan.rerun:
             out.update(self.whatif_strip(state, wi_layer, wi_heads, menus=True))
             if not out[self.wi_msg]:  # no reason to refuse: say why the result went
@@ -472,6 +475,12 @@ class Page:
         if "compare" in stale:
             out.update({self.compare_grid: "", self.compare_head_plot: None})
             out.update({self.compare_tokens: "", self.compare_msg: STALE})
+        if "reference" in plan.rerun:  # the mark of where it leaves the output shown follows
+            v = reference.score(state, ref_text)
+            out.update({self.ref_msg: v.message, self.ref_strip: v.html})
+            out[self.ref_plot] = _dark([v.figure], theme)[0]
+        elif "reference" in stale:
+            out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: None})
         if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
@@ -534,13 +543,20 @@ def alt_choices(state: SessionState, value: str | None = None):
     return gr.Dropdown(choices=choices, value=value or default)
 
 
+def _alt_menu(state: SessionState, stamps: dict) -> tuple:
+    """The alternatives menu filled for the step shown, stamped so that it follows the step."""
+    return alt_choices(state), {**stamps, "attr_alt": stamp(state)["attr_alt"]}
+
+
 def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = "light") -> tuple:
     """Why this token and not that one; the menu then names the alternative explained."""
     view = labs.contrast(state, alt, layer, head)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
     used = str(view.versus) if view.versus is not None else None
     menu = alt_choices(state, used) if used else gr.skip()
-    return fig, view.message, {**stamps, "attr": stamp(state)["attr"]}, menu
+    now = stamp(state)
+    stamps = {**stamps, "attr": now["attr"], **({"attr_alt": now["attr_alt"]} if used else {})}
+    return fig, view.message, stamps, menu
 
 
 def forget_session(state: SessionState) -> None:
@@ -557,7 +573,8 @@ def forget_session(state: SessionState) -> None:
 def _wire_decoding(p: Page) -> None:
     outs = p.decode_outputs()
     follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
-                 p.mask_layer, p.mask_head, p.wi_open, p.wi_layer, p.wi_heads, p.theme]  # fmt: skip
+                 p.mask_layer, p.mask_head, p.wi_open, p.wi_layer, p.wi_heads, p.reference,
+                 p.theme]  # fmt: skip
     # the page presses the hidden follow button when a payload says other panels are stale
     p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), js=THEME_JS, **INTERNAL)
     with_text = (
@@ -613,17 +630,23 @@ def _wire_decoding(p: Page) -> None:
 def _wire_reference(p: Page) -> None:
     """The Reference box: pre-filled from the input, scored on the button or Enter."""
     p.input_text.change(  # a new input: its task answer, and nothing scored for the old one
-        lambda s, t: (reference.default_reference(s, t), "", "", None), [p.state, p.input_text],
-        [p.reference, p.ref_msg, p.ref_strip, p.ref_plot], **HIDDEN,
+        lambda s, t, st: (reference.default_reference(s, t), "", "", None,
+                          {k: v for k, v in st.items() if k != "reference"}),
+        [p.state, p.input_text, p.stamps],
+        [p.reference, p.ref_msg, p.ref_strip, p.ref_plot, p.stamps], **HIDDEN,
     )  # fmt: skip
     for trigger in (p.ref_btn.click, p.reference.submit):
-        trigger(_reference, [p.state, p.reference, p.theme],
-                [p.ref_msg, p.ref_strip, p.ref_plot], js=THEME_JS, **INTERNAL)  # fmt: skip
+        trigger(_reference, [p.state, p.reference, p.stamps, p.theme],
+                [p.ref_msg, p.ref_strip, p.ref_plot, p.stamps], js=THEME_JS, **INTERNAL)  # fmt: skip
 
 
-def _reference(state: SessionState, ref: str, theme: str = "light") -> tuple:
+def _reference(state: SessionState, ref: str, stamps: dict, theme: str = "light") -> tuple:
+    """Score the reference; stamped (when it scored) so that it follows the step view."""
     v = reference.score(state, ref)
-    return v.message, v.html, _dark([v.figure], theme)[0]
+    stamps = {k: x for k, x in stamps.items() if k != "reference"}
+    if v.scored is not None:
+        stamps["reference"] = stamp(state)["reference"]
+    return v.message, v.html, _dark([v.figure], theme)[0], stamps
 
 
 def _force_args(value: str) -> tuple[str, str | None]:
@@ -726,7 +749,7 @@ def _wire_labs(p: Page) -> None:
         [p.attr_vs_plot, p.attr_vs_msg, p.stamps, p.attr_alt], js=THEME_JS, api_name="contrast",
         **MODEL_EVENTS,
     )  # fmt: skip
-    p.attr_tab.select(alt_choices, [p.state], [p.attr_alt], **HIDDEN, **FAST)
+    p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
     _wire_whatif(p)
     p.health_btn.click(
         _health, [p.state, p.stamps, p.health_extra, p.theme],

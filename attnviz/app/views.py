@@ -416,22 +416,27 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel: a panel computed for a
     stamp other than the current one shows an earlier state (the page clears or reruns it).
 
-    ``mask``, ``attr``, ``export``, ``faith``, ``whatif`` follow the shown step; ``beam``, ``ablate``
-    and ``align`` the input; ``model`` the checkpoint file's version (the header, health,
-    playback range).
+    ``mask``, ``attr``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the shown step;
+    ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version (the
+    header, health, playback range); ``reference`` (the Reference box's scored strip) the
+    input, the checkpoint file and the output the step view shows (its mark of where the
+    reference leaves that output).
     """
     decode = (state.model, state.epoch, state.step)
+    version = store.version_of(state.model) if state.model else 0
     return {
         "mask": decode,
         "attr": decode,
         "export": decode,
         "faith": decode,
         "whatif": decode,  # the step view's what-if panel: its strip shades the step shown
+        "attr_alt": decode,  # the Attribution tab's alternatives: the shown step's candidates
+        "reference": (state.model, state.epoch, version, tuple(state.tokens[: state.step])),
         "beam": (state.model, state.epoch),
         "ablate": (state.model, state.epoch),
         "align": (state.model, state.epoch),
         "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
-        "model": (state.model, store.version_of(state.model) if state.model else 0),
+        "model": (state.model, version),
     }
 
 
@@ -448,7 +453,9 @@ class Follow:
 
     Attributes:
         rerun: panels computed again now, for the current state (the mask lab when it is
-            the tab shown: a person watching it sees it follow every step).
+            the tab shown: a person watching it sees it follow every step; the Attribution
+            tab's alternatives menu when that tab is shown; the Reference box when only the
+            output shown moved, same input and checkpoint file).
         renew: panels that follow the checkpoint (``"model"``: the header, the playback
             range and the health report) and are renewed from the current state.
         clear: every other stale panel: emptied and marked as computed for an earlier state
@@ -483,6 +490,10 @@ def follow(
     rerun = stale & ({"mask"} if active == "mask" else set())
     if active == "step" and "whatif" in opened:
         rerun |= stale & {"whatif"}
+    if active == "attr":  # the menu is cheap (the shown step's probabilities): it follows
+        rerun |= stale & {"attr_alt"}
+    if "reference" in stale and stamps["reference"][:3] == now["reference"][:3]:
+        rerun.add("reference")  # same input and file: rescore, the mark follows the output
     renew = stale & {"model"}
     keep = {k: v for k, v in stamps.items() if k not in stale}
     keep.update({k: now[k] for k in rerun | renew})

@@ -3,9 +3,10 @@
 Under the step view a person picks a decoder layer and heads, sees the source tokens shaded
 by the *recorded* cross-attention row of the step shown (the weights the model used, read
 from the session's decoder), clicks one source token ``j``, and gets
-:func:`attnviz.analysis.what_if` at that step with ``attend_to=j``: the greedy output
-re-decoded after the chosen heads' row was made one-hot on ``j``, set against the original
-token by token. Plain Python, no gradio; user errors come back as one line with the state
+:func:`attnviz.analysis.what_if` at that step with ``attend_to=j`` on the session's own
+prefix (``tokens=``: tokens the person forced before that step are fed to both sides and
+marked): the output re-decoded after the chosen heads' row was made one-hot on ``j``, set
+against the output decoded greedily from the same prefix, token by token. Plain Python, no gradio; user errors come back as one line with the state
 untouched (a what-if never changes the session's decode).
 """
 
@@ -30,10 +31,13 @@ from .views import display_token
 PALE, STRONG = (255, 247, 237), (249, 115, 22)
 #: The marker of a changed position (besides its colour): readable without colour vision.
 CHANGED_MARK = "≠"
+#: The marker of a position the person forced (fed in both sides: the prefix of the step view).
+FORCED_MARK = "✎"
 INTRO = (
     "Pick a decoder layer and heads, then click a source token: at this step the chosen heads "
     "attend only to that token (a one-hot row), decoding continues greedily, and the result is "
-    "set against the greedy output. Shading is the recorded cross-attention of this step (the "
+    "set against the output decoded greedily from the same prefix (tokens you forced before "
+    "this step stay, marked ✎). Shading is the recorded cross-attention of this step (the "
     "weights the model used)."
 )
 
@@ -90,12 +94,6 @@ def _checked(state: SessionState, layer, heads) -> tuple[Checkpoint, int, list[i
     ckpt = checkpoint_of(state)
     layer_i = layer_index(layer, list(range(ckpt.config.n_decoder_layers)))
     hs = parse_heads(heads, ckpt.config.n_heads)
-    early = [p for p in state.forced if p < state.step - 1]
-    if early:  # the shown row comes from a forced prefix; what_if re-decodes the greedy one
-        raise InputError(
-            f"a what-if re-decodes the greedy output, but step {early[0] + 1} was forced: "
-            "press Back to undo it (or Reset) first"
-        )
     return ckpt, layer_i, hs, state.step - 1
 
 
@@ -156,12 +154,17 @@ def strip(state: SessionState, layer=None, heads=None, chosen: int | None = None
     return WhatIfView(strip=source_strip(state.src_pieces, row, chosen, title), row=row)
 
 
-def compare_html(ckpt: Checkpoint, w: WhatIf) -> str:
+def compare_html(ckpt: Checkpoint, w: WhatIf, forced: Sequence[int] = ()) -> str:
     """The original and the what-if output, position by position: changed positions marked
-    (class ``changed`` and :data:`CHANGED_MARK`), each side's probability on hover."""
+    (class ``changed`` and :data:`CHANGED_MARK`), each side's probability on hover.
+
+    ``forced``: positions the person forced; those before the overridden step were fed to
+    both sides and are marked (class ``forced`` and :data:`FORCED_MARK`).
+    """
     tok = ckpt.tgt_tokenizer
     a, b = w.before, w.after
     changed = set(w.changed)
+    fed = {int(p) for p in forced if int(p) < w.step}
     n = max(len(a.tokens), len(b.tokens))
 
     def cell(side, other, i: int, name: str) -> str:
@@ -174,12 +177,17 @@ def compare_html(ckpt: Checkpoint, w: WhatIf) -> str:
             tip += f" · {'what-if' if name == 'original' else 'original'}: “{o}” p = {other.probs[i]:.3f}"
         if i == w.step:
             tip += " · the overridden step"
+        if i in fed:
+            tip += " · forced: fed to both sides"
         cls = (
             ["av-wi-tok"]
             + (["changed"] if i in changed else [])
             + (["edited"] if i == w.step else [])
+            + (["forced"] if i in fed else [])
         )
         mark = f'<sup class="av-wi-mark">{CHANGED_MARK}</sup>' if i in changed else ""
+        if i in fed:
+            mark += f'<sup class="av-wi-fmark">{FORCED_MARK}</sup>'
         return (
             f'<td class="{" ".join(cls)}" data-pos="{i}" title="{html.escape(tip)}">'
             f"{html.escape(t)}{mark}</td>"
@@ -200,6 +208,11 @@ def compare_html(ckpt: Checkpoint, w: WhatIf) -> str:
         if changed
         else "no token changed"
     )
+    if fed:
+        steps = ", ".join(str(p + 1) for p in sorted(fed))
+        where += (
+            f"; step{'s' if len(fed) > 1 else ''} {steps} forced ({FORCED_MARK}), fed to both sides"
+        )
     line = (
         f'<div class="av-wi-compare">“{html.escape(a.text)}” → “{html.escape(b.text)}” '
         f"({where}; {CHANGED_MARK} marks a changed token, the outlined column the overridden step)</div>"
@@ -232,7 +245,16 @@ def run(
             ) from None
         if not 0 <= j < n_src:
             raise InputError(f"source position must be in 0..{n_src - 1}, got {j}")
-        result = what_if(ckpt, state.text, step, kind="cross", layer=layer_i, heads=hs, attend_to=j)
+        result = what_if(
+            ckpt,
+            state.text,
+            step,
+            kind="cross",
+            layer=layer_i,
+            heads=hs,
+            attend_to=j,
+            tokens=state.tokens[:step],  # the prefix the step view fed (forced tokens too)
+        )
     except AttnvizError as exc:
         view = strip(state, layer, heads)
         view.message = _warn(exc)
@@ -240,11 +262,13 @@ def run(
     view = strip(state, layer_i, heads, chosen=j)
     piece = display_token(state.src_pieces[j])
     view.result = result
-    view.html = compare_html(ckpt, result)
+    view.html = compare_html(ckpt, result, state.forced)
     view.message = (
         f"What if at step {step + 1} layer {layer_i} {_heads_label(hs)} had attended only to "
         f"source position {j} “{html.escape(piece)}”:"
     )
+    if step in state.forced:
+        view.message += f" (step {step + 1} was forced: both sides show what the model chose there)"
     return view
 
 
@@ -267,4 +291,7 @@ CSS = """
 .av-wi-table .edited { border-left: 3px solid #2563eb; border-right: 3px solid #2563eb; }
 .av-wi-mark { color: #c2410c; margin-left: 1px; }
 .dark .av-wi-mark { color: #fdba74; }
+.av-wi-table td.forced { box-shadow: inset 0 0 0 2px #7c3aed; }
+.av-wi-fmark { color: #7c3aed; margin-left: 1px; }
+.dark .av-wi-fmark { color: #c4b5fd; }
 """
