@@ -722,7 +722,9 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     assert out[page.stamps] == {"reference": views.panel_stamps(forced)["reference"]}
     new = session.start(forced, "abc").state  # a new input: cleared, not rescored
     gone = _follow(page, new, out[page.stamps], "step", ref)
-    assert gone[page.ref_strip] == "" and gone[page.ref_plot] is None and gone[page.stamps] == {}
+    plot = gone[page.ref_plot]  # hidden, empty: no blank box left behind
+    assert gone[page.ref_strip] == "" and plot.value is None and plot.visible is False
+    assert gone[page.stamps] == {}
 
 
 def _probs(ckpt, prefix):

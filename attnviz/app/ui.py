@@ -185,7 +185,9 @@ class Page:
                 self.ref_btn = gr.Button("Score the reference", elem_id="reference-btn", scale=1)
             self.ref_msg = gr.HTML(elem_id="reference-message")
             self.ref_strip = gr.HTML(elem_id="reference-strip")
-            self.ref_plot = gr.Plot(label="reference cross-attention", elem_id="reference-attn")
+            self.ref_plot = gr.Plot(
+                label="reference cross-attention", elem_id="reference-attn", visible=False
+            )  # shown once a reference is scored
 
     def _mask_tab(self) -> None:
         with gr.Tab("Mask lab", elem_id="tab-mask") as self.mask_tab:
@@ -478,9 +480,9 @@ class Page:
         if "reference" in plan.rerun:  # the mark of where it leaves the output shown follows
             v = reference.score(state, ref_text)
             out.update({self.ref_msg: v.message, self.ref_strip: v.html})
-            out[self.ref_plot] = _dark([v.figure], theme)[0]
+            out[self.ref_plot] = _shown_plot(_dark([v.figure], theme)[0])
         elif "reference" in stale:
-            out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: None})
+            out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: _shown_plot(None)})
         if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
@@ -630,7 +632,7 @@ def _wire_decoding(p: Page) -> None:
 def _wire_reference(p: Page) -> None:
     """The Reference box: pre-filled from the input, scored on the button or Enter."""
     p.input_text.change(  # a new input: its task answer, and nothing scored for the old one
-        lambda s, t, st: (reference.default_reference(s, t), "", "", None,
+        lambda s, t, st: (reference.default_reference(s, t), "", "", _shown_plot(None),
                           {k: v for k, v in st.items() if k != "reference"}),
         [p.state, p.input_text, p.stamps],
         [p.reference, p.ref_msg, p.ref_strip, p.ref_plot, p.stamps], **HIDDEN,
@@ -646,7 +648,12 @@ def _reference(state: SessionState, ref: str, stamps: dict, theme: str = "light"
     stamps = {k: x for k, x in stamps.items() if k != "reference"}
     if v.scored is not None:
         stamps["reference"] = stamp(state)["reference"]
-    return v.message, v.html, _dark([v.figure], theme)[0], stamps
+    return v.message, v.html, _shown_plot(_dark([v.figure], theme)[0]), stamps
+
+
+def _shown_plot(fig):
+    """A plot that takes no room until it has a figure (an empty plot is a blank box)."""
+    return gr.Plot(value=fig, visible=fig is not None)
 
 
 def _force_args(value: str) -> tuple[str, str | None]:
