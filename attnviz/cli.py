@@ -113,8 +113,9 @@ def _check(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .analysis import export
 
-    if args.words and not (args.json or args.npz):
-        raise AttnvizError("--words goes with --json or --npz")
+    if args.words and not (args.json or args.npz or args.html):
+        raise AttnvizError("--words goes with --json, --npz or --html")
+    unit = "words" if args.words else "pieces"
     ckpt = load_checkpoint(args.checkpoint)
     result = export.inspect_text(ckpt, args.text)
     print(f"input : {args.text}")
@@ -138,8 +139,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.html:
         from .report import write_html
 
-        print(f"wrote {write_html(result, args.html, ckpt)}")
-    unit = "words" if args.words else "pieces"
+        print(f"wrote {write_html(result, args.html, ckpt, unit)}")
     if args.json:
         print(f"wrote {export.write_json(result, args.json, unit)}")
     if args.npz:
@@ -193,8 +193,8 @@ def _add_model_parsers(sub) -> None:
     i.add_argument("--json", help="write tokens, weights, masks and probabilities as JSON")
     i.add_argument("--npz", help="write the same arrays as a NumPy .npz")
     i.add_argument("--words", action="store_true",
-                   help="--json/--npz hold attention pooled into words (summed over a word's "
-                   "key pieces, averaged over its query pieces), with word labels")  # fmt: skip
+                   help="--json/--npz/--html hold attention pooled into words (summed over a "
+                   "word's key pieces, averaged over its query pieces), with word labels")  # fmt: skip
     i.add_argument("--png", help="write each figure as PNG into this folder (needs kaleido)")
     i.add_argument("--ablate", action="append", metavar="KIND:LAYER:HEAD",
                    help="zero a head (repeatable) and show the output change")  # fmt: skip

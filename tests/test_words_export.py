@@ -93,6 +93,23 @@ def test_pieces_export_is_unchanged(ins, tmp_path):
     np.testing.assert_array_equal(z["cross.0.weights"], ins.arrays()["cross.0.weights"])
 
 
+def test_html_report_draws_words(ins):
+    from attnviz import report
+    from attnviz.show import b64_f32
+
+    page = report.inspection_page(ins, unit="words")
+    assert "<title>attnviz: hello world · words</title>" in page
+    specs = {s["kind"]: s for s in report.report_data(page) if s["type"] == "attention"}
+    cross = specs["cross"]
+    assert cross["keys"] == ["hello", "world"] and cross["title"].endswith("· words")
+    w, m = ins.word_attention("cross", 0)
+    assert cross["layers"][0]["w"] == b64_f32(w) and len(cross["layers"][0]["m"]) == m.size
+    assert specs["encoder_self"]["queries"] == ["hello", "world"]
+    pieces = {s["kind"]: s for s in report.report_data(report.inspection_page(ins))
+              if s["type"] == "attention"}  # fmt: skip
+    assert len(pieces["cross"]["keys"]) == len(TEXT) and "words" not in pieces["cross"]["title"]
+
+
 # -- the app ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def state(models_dir) -> session.SessionState:
@@ -110,6 +127,10 @@ def test_export_panel_follows_the_switch(state):
     pieces = panels.export(state, "json")
     assert pieces.path.endswith("-step4.json") and "unit" not in json.loads(
         Path(pieces.path).read_text()
+    )
+    html = panels.export(state, "html", "words")
+    assert (
+        html.path.endswith("-step4-words.html") and "· words</title>" in Path(html.path).read_text()
     )
     bad = panels.export(state, "json", "letters")
     assert bad.path is None and bad.message == "⚠ export pieces or words, not &#x27;letters&#x27;"
@@ -162,4 +183,4 @@ def test_cli_inspect_words(models_dir, tmp_path, capsys):
     assert json.loads(out.read_text())["src_words"] == ["hello", "world"]
     assert str(np.load(tmp_path / "w.npz")["unit"]) == "words"
     assert main(["inspect", str(models_dir / "reverse"), "--text", TEXT, "--words"]) == 2
-    assert capsys.readouterr().err.strip().endswith("--words goes with --json or --npz")
+    assert capsys.readouterr().err.strip().endswith("--words goes with --json, --npz or --html")

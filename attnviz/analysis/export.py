@@ -28,8 +28,8 @@ from .words import pool_words, word_index, word_labels
 
 #: What an export's attention is over: subword pieces (as the model saw them) or words.
 UNITS = ("pieces", "words")
-# (query side, key side) of each attention kind
-_SIDES = {"encoder_self": ("src", "src"), "decoder_self": ("tgt", "tgt"), "cross": ("tgt", "src")}
+#: (query side, key side) of each attention kind: ``"src"`` or ``"tgt"`` tokens.
+SIDES = {"encoder_self": ("src", "src"), "decoder_self": ("tgt", "tgt"), "cross": ("tgt", "src")}
 
 
 def check_unit(unit: str) -> str:
@@ -86,6 +86,18 @@ class Inspection:
             "tgt": word_labels(self.tgt_tokens, idx["tgt"]),
         }
 
+    def word_attention(
+        self, kind: str, layer: int, index: dict[str, list[int]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One layer's attention pooled into words: ``(weights [H, Wq, Wk], mask [Wq, Wk])``
+        (:func:`~attnviz.analysis.words.pool_words` of the recorded weights and mask).
+        ``index``: :meth:`word_index`, when the caller has it already."""
+        idx = index or self.word_index()
+        q, k = SIDES[kind]
+        w = self.trace.numpy(kind, layer, "weights")[0]
+        m = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
+        return pool_words(w, m, idx[q], idx[k])
+
     def arrays(self, unit: str = "pieces") -> dict[str, np.ndarray]:
         """Every array by name: ``{kind}.{layer}.weights`` ``[H, Tq, Tk]``, ``.mask`` ``[Tq, Tk]``
         (True = blocked), ``probs`` ``[T, V]``, ``out_ids`` ``[T]``.
@@ -99,11 +111,11 @@ class Inspection:
         idx = self.word_index() if unit == "words" else None
         out = {"probs": self.probs, "out_ids": np.asarray(self.out_ids)}
         for kind, layer in self.trace.keys():
-            w = self.trace.numpy(kind, layer, "weights")[0]
-            m = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
             if idx is not None:
-                q, k = _SIDES[kind]
-                w, m = pool_words(w, m, idx[q], idx[k])
+                w, m = self.word_attention(kind, layer, idx)
+            else:
+                w = self.trace.numpy(kind, layer, "weights")[0]
+                m = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
             out[f"{kind}.{layer}.weights"] = w
             out[f"{kind}.{layer}.mask"] = m
         return out

@@ -150,8 +150,8 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
     """Write the current state as ``"html"`` (offline report), ``"json"`` or ``"npz"``.
 
     Args:
-        unit: ``"pieces"`` or ``"words"`` (the page's pieces | words switch): the JSON and
-            NPZ attention pooled into words, the file name ending ``-words``.
+        unit: ``"pieces"`` or ``"words"`` (the page's pieces | words switch): the attention
+            in the file pooled into words, the file name ending ``-words``.
     Returns:
         ``path`` set to the written file (None on error, with the reason in ``message``).
     """
@@ -162,10 +162,10 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
         ins = inspection(state)
         folder = Path(tempfile.mkdtemp(prefix="export-", dir=store.private_dir("exports")))
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
-        words = "-words" if unit == "words" and what != "html" else ""
+        words = "-words" if unit == "words" else ""
         path = folder / f"attnviz-{name}-step{len(ins.out_ids)}{words}.{what}"
         if what == "html":
-            report.write_html(ins, path, checkpoint_of(state))
+            report.write_html(ins, path, checkpoint_of(state), unit)
         elif what == "json":
             analysis.write_json(ins, path, unit)
         else:

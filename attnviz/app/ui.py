@@ -271,7 +271,7 @@ class Page:
         with gr.Tab("Export", elem_id="tab-export") as self.export_tab:
             gr.Markdown(
                 "Every heatmap has a PNG button; every lab figure a camera button. "
-                "Files of the state shown (JSON and NPZ follow the step view's "
+                "Files of the state shown (their attention follows the step view's "
                 "**show: pieces | words** switch):"
             )
             with gr.Row():
