@@ -113,6 +113,9 @@ def _check(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .analysis import export
 
+    if args.words and not (args.json or args.npz or args.html):
+        raise AttnvizError("--words goes with --json, --npz or --html")
+    unit = "words" if args.words else "pieces"
     ckpt = load_checkpoint(args.checkpoint)
     result = export.inspect_text(ckpt, args.text)
     print(f"input : {args.text}")
@@ -136,11 +139,11 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.html:
         from .report import write_html
 
-        print(f"wrote {write_html(result, args.html, ckpt)}")
+        print(f"wrote {write_html(result, args.html, ckpt, unit)}")
     if args.json:
-        print(f"wrote {export.write_json(result, args.json)}")
+        print(f"wrote {export.write_json(result, args.json, unit)}")
     if args.npz:
-        print(f"wrote {export.write_npz(result, args.npz)}")
+        print(f"wrote {export.write_npz(result, args.npz, unit)}")
     if args.png:
         from .report import inspection_figures, write_png
 
@@ -189,6 +192,9 @@ def _add_model_parsers(sub) -> None:
     i.add_argument("--html", help="write one self-contained offline HTML page with every view")
     i.add_argument("--json", help="write tokens, weights, masks and probabilities as JSON")
     i.add_argument("--npz", help="write the same arrays as a NumPy .npz")
+    i.add_argument("--words", action="store_true",
+                   help="--json/--npz/--html hold attention pooled into words (summed over a "
+                   "word's key pieces, averaged over its query pieces), with word labels")  # fmt: skip
     i.add_argument("--png", help="write each figure as PNG into this folder (needs kaleido)")
     i.add_argument("--ablate", action="append", metavar="KIND:LAYER:HEAD",
                    help="zero a head (repeatable) and show the output change")  # fmt: skip

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import plots
 from .analysis import attribution, masking
-from .analysis.export import Inspection
+from .analysis.export import SIDES, Inspection, check_unit
 from .checkpoint import Checkpoint
 from .devices import as_numpy
 from .errors import InputError
@@ -124,17 +124,29 @@ def _matrix_panel(
     return panel
 
 
-def attention_spec(ins: Inspection, kind: str) -> dict:
+def attention_spec(ins: Inspection, kind: str, unit: str = "pieces") -> dict:
     """The ``"attention"`` figure of one kind: every layer and head as recorded in ``ins.trace``
     (the data of :class:`attnviz.show.View`, drawn by the same ``AV.drawStatic``).
 
+    Args:
+        unit: ``"words"``: every matrix pooled into words (:meth:`Inspection.arrays`), the
+            axes labelled with words and the title saying so.
     Returns:
         :attr:`attnviz.show.View.data` (per layer ``w``: base64 float32 ``[H, Tq, Tk]``, ``m``:
         the recorded mask ``[Tq, Tk]``) with ``type`` ``"attention"``.
     """
     view = View.from_trace(ins.trace, ins.src_tokens, ins.tgt_tokens, kind=kind,
                            out_tokens=ins.out_tokens, title=plots.KIND_TITLES[kind])  # fmt: skip
-    return {**view.data, "type": "attention", "lines": False}
+    data = {**view.data, "type": "attention", "lines": False}
+    if check_unit(unit) == "words":
+        index, words = ins.word_index(), ins.words()
+        pooled = [ins.word_attention(kind, i, index) for i in ins.trace.layers(kind)]
+        data["layers"] = [{"w": b64_f32(w), "m": mask_bits(m)} for w, m in pooled]
+        q, k = SIDES[kind]
+        data["queries"] = [display_token(t) for t in words[q]]
+        data["keys"] = [display_token(t) for t in words[k]]
+        data["title"] = f"{data['title']} · words"
+    return data
 
 
 def _stats_spec(rows: Sequence[Mapping], metric: str = "norm_entropy") -> dict:
@@ -255,18 +267,22 @@ def _bars_svg(
             f'viewBox="0 0 {w} {h}">{"".join(parts)}</svg>')  # fmt: skip
 
 
-def report_sections(ins: Inspection, ckpt: Checkpoint | None = None, top_k: int = 10) -> list:
+def report_sections(
+    ins: Inspection, ckpt: Checkpoint | None = None, top_k: int = 10, unit: str = "pieces"
+) -> list:
     """The page's sections in order: ``(heading, spec)`` where ``spec`` is a figure the page
     draws on canvas (a dict with ``"type"``: ``"attention"``, ``"heat"`` or ``"playback"``) or
     trusted HTML (tables, bars, SVG) written as it is.
 
     Every attention weight is batch item 0 of ``ins.trace``, as recorded; with ``ckpt``, the
     experiments that run the model again (causal mask off, attribution, training playback).
+    ``unit="words"``: the attention figures pooled into words (the experiments stay pieces).
     """
     out: list = []
+    words = " (words)" if check_unit(unit) == "words" else ""
     for kind in ins.trace.kinds():
         title = plots.KIND_TITLES[kind]
-        out.append((f"{title}: every layer and head", attention_spec(ins, kind)))
+        out.append((f"{title}: every layer and head{words}", attention_spec(ins, kind, unit)))
     rows = [s.to_dict() for s in ins.stats]
     if rows:
         out.append(("Head statistics: normalised entropy", _stats_spec(rows)))
@@ -373,7 +389,7 @@ def report_data(page: str) -> list[dict]:
     return json.loads(found[1])  # "<\/" (script-safe) is a JSON escape of "</"
 
 
-def _intro(ins: Inspection) -> str:
+def _intro(ins: Inspection, unit: str = "pieces") -> str:
     intro = (
         f"<p>Checkpoint <code>{html.escape(ins.checkpoint)}</code></p>"
         f"<p>Input: <b>{html.escape(ins.text)}</b><br>Output (greedy): "
@@ -381,17 +397,28 @@ def _intro(ins: Inspection) -> str:
     )
     if ins.unknown:
         intro += f"<p>Read as &lt;unk&gt;: {html.escape(' '.join(ins.unknown))}</p>"
-    return intro + (
-        "<p>Every weight below was recorded inside the forward passes that produced this "
-        "output. Grey cells are masked (blocked), not learned zeros. Each figure downloads as "
-        "PNG, CSV (what it shows) or JSON (every number in it).</p>"
+    return (
+        intro
+        + (
+            "<p>Every weight below was recorded inside the forward passes that produced this "
+            "output. Grey cells are masked (blocked), not learned zeros. Each figure downloads as "
+            "PNG, CSV (what it shows) or JSON (every number in it).</p>"
+        )
+        + (
+            "<p>Attention is shown over <b>words</b>: each word's attention summed over its key "
+            "pieces and averaged over its query pieces; a word cell is masked only where all its "
+            "pieces are.</p>"
+            if unit == "words"
+            else ""
+        )
     )
 
 
-def inspection_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
+def inspection_page(ins: Inspection, ckpt: Checkpoint | None = None, unit: str = "pieces") -> str:
     """The whole HTML page for one inspected input (with ``ckpt``, experiment views too),
-    drawn by the app's canvas renderer."""
-    return page_html(report_sections(ins, ckpt), f"attnviz: {ins.text}", _intro(ins))
+    drawn by the app's canvas renderer; ``unit="words"``: attention pooled into words."""
+    title = f"attnviz: {ins.text}" + (" · words" if check_unit(unit) == "words" else "")
+    return page_html(report_sections(ins, ckpt, unit=unit), title, _intro(ins, unit))
 
 
 def plotly_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
@@ -403,8 +430,10 @@ def plotly_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
     return to_html(figs, f"attnviz: {ins.text}", _intro(ins))
 
 
-def write_html(ins: Inspection, path: str | Path, ckpt: Checkpoint | None = None) -> Path:
-    """Write :func:`inspection_page` to ``path``."""
+def write_html(
+    ins: Inspection, path: str | Path, ckpt: Checkpoint | None = None, unit: str = "pieces"
+) -> Path:
+    """Write :func:`inspection_page` (pieces or words) to ``path``."""
     path = Path(path)
-    path.write_text(inspection_page(ins, ckpt), encoding="utf-8")
+    path.write_text(inspection_page(ins, ckpt, unit), encoding="utf-8")
     return path

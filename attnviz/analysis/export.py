@@ -3,6 +3,9 @@
 :func:`inspect_text` greedy-decodes an input step by step and keeps everything the views need:
 tokens, the full attention trace of the decode (the attention the model used at each step),
 the next-token distribution of every step, and head statistics.
+
+Exports hold subword pieces by default; ``unit="words"`` pools every attention matrix into
+words with :func:`~attnviz.analysis.words.pool_words` (the page's pieces | words switch).
 """
 
 from __future__ import annotations
@@ -17,9 +20,23 @@ import numpy as np
 from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper
 from ..devices import as_numpy
+from ..errors import InputError
 from ..record import Trace
 from ..tokenizer import Encoding
 from .stats import HeadStats, head_stats, punctuation_ids
+from .words import pool_words, word_index, word_labels
+
+#: What an export's attention is over: subword pieces (as the model saw them) or words.
+UNITS = ("pieces", "words")
+#: (query side, key side) of each attention kind: ``"src"`` or ``"tgt"`` tokens.
+SIDES = {"encoder_self": ("src", "src"), "decoder_self": ("tgt", "tgt"), "cross": ("tgt", "src")}
+
+
+def check_unit(unit: str) -> str:
+    """``unit`` if it is ``"pieces"`` or ``"words"``; else an :class:`InputError`."""
+    if unit not in UNITS:
+        raise InputError(f"export pieces or words, not {unit!r}")
+    return unit
 
 
 @dataclass
@@ -34,6 +51,8 @@ class Inspection:
         trace: full attention of the decode, batch 1 (see ``GreedyStepper.trace``).
         probs: ``[T, V]`` next-token distribution at every step.
         stats: head statistics of this decode.
+        src_kind / tgt_kind: the tokenizers' kinds (``"char"``, ``"word"``, a subword kind),
+            which say where words start (:func:`~attnviz.analysis.words.word_index`).
     """
 
     checkpoint: str
@@ -48,21 +67,81 @@ class Inspection:
     probs: np.ndarray
     vocab: list[str]
     stats: list[HeadStats]
+    src_kind: str | None = None
+    tgt_kind: str | None = None
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array by name: ``{kind}.{layer}.weights`` ``[H, Tq, Tk]``, ``.mask``, ``probs``."""
+    def word_index(self) -> dict[str, list[int]]:
+        """The word of each piece: ``{"src": [Ts], "tgt": [T]}`` (``tgt``: of ``tgt_tokens``,
+        the rows of decoder self-attention and cross-attention)."""
+        return {
+            "src": word_index(self.src_tokens, self.src_kind),
+            "tgt": word_index(self.tgt_tokens, self.tgt_kind),
+        }
+
+    def words(self) -> dict[str, list[str]]:
+        """Each word's text: ``{"src": [Ws], "tgt": [Wt]}`` (its pieces joined, markers dropped)."""
+        idx = self.word_index()
+        return {
+            "src": word_labels(self.src_tokens, idx["src"]),
+            "tgt": word_labels(self.tgt_tokens, idx["tgt"]),
+        }
+
+    def word_attention(
+        self, kind: str, layer: int, index: dict[str, list[int]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One layer's attention pooled into words: ``(weights [H, Wq, Wk], mask [Wq, Wk])``
+        (:func:`~attnviz.analysis.words.pool_words` of the recorded weights and mask).
+        ``index``: :meth:`word_index`, when the caller has it already."""
+        idx = index or self.word_index()
+        q, k = SIDES[kind]
+        w = self.trace.numpy(kind, layer, "weights")[0]
+        m = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
+        return pool_words(w, m, idx[q], idx[k])
+
+    def arrays(self, unit: str = "pieces") -> dict[str, np.ndarray]:
+        """Every array by name: ``{kind}.{layer}.weights`` ``[H, Tq, Tk]``, ``.mask`` ``[Tq, Tk]``
+        (True = blocked), ``probs`` ``[T, V]``, ``out_ids`` ``[T]``.
+
+        ``unit="words"``: each weights/mask pair pooled into words (``[H, Wq, Wk]``,
+        ``[Wq, Wk]``) by :func:`~attnviz.analysis.words.pool_words`: summed over a word's key
+        pieces, averaged over its query pieces, a word cell blocked only where all its piece
+        cells are. ``probs`` and ``out_ids`` stay per decoding step.
+        """
+        check_unit(unit)
+        idx = self.word_index() if unit == "words" else None
         out = {"probs": self.probs, "out_ids": np.asarray(self.out_ids)}
         for kind, layer in self.trace.keys():
-            out[f"{kind}.{layer}.weights"] = self.trace.numpy(kind, layer, "weights")[0]
-            out[f"{kind}.{layer}.mask"] = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
+            if idx is not None:
+                w, m = self.word_attention(kind, layer, idx)
+            else:
+                w = self.trace.numpy(kind, layer, "weights")[0]
+                m = self.trace.numpy(kind, layer, "mask")[0, 0].astype(bool)
+            out[f"{kind}.{layer}.weights"] = w
+            out[f"{kind}.{layer}.mask"] = m
         return out
 
-    def to_dict(self) -> dict:
-        """JSON-ready: tokens, output, weights and masks as nested lists, top-5 per step."""
+    def to_dict(self, unit: str = "pieces") -> dict:
+        """JSON-ready: tokens, output, weights and masks as nested lists, top-5 per step.
+
+        ``unit="words"``: the attention pooled into words (see :meth:`arrays`), with
+        ``"unit": "words"``, the word labels (``src_words``, ``tgt_words``) and the word of
+        each piece (``src_word_index``, ``tgt_word_index``) to map a word back to its pieces.
+        The pieces export (the default) is unchanged.
+        """
         top = []
         for row in self.probs:
             idx = np.argsort(row)[::-1][:5]
             top.append([{"token": self.vocab[i], "prob": round(float(row[i]), 6)} for i in idx])
+        head = {}
+        if check_unit(unit) == "words":
+            index, words = self.word_index(), self.words()
+            head = {
+                "unit": "words",
+                "src_words": words["src"],
+                "tgt_words": words["tgt"],
+                "src_word_index": index["src"],
+                "tgt_word_index": index["tgt"],
+            }
         return {
             "checkpoint": self.checkpoint,
             "text": self.text,
@@ -71,10 +150,11 @@ class Inspection:
             "unknown": self.unknown,
             "out_tokens": self.out_tokens,
             "tgt_tokens": self.tgt_tokens,
+            **head,
             "top_next_tokens": top,
             "attention": {
                 name: np.round(value, 6).tolist() if value.dtype != bool else value.tolist()
-                for name, value in self.arrays().items()
+                for name, value in self.arrays(unit).items()
                 if name not in ("probs", "out_ids")
             },
             "head_stats": [s.to_dict() for s in self.stats],
@@ -122,24 +202,39 @@ def from_stepper(
         probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
         stats=key_stats(ckpt, trace, [enc.ids], [[ckpt.config.bos_id, *ids[:-1]]]),
+        src_kind=ckpt.src_tokenizer.kind,
+        tgt_kind=tok.kind,
     )
 
 
-def write_json(inspection: Inspection, path: str | Path) -> Path:
-    """:meth:`Inspection.to_dict` as strict JSON (see :func:`dumps`)."""
+def write_json(inspection: Inspection, path: str | Path, unit: str = "pieces") -> Path:
+    """:meth:`Inspection.to_dict` (pieces or words) as strict JSON (see :func:`dumps`)."""
+    check_unit(unit)
     path = Path(path)
-    path.write_text(dumps(inspection.to_dict()) + "\n")
+    path.write_text(dumps(inspection.to_dict(unit)) + "\n")
     return path
 
 
-def write_npz(inspection: Inspection, path: str | Path) -> Path:
-    """Arrays plus token lists (as string arrays) in one ``.npz`` (no pickled objects)."""
+def write_npz(inspection: Inspection, path: str | Path, unit: str = "pieces") -> Path:
+    """Arrays plus token lists (as string arrays) in one ``.npz`` (no pickled objects).
+
+    ``unit="words"``: the attention pooled into words (:meth:`Inspection.arrays`), plus
+    ``unit`` (``"words"``), ``src_words``/``tgt_words`` (labels) and
+    ``src_word_index``/``tgt_word_index`` (``[Ts]``/``[T]``: the word of each piece).
+    """
+    check_unit(unit)
     path = Path(path)
     if path.suffix != ".npz":  # numpy would add it; say the name it really writes
         path = path.with_name(path.name + ".npz")
-    arrays = inspection.arrays()
+    arrays = inspection.arrays(unit)
     for name in ("src_tokens", "out_tokens", "tgt_tokens", "vocab"):
         arrays[name] = np.asarray(getattr(inspection, name), dtype=str)
+    if unit == "words":
+        index, words = inspection.word_index(), inspection.words()
+        arrays["unit"] = np.asarray("words")
+        for side in ("src", "tgt"):
+            arrays[f"{side}_words"] = np.asarray(words[side], dtype=str)
+            arrays[f"{side}_word_index"] = np.asarray(index[side], dtype=np.int64)
     np.savez_compressed(path, **arrays)
     return path
 

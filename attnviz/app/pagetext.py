@@ -83,3 +83,9 @@ element.addEventListener('keydown', (e) => {
   if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); go(e.target); }
 });
 """
+# the Export tab's files follow the step view's pieces | words switch (#unit-select)
+UNIT_JS = (
+    "(...a) => { const s = document.querySelector('#unit-select');"
+    " a[a.length - 1] = (window.AttnViz && window.AttnViz.unit && window.AttnViz.unit())"
+    " || (s && s.value) || 'pieces'; return a; }"
+)

@@ -146,28 +146,34 @@ def inspection(state: SessionState) -> Inspection:
         return analysis.export.from_stepper(ckpt, state.text, enc, stepper, upto=state.step)
 
 
-def export(state: SessionState, what: str) -> LabView:
+def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
     """Write the current state as ``"html"`` (offline report), ``"json"`` or ``"npz"``.
 
+    Args:
+        unit: ``"pieces"`` or ``"words"`` (the page's pieces | words switch): the attention
+            in the file pooled into words, the file name ending ``-words``.
     Returns:
         ``path`` set to the written file (None on error, with the reason in ``message``).
     """
     if what not in ("html", "json", "npz"):
         return error_view(InputError(f"export html, json or npz, not {what!r}"), 0)
     try:
+        unit = analysis.export.check_unit(unit)
         ins = inspection(state)
         folder = Path(tempfile.mkdtemp(prefix="export-", dir=store.private_dir("exports")))
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
-        path = folder / f"attnviz-{name}-step{len(ins.out_ids)}.{what}"
+        words = "-words" if unit == "words" else ""
+        path = folder / f"attnviz-{name}-step{len(ins.out_ids)}{words}.{what}"
         if what == "html":
-            report.write_html(ins, path, checkpoint_of(state))
+            report.write_html(ins, path, checkpoint_of(state), unit)
         elif what == "json":
-            analysis.write_json(ins, path)
+            analysis.write_json(ins, path, unit)
         else:
-            analysis.write_npz(ins, path)
+            analysis.write_npz(ins, path, unit)
     except AttnvizError as exc:
         return error_view(exc, 0)
-    return LabView([], f"Wrote {path.name} ({path.stat().st_size // 1024} KB).", path=str(path))
+    size = f"{path.stat().st_size // 1024} KB"
+    return LabView([], f"Wrote {path.name} ({size}{', words' if words else ''}).", path=str(path))
 
 
 __all__ = [

@@ -35,6 +35,7 @@ from .pagetext import (  # the page's texts and in-page scripts
     PICK_JS,
     STALE,
     THEME_JS,
+    UNIT_JS,
     UPLOAD_HELP,
     UPLOAD_LABEL,
     VIZ_ON_LOAD,
@@ -270,12 +271,15 @@ class Page:
         with gr.Tab("Export", elem_id="tab-export") as self.export_tab:
             gr.Markdown(
                 "Every heatmap has a PNG button; every lab figure a camera button. "
-                "Files of the state shown:"
+                "Files of the state shown (their attention follows the step view's "
+                "**show: pieces | words** switch):"
             )
             with gr.Row():
                 self.exp_html = gr.Button("HTML report", elem_id="export-html")
                 self.exp_json = gr.Button("JSON trace", elem_id="export-json")
                 self.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+            # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
+            self.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
             self.exp_msg = gr.Markdown(elem_id="export-message")
             self.exp_file = gr.File(label="download", elem_id="export-file")
 
@@ -777,8 +781,9 @@ def _wire_labs(p: Page) -> None:
     _wire_compare(p)
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
-            lambda s, stamps, what=what: _file(panels.export(s, what), s, stamps),
-            [p.state, p.stamps], [p.exp_file, p.exp_msg, p.stamps], **INTERNAL,
+            lambda s, stamps, unit, what=what: _file(panels.export(s, what, unit), s, stamps),
+            [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
+            **INTERNAL,
         )  # fmt: skip
 
 
