@@ -458,7 +458,7 @@
       ctx.fillStyle = MASKED; ctx.fillRect(bx, by + bh + 8, 10, 10);
       ctx.fillStyle = col.text; ctx.fillText("masked", bx - 4, by + bh + 28);
     }
-    canvas._av = boxes;
+    canvas._av = boxes; canvas._title = opts.title || ""; // what was drawn (read back by tests)
     canvas._vmax = vmax;
     canvas._geom = { cols, base, baseH, tk, tq };
     return boxes;
