@@ -114,8 +114,8 @@ def test_norms_then_rollout_draw_the_lens_of_the_recorded_pass(page, recorded):
     _wait(page, enc, "norms", "head 2")
     _drawn_is(page, enc, lens(model, trace, "encoder_self", layer, "norms")[0, 2])
     cross = lens(model, trace, "cross", 1, "norms")[0]  # the cross panel: layer 1, mean
-    if page.locator("#heatmap-cross .av-layer").input_value() == "1":
-        _drawn_is(page, "heatmap-cross", cross.mean(0))
+    assert page.locator("#heatmap-cross .av-layer").input_value() == "1"
+    _drawn_is(page, "heatmap-cross", cross.mean(0))
 
     page.select_option("#lens-select", "rollout")
     _wait(page, enc, "rollout", "head 2")
