@@ -776,7 +776,7 @@
           panels.push({ mat, title: `L${l} H${h}`, key: [l, h], outline: mat.blocks ? null : outline });
         }
     }
-    const small = blocks[0] > 1 || blocks[1] > 1 ? ` · downsampled to ≤${THUMB}×${THUMB} (each cell: the largest ${what} of ${blocks[0]}×${blocks[1]} ${ui.words ? "words" : "pieces"}; open a head for every cell)` : "";
+    const small = blocks[0] > 1 || blocks[1] > 1 ? ` · downsampled to ≤${THUMB}×${THUMB} (each cell: the largest ${what} of ${blocks[0]}×${blocks[1]} ${ui.words ? "words" : "pieces"}; open a ${cols === S.H ? "head" : "layer"} for every cell)` : "";
     empty.style.display = "none"; canvas.style.display = "block";
     drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}${ui.words ? " · words" : ""}${small}`, cols, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
   }
