@@ -21,7 +21,7 @@
   let root = null;
   let stale = false; // a render was skipped while the step view was hidden
   const view = {}; // kind -> [layer, head]
-  const ui = { fixed: false, modelKind: "cross", lens: "weights", words: false, encQueue: [], encBusy: 0, encAsked: {} };
+  const ui = { fixed: false, modelKind: "cross", lens: "weights", words: false, encQueue: [], encBusy: 0, encAsked: {}, lensKept: {} };
   const THUMB = 64; // model-view thumbnails: at most THUMB x THUMB cells (analysis/words.py)
   // another lens's matrices of this decode, sent once on request (null: the weights path)
   let LENS = null;
@@ -131,13 +131,15 @@
     S.encBlocks[`${e.lens ? e.lens + "|" : ""}${e.layer}|${e.head}`] = { h: e.h, z: f32(e.w) };
   }
   function setEnc(e) {
-    ui.encBusy = 0;
-    if (e.epoch === S.epoch && !e.error) {
+    if (e.epoch === S.epoch && !e.error) { // still busy while drawing: what it asks for is queued
       if (e.thumbs) S.thumbs[`${e.lens ? e.lens + "|" : ""}${e.words ? "words" : "pieces"}`] = { ...e, z: f32(e.w), m: unpack(e.m, e.tq * e.tk) };
       else storeEnc(e);
       render();
     }
-    pumpEnc();
+    ui.encBusy = 0;
+    // the next request after this paint: a click on #enc-btn while gradio still finishes the
+    // event that brought this answer is dropped (the next one then never came)
+    requestAnimationFrame(() => setTimeout(pumpEnc, 0));
   }
   // the lens a long input's encoder is shown through: "" (weights) or "norms|" / "rollout|"
   function encLens() { const n = lensName(); return n === "weights" ? "" : n + "|"; }
@@ -183,6 +185,8 @@
     const kinds = {};
     for (const [k, layers] of Object.entries(l.kinds || {})) kinds[k] = layers.map((e) => ({ h: e.h, tq: e.tq, tk: e.tk, w: f32(e.w) }));
     useLens({ name: l.name, epoch: l.epoch, n: l.n, kinds });
+    for (const k of Object.keys(ui.lensKept)) if (ui.lensKept[k].epoch !== l.epoch) delete ui.lensKept[k];
+    ui.lensKept[l.name] = LENS; // switching back to it redraws from the page
     render();
   }
   AV.setLens = function (name) {
@@ -195,7 +199,7 @@
     const sel = document.getElementById("lens-select");
     if (sel) sel.value = name;
     if (name === "weights") { useLens(null); render(); return; }
-    if (LENS && LENS.name !== name) useLens(null);
+    if (!LENS || LENS.name !== name) useLens(ui.lensKept[name]?.epoch === S.epoch ? ui.lensKept[name] : null);
     if (lensCovers()) render(); else { render(); requestLens(); }
   };
   function lensOn(kind, q) {

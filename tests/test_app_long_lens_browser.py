@@ -124,6 +124,12 @@ def test_norms_then_rollout_draw_the_lens_of_the_recorded_pass(page, recorded):
     _wait(page, enc, "rollout", "layer 0")
     _drawn_is(page, enc, lens(model, trace, "encoder_self", 0, "rollout")[0, 0])
     _wait(page, "heatmap-cross", "rollout")
+    # back to norms: the page kept it for this decode, no request (encoder layer 0 is asked for)
+    page.evaluate("() => { window.lensAsks = 0; document.querySelector('#lens-norms-btn').addEventListener('click', () => window.lensAsks++); }")  # fmt: skip
+    page.select_option("#lens-select", "norms")
+    _wait(page, enc, "norms", "layer 0")
+    _drawn_is(page, enc, lens(model, trace, "encoder_self", 0, "norms")[0, 2])
+    assert page.evaluate("() => window.lensAsks") == 0
     heap = page.evaluate("() => performance.memory.usedJSHeapSize")
     assert heap < 200e6, heap
     assert page.errors == []
