@@ -21,7 +21,7 @@
   let root = null;
   let stale = false; // a render was skipped while the step view was hidden
   const view = {}; // kind -> [layer, head]
-  const ui = { fixed: false, modelKind: "cross", lens: "weights", words: false, encQueue: [], encBusy: 0, encAsked: {} };
+  const ui = { fixed: false, modelKind: "cross", lens: "weights", words: false, encQueue: [], encBusy: 0, encAsked: {}, lensKept: {} };
   const THUMB = 64; // model-view thumbnails: at most THUMB x THUMB cells (analysis/words.py)
   // another lens's matrices of this decode, sent once on request (null: the weights path)
   let LENS = null;
@@ -123,27 +123,36 @@
   // -- a long input's encoder self-attention: asked for when shown ----------------------------
   // The first Step of a long input carries one layer/head of it (encview.encoder_block); the
   // page asks for another when it shows it (hidden #enc-btn, AV.encPending), one at a time.
+  // Under another lens (norms, rollout) the same requests name it ("norms 1 H2", "rollout
+  // thumbs": lensview.encoder_lens_block/_thumbs) and what comes back is kept under its name.
   function storeEnc(e) {
     const ts = e.ts;
     if (!S.encMask[e.layer]) S.encMask[e.layer] = unpack(e.m, ts * ts);
-    S.encBlocks[`${e.layer}|${e.head}`] = { h: e.h, z: f32(e.w) };
+    S.encBlocks[`${e.lens ? e.lens + "|" : ""}${e.layer}|${e.head}`] = { h: e.h, z: f32(e.w) };
   }
   function setEnc(e) {
-    ui.encBusy = 0;
-    if (e.epoch === S.epoch && !e.error) {
-      if (e.thumbs) S.thumbs[e.words ? "words" : "pieces"] = { ...e, z: f32(e.w), m: unpack(e.m, e.tq * e.tk) };
+    if (e.epoch === S.epoch && !e.error) { // still busy while drawing: what it asks for is queued
+      if (e.thumbs) S.thumbs[`${e.lens ? e.lens + "|" : ""}${e.words ? "words" : "pieces"}`] = { ...e, z: f32(e.w), m: unpack(e.m, e.tq * e.tk) };
       else storeEnc(e);
       render();
     }
-    pumpEnc();
+    ui.encBusy = 0;
+    // the next request after this paint: a click on #enc-btn while gradio still finishes the
+    // event that brought this answer is dropped (the next one then never came)
+    requestAnimationFrame(() => setTimeout(pumpEnc, 0));
   }
+  // the lens a long input's encoder is shown through: "" (weights) or "norms|" / "rollout|"
+  function encLens() { const n = lensName(); return n === "weights" ? "" : n + "|"; }
   function encBlock(layer, head) { // head: -1 the mean, h a head
-    const b = S.encBlocks;
-    if (head < 0) return b[`${layer}|mean`] ? [b[`${layer}|mean`].z, 0] : null;
-    if (b[`${layer}|H${head}`]) return [b[`${layer}|H${head}`].z, 0];
-    if (b[`${layer}|all heads`]) return [b[`${layer}|all heads`].z, head];
+    const b = S.encBlocks, p = encLens() + layer;
+    if (p.startsWith("rollout|")) head = -1; // one matrix per layer (heads averaged)
+    if (head < 0) return b[`${p}|mean`] ? [b[`${p}|mean`].z, 0] : null;
+    if (b[`${p}|H${head}`]) return [b[`${p}|H${head}`].z, 0];
+    if (b[`${p}|all heads`]) return [b[`${p}|all heads`].z, head];
     return null;
   }
+  // what to ask the server for (session.encoder_view): "<lens> <layer> <head>" off the weights
+  function encWant(what) { const l = encLens(); return l ? `${l.slice(0, -1)} ${what}` : what; }
   function encHas(layer, head) { return !!S.enc[layer] || !!encBlock(layer, head); }
   function askEnc(what) {
     const key = `${S.epoch} ${what}`;
@@ -176,16 +185,13 @@
     const kinds = {};
     for (const [k, layers] of Object.entries(l.kinds || {})) kinds[k] = layers.map((e) => ({ h: e.h, tq: e.tq, tk: e.tk, w: f32(e.w) }));
     useLens({ name: l.name, epoch: l.epoch, n: l.n, kinds });
+    for (const k of Object.keys(ui.lensKept)) if (ui.lensKept[k].epoch !== l.epoch) delete ui.lensKept[k];
+    ui.lensKept[l.name] = LENS; // switching back to it redraws from the page
     render();
   }
   AV.setLens = function (name) {
-    if (name !== "weights" && S.started && !S.enc.length) { // a long input
-      // another lens comes whole (every kind, layer and head: ~70 MB at 512 tokens): refused
-      const msg = document.getElementById("lens-msg"), sel = document.getElementById("lens-select");
-      if (msg) msg.textContent = ` ⚠ the ${name} lens is sent whole, too big for a ${S.src.length}-token input: showing the weights`;
-      if (sel) sel.value = "weights";
-      name = "weights";
-    }
+    // a long input: the lens payload carries the decoder's kinds; the encoder's layer/head
+    // (and the model view's thumbnails) are asked for when shown, like its weights
     ui.lens = name; ui.lensAsked = "";
     const box = document.getElementById("fixed-scale"), note = document.getElementById("fixed-note");
     if (box) box.disabled = name === "norms"; // no 0–1 scale for sizes: say so beside the switch
@@ -193,7 +199,7 @@
     const sel = document.getElementById("lens-select");
     if (sel) sel.value = name;
     if (name === "weights") { useLens(null); render(); return; }
-    if (LENS && LENS.name !== name) useLens(null);
+    if (!LENS || LENS.name !== name) useLens(ui.lensKept[name]?.epoch === S.epoch ? ui.lensKept[name] : null);
     if (lensCovers()) render(); else { render(); requestLens(); }
   };
   function lensOn(kind, q) {
@@ -245,7 +251,7 @@
   function pieceMatrix(kind, layer, head) {
     const [xl, yl] = labels(kind);
     const tq = yl.length, tk = xl.length;
-    if (kind === "encoder_self" && !S.enc[layer] && !LENS) { // a long input's block: as sent
+    if (kind === "encoder_self" && !S.enc[layer]) { // a long input's block: as sent (weights or the lens)
       const [z, h] = encBlock(layer, head);
       return { z: z.subarray(h * tq * tk, (h + 1) * tq * tk), m: S.encMask[layer], tq, tk, xl, yl };
     }
@@ -456,7 +462,7 @@
       ctx.fillStyle = MASKED; ctx.fillRect(bx, by + bh + 8, 10, 10);
       ctx.fillStyle = col.text; ctx.fillText("masked", bx - 4, by + bh + 28);
     }
-    canvas._av = boxes;
+    canvas._av = boxes; canvas._title = opts.title || ""; // what was drawn (read back by tests)
     canvas._vmax = vmax;
     canvas._geom = { cols, base, baseH, tk, tq };
     return boxes;
@@ -721,8 +727,8 @@
     if (kind === "encoder_self") { // a long input: this layer/head (and its mask) comes when asked for
       const hs = head === "all heads" ? [...Array(S.H).keys()] : [head === "mean" ? -1 : +head.slice(1)];
       if (!hs.every((h) => encHas(lay, h))) {
-        askEnc(`${lay} ${head}`);
-        empty.textContent = `loading encoder self-attention, layer ${lay}, ${headName(head)} (a long input: the page asks for what it shows)…`;
+        askEnc(encWant(`${lay} ${encLens() === "rollout|" ? "mean" : head}`));
+        empty.textContent = `loading encoder self-attention${lensSuffix()}, layer ${lay}, ${headName(head)} (a long input: the page asks for what it shows)…`;
         empty.style.display = "block"; canvas.style.display = "none";
         return false;
       }
@@ -752,21 +758,20 @@
     canvas._redraw = () => { measure(); drawModel(); };
     const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
     let panels = [], blocks = [1, 1];
-    if (kind === "encoder_self" && !S.enc.length && LENS) { // every head of a long input: not sent
-      empty.textContent = `model view: a long input's encoder is shown through the ${lensName()} lens one head at a time (open one above), or pick the weights lens for thumbnails`;
-      empty.style.display = "block"; canvas.style.display = "none"; return;
-    }
-    if (kind === "encoder_self" && !S.enc.length) { // a long input: the server's thumbnails
-      const th = S.thumbs[ui.words ? "words" : "pieces"];
+    let cols = S.H, what = "weight";
+    if (kind === "encoder_self" && !S.enc.length) { // a long input: the server's thumbnails (of the lens shown)
+      const th = S.thumbs[`${encLens()}${ui.words ? "words" : "pieces"}`];
       if (!th) {
-        askEnc(ui.words ? "thumbs words" : "thumbs");
+        askEnc(encWant(ui.words ? "thumbs words" : "thumbs"));
         empty.textContent = "loading the encoder's thumbnails (a long input: downsampled on the server)…"; empty.style.display = "block"; canvas.style.display = "none"; return;
       }
       const n = th.tq * th.tk, span = (b, i) => (b > 1 ? `${i * b}–${(i + 1) * b - 1}` : String(i));
       const yl = Array.from({ length: th.tq }, (_, i) => `${ui.words ? "words" : "pieces"} ${span(th.bq, i)}`), xl = Array.from({ length: th.tk }, (_, i) => `${ui.words ? "words" : "pieces"} ${span(th.bk, i)}`);
       for (let l = 0; l < th.L; l++)
-        for (let h = 0; h < th.h; h++) panels.push({ mat: { z: th.z.subarray((l * th.h + h) * n, (l * th.h + h + 1) * n), m: th.m, tq: th.tq, tk: th.tk, xl, yl }, title: `L${l} H${h}`, key: [l, h], outline: null });
+        for (let h = 0; h < th.h; h++) panels.push({ mat: { z: th.z.subarray((l * th.h + h) * n, (l * th.h + h + 1) * n), m: th.m, tq: th.tq, tk: th.tk, xl, yl }, title: th.h > 1 ? `L${l} H${h}` : `L${l}`, key: [l, th.h > 1 ? h : 0], outline: null });
       blocks = [th.bq, th.bk];
+      if (th.h === 1) cols = th.L; // rollout: one matrix per layer
+      if (th.lens) what = th.lens === "norms" ? "norm" : "rollout value";
     } else {
       for (let l = 0; l < S.layers[kind]; l++)
         for (let h = 0; h < S.H; h++) {
@@ -775,9 +780,9 @@
           panels.push({ mat, title: `L${l} H${h}`, key: [l, h], outline: mat.blocks ? null : outline });
         }
     }
-    const small = blocks[0] > 1 || blocks[1] > 1 ? ` · downsampled to ≤${THUMB}×${THUMB} (each cell: the largest weight of ${blocks[0]}×${blocks[1]} ${ui.words ? "words" : "pieces"}; open a head for every cell)` : "";
+    const small = blocks[0] > 1 || blocks[1] > 1 ? ` · downsampled to ≤${THUMB}×${THUMB} (each cell: the largest ${what} of ${blocks[0]}×${blocks[1]} ${ui.words ? "words" : "pieces"}; open a ${cols === S.H ? "head" : "layer"} for every cell)` : "";
     empty.style.display = "none"; canvas.style.display = "block";
-    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}${ui.words ? " · words" : ""}${small}`, cols: S.H, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
+    drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}${ui.words ? " · words" : ""}${small}`, cols, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
   }
   // the word row holding the newest query piece (words mode's outline)
   function wordRow(kind) { const w = wordsOf(kind)[1]; return w.index[Math.max(S.step - 1, 0)] ?? S.step - 1; }

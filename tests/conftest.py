@@ -63,7 +63,7 @@ TIERS = {
     "browser": {
         "test_app_browser.py", "test_report_browser.py", "test_app_load.py",
         "test_app_labs_browser.py", "test_app_whatif_browser.py", "test_app_beam_browser.py",
-        "test_app_long_browser.py",
+        "test_app_long_browser.py", "test_app_long_lens_browser.py",
     },
     "integration": {
         "test_app_server.py", "test_app_network.py", "test_app_hf.py", "test_hf.py",

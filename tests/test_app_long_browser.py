@@ -201,13 +201,6 @@ def test_words_mode_pools_pieces_and_rows_sum_to_one(page, model):
     page.select_option("#unit-select", "pieces")
 
 
-def test_another_lens_is_refused_with_a_reason_for_a_long_input(page):
-    page.select_option("#lens-select", "norms")
-    assert "too big" in page.locator("#lens-msg").inner_text()
-    assert page.locator("#lens-select").input_value() == "weights"
-    assert " · norms" not in page.locator("#heatmap-cross .av-title").inner_text()
-
-
 def test_the_model_view_draws_downsampled_thumbnails(page):
     page.locator("#model-view summary").click()
     page.select_option("#heatmap-model .av-modelkind", "encoder_self")

@@ -64,7 +64,14 @@ def encoder_block(state: SessionState, encoder: Trace, layer: int, head: str) ->
     if layer not in layers:
         raise InputError(f"encoder layer must be one of {layers}, got {layer}")
     w = encoder.numpy("encoder_self", layer)[0]  # [H, Ts, Ts]
-    if head == "all heads":
+    m = encoder.numpy("encoder_self", layer, "mask")[0, 0]  # [Ts, Ts]
+    return block_of(state, w, m, layer, head)
+
+
+def block_of(state: SessionState, w: np.ndarray, m: np.ndarray, layer: int, head: str) -> dict:
+    """:func:`encoder_block`'s dict of one layer's ``w`` ``[H, Ts, Ts]`` (weights or a lens;
+    H = 1 for rollout: every head reads it) and mask ``m`` ``[Ts, Ts]``."""
+    if head == "all heads" or w.shape[0] == 1:
         z = w
     elif head == "mean":
         z = w.mean(0, keepdims=True)
@@ -76,7 +83,6 @@ def encoder_block(state: SessionState, encoder: Trace, layer: int, head: str) ->
         if not 0 <= h < w.shape[0]:
             raise InputError(f"head must be in H0..H{w.shape[0] - 1}, got {head!r}")
         z = w[h : h + 1]
-    m = encoder.numpy("encoder_self", layer, "mask")[0, 0]  # [Ts, Ts]
     return {
         "epoch": f"{state.sid}:{state.epoch}", "layer": layer, "head": str(head),
         "h": int(z.shape[0]), "ts": int(w.shape[-1]), "w": b64(z), "m": packed(m),
@@ -99,11 +105,19 @@ def encoder_thumbs(
     layers = encoder.layers("encoder_self")
     w = np.stack([encoder.numpy("encoder_self", i)[0] for i in layers])  # [L, H, Ts, Ts]
     m = encoder.numpy("encoder_self", layers[0], "mask")[0, 0].astype(bool)  # [Ts, Ts]
+    return thumbs_of(state, w, m, words, size)
+
+
+def thumbs_of(
+    state: SessionState, w: np.ndarray, m: np.ndarray, words: Sequence[int] | None, size: int
+) -> dict[str, Any]:
+    """:func:`encoder_thumbs`'s dict of ``w`` ``[L, H, Ts, Ts]`` (weights or a lens) and mask
+    ``m`` ``[Ts, Ts]``: pooled into words when ``words`` is given, then max-pooled."""
     if words is not None:
         w, m = pool_words(w, m, words, words)  # [L, H, Ws, Ws]
     z, zm, (bq, bk) = downsample(w, m, size)
     return {
         "epoch": f"{state.sid}:{state.epoch}", "thumbs": True, "words": words is not None,
-        "L": len(layers), "h": int(w.shape[1]), "tq": int(z.shape[-2]), "tk": int(z.shape[-1]),
+        "L": int(w.shape[0]), "h": int(w.shape[1]), "tq": int(z.shape[-2]), "tk": int(z.shape[-1]),
         "bq": bq, "bk": bk, "w": b64(z), "m": packed(zm),
     }  # fmt: skip

@@ -5,6 +5,13 @@ asks for another lens, :func:`payload` records one teacher-forced pass over the 
 tokens (the same tokens the stepper chose, now fed in at once, with the values the norms lens
 needs) and sends every kind and layer of that lens; the page keeps it for this decode and
 redraws Back/scrub from it, asking again only when a Step goes past what it holds.
+
+A long input (its encoder not sent whole, :func:`attnviz.app.encview.encoder_inline`) gets
+the decoder's kinds only in that payload; the page asks for the encoder layer and head it
+shows (:func:`encoder_lens_block`; rollout: the layer's one matrix) and the model view gets
+max-pooled thumbnails (:func:`encoder_lens_thumbs`), through
+:func:`attnviz.app.session.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
+recorded pass, never an approximation.
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..analysis import LENSES, lens
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from ..record import record
+from ..record import Trace, record
+from . import encview
 from .state import SessionState, checkpoint_of
 from .views import b64
 
@@ -26,7 +35,9 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
     """``{"lens": {...}}`` for the page: ``name``, ``epoch``, ``n`` (decoded rows covered)
     and per kind a list per layer of ``{"h", "tq", "tk", "w"}`` (base64 float32
     ``[h, tq, tk]``; rollout has ``h`` = 1). ``"weights"`` carries no matrices (the page
-    has them); an error comes back as ``"error"`` with the page left on weights."""
+    has them); an error comes back as ``"error"`` with the page left on weights. A long input
+    (:func:`attnviz.app.encview.encoder_inline` false) gets no ``encoder_self`` here: the page
+    asks for the layer and head it shows (:func:`encoder_lens_block`)."""
     epoch = f"{state.sid}:{state.epoch}"
     base = {"name": name, "epoch": epoch, "n": len(state.tokens), "kinds": {}}
     try:
@@ -38,13 +49,19 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
         cfg, model = ckpt.config, ckpt.model
         n = len(state.tokens)
         src = torch.tensor([state.src_ids], device=ckpt.device)
+        long = not encview.encoder_inline(ckpt, len(state.src_ids))
         kinds = KINDS if n else ("encoder_self",)
+        if long:
+            kinds = tuple(k for k in kinds if k != "encoder_self")
+            base["long"] = True
         with torch.no_grad(), record(model, capture=("weights", "mask", "values")) as trace:
             if n:
                 model(src, torch.tensor([[cfg.bos_id, *state.tokens[: n - 1]]], device=ckpt.device))
             else:
                 model.encode(src)
         for kind in kinds:
+            if kind == "encoder_self" and long:
+                continue
             layers = []
             for layer in trace.layers(kind):
                 m = lens(model, trace, kind, layer, name)[0]  # [H', Tq, Tk]
@@ -53,3 +70,53 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
     except AttnvizError as exc:
         return {"lens": {**base, "name": "weights", "error": f"⚠ {html.escape(str(exc))}"}}
     return {"lens": base}
+
+
+def _encoder_pass(state: SessionState) -> tuple[Any, Trace]:
+    """The encoder of this input recorded with the values the norms lens needs."""
+    ckpt = checkpoint_of(state)
+    src = torch.tensor([state.src_ids], device=ckpt.device)
+    with torch.no_grad(), record(ckpt.model, capture=("weights", "mask", "values")) as trace:
+        ckpt.model.encode(src)
+    return ckpt, trace
+
+
+def _check(name: str) -> None:
+    if name not in LENSES or name == "weights":
+        raise InputError(f"an encoder lens must be norms or rollout, got {name!r}")
+
+
+def encoder_lens_block(state: SessionState, name: str, layer: int, head: str) -> dict[str, Any]:
+    """One encoder layer through lens ``name`` for a long input's page.
+
+    Args:
+        name: ``"norms"`` or ``"rollout"``; layer: 0-based; head: ``"H<h>"``, ``"mean"`` or
+            ``"all heads"`` (rollout has one matrix per layer: any head gets it).
+    Returns:
+        :func:`attnviz.app.encview.encoder_block`'s dict plus ``"lens"``: ``w`` base64 float32
+        ``[h, Ts, Ts]`` of :func:`attnviz.analysis.lens` on a recorded encoder pass.
+    """
+    _check(name)
+    ckpt, trace = _encoder_pass(state)
+    layers = trace.layers("encoder_self")
+    if layer not in layers:
+        raise InputError(f"encoder layer must be one of {layers}, got {layer}")
+    w = lens(ckpt.model, trace, "encoder_self", layer, name)[0]  # [H', Ts, Ts]
+    if name == "rollout":
+        head = "mean"  # heads averaged: one matrix
+    m = trace.numpy("encoder_self", layer, "mask")[0, 0]
+    return {**encview.block_of(state, w, m, layer, head), "lens": name}
+
+
+def encoder_lens_thumbs(
+    state: SessionState, name: str, words: Any = None, size: int = encview.THUMB
+) -> dict[str, Any]:
+    """Every encoder layer (and head; rollout: one per layer) through lens ``name``, max-pooled
+    to at most ``size x size`` for the model view: :func:`attnviz.app.encview.thumbs_of` of
+    :func:`attnviz.analysis.lens` stacked ``[L, H', Ts, Ts]``, plus ``"lens"``."""
+    _check(name)
+    ckpt, trace = _encoder_pass(state)
+    layers = trace.layers("encoder_self")
+    w = np.stack([lens(ckpt.model, trace, "encoder_self", i, name)[0] for i in layers])
+    m = trace.numpy("encoder_self", layers[0], "mask")[0, 0].astype(bool)
+    return {**encview.thumbs_of(state, w, m, words, size), "lens": name}

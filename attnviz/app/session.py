@@ -25,7 +25,7 @@ from ..checkpoint import Checkpoint
 from ..decoding import GreedyStepper, default_max_len
 from ..errors import AttnvizError, InputError
 from ..model import KINDS
-from . import beamview, encview, store, views
+from . import beamview, encview, lensview, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
@@ -435,7 +435,9 @@ def encoder_view(state: SessionState, want: str) -> dict:
     Args:
         want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
             :func:`attnviz.app.encview.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
-            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`); ``epoch`` is the
+            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`), either after a
+            lens name (``"<epoch> norms 1 H2"``, ``"<epoch> rollout thumbs"``: that lens,
+            :mod:`attnviz.app.lensview`); ``epoch`` is the
             page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
     Returns:
         ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
@@ -447,6 +449,9 @@ def encoder_view(state: SessionState, want: str) -> dict:
         if not state.started or page_epoch != epoch:
             raise InputError("the page shows another decode: step again")
         ckpt = checkpoint_of(state)
+        name, _, rest = what.partition(" ")
+        if name in ("norms", "rollout"):  # a long input's encoder through another lens
+            return {"enc": _encoder_lens(state, ckpt, name, rest)}
         with DECODERS.hold(state, ckpt, state.version) as stepper:
             encoder = stepper.encoder_trace
             if what in ("thumbs", "thumbs words"):
@@ -462,6 +467,23 @@ def encoder_view(state: SessionState, want: str) -> dict:
             return {"enc": encview.encoder_block(state, encoder, layer_i, head)}
     except AttnvizError as exc:
         return {"enc": {"epoch": epoch, "error": _warn(exc)}}
+
+
+def _encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:
+    """``encoder_view``'s ``"<epoch> <lens> thumbs[ words]"`` / ``"<epoch> <lens> <layer> <head>"``."""
+    if what in ("thumbs", "thumbs words"):
+        words = (
+            word_index(state.src_pieces, ckpt.src_tokenizer.kind)
+            if what == "thumbs words"
+            else None
+        )
+        return lensview.encoder_lens_thumbs(state, name, words)
+    layer, _, head = what.partition(" ")
+    try:
+        layer_i = int(layer.lstrip("L"))
+    except ValueError:
+        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+    return lensview.encoder_lens_block(state, name, layer_i, head)
 
 
 def _raise(exc: Exception):
