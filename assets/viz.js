@@ -937,7 +937,7 @@
     const layerSel = sel("av-layer", layers.map((_, i) => String(i)), v.layer);
     const headSel = sel("av-headsel", ["mean", "all heads", ...Array.from({ length: H }, (_, h) => `H${h}`)], v.head);
     const main = el("canvas", { class: "av-canvas av-main" }), grid = el("canvas", { class: "av-canvas av-grid" });
-    const name = `${d.kind}`;
+    const name = d.name || `${d.kind}`;
     if (d.lines !== false) element.append(line("Source", d.src), line("Output", d.out));
     element.append(el("div", { class: "av-head" }, el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layerSel),
         el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel),

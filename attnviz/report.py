@@ -146,6 +146,7 @@ def attention_spec(ins: Inspection, kind: str, unit: str = "pieces") -> dict:
         data["queries"] = [display_token(t) for t in words[q]]
         data["keys"] = [display_token(t) for t in words[k]]
         data["title"] = f"{data['title']} · words"
+        data["name"] = f"{kind}-words"  # the figure's downloads say words too
     return data
 
 

@@ -102,12 +102,14 @@ def test_html_report_draws_words(ins):
     specs = {s["kind"]: s for s in report.report_data(page) if s["type"] == "attention"}
     cross = specs["cross"]
     assert cross["keys"] == ["hello", "world"] and cross["title"].endswith("· words")
+    assert cross["name"] == "cross-words"  # the figure's PNG/CSV/JSON files say words
     w, m = ins.word_attention("cross", 0)
     assert cross["layers"][0]["w"] == b64_f32(w) and len(cross["layers"][0]["m"]) == m.size
     assert specs["encoder_self"]["queries"] == ["hello", "world"]
     pieces = {s["kind"]: s for s in report.report_data(report.inspection_page(ins))
               if s["type"] == "attention"}  # fmt: skip
     assert len(pieces["cross"]["keys"]) == len(TEXT) and "words" not in pieces["cross"]["title"]
+    assert "name" not in pieces["cross"]  # files named by kind, as before
 
 
 # -- the app ------------------------------------------------------------------------------------
