@@ -75,7 +75,7 @@ from .model import Transformer
 from .record import record
 from .snapshots import SNAPSHOTS, Snapshots
 from .tokenizer import Tokenizer
-from .train_options import MODEL_FIELDS, TrainOptions, _same_source
+from .train_options import MODEL_FIELDS, TrainOptions, same_source
 
 __all__ = ["MODEL_FIELDS", "TRAIN_STATE", "TrainOptions", "batch_at", "lr_at", "train"]
 
@@ -289,7 +289,7 @@ def train(
         keep = {n: getattr(opts, n) or saved.get(n) for n in ("task", "data", "dev", "langs")}
         opts = dataclasses.replace(opts, **keep)
     what = opts.source()
-    _same_source(opts, saved)  # before reading a corpus for nothing
+    same_source(opts, saved)  # before reading a corpus for nothing
     init = None
     if opts.init is not None and state is None:
         init, opts = init_checkpoint(opts)

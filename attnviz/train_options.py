@@ -119,7 +119,7 @@ class TrainOptions:
                 saved run's (a resumed run keeps its model).
         """
         saved = saved or {}
-        _same_source(self, saved)
+        same_source(self, saved)
         clash = [
             k
             for k in MODEL_FIELDS
@@ -151,7 +151,14 @@ class TrainOptions:
         return out
 
 
-def _same_source(opts: TrainOptions, saved: dict | None) -> None:
+def same_source(opts: TrainOptions, saved: dict | None) -> None:
+    """Refuse to resume a run on another source (a task vs a corpus, or another task).
+
+    Args:
+        saved: the saved run's options (None: nothing to resume).
+    Raises:
+        InputError: the sources differ.
+    """
     if saved and saved.get("task") != opts.task:
         was = repr(saved["task"]) if saved.get("task") else "corpus"
         now = repr(opts.task) if opts.task else "corpus"
