@@ -33,32 +33,27 @@ METHOD_COLOURS = {
     "gradient × input": "#54a24b",
     "attention": BAR,
 }
-#: A small template: the stock ones add ~6 KB and ~6 ms to every figure.
-TEMPLATE = go.layout.Template(
-    layout=dict(
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
-        hovermode="closest",
-        hoverlabel=dict(align="left"),
-        xaxis=dict(gridcolor="#ebf0f8", zeroline=False, automargin=True),
-        yaxis=dict(gridcolor="#ebf0f8", zeroline=False, automargin=True),
-        margin=dict(t=70, b=50, l=60, r=30),
+
+
+def _template(background: str, text: str, grid: str) -> go.layout.Template:
+    """A small template (the stock ones add ~6 KB and ~6 ms to every figure)."""
+    return go.layout.Template(
+        layout=dict(
+            paper_bgcolor=background,
+            plot_bgcolor=background,
+            font=dict(family="system-ui, sans-serif", size=12, color=text),
+            hovermode="closest",
+            hoverlabel=dict(align="left"),
+            xaxis=dict(gridcolor=grid, zeroline=False, automargin=True),
+            yaxis=dict(gridcolor=grid, zeroline=False, automargin=True),
+            margin=dict(t=70, b=50, l=60, r=30),
+        )
     )
-)
+
+
+TEMPLATE = _template("white", "#2a3f5f", "#ebf0f8")
 #: The same for a dark page: light text on the page's dark grey, faint grid lines.
-DARK_TEMPLATE = go.layout.Template(
-    layout=dict(
-        paper_bgcolor="#1f2937",
-        plot_bgcolor="#1f2937",
-        font=dict(family="system-ui, sans-serif", size=12, color="#e5e7eb"),
-        hovermode="closest",
-        hoverlabel=dict(align="left"),
-        xaxis=dict(gridcolor="#374151", zeroline=False, automargin=True),
-        yaxis=dict(gridcolor="#374151", zeroline=False, automargin=True),
-        margin=dict(t=70, b=50, l=60, r=30),
-    )
-)
+DARK_TEMPLATE = _template("#1f2937", "#e5e7eb", "#374151")
 Tokens = Sequence[Any] | None  # token strings for an axis; None = positions 0, 1, ...
 _GREY = [[0.0, MASKED], [1.0, MASKED]]
 _WEIGHT_HOVER = "%{customdata}<br>weight %{z:.4f}<extra></extra>"
