@@ -93,3 +93,29 @@ def browser_or_skip():
     )
     pytest.importorskip("gradio")
     return api
+
+
+def small_long_checkpoint(folder: Path) -> Path:
+    """A small random model whose positions take a long input (700), with the opus-mt-shaped
+    model's character tokenizer (:func:`attnviz.app.bench.opus_shaped_checkpoint`)."""
+    from attnviz.app.bench import opus_shaped_checkpoint
+
+    shape = dict(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)
+    return opus_shaped_checkpoint(folder, max_len=700, **shape)
+
+
+def stepped_page(browser, url: str, text: str, steps: int, timeout_ms: int, **context):
+    """A new page on the app at ``url``: ``text`` typed and Stepped ``steps`` times, each Step
+    waited for until drawn; ``page.errors`` collects the page's errors."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1600}, **context)
+    page.set_default_timeout(timeout_ms)
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
+    page.locator("#input-text textarea").fill(text)
+    for i in range(1, steps + 1):
+        page.locator("#step-btn").click()
+        page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
+    return page

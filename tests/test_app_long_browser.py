@@ -14,17 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CHROMIUM, browser_or_skip  # noqa: E402
+from helpers import browser_or_skip  # noqa: E402
 
-sync_api = browser_or_skip()
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
-from helpers import launched_app  # noqa: E402
+from helpers import launched_app, small_long_checkpoint, stepped_page  # noqa: E402
 
 from attnviz.analysis.words import pool_words, word_index  # noqa: E402
 from attnviz.app import session  # noqa: E402
-from attnviz.app.bench import long_text, opus_shaped_checkpoint  # noqa: E402
+from attnviz.app.bench import long_text  # noqa: E402
 from attnviz.app.decoders import DECODERS  # noqa: E402
-from attnviz.bench import CHROMIUM_ARGS  # noqa: E402
 
 TIMEOUT = 60_000
 N = 300  # tokens: past the size whose every encoder layer and head comes with the first Step
@@ -48,32 +47,18 @@ DRAWN = """(id) => {
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    shape = dict(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)
-    return opus_shaped_checkpoint(tmp_path_factory.mktemp("long") / "m", max_len=700, **shape)
+    return small_long_checkpoint(tmp_path_factory.mktemp("long") / "m")
 
 
 @pytest.fixture(scope="module")
-def app(model):
-    with launched_app(model) as (_, port), sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
+def app(model, browser):
+    with launched_app(model) as (_, port):
         yield browser, f"http://127.0.0.1:{port}/"
-        browser.close()
 
 
 def _stepped(app, steps: int, **context):
     browser, url = app
-    page = browser.new_page(viewport={"width": 1400, "height": 1600}, **context)
-    page.set_default_timeout(TIMEOUT)
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
-    page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
-    page.locator("#input-text textarea").fill(long_text(N))
-    for i in range(1, steps + 1):
-        page.locator("#step-btn").click()
-        page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
-    return page
+    return stepped_page(browser, url, long_text(N), steps, TIMEOUT, **context)
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHROMIUM, browser_or_skip  # noqa: E402
+from helpers import browser_or_skip  # noqa: E402
 
-sync_api = browser_or_skip()
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
-from helpers import launched_app  # noqa: E402
+from helpers import launched_app, small_long_checkpoint, stepped_page  # noqa: E402
 
 from attnviz.analysis import lens  # noqa: E402
 from attnviz.app import session  # noqa: E402
-from attnviz.app.bench import long_text, opus_shaped_checkpoint  # noqa: E402
-from attnviz.bench import CHROMIUM_ARGS  # noqa: E402
+from attnviz.app.bench import long_text  # noqa: E402
 from attnviz.record import record  # noqa: E402
 
 TIMEOUT = 60_000
@@ -48,8 +47,7 @@ SHOWN = """([id, name, part]) => { const c = document.querySelector('#' + id + '
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    shape = dict(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)
-    return opus_shaped_checkpoint(tmp_path_factory.mktemp("longlens") / "m", max_len=700, **shape)
+    return small_long_checkpoint(tmp_path_factory.mktemp("longlens") / "m")
 
 
 @pytest.fixture(scope="module")
@@ -69,23 +67,12 @@ def recorded(model):
 
 
 @pytest.fixture(scope="module")
-def page(model):
-    with launched_app(model) as (_, port), sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        page.set_default_timeout(TIMEOUT)
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.goto(f"http://127.0.0.1:{port}/")
-        page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
-        page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
-        page.locator("#input-text textarea").fill(long_text(N))
-        for i in range(1, STEPS + 1):
-            page.locator("#step-btn").click()
-            page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
+def page(model, browser):
+    with launched_app(model) as (_, port):
+        page = stepped_page(browser, f"http://127.0.0.1:{port}/", long_text(N), STEPS, TIMEOUT)
         yield page
         assert page.errors == []
-        browser.close()
+        page.close()
 
 
 def _wait(page, id, name, part=""):
