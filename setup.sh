@@ -42,4 +42,15 @@ if ! command -v chromium >/dev/null 2>&1 && [ "${ATTNVIZ_NO_CHROMIUM:-}" != 1 ];
         echo "attnviz: no chromium found; browser tests will skip (apt-get install chromium)"
     fi
 fi
+# Test speech is synthesized with espeak-ng (a Debian package); without it the speech tests
+# that need new audio skip and say why.
+if ! command -v espeak-ng >/dev/null 2>&1 && [ "${ATTNVIZ_NO_ESPEAK:-}" != 1 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "attnviz: installing espeak-ng for the speech tests (apt-get)"
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng) \
+            >/dev/null 2>&1 || echo "attnviz: could not install espeak-ng; speech synthesis tests will skip"
+    else
+        echo "attnviz: no espeak-ng found; speech synthesis tests will skip (apt-get install espeak-ng)"
+    fi
+fi
 "$PY" -c "import torch, attnviz; print(f'attnviz {attnviz.__version__} ready (torch {torch.__version__}, cuda available: {torch.cuda.is_available()})')"
