@@ -4,13 +4,12 @@ The attention shown is the attention the model used: weights are recorded inside
 forward pass (:func:`record`), never recomputed beside it.
 """
 
-from . import interop, masks, tasks
-from .beam import BeamNode, BeamResult, BeamTree, beam_search
+from . import interop
 from .checkpoint import Checkpoint, Prediction, load_checkpoint, save_checkpoint
-from .config import ModelConfig
-from .decoding import GreedyStepper, StepResult, greedy_decode
-from .devices import as_numpy, resolve_device
-from .errors import (
+from .core import masks
+from .core.config import ModelConfig
+from .core.devices import as_numpy, resolve_device
+from .core.errors import (
     AttnvizError,
     CheckpointError,
     ConfigError,
@@ -20,9 +19,8 @@ from .errors import (
     MaskError,
     TraceLookupError,
 )
-from .interop import export_hf
-from .model import KINDS, DecoderCache, MultiHeadAttention, Transformer, eager_attention
-from .record import (
+from .core.model import KINDS, DecoderCache, MultiHeadAttention, Transformer, eager_attention
+from .core.record import (
     AttentionRecord,
     DropMask,
     Edit,
@@ -32,11 +30,14 @@ from .record import (
     ZeroHeads,
     record,
 )
-from .scoring import Scored
-from .show import View, show
-from .tokenizer import Encoding, Tokenizer
-
-__version__ = "0.1.0"
+from .core.version import __version__
+from .data import tasks
+from .data.tokenizer import Encoding, Tokenizer
+from .decode.beam import BeamNode, BeamResult, BeamTree, beam_search
+from .decode.greedy import GreedyStepper, StepResult, greedy_decode
+from .decode.scoring import Scored
+from .interop import export_hf
+from .render.show import View, show
 
 __all__ = [
     "KINDS",

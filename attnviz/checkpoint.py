@@ -26,15 +26,16 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from .beam import BeamResult, beam_predict, folder_num_beams
-from .config import ModelConfig
-from .data import source_batch
-from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
-from .errors import AttnvizError, CheckpointError, InputError, one_line, shorten
-from .model import Transformer
-from .scoring import Scored, score_reference
-from .tokenizer import Encoding, Tokenizer
-from .weights import build_model, unique_state_dict
+from .core.config import ModelConfig
+from .core.errors import AttnvizError, CheckpointError, InputError, one_line, shorten
+from .core.model import Transformer
+from .core.version import __version__
+from .core.weights import build_model, unique_state_dict
+from .data.batch import source_batch
+from .data.tokenizer import Encoding, Tokenizer
+from .decode.beam import BeamResult, beam_predict, folder_num_beams
+from .decode.greedy import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
+from .decode.scoring import Scored, score_reference
 
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -120,7 +121,6 @@ def save_checkpoint(
     Returns:
         the folder.
     """
-    from . import __version__
 
     cfg = model.config
     _check_vocab(cfg, src_tokenizer, tgt_tokenizer, CheckpointError)
@@ -315,7 +315,7 @@ class Checkpoint:
 
         Args:
             src: ``[B, Ts]`` source ids; ``src_pad_mask``: ``[B, Ts]`` True at padding.
-            edits: attention edits of every pass (see :func:`attnviz.record`).
+            edits: attention edits of every pass (see :func:`attnviz.core.record`).
         Returns:
             ``[B, T]`` output ids without the start id.
         """
@@ -373,7 +373,7 @@ class Checkpoint:
     def beam(self, text: str, beam_size: int = 4, max_len: int | None = None) -> BeamResult:
         """Beam search on one input as transformers' ``generate(num_beams=k)`` runs it, under
         this checkpoint's generation config, length limit and rules (see
-        :func:`attnviz.beam.beam_predict`)."""
+        :func:`attnviz.decode.beam.beam_predict`)."""
         return beam_predict(self, text, beam_size, max_len)
 
     def predict(self, text: str, max_len: int | None = None, num_beams: int | None = None) -> str:
@@ -406,7 +406,7 @@ class Checkpoint:
 
     def score(self, source: str, target: str | Sequence[int]) -> Scored:
         """Teacher-force ``target`` on ``source``: per-token probabilities, ranks, attention
-        (see :func:`attnviz.scoring.score`)."""
+        (see :func:`attnviz.decode.scoring.score`)."""
         if not isinstance(target, str):
             try:
                 target = list(target)

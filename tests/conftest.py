@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import MODELS, make_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, hf_families.py
+from helpers import MODELS, make_model  # noqa: E402
 
 import attnviz
 
@@ -47,7 +50,7 @@ def browser():
     """A headless Chromium (the system one, as ``attnviz bench`` drives it), per test module."""
     from helpers import CHROMIUM, browser_or_skip
 
-    from attnviz.bench import CHROMIUM_ARGS
+    from attnviz.bench.suite import CHROMIUM_ARGS
 
     with browser_or_skip().sync_playwright() as pw:
         chromium = pw.chromium.launch(
@@ -58,30 +61,17 @@ def browser():
 
 
 # -- tiers (markers declared in pyproject.toml) ------------------------------------------------
-#: Files whose every test belongs to a tier beyond the fast unit tier.
-TIERS = {
-    "browser": {
-        "test_app_browser.py", "test_report_browser.py", "test_app_load.py",
-        "test_app_labs_browser.py", "test_app_whatif_browser.py", "test_app_beam_browser.py",
-        "test_app_long_browser.py", "test_app_long_lens_browser.py",
-    },
-    "integration": {
-        "test_app_server.py", "test_app_network.py", "test_app_hf.py", "test_hf.py",
-        "test_cli.py", "test_train.py", "test_bench.py", "test_shipped_models.py",
-        "test_hf_generation.py", "test_hf_hostile.py", "test_hf_tokenizers.py", "test_hostile.py",
-        "test_train_corpus.py", "test_evaluate.py", "test_data_cli.py", "test_compare_cli.py",
-        "test_finetune.py", "test_export_hf.py",
-    },
-}  # fmt: skip
+#: Directories whose every test belongs to a tier beyond the fast unit tier (tests/unit).
+TIERS = ("integration", "browser")
 BEYOND_UNIT = ("slow", "integration", "browser", "gpu")
 
 
 def pytest_collection_modifyitems(items):
-    """Mark each test with its tier: ``pytest -m unit`` is the fast tier (no slow, integration,
-    browser or GPU tests); plain ``pytest`` still runs everything."""
+    """Mark each test with its tier, read from its directory (tests/unit, tests/integration,
+    tests/browser): ``pytest -m unit`` is the fast tier (no slow, integration, browser or GPU
+    tests); plain ``pytest`` still runs everything."""
     for item in items:
-        for tier, files in TIERS.items():
-            if item.path.name in files:
-                item.add_marker(tier)
+        if item.path.parent.name in TIERS:
+            item.add_marker(item.path.parent.name)
         if not any(item.get_closest_marker(m) for m in BEYOND_UNIT):
             item.add_marker("unit")

@@ -78,7 +78,7 @@ def launched_app(model: str | Path | None = None, **build):
         demo.close()
 
 
-CHROMIUM = Path("/usr/bin/chromium")
+from attnviz.bench.rows import CHROMIUM  # noqa: E402  (the one place its path is written)
 
 
 def browser_or_skip():
@@ -97,8 +97,8 @@ def browser_or_skip():
 
 def small_long_checkpoint(folder: Path) -> Path:
     """A small random model whose positions take a long input (700), with the opus-mt-shaped
-    model's character tokenizer (:func:`attnviz.app.bench.opus_shaped_checkpoint`)."""
-    from attnviz.app.bench import opus_shaped_checkpoint
+    model's character tokenizer (:func:`attnviz.bench.app.opus_shaped_checkpoint`)."""
+    from attnviz.bench.app import opus_shaped_checkpoint
 
     shape = dict(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)
     return opus_shaped_checkpoint(folder, max_len=700, **shape)

@@ -14,12 +14,12 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import Batch, make_batch, source_batch
-from ..decoding import until_eos
-from ..devices import as_numpy
-from ..errors import EditError
-from ..model import KINDS
-from ..record import Edit, ZeroHeads, record
+from ..core.devices import as_numpy
+from ..core.errors import EditError
+from ..core.model import KINDS
+from ..core.record import Edit, ZeroHeads, record
+from ..data.batch import Batch, make_batch, source_batch
+from ..decode.greedy import until_eos
 
 Head = tuple[str, int, int]  # (kind, layer, head)
 

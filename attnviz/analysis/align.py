@@ -11,7 +11,7 @@ argmax source word.
 Settings: ``"output"`` reads the decoder row that predicts target word i; ``"input"`` the row
 where word i is the decoder input (shift-att, Chen et al. 2020).
 
-Gold links come from the built-in tasks (:meth:`attnviz.tasks.Task.links`) or in Pharaoh
+Gold links come from the built-in tasks (:meth:`attnviz.data.tasks.Task.links`) or in Pharaoh
 format: one line per sentence pair, ``i-j`` a sure link and ``ipj`` a possible one, 0-based
 source and target word indices.
 """
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import make_batch
-from ..errors import InputError
-from ..record import record
+from ..core.errors import InputError
+from ..core.record import record
+from ..data.batch import make_batch
 from .lenses import lens as lens_of
 
 SETTINGS = ("output", "input")

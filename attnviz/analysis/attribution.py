@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import source_batch
-from ..devices import as_numpy
-from ..errors import InputError, index_in
-from ..record import record
+from ..core.devices import as_numpy
+from ..core.errors import InputError, index_in
+from ..core.record import record
+from ..data.batch import source_batch
 from .lenses import self_rollout
 
 

@@ -18,9 +18,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from ..checkpoint import Checkpoint
-from ..errors import InputError
-from ..model import KINDS
-from ..scoring import Scored, score_reference
+from ..core.errors import InputError
+from ..core.model import KINDS
+from ..decode.scoring import Scored, score_reference
 
 
 @dataclass

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper
-from ..devices import as_numpy
-from ..errors import InputError
-from ..record import Trace
-from ..tokenizer import Encoding
+from ..core.devices import as_numpy
+from ..core.errors import InputError
+from ..core.record import Trace
+from ..data.tokenizer import Encoding
+from ..decode.greedy import GreedyStepper
 from .stats import HeadStats, head_stats, punctuation_ids
 from .words import pool_words, word_index, word_labels
 

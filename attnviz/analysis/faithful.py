@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import source_batch
-from ..decoding import until_eos
-from ..errors import InputError
-from ..record import record
+from ..core.errors import InputError
+from ..core.record import record
+from ..data.batch import source_batch
+from ..decode.greedy import until_eos
 from .attribution import attribute
 from .lenses import lens
 

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..devices import as_numpy
-from ..errors import InputError
-from ..masks import causal_mask
-from ..record import Edit, record
-from ..tasks import Task, get_task
+from ..core.devices import as_numpy
+from ..core.errors import InputError
+from ..core.masks import causal_mask
+from ..core.record import Edit, record
+from ..data.tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
 from .export import dumps, key_stats
 from .stats import (

@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..devices import as_numpy
-from ..errors import InputError
-from ..model import Transformer
-from ..record import Trace
+from ..core.devices import as_numpy
+from ..core.errors import InputError
+from ..core.model import Transformer
+from ..core.record import Trace
 
 LENSES = ("weights", "norms", "rollout")
 

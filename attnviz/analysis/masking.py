@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
-from ..data import Batch, make_batch, source_batch
-from ..decoding import default_max_len, until_eos
-from ..devices import as_numpy
-from ..errors import InputError
-from ..record import DropMask, Edit, Trace, record
-from ..tasks import TASKS, get_task
+from ..core.devices import as_numpy
+from ..core.errors import InputError
+from ..core.record import DropMask, Edit, Trace, record
+from ..data.batch import Batch, make_batch, source_batch
+from ..data.tasks import TASKS, get_task
+from ..decode.greedy import default_max_len, until_eos
 
 #: What the references of an experiment are (``MaskExperiment.reference``).
 REFERENCES = {

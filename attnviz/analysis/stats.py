@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from ..devices import as_numpy
-from ..record import Trace
+from ..core.devices import as_numpy
+from ..core.record import Trace
 
 METRICS = (
     "entropy",
@@ -222,7 +222,7 @@ def head_stats(
     """Statistics of every kind/layer/head in a trace, over its whole batch.
 
     Args:
-        trace: from :func:`attnviz.record` (a forward pass or ``GreedyStepper.trace()``).
+        trace: from :func:`attnviz.core.record` (a forward pass or ``GreedyStepper.trace()``).
         src_pad_mask / tgt_pad_mask: ``[B, Ts]`` / ``[B, Tt]`` bool, True at padding; padded
             queries are left out (padded keys are already blocked in the trace's mask).
         src_ids / tgt_ids: ``[B, Ts]`` / ``[B, Tt]`` key ids (the decoder's: its inputs, start

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper
-from ..errors import InputError, index_in, shorten
-from ..record import ReplaceWeights
+from ..core.errors import InputError, index_in, shorten
+from ..core.record import ReplaceWeights
+from ..decode.greedy import GreedyStepper
 
 
 @dataclass

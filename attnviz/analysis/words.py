@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 #: Thumbnails of the model view are at most this many cells a side.
 THUMB = 64

@@ -30,11 +30,11 @@ from ..analysis.align import Gold, parse_pharaoh, to_pharaoh, word_index
 from ..analysis.export import key_stats
 from ..analysis.stats import SINK_SHARE
 from ..checkpoint import Checkpoint
-from ..data import make_batch
-from ..errors import AttnvizError, InputError
-from ..record import record
-from ..tasks import TASKS, get_task
-from ..tokenizer import Encoding
+from ..core.errors import AttnvizError, InputError
+from ..core.record import record
+from ..data.batch import make_batch
+from ..data.tasks import TASKS, get_task
+from ..data.tokenizer import Encoding
 from . import figures, store
 from .labs import started_checkpoint
 from .state import SessionState, checkpoint_of

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots
-from ..beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ..checkpoint import Checkpoint
-from ..errors import AttnvizError, InputError
+from ..core.errors import AttnvizError, InputError
+from ..decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
+from ..render import plots
 from . import store
 from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, panel_stamps, view_of

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots
 from ..analysis import compare as analysis_compare
 from ..analysis.compare import Comparison
 from ..checkpoint import Checkpoint
-from ..errors import AttnvizError, InputError
-from ..model import KINDS
-from ..plots import KIND_TITLES
-from ..scoring import Scored
+from ..core.errors import AttnvizError, InputError
+from ..core.model import KINDS
+from ..decode.scoring import Scored
+from ..render import plots
+from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
 from .state import SessionState, checkpoint_of, layer_count
@@ -49,7 +49,7 @@ class CompareView:
     """What the tab shows.
 
     Attributes:
-        grids: one divergence grid per kind, in :data:`attnviz.model.KINDS` order (plotly
+        grids: one divergence grid per kind, in :data:`attnviz.core.model.KINDS` order (plotly
             figures, for saving or a notebook).
         grid_html: the same grids as the page shows them: a button per head that draws it.
         head: A | B | A − B of the chosen head on the current input.

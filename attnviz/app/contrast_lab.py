@@ -2,7 +2,7 @@
 against an alternative token, beside the next step's cross-attention after feeding each.
 
 A thin layer over :func:`attnviz.analysis.attribute` (``versus=``) and
-:func:`attnviz.plots_contrast.contrast_figure`; :mod:`attnviz.app.labs` re-exports
+:func:`attnviz.render.plots_contrast.contrast_figure`; :mod:`attnviz.app.labs` re-exports
 :func:`alternatives`, :func:`contrast` and :class:`ContrastView`.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import analysis
 from ..checkpoint import Checkpoint
-from ..errors import AttnvizError, InputError
+from ..core.errors import AttnvizError, InputError
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_index
 
@@ -144,7 +144,7 @@ def contrast(
     except AttnvizError as exc:
         view = error_view(exc)
         return ContrastView(view.figures, view.message)
-    from ..plots_contrast import contrast_figure
+    from ..render.plots_contrast import contrast_figure
     from .views import display_token
 
     names = (display_token(a.token), display_token(a.versus or ""))

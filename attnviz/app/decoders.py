@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import torch
 
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper
+from ..decode.greedy import GreedyStepper
 from .state import SessionState
 
 MAX_STEPPERS = 64

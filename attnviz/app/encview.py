@@ -19,8 +19,8 @@ import numpy as np
 
 from ..analysis.words import THUMB, downsample, pool_words
 from ..checkpoint import Checkpoint
-from ..errors import InputError
-from ..record import Trace
+from ..core.errors import InputError
+from ..core.record import Trace
 from .state import SessionState
 
 

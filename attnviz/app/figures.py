@@ -1,6 +1,6 @@
-"""The few figures only the app needs (placeholders, paired bars); the rest is ``attnviz.plots``.
+"""The few figures only the app needs (placeholders, paired bars); the rest is ``attnviz.render.plots``.
 
-Pure functions, arrays in, ``go.Figure`` out, in the style of :mod:`attnviz.plots` (no gradio).
+Pure functions, arrays in, ``go.Figure`` out, in the style of :mod:`attnviz.render.plots` (no gradio).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots
+from ..render import plots
 
 COLOURS = (plots.BAR, plots.HIGHLIGHT, "#54a24b", "#b279a2")
 

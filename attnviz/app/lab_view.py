@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 
 from ..checkpoint import Checkpoint
-from ..errors import InputError
+from ..core.errors import InputError
 from . import figures
 from .state import SessionState, checkpoint_of
 

@@ -2,7 +2,7 @@
 
 Each function takes the :class:`~attnviz.app.session.SessionState` of the step-through view
 and returns a :class:`LabView` (figures and a markdown message); every one is a thin layer
-over :mod:`attnviz.analysis` / :mod:`attnviz.report`. User errors come back as the message.
+over :mod:`attnviz.analysis` / :mod:`attnviz.render.report`. User errors come back as the message.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import analysis, plots
+from .. import analysis
 from ..analysis.health import count
-from ..errors import AttnvizError, InputError
-from ..plots import KIND_TITLES
+from ..core.errors import AttnvizError, InputError
+from ..render import plots
+from ..render.plots import KIND_TITLES
 from . import figures, store
 from .contrast_lab import ContrastView, alternatives, contrast  # noqa: F401
 from .lab_view import LabView, error_view, started_checkpoint

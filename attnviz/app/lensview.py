@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from ..analysis import LENSES, lens
-from ..errors import AttnvizError, InputError
-from ..model import KINDS
-from ..record import Trace, record
+from ..core.errors import AttnvizError, InputError
+from ..core.model import KINDS
+from ..core.record import Trace, record
 from . import encview
 from .state import SessionState, checkpoint_of
 from .views import b64

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import analysis, plots, report
+from .. import analysis
 from ..analysis import Inspection
-from ..devices import as_numpy
-from ..errors import AttnvizError, InputError
-from ..snapshots import Snapshots
+from ..core.devices import as_numpy
+from ..core.errors import AttnvizError, InputError
+from ..render import plots, report
+from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
 from .labs import LabView, error_view, started_checkpoint

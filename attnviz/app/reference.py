@@ -17,11 +17,11 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots
 from ..checkpoint import Checkpoint
-from ..errors import AttnvizError, InputError
-from ..scoring import Scored
-from ..tasks import TASKS, get_task
+from ..core.errors import AttnvizError, InputError
+from ..data.tasks import TASKS, get_task
+from ..decode.scoring import Scored
+from ..render import plots
 from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, view_of
 

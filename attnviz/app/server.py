@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from ..errors import AttnvizError
+from ..core.errors import AttnvizError
 from . import store
 from .session import APP_THREADS
 

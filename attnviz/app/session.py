@@ -22,9 +22,9 @@ import plotly.graph_objects as go
 
 from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
-from ..decoding import GreedyStepper, default_max_len
-from ..errors import AttnvizError, InputError
-from ..model import KINDS
+from ..core.errors import AttnvizError, InputError
+from ..core.model import KINDS
+from ..decode.greedy import GreedyStepper, default_max_len
 from . import beamview, encview, lensview, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import Checkpoint
-from ..errors import InputError
-from ..snapshots import SNAPSHOTS
-from ..tasks import TASKS
+from ..core.errors import InputError
+from ..data.tasks import TASKS
+from ..train.snapshots import SNAPSHOTS
 from . import store
 
 HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from .. import devices
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
-from ..errors import AttnvizError, CheckpointError, one_line, shorten
-from ..evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
+from ..core import devices
+from ..core.errors import AttnvizError, CheckpointError, one_line, shorten
+from ..data.tasks import TASKS, get_task
 from ..interop.hf import is_hf_folder
-from ..snapshots import SNAPSHOTS
-from ..tasks import TASKS, get_task
+from ..train.evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
+from ..train.snapshots import SNAPSHOTS
 from .filekinds import sniff
 
 ROOT = Path(__file__).resolve().parents[2]

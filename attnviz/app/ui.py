@@ -19,10 +19,10 @@ import dataclasses
 
 import gradio as gr
 
-from .. import plots
 from ..analysis import LENSES
-from ..errors import AttnvizError
-from ..model import KINDS
+from ..core.errors import AttnvizError
+from ..core.model import KINDS
+from ..render import plots
 from . import alignment, compare_lab, labs, lensview, panels, reference, session, store, whatif_view
 from .decoders import DECODERS
 from .pagetext import (  # the page's texts and in-page scripts

@@ -19,16 +19,16 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from .. import plots
 from ..analysis.health import count
 from ..analysis.words import piece_text, word_index
 from ..checkpoint import Checkpoint
-from ..decoding import StepResult
-from ..devices import as_numpy
-from ..model import KINDS
-from ..plots import KIND_TITLES
-from ..record import Trace
-from ..tasks import TASKS, get_task
+from ..core.devices import as_numpy
+from ..core.model import KINDS
+from ..core.record import Trace
+from ..data.tasks import TASKS, get_task
+from ..decode.greedy import StepResult
+from ..render import plots
+from ..render.plots import KIND_TITLES
 from . import figures, store
 from .encview import b64, encoder_block, encoder_inline
 from .state import (
@@ -85,7 +85,7 @@ class Shown:
 def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
     """The true target of a built-in task's input, or the reference of a corpus-trained
     checkpoint's dev source, as display tokens (EOS last); else None."""
-    from ..evaluate import dev_reference
+    from ..train.evaluate import dev_reference
 
     if ckpt.task not in TASKS:
         target = dev_reference(ckpt, text)

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..analysis.whatif import WhatIf, what_if
 from ..checkpoint import Checkpoint
-from ..devices import as_numpy
-from ..errors import AttnvizError, InputError
+from ..core.devices import as_numpy
+from ..core.errors import AttnvizError, InputError
 from .decoders import DECODERS
 from .state import SessionState, checkpoint_of, layer_index
 from .views import display_token

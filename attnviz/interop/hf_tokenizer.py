@@ -12,8 +12,8 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import InputError
-from ..tokenizer import Encoding, content_ids
+from ..core.errors import InputError
+from ..data.tokenizer import Encoding, content_ids
 
 #: Files any one of which means the folder has a tokenizer.
 TOKENIZER_FILES = (

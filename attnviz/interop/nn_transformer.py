@@ -25,10 +25,10 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig
-from ..errors import AttnvizError, CheckpointError, InteropError
-from ..model import Transformer, sinusoidal_positions
-from ..weights import build_model, unique_state_dict
+from ..core.config import ModelConfig
+from ..core.errors import AttnvizError, CheckpointError, InteropError
+from ..core.model import Transformer, sinusoidal_positions
+from ..core.weights import build_model, unique_state_dict
 
 # Tutorial names outside the nn.Transformer -> ours.
 _OUTER = {

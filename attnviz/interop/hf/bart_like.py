@@ -8,9 +8,9 @@ from typing import Any
 
 from torch import Tensor
 
-from ...config import ModelConfig
-from ...errors import InteropError
-from ...positions import position_table
+from ...core.config import ModelConfig
+from ...core.errors import InteropError
+from ...core.positions import position_table
 from .common import Source, activation, int_of, linear, unattention, unlinear
 from .common import attention as attention_weights
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ...checkpoint import read_tensors
-from ...errors import CheckpointError, InteropError
+from ...core.errors import CheckpointError, InteropError
 
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"

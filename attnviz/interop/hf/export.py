@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from ...checkpoint import Checkpoint, load_checkpoint
-from ...errors import InputError, InteropError
-from ...weights import unique_state_dict
+from ...core.errors import InputError, InteropError
+from ...core.weights import unique_state_dict
 from .common import WEIGHTS, unembeddings
 from .load import convert
 from .registry import REGISTRY

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from ...checkpoint import FORMAT, METADATA, WEIGHTS, Checkpoint, read_tensors
-from ...config import ModelConfig
-from ...errors import CheckpointError
-from ...weights import build_model
+from ...core.config import ModelConfig
+from ...core.errors import CheckpointError
+from ...core.weights import build_model
 from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
 from .generation import generation_rules
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...config import ModelConfig
-from ...decoding import LogitRules
-from ...errors import InteropError
+from ...core.config import ModelConfig
+from ...core.errors import InteropError
+from ...decode.greedy import LogitRules
 
 #: transformers' ``GenerationConfig`` default ``max_length`` (it counts the decoder start).
 DEFAULT_MAX_LENGTH = 20

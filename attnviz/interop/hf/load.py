@@ -10,10 +10,10 @@ import torch
 from torch import Tensor
 
 from ...checkpoint import Checkpoint
-from ...config import ModelConfig
-from ...errors import AttnvizError, InteropError
-from ...model import Transformer
-from ...weights import build_model
+from ...core.config import ModelConfig
+from ...core.errors import AttnvizError, InteropError
+from ...core.model import Transformer
+from ...core.weights import build_model
 from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
 from .common import Source, embeddings, first, read_generation_config, read_hf_weights, read_json
 from .generation import check_generation, generation_rules
@@ -57,7 +57,7 @@ def convert(
     hf: dict, tensors: dict[str, Tensor], where: Path, ids: dict[str, int]
 ) -> tuple[ModelConfig, dict[str, Tensor]]:
     """A folder's config and tensors -> our :class:`ModelConfig` and state dict (tied
-    tensors once, as :func:`attnviz.weights.unique_state_dict` names them)."""
+    tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them)."""
     family: Family = REGISTRY[hf["model_type"]]
     src = Source(tensors, where)
     emb = embeddings(src, family.embed_prefix, family.lm_keys)

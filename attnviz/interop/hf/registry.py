@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ...config import ModelConfig
+from ...core.config import ModelConfig
 from .common import Source
 
 

@@ -1,0 +1,7 @@
+"""``python -m attnviz.cli`` (used by ``torchrun``)."""
+
+import sys
+
+from .commands import main
+
+sys.exit(main())

@@ -1,0 +1,403 @@
+"""The encoder-decoder Transformer, written out by hand.
+
+Shape legend: B batch, H heads, Tq/Tk query/key length, Ts/Tt source/target length,
+D model width, Dh head width (D / H, or ``config.d_head``), V vocabulary.
+
+Attention (:class:`MultiHeadAttention`: the fused kernel, or the explicit math that reports
+to the per-call recorder) lives in :mod:`attnviz.core.attention`, the decoder's key/value cache in
+:mod:`attnviz.core.cache`; both import from here too. This module keeps the layers, the stacks and
+the :class:`Transformer` that ties them together.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import masks
+from .attention import ACTIVE_RECORDER as ACTIVE_RECORDER
+from .attention import AttentionHook as AttentionHook
+from .attention import MultiHeadAttention
+from .attention import Recorder as Recorder
+from .attention import eager_attention as eager_attention
+from .cache import DecoderCache, KVBuffer
+from .config import ModelConfig
+from .errors import InputError
+from .positions import RelativePositionBias, position_table
+from .positions import sinusoidal_positions as sinusoidal_positions  # imported from here too
+
+KINDS = ("encoder_self", "decoder_self", "cross")
+
+
+class RMSNorm(nn.Module):
+    """T5's norm: scale by the root mean square (in float32), no centring, no bias."""
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)  # [B, T, 1]
+        return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The config's norm over D: LayerNorm or RMSNorm."""
+    if cfg.norm == "rms":
+        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+
+ACTIVATION_FNS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: ``linear2(dropout(act(linear1(x)) [* gate(x)]))``.
+
+    The gate (T5 v1.1's ``wi_1``) exists only with ``gated_ff``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, d_ff = cfg.d_model, cfg.d_ff
+        self.linear1 = nn.Linear(d, d_ff, bias=cfg.bias)
+        self.gate = nn.Linear(d, d_ff, bias=cfg.bias) if cfg.gated_ff else None
+        self.linear2 = nn.Linear(d_ff, d, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.act = ACTIVATION_FNS[cfg.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.act(self.linear1(x))  # [B, T, d_ff]
+        if self.gate is not None:
+            h = h * self.gate(x)
+        return self.linear2(self.dropout(h))  # [B, T, D]
+
+
+def _attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.dropout, kind, layer,
+        head_dim=cfg.head_dim, bias=cfg.bias, scale=cfg.scale_attention,
+    )  # fmt: skip
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block (post- or pre-norm)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = _attention(cfg, "encoder_self", layer)
+        self.ff = FeedForward(cfg)
+        self.norm1 = make_norm(cfg)
+        self.norm2 = make_norm(cfg)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: Tensor, pad_mask: Tensor | None, position_bias: Tensor | None = None
+    ) -> Tensor:
+        """``x [B, Ts, D]``, ``pad_mask [B, Ts]``, bias ``[1, H, Ts, Ts]`` -> ``[B, Ts, D]``."""
+
+        def attend(h: Tensor) -> Tensor:
+            out = self.self_attn(h, key_padding_mask=pad_mask, position_bias=position_bias)
+            return self.dropout1(out)
+
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            return x + self.dropout2(self.ff(self.norm2(x)))
+        x = self.norm1(x + attend(x))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention, feed-forward; each a residual block."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = _attention(cfg, "decoder_self", layer)
+        self.cross_attn = _attention(cfg, "cross", layer)
+        self.ff = FeedForward(cfg)
+        self.norm1 = make_norm(cfg)
+        self.norm2 = make_norm(cfg)
+        self.norm3 = make_norm(cfg)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+        self.dropout3 = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        tgt_pad_mask: Tensor | None,
+        src_pad_mask: Tensor | None,
+        causal: Tensor | None,
+        self_cache: KVBuffer | None = None,
+        cross_kv: tuple[Tensor, Tensor] | None = None,
+        position_bias: Tensor | None = None,
+    ) -> Tensor:
+        """``x [B, Tt, D]``, ``memory [B, Ts, D]`` -> ``[B, Tt, D]``."""
+
+        def self_block(h: Tensor) -> Tensor:
+            out = self.self_attn(
+                h,
+                key_padding_mask=tgt_pad_mask,
+                attn_mask=causal,
+                cache=self_cache,
+                position_bias=position_bias,
+            )
+            return self.dropout1(out)
+
+        def cross_block(h: Tensor) -> Tensor:
+            out = self.cross_attn(h, memory, key_padding_mask=src_pad_mask, kv=cross_kv)
+            return self.dropout2(out)
+
+        if self.norm_first:
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            return x + self.dropout3(self.ff(self.norm3(x)))
+        x = self.norm1(x + self_block(x))
+        x = self.norm2(x + cross_block(x))
+        return self.norm3(x + self.dropout3(self.ff(x)))
+
+
+class Stack(nn.Module):
+    """A list of layers plus what the stack owns around them.
+
+    ``norm``: a final norm (``nn.Transformer``, mBART, Pegasus, T5); ``embed_norm``: a norm on
+    the embeddings (BART); ``pos_embed``: a learned position table (BART);
+    ``position_bias``: T5's relative position bias, computed once per pass for all layers.
+    """
+
+    def __init__(self, layers: list[nn.Module], cfg: ModelConfig, decoder: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = make_norm(cfg) if cfg.final_norm else None
+        self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
+        self.pos_embed = (
+            nn.Embedding(cfg.max_len + cfg.position_offset, cfg.d_model)
+            if cfg.positions == "learned"
+            else None
+        )
+        self.position_bias = (
+            RelativePositionBias(cfg, bidirectional=not decoder)
+            if cfg.positions == "relative"
+            else None
+        )
+
+    def bias(self, tq: int, tk: int, start: int = 0) -> Tensor | None:
+        """Relative position bias ``[1, H, Tq, Tk]`` of this stack's self-attention, or None."""
+        return None if self.position_bias is None else self.position_bias(tq, tk, start)
+
+    def finish(self, x: Tensor) -> Tensor:
+        return x if self.norm is None else self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer ("Attention Is All You Need"), every part written out.
+
+    ``model(src, tgt)`` gives logits ``[B, Tt, V]``; :meth:`encode` and :meth:`decode` run the
+    halves separately, and :meth:`decode` with a :class:`DecoderCache` takes one new token at a
+    time. Masks follow :mod:`attnviz.core.masks` (bool, True = blocked); the causal mask of the
+    decoder is built here and is always on.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        cfg = self.config = config
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.share_embeddings
+            else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        )
+        self.register_buffer("pe", position_table(cfg), persistent=False)
+        self.emb_dropout = nn.Dropout(cfg.dropout)
+        self.encoder = Stack(
+            [EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)], cfg, decoder=False
+        )
+        self.decoder = Stack(
+            [DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)], cfg, decoder=True
+        )
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
+        self._reset_parameters()
+        if cfg.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def _reset_parameters(self) -> None:
+        # Xavier on every matrix, as nn.Transformer and the Annotated Transformer do; keeps the
+        # sqrt(D)-scaled embeddings in the same range as the positional encoding.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    # -- names -----------------------------------------------------------------------------
+    def attention_modules(self) -> dict[str, MultiHeadAttention]:
+        """Every attention module by its stable path name, in forward order.
+
+        e.g. ``"encoder.layers.0.self_attn"``, ``"decoder.layers.1.cross_attn"``.
+        """
+        return {n: m for n, m in self.named_modules() if isinstance(m, MultiHeadAttention)}
+
+    # -- input checks ----------------------------------------------------------------------
+    def _check_ids(self, ids: Tensor, name: str, vocab: int, start: int = 0) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            got = list(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise InputError(f"{name} must be token ids of shape [B, T], got {got}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise InputError(f"{name} must be an integer tensor (token ids), got {ids.dtype}")
+        if ids.shape[1] == 0:
+            raise InputError(f"{name} is empty: give at least one token")
+        if start + ids.shape[1] > self.config.max_len:
+            raise InputError(
+                f"{name} reaches position {start + ids.shape[1]}, past this model's "
+                f"max_len={self.config.max_len}"
+            )
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab:
+            raise InputError(
+                f"{name} holds id {lo if lo < 0 else hi}, outside the vocabulary 0..{vocab - 1}"
+            )
+
+    def _embed(
+        self, table: nn.Embedding, ids: Tensor, start: int = 0, stack: Stack | None = None
+    ) -> Tensor:
+        """Token embeddings plus positions of one stack (default: the encoder's for the source
+        table): ``[B, T]`` -> ``[B, T, D]``."""
+        cfg = self.config
+        if stack is None:
+            stack = self.encoder if table is self.src_embed else self.decoder
+        x = table(ids)  # [B, T, D]
+        if cfg.scale_embeddings:
+            x = x * math.sqrt(cfg.d_model)
+        rows = slice(start + cfg.position_offset, start + cfg.position_offset + ids.shape[1])
+        if self.pe is not None:
+            x = x + self.pe[rows].to(x.dtype)
+        elif stack.pos_embed is not None:
+            x = x + stack.pos_embed.weight[rows].to(x.dtype)
+        if stack.embed_norm is not None:
+            x = stack.embed_norm(x)
+        return self.emb_dropout(x)
+
+    # -- forward ---------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_pad_mask: Tensor | None = None) -> Tensor:
+        """Run the encoder.
+
+        Args:
+            src: ``[B, Ts]`` source ids.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD (or a float additive mask).
+        Returns:
+            memory ``[B, Ts, D]``.
+        """
+        self._check_ids(src, "src", self.config.src_vocab_size)
+        pad = masks.as_bool_mask(
+            src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]", src.device
+        )
+        x = self._embed(self.src_embed, src, stack=self.encoder)
+        bias = self.encoder.bias(src.shape[1], src.shape[1])  # [1, H, Ts, Ts] or None
+        for layer in self.encoder.layers:
+            x = layer(x, pad, bias)
+        return self.encoder.finish(x)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        src_pad_mask: Tensor | None = None,
+        tgt_pad_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Run the decoder and the output projection.
+
+        Args:
+            tgt: ``[B, Tt]`` target ids (with a cache: only the new ones).
+            memory: encoder output ``[B, Ts, D]``; unused (may be None) with a cache.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD; with a cache it comes from the cache.
+            tgt_pad_mask: ``[B, Tt]`` bool, True at PAD; not supported with a cache.
+            cache: from :meth:`init_cache`; keys/values of earlier positions are reused.
+        Returns:
+            logits ``[B, Tt, V]``.
+        """
+        start = 0 if cache is None else cache.length
+        self._check_ids(tgt, "tgt", self.config.tgt_vocab_size, start)
+        b, t = tgt.shape
+        if cache is None:
+            if memory is None:
+                raise InputError("decode() needs the encoder memory when no cache is given")
+            if memory.shape[0] != b:
+                raise InputError(f"tgt has batch {b} but memory has batch {memory.shape[0]}")
+            src_shape = tuple(memory.shape[:2])
+            src_pad = masks.as_bool_mask(
+                src_pad_mask, src_shape, "src_pad_mask", "[B, Ts]", tgt.device
+            )
+            tgt_pad = masks.as_bool_mask(
+                tgt_pad_mask, (b, t), "tgt_pad_mask", "[B, Tt]", tgt.device
+            )
+        else:
+            if tgt_pad_mask is not None:
+                raise InputError("tgt_pad_mask is not supported with a decoder cache")
+            if cache.self_kv[0].shape[0] != b:
+                raise InputError(
+                    f"tgt has batch {b} but the cache has batch {cache.self_kv[0].shape[0]}"
+                )
+            src_pad, tgt_pad = cache.src_pad_mask, None
+        causal = masks.causal_mask(t, start + t, device=tgt.device)  # [Tt, start + Tt]
+        x = self._embed(self.tgt_embed, tgt, start, stack=self.decoder)
+        bias = self.decoder.bias(t, start + t, start)  # [1, H, Tt, start + Tt] or None
+        for i, layer in enumerate(self.decoder.layers):
+            self_cache = cache.self_kv[i] if cache is not None else None
+            cross_kv = cache.cross_kv[i] if cache is not None else None
+            x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv, bias)
+        x = self.decoder.finish(x)
+        if self.config.scale_decoder_output:  # T5 v1.0 rescales before its tied lm_head
+            x = x * self.config.d_model**-0.5
+        return self.generator(x)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_pad_mask: Tensor | None = None,
+        tgt_pad_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced pass: ``src [B, Ts]``, ``tgt [B, Tt]`` -> logits ``[B, Tt, V]``."""
+        memory = self.encode(src, src_pad_mask)
+        return self.decode(tgt, memory, src_pad_mask, tgt_pad_mask)
+
+    def init_cache(
+        self, memory: Tensor, src_pad_mask: Tensor | None = None, capacity: int | None = None
+    ) -> DecoderCache:
+        """Cache for incremental decoding: cross-attention K/V computed once, here.
+
+        Args:
+            memory: encoder output ``[B, Ts, D]``.
+            src_pad_mask: ``[B, Ts]`` bool, True at PAD.
+            capacity: most target positions to be fed (default ``config.max_len``).
+        """
+        cfg = self.config
+        src_pad = masks.as_bool_mask(
+            src_pad_mask, tuple(memory.shape[:2]), "src_pad_mask", "[B, Ts]", memory.device
+        )
+        capacity = min(capacity or cfg.max_len, cfg.max_len)
+        b = memory.shape[0]
+        return DecoderCache(
+            self_kv=[KVBuffer(b, cfg.n_heads, capacity, cfg.head_dim) for _ in self.decoder.layers],
+            cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.decoder.layers],
+            src_pad_mask=src_pad,
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.to_dict().items())
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, shared ones counted once."""
+        return sum(p.numel() for p in self.parameters())

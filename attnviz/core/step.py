@@ -1,0 +1,155 @@
+"""One cached decoder step, fused: the math of ``Transformer.decode(cache=...)`` for one new
+token per row, written as one function over weights gathered once per decode.
+
+A cached step of a small model is almost all per-call overhead (module calls, mask building,
+id checks), not arithmetic. :class:`FusedStep` runs the same operations on the same weights
+in the same order, without the module calls, with keys/values written in place into the
+:class:`~attnviz.model.DecoderCache`. It is used only where nothing watches the attention: if a
+recorder would see or edit any decoder attention module of the model (``attnviz.core.record`` with
+capture or edits), :func:`fused_step` returns None and the caller takes the module path, which
+records exactly what the model used. Tests prove both paths give the same logits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import masks
+from .model import ACTIVE_RECORDER, DecoderCache, RMSNorm, Transformer
+
+
+def why_not_fused(model: Transformer) -> str | None:
+    """Why the fused step cannot stand in for the module path now, or None when it can."""
+    if model.training:
+        return "the model is in training mode (dropout)"
+    recorder = ACTIVE_RECORDER.get()
+    if recorder is not None:
+        for layer in model.decoder.layers:
+            if recorder.hook_for(layer.self_attn) or recorder.hook_for(layer.cross_attn):
+                return "a recorder watches or edits the decoder's attention"
+    return None
+
+
+def fused_step(model: Transformer, cache: DecoderCache) -> FusedStep | None:
+    """A :class:`FusedStep` for ``model`` and ``cache``, or None where the module path must run."""
+    return None if why_not_fused(model) else FusedStep(model, cache)
+
+
+def _norm(module: nn.Module | None) -> Callable[[Tensor], Tensor] | None:
+    """The norm as a plain function (LayerNorm through ``F.layer_norm``), None for no norm."""
+    if module is None or isinstance(module, RMSNorm):
+        return module
+    shape, w, b, eps = module.normalized_shape, module.weight, module.bias, module.eps
+    return lambda x: F.layer_norm(x, shape, w, b, eps)
+
+
+def _bias_of(linear_bias: Tensor | None, part: slice) -> Tensor | None:
+    return None if linear_bias is None else linear_bias[part]
+
+
+class FusedStep:
+    """Feed one token per row through the decoder with a cache; logits of the next token.
+
+    Args:
+        model: the Transformer (eval mode; weights are read, never copied).
+        cache: from ``model.init_cache``; keys/values of this step are appended to it, so
+            the module path and this one can take turns on the same cache.
+
+    Call with ``tokens [B]`` (ids already checked) -> logits ``[B, V]``.
+    """
+
+    def __init__(self, model: Transformer, cache: DecoderCache):
+        cfg = model.config
+        self.cache = cache
+        self.norm_first = cfg.norm_first
+        self.inner = cfg.n_heads * cfg.head_dim
+        self.heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        stack = model.decoder
+        self.table = model.tgt_embed.weight  # [V, D]
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else None
+        self.offset = cfg.position_offset
+        pos = model.pe  # [max_len + offset, D], a learned table, or None (T5)
+        self.positions = stack.pos_embed.weight if pos is None and stack.pos_embed else pos
+        self.embed_norm = _norm(stack.embed_norm)
+        self.bias = stack.bias if stack.position_bias is not None else None
+        self.final = _norm(stack.norm)
+        self.out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else None
+        self.generator = (model.generator.weight, model.generator.bias)
+        inner = self.inner
+        self.layers = []
+        for layer in stack.layers:
+            sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
+            self.layers.append(
+                (
+                    (sa.in_proj_weight, sa.in_proj_bias, sa.scale),
+                    (sa.out_proj.weight, sa.out_proj.bias),
+                    (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
+                    (ca.out_proj.weight, ca.out_proj.bias, ca.scale),
+                    (ff.linear1.weight, ff.linear1.bias, ff.act),
+                    None if ff.gate is None else (ff.gate.weight, ff.gate.bias),
+                    (ff.linear2.weight, ff.linear2.bias),
+                    (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3)),
+                )
+            )
+        # cross-attention mask in SDPA's convention, computed once for the whole decode
+        mask = masks.combine(cache.src_pad_mask, None)  # [B, 1, 1, Ts] or None
+        self.cross_allowed, dead = masks.sdpa_mask(mask)
+        self.cross_dead = dead if dead is not None and bool(dead.any()) else None
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """``tokens [B]`` at position ``cache.length`` -> next-token logits ``[B, V]``."""
+        cache, b = self.cache, tokens.shape[0]
+        pos = cache.length
+        h_, dh, inner = self.heads, self.head_dim, self.inner
+        x = F.embedding(tokens, self.table)  # [B, D]
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        if self.positions is not None:
+            x = x + self.positions[pos + self.offset].to(x.dtype)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        bias = None
+        if self.bias is not None:  # T5: [1, H, 1, pos + 1], added to the scores
+            bias = self.bias(1, pos + 1, pos)
+        end = pos + 1
+        for i, (sa, so, cq, co, f1, gate, f2, norms) in enumerate(self.layers):
+            n1, n2, n3 = norms
+            # -- masked self-attention over the cache (one query: nothing is in its future)
+            h = n1(x) if self.norm_first else x
+            qkv = F.linear(h, sa[0], sa[1])  # [B, 3 * H * Dh]
+            buf = cache.self_kv[i]
+            kv = buf.reserve(end, qkv)  # [2, B, H, room, Dh]
+            kv[:, :, :, pos].copy_(qkv[:, inner:].view(b, 2, h_, dh).transpose(0, 1))
+            buf.length = end
+            q = qkv[:, :inner].view(b, h_, 1, dh)  # [B, H, 1, Dh]
+            mask = None if bias is None else bias.to(q.dtype)
+            z = F.scaled_dot_product_attention(
+                q, kv[0, :, :, :end], kv[1, :, :, :end], attn_mask=mask, scale=sa[2]
+            )  # [B, H, 1, Dh]
+            out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
+            x = x + out if self.norm_first else n1(x + out)
+            # -- cross-attention to the cached encoder keys/values
+            h = n2(x) if self.norm_first else x
+            q = F.linear(h, cq[0], cq[1]).view(b, h_, 1, dh)  # [B, H, 1, Dh]
+            k, v = cache.cross_kv[i]
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.cross_allowed, scale=co[2])
+            if self.cross_dead is not None:
+                z = z.masked_fill(self.cross_dead, 0.0)
+            out = F.linear(z.reshape(b, inner), co[0], co[1])
+            x = x + out if self.norm_first else n2(x + out)
+            # -- feed-forward
+            h = n3(x) if self.norm_first else x
+            a = f1[2](F.linear(h, f1[0], f1[1]))  # [B, d_ff]
+            if gate is not None:
+                a = a * F.linear(h, gate[0], gate[1])
+            out = F.linear(a, f2[0], f2[1])
+            x = x + out if self.norm_first else n3(x + out)
+        if self.final is not None:
+            x = self.final(x)
+        if self.out_scale is not None:
+            x = x * self.out_scale
+        return F.linear(x, *self.generator)  # [B, V]

@@ -1,0 +1,137 @@
+"""Corpora and batches: parallel text files -> pairs (:mod:`attnviz.data.corpus`, re-exported
+here), and token ids -> padded tensors and their padding masks, with the model's own ids.
+
+One :class:`Batch` holds what a teacher-forced pass needs (source, decoder input, decoder
+target and their padding masks), like the Annotated Transformer's ``Batch``. Rows are padded
+at the end with the config's ``pad_id``; the masks come from the rows' lengths
+(:func:`attnviz.core.masks.length_mask`), so a decoder start id equal to the pad id (T5, Marian) is
+never taken for padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..core.config import ModelConfig
+from ..core.errors import InputError
+from ..core.masks import length_mask
+from .corpus import (  # noqa: F401  (re-exported: attnviz.data.read_pairs, ...)
+    Corpus,
+    CorpusError,
+    EncodedCorpus,
+    encode_corpus,
+    filter_length,
+    read_corpus,
+    read_pairs,
+    split_dev,
+    split_indices,
+)
+from .tasks import Example
+from .tokenizer import Tokenizer
+
+
+def pad_batch(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> Tensor:
+    """Id lists -> ``[B, T]`` long tensor, each row padded at the end with ``pad_id``."""
+    if not rows:
+        raise InputError("a batch needs at least one row")
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+    return out.to(device)
+
+
+@dataclass
+class Batch:
+    """A padded batch and its padding masks (True = padding, the masks.py convention).
+
+    Attributes:
+        src: ``[B, Ts]`` source ids.
+        src_pad: ``[B, Ts]`` bool.
+        tgt_in: ``[B, Tt]`` decoder input (start id, then the target without its last token),
+            or None for a source-only batch.
+        tgt_out: ``[B, Tt]`` what each decoder position should predict.
+        tgt_pad: ``[B, Tt]`` bool, True after each target row.
+    """
+
+    src: Tensor
+    src_pad: Tensor
+    tgt_in: Tensor | None = None
+    tgt_out: Tensor | None = None
+    tgt_pad: Tensor | None = None
+
+    @property
+    def real(self) -> Tensor:
+        """``[B, Tt]`` bool: the target positions that count (not padding)."""
+        if self.tgt_pad is None:
+            raise InputError("this batch has no targets")
+        return ~self.tgt_pad
+
+    def forward(self, model: torch.nn.Module) -> Tensor:
+        """Teacher-forced logits ``[B, Tt, V]`` of ``model`` on this batch."""
+        if self.tgt_in is None:
+            raise InputError("this batch has no targets to teacher-force")
+        return model(self.src, self.tgt_in, self.src_pad, self.tgt_pad)
+
+
+def source_batch(
+    rows: Sequence[Sequence[int]], config: ModelConfig, device: torch.device | str = "cpu"
+) -> Batch:
+    """A batch of source id lists only (for encoding or greedy decoding)."""
+    src = pad_batch(rows, config.pad_id, device)
+    return Batch(src, length_mask([len(r) for r in rows], src.shape[1], src.device))
+
+
+def make_batch(
+    src_rows: Sequence[Sequence[int]],
+    tgt_rows: Sequence[Sequence[int]],
+    config: ModelConfig,
+    device: torch.device | str = "cpu",
+    *,
+    add_eos: bool = True,
+) -> Batch:
+    """Source and target id lists -> a teacher-forcing :class:`Batch`.
+
+    Args:
+        src_rows: source ids per row (no start/end ids).
+        tgt_rows: target ids per row, without the start id. With ``add_eos`` (references)
+            the end id is appended; without it (a model's own greedy output, which already
+            ends with the end id or stops at the length limit) the rows are taken as they are.
+        config: the model's config: ``pad_id``, ``bos_id`` (decoder start), ``eos_id``.
+    Returns:
+        ``tgt_in`` = start + target[:-1], ``tgt_out`` = target (+ end), masks from lengths.
+    """
+    if len(src_rows) != len(tgt_rows):
+        raise InputError(f"{len(src_rows)} sources but {len(tgt_rows)} targets")
+    outs = [[*t, config.eos_id] if add_eos else list(t) for t in tgt_rows]
+    if any(not o for o in outs):
+        raise InputError("a target row is empty")
+    batch = source_batch(src_rows, config, device)
+    dev = batch.src.device
+    tgt_in = pad_batch([[config.bos_id, *o[:-1]] for o in outs], config.pad_id, dev)
+    tgt_out = pad_batch(outs, config.pad_id, dev)
+    batch.tgt_in, batch.tgt_out = tgt_in, tgt_out
+    batch.tgt_pad = length_mask([len(o) for o in outs], tgt_out.shape[1], dev)
+    return batch
+
+
+def tensorize(
+    examples: Sequence[Example],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    config: ModelConfig,
+    device: torch.device | str = "cpu",
+) -> Batch:
+    """Examples (source and reference text) -> a teacher-forcing :class:`Batch`."""
+    return make_batch(
+        [src_tok.encode(e.src).ids for e in examples],
+        [tgt_tok.encode(e.tgt).ids for e in examples],
+        config,
+        device,
+    )

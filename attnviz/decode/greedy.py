@@ -1,0 +1,461 @@
+"""Decoding: a step-by-step greedy decoder with a KV cache, batched greedy, beam search.
+
+Every function runs the model in eval mode (restoring the caller's mode afterwards) and
+without gradients. Attention shown for a decoded sequence is recorded while the tokens are
+produced, from the cached forward passes that produced them. Where nothing records or edits
+the decoder, ``greedy_decode`` and ``beam_search`` run each cached step as one fused function
+(:mod:`attnviz.core.step`, the same math without the module calls); the stepper always records.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..core import masks
+from ..core.errors import InputError
+from ..core.model import Transformer
+from ..core.record import AttentionRecord, Edit, Trace, record
+from ..core.step import fused_step
+
+#: What the decoders keep per step (values and head outputs are not needed for display).
+STEP_FIELDS = ("scores", "mask", "weights")
+
+
+@contextmanager
+def eval_no_grad(model: Transformer) -> Iterator[None]:
+    """Eval mode and no grad for the block; a model already in eval mode is not touched."""
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def as_batch(src: Tensor, name: str = "src") -> Tensor:
+    if not isinstance(src, Tensor):
+        src = torch.as_tensor(src, dtype=torch.long)
+    if src.dim() == 1:
+        src = src.unsqueeze(0)
+    if src.dim() != 2:
+        raise InputError(f"{name} must be token ids [Ts] or [B, Ts], got shape {list(src.shape)}")
+    return src
+
+
+def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
+    """The caller's mask, else PAD positions of ``src`` (None when there are none)."""
+    if src_pad_mask is not None:
+        return src_pad_mask.to(src.device)
+    pad = masks.padding_mask(src, model.config.pad_id)
+    return pad if bool(pad.any()) else None
+
+
+def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
+    """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`."""
+    limit = model.config.max_len - 1  # BOS takes position 0
+    if max_len is None:
+        return min(limit, 2 * src_len + 16)
+    if max_len < 1:
+        raise InputError(f"max_len must be at least 1, got {max_len}")
+    return min(limit, max_len)
+
+
+@dataclass(frozen=True)
+class LogitRules:
+    """Constraints on next-token logits before the argmax, as transformers' ``generate`` has them.
+
+    Greedy decoding with these rules gives the tokens of ``generate(num_beams=1,
+    do_sample=False)`` under a folder's ``generation_config.json`` (see
+    :func:`attnviz.interop.hf.generation_rules`). The logits a step reports stay the model's
+    own; only the choice is constrained, and a token given to ``GreedyStepper.step`` is fed
+    whatever the rules say.
+
+    Attributes:
+        forced_bos_id: the first token produced (BART's ``<s>``, mBART's target language).
+        forced_eos_id: the token forced at the last step the length limit allows.
+        banned: ids never chosen (single-token ``bad_words_ids``, ``suppress_tokens``).
+        begin_banned: ids not chosen as the first token (``begin_suppress_tokens``); after
+            a forced first token, as the second (transformers moves the step there).
+        min_new_tokens: the end id (``eos_id``) is banned before this many tokens.
+        eos_id: the end id that ``min_new_tokens`` holds back.
+    """
+
+    forced_bos_id: int | None = None
+    forced_eos_id: int | None = None
+    banned: tuple[int, ...] = ()
+    begin_banned: tuple[int, ...] = ()
+    min_new_tokens: int = 0
+    eos_id: int | None = None
+
+    def apply(self, logits: Tensor, step: int, limit: int) -> Tensor:
+        """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
+        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one."""
+        logits = logits.clone()
+        vocab = logits.shape[-1]
+
+        def ban(ids) -> None:
+            ids = [i for i in ids if 0 <= i < vocab]
+            if ids:
+                logits[:, ids] = float("-inf")
+
+        def force(i: int) -> None:
+            logits.fill_(float("-inf"))
+            logits[:, i] = 0.0
+
+        if self.eos_id is not None and step < self.min_new_tokens:
+            ban([self.eos_id])
+        ban(self.banned)
+        # transformers' SuppressTokensAtBegin acts one step later when the first is forced
+        if step == (0 if self.forced_bos_id is None else 1):
+            ban(self.begin_banned)
+        if step == 0 and self.forced_bos_id is not None:
+            force(self.forced_bos_id)
+        elif step == limit - 1 and self.forced_eos_id is not None:
+            force(self.forced_eos_id)
+        return logits
+
+
+def _choose(logits: Tensor, rules: LogitRules | None, step: int, limit: int) -> Tensor:
+    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules."""
+    if rules is not None:
+        logits = rules.apply(logits, step, limit)
+    return logits.argmax(-1)
+
+
+def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRecord]]) -> Trace:
+    """Full attention matrices of a decoded sequence from per-step records.
+
+    Args:
+        encoder: trace of the encoder pass (``"encoder_self"`` records, batch 1).
+        steps: one dict per decoding step of ``(kind, layer) -> record`` with ``Tq = 1``.
+    Returns:
+        A :class:`Trace` with batch 1 whose ``"decoder_self"`` matrices are ``[1, H, T, T]``
+        (weights 0, mask True and scores NaN above the diagonal: those scores were never
+        computed) and ``"cross"`` matrices ``[1, H, T, Ts]``, T = ``len(steps)``.
+    """
+    trace = Trace()
+    for kind, layer in encoder.keys():
+        if kind == "encoder_self":
+            trace._add(encoder.get(kind, layer))
+    if not steps:
+        return trace
+    t_total = len(steps)
+    for kind, layer in steps[0]:
+        name = steps[0][kind, layer].name
+        rows = [s[kind, layer] for s in steps]
+        rec = AttentionRecord(kind, layer, name)
+        for f in STEP_FIELDS:
+            parts = [getattr(r, f) for r in rows]
+            if any(p is None for p in parts):  # not captured (GreedyStepper's capture)
+                continue
+            if kind == "decoder_self":  # row t has t + 1 keys: pad the future
+                fill = {"scores": math.nan, "mask": True, "weights": 0.0}[f]
+                parts = [
+                    torch.cat([p, p.new_full((*p.shape[:-1], t_total - p.shape[-1]), fill)], dim=-1)
+                    for p in parts
+                ]
+            setattr(rec, f, torch.cat(parts, dim=2))  # [1, H|1, T, Tk]
+        trace._add(rec)
+    return trace
+
+
+def step_records(trace: Trace) -> dict[tuple[str, int], AttentionRecord]:
+    return {key: trace.get(*key) for key in trace.keys()}
+
+
+@dataclass
+class StepResult:
+    """One greedy step.
+
+    Attributes:
+        step: index of the produced token (0 = first token after BOS).
+        token: the token id chosen (argmax under the stepper's rules, unless forced).
+        prob: its probability.
+        probs: next-token distribution ``[V]`` (float32, CPU): the model's own, before any
+            :class:`LogitRules`.
+        logits: ``[V]`` (float32, CPU), likewise the model's own.
+        attention: ``(kind, layer) -> [H, Tk]`` weights of this step's query row for
+            ``"decoder_self"`` (Tk = step + 1) and ``"cross"`` (Tk = Ts).
+        done: EOS produced or the length limit reached.
+    """
+
+    step: int
+    token: int
+    prob: float
+    probs: Tensor
+    logits: Tensor
+    attention: dict[tuple[str, int], Tensor]
+    done: bool
+
+
+class GreedyStepper:
+    """Greedy decoding of one sequence, one token per :meth:`step`.
+
+    The encoder runs once; cross-attention keys/values are computed once per layer and
+    self-attention keys/values are cached, so a step costs one decoder position. The stepper
+    can go back to an earlier step (:meth:`back`) or to the start (:meth:`reset`) without
+    running the encoder again, and :meth:`trace` rebuilds the full attention matrices.
+
+    Args:
+        model: the Transformer (not modified; run in eval mode).
+        src_ids: source ids ``[Ts]`` or ``[1, Ts]``.
+        bos_id, eos_id: special ids; ``eos_id=None`` decodes until ``max_len``.
+        max_len: most tokens to produce (default ``2 * Ts + 16``, within the model's max_len).
+        src_pad_mask: ``[1, Ts]`` bool, default from ``config.pad_id``.
+        edits: attention edits (``ZeroHeads``, ``DropMask``, ...) applied to every pass,
+            the encoder's included, so the whole decode runs the edited model.
+        rules: :class:`LogitRules` for the argmax (a Hugging Face folder's generation config).
+        capture: what is recorded of every attention (default scores, mask and weights); the
+            app keeps ``("mask", "weights")``: a long input's encoder scores are as big as
+            its weights and no view of the app reads them.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_ids: Tensor,
+        bos_id: int,
+        eos_id: int | None,
+        max_len: int | None = None,
+        src_pad_mask: Tensor | None = None,
+        edits: Sequence[Edit] = (),
+        rules: LogitRules | None = None,
+        capture: Sequence[str] = STEP_FIELDS,
+    ):
+        src = as_batch(src_ids, "src_ids")
+        if src.shape[0] != 1:
+            raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
+        self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
+        self.edits = tuple(edits)
+        self.rules = rules
+        self.capture = tuple(capture)
+        self.src = src.to(next(model.parameters()).device)
+        self.max_len = default_max_len(model, src.shape[1], max_len)
+        pad = source_pad_mask(model, self.src, src_pad_mask)
+        with eval_no_grad(model), record(model, self.edits, capture=self.capture) as enc_trace:
+            memory = model.encode(self.src, pad)
+            self._cache = model.init_cache(memory, pad, capacity=self.max_len)
+        self.encoder_trace = enc_trace
+        self._steps: list[StepResult] = []
+        self._records: list[dict[tuple[str, int], AttentionRecord]] = []
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        """Tokens produced so far (BOS excluded)."""
+        return [s.token for s in self._steps]
+
+    @property
+    def steps(self) -> list[StepResult]:
+        return list(self._steps)
+
+    @property
+    def position(self) -> int:
+        """Number of steps taken."""
+        return len(self._steps)
+
+    @property
+    def done(self) -> bool:
+        if not self._steps:
+            return False
+        last = self._steps[-1].token
+        return (self.eos_id is not None and last == self.eos_id) or self.position >= self.max_len
+
+    # -- moving ------------------------------------------------------------------------------
+    def step(self, token: int | None = None) -> StepResult:
+        """Produce the next token (or feed ``token`` instead of the argmax).
+
+        Returns:
+            The :class:`StepResult` of this step.
+        """
+        if self.done:
+            raise InputError("decoding is finished; call back() or reset() to step again")
+        prev = self.bos_id if not self._steps else self._steps[-1].token
+        ids = torch.tensor([[prev]], device=self.src.device)
+        vocab = self.model.config.tgt_vocab_size
+        if token is not None:  # checked before the model runs, so a refusal leaves no trace
+            try:
+                if isinstance(token, bool):
+                    raise TypeError
+                token = operator.index(token)  # int, numpy or 0-d tensor ints
+            except TypeError:
+                raise InputError(f"token must be an integer id, got {token!r}") from None
+            if not 0 <= token < vocab:
+                raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
+        with eval_no_grad(self.model), record(self.model, self.edits, capture=self.capture) as trace:
+            logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
+        probs = torch.softmax(logits, dim=-1)
+        step = len(self._steps)
+        chosen = (
+            token
+            if token is not None
+            else int(_choose(logits[None], self.rules, step, self.max_len)[0])
+        )
+        recs = step_records(trace)
+        attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
+        result = StepResult(
+            step=len(self._steps),
+            token=chosen,
+            prob=float(probs[chosen]),
+            probs=probs.cpu(),
+            logits=logits.cpu(),
+            attention=attention,
+            done=False,
+        )
+        self._steps.append(result)
+        self._records.append(recs)
+        result.done = self.done
+        return result
+
+    def run(self) -> list[int]:
+        """Step until EOS or ``max_len``; returns all tokens produced."""
+        while not self.done:
+            self.step()
+        return self.tokens
+
+    def back(self, position: int) -> None:
+        """Return to ``position`` steps taken (0 = nothing decoded); the encoder is not rerun."""
+        if not 0 <= position <= len(self._steps):
+            raise InputError(f"position must be in 0..{len(self._steps)}, got {position}")
+        del self._steps[position:]
+        del self._records[position:]
+        self._cache.truncate(position)
+
+    def reset(self) -> None:
+        """Back to the start, keeping the encoder output and cross-attention keys/values."""
+        self.back(0)
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Hold exactly ``tokens`` (BOS excluded): keep the common prefix, redo the rest.
+
+        Steps already taken that agree with ``tokens`` are kept (their cache too); the first
+        disagreement and everything after it is rewound and ``tokens`` are forced from there.
+        """
+        tokens = [operator.index(t) for t in tokens]
+        have = self.tokens
+        n = 0
+        while n < min(len(have), len(tokens)) and have[n] == tokens[n]:
+            n += 1
+        if n < len(have):
+            self.back(n)
+        for t in tokens[n:]:
+            self.step(token=t)
+
+    def trace(self, upto: int | None = None) -> Trace:
+        """Full attention matrices of the first ``upto`` steps (default: all), batch 1."""
+        upto = len(self._records) if upto is None else upto
+        if not 0 <= upto <= len(self._records):
+            raise InputError(f"upto must be in 0..{len(self._records)}, got {upto}")
+        return assemble_trace(self.encoder_trace, self._records[:upto])
+
+    def rows(
+        self, start: int = 0, stop: int | None = None
+    ) -> dict[tuple[str, int], list[tuple[Tensor, Tensor]]]:
+        """The recorded query rows of steps ``start..stop-1`` as each step kept them.
+
+        Unlike :meth:`trace`, nothing is assembled or padded: a caller that needs only the
+        newest rows (the app sends a Step's rows to the page) reads them here.
+
+        Returns:
+            ``(kind, layer) -> [(weights [H, Tk], mask [Tk]), ...]``, one pair per step, for
+            ``"decoder_self"`` (Tk = step + 1: the keys that row had) and ``"cross"``
+            (Tk = Ts); mask bool, True = blocked, as recorded. Views of the kept tensors, on
+            the model's device.
+        """
+        n = len(self._records)
+        stop = n if stop is None else stop
+        if not 0 <= start <= stop <= n:
+            raise InputError(f"rows need 0 <= start <= stop <= {n}, got start={start}, stop={stop}")
+        out: dict[tuple[str, int], list[tuple[Tensor, Tensor]]] = {}
+        for recs in self._records[start:stop]:
+            for key, r in recs.items():
+                tk = r.weights.shape[-1]
+                out.setdefault(key, []).append(
+                    (r.weights[0, :, 0], r.mask.expand(1, 1, 1, tk)[0, 0, 0])  # [H, Tk], [Tk]
+                )
+        return out
+
+
+def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    """One decoded row up to and including its end id (without the padding after a row ends)."""
+    row = list(row)
+    return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
+
+
+def greedy_decode(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int | None,
+    max_len: int | None = None,
+    src_pad_mask: Tensor | None = None,
+    edits: Sequence[Edit] = (),
+    cache: bool = True,
+    rules: LogitRules | None = None,
+    fused: bool = True,
+) -> Tensor:
+    """Batched greedy decoding; each row stops at its own end id.
+
+    Args:
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
+        bos_id: the decoder start id (it may equal the pad id); ``eos_id``: the end id, or
+            None to decode ``max_len`` tokens.
+        max_len: most tokens per row (default ``2 * Ts + 16``).
+        src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
+        edits: attention edits applied to every pass (see :func:`attnviz.core.record`).
+        cache: with a KV cache (default) each step runs one decoder position. ``False``
+            recomputes the whole prefix every step, so earlier positions are re-run too:
+            what a mask experiment needs when the causal mask is off (with a cache there is
+            no future for the mask to hide).
+        rules: :class:`LogitRules` applied before each argmax.
+        fused: with a cache and nothing recording or editing the decoder, run each step as
+            one fused function (:mod:`attnviz.core.step`); ``False`` runs it module by module, the
+            path recording takes (same tokens; the benchmark compares the two).
+    Returns:
+        ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
+        (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
+    """
+    src = as_batch(src).to(next(model.parameters()).device)
+    n_max = default_max_len(model, src.shape[1], max_len)
+    pad_id = model.config.pad_id
+    b = src.shape[0]
+    with eval_no_grad(model), record(model, edits, capture=None):
+        pad = source_pad_mask(model, src, src_pad_mask)
+        memory = model.encode(src, pad)
+        kv = model.init_cache(memory, pad, capacity=n_max) if cache else None
+        step_fn = fused_step(model, kv) if kv is not None and fused else None
+        prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
+        vocab = model.config.tgt_vocab_size
+        if step_fn is not None and not 0 <= bos_id < vocab:  # later ids come from the argmax
+            raise InputError(f"tgt holds id {bos_id}, outside the vocabulary 0..{vocab - 1}")
+        finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+        last = prefix[:, 0]  # [B]
+        out = []
+        for step in range(n_max):
+            if step_fn is not None:  # the same math as the next branch, without module calls
+                logits = step_fn(last)  # [B, V]
+            elif kv is not None:
+                logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
+            else:  # rows are independent: a finished row's tail needs no mask
+                logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
+            last = _choose(logits, rules, step, n_max)  # [B]
+            if eos_id is None:
+                out.append(last)
+            else:
+                out.append(last.masked_fill(finished, pad_id))
+                finished |= last == eos_id
+                if bool(finished.all()):
+                    break
+            if kv is None:
+                prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
+    return torch.stack(out, dim=1)

@@ -1,0 +1,133 @@
+"""What constrains beam search: transformers' logits processors in its order
+(:class:`Constraints`), and a checkpoint's generation config read into
+:func:`~attnviz.beam.beam_search` options (:func:`generation_settings`, :func:`beam_options`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..core.errors import InputError
+from .greedy import LogitRules
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """The logits processors of transformers' beam search, in its order."""
+
+    rules: LogitRules | None
+    ngram: int
+    bad_words: list[tuple[int, ...]]
+    repetition_penalty: float
+    eos_id: int | None
+
+    def apply(self, logp: Tensor, seqs: Tensor, step: int, limit: int) -> Tensor:
+        """Constrained ``[k, V]`` log-probs for producing token ``step`` of at most ``limit``;
+        ``seqs`` ``[k, 1 + step]``: each hypothesis so far, start token first."""
+        if self.repetition_penalty != 1.0:
+            seen = logp.gather(1, seqs)
+            seen = torch.where(
+                seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty
+            )
+            logp = logp.scatter(1, seqs, seen)
+        rows = seqs.tolist() if self.ngram or self.bad_words else []
+        banned: list[set[int]] = [set() for _ in rows]
+        if self.ngram:
+            n = self.ngram
+            for row, out in zip(rows, banned, strict=True):
+                if len(row) >= n:
+                    prefix = row[len(row) + 1 - n :]
+                    for i in range(len(row) - n + 1):
+                        if row[i : i + n - 1] == prefix:
+                            out.add(row[i + n - 1])
+        for word in self.bad_words:
+            for row, out in zip(rows, banned, strict=True):
+                if len(word) - 1 <= len(row) and (
+                    len(word) == 1 or row[1 - len(word) :] == list(word[:-1])
+                ):
+                    out.add(word[-1])
+        if any(banned):
+            logp = logp.clone()
+            for i, out in enumerate(banned):
+                ids = [t for t in out if t < logp.shape[-1]]
+                logp[i, ids] = float("-inf")
+        return logp if self.rules is None else self.rules.apply(logp, step, limit)
+
+
+#: generation settings beam search does not follow, with the values that change nothing
+_UNSUPPORTED: dict[str, tuple] = {
+    "do_sample": (None, False),
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0, 0.0),
+    "constraints": (None, []),
+    "force_words_ids": (None, []),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "encoder_repetition_penalty": (None, 1, 1.0),
+    "exponential_decay_length_penalty": (None,),
+    "sequence_bias": (None, {}, []),
+    "renormalize_logits": (None, False),
+    "remove_invalid_values": (None, False),
+    "guidance_scale": (None, 1, 1.0),
+    "low_memory": (None, False),
+    "max_time": (None,),
+    "stop_strings": (None, [], ""),
+    "watermarking_config": (None,),
+}
+
+
+def generation_settings(ckpt: Any) -> dict[str, Any]:
+    """A checkpoint's generation settings: for a Hugging Face folder, ``config.json``'s
+    generation keys under ``generation_config.json``'s (empty for attnviz checkpoints)."""
+    meta = getattr(ckpt, "meta", {}) or {}
+    gen: dict[str, Any] = {}
+    if meta.get("format") == "huggingface":
+        gen.update({k: v for k, v in (meta.get("hf_config") or {}).items() if v is not None})
+        gen.update(meta.get("generation_config") or {})
+        path = Path(ckpt.path) / "generation_config.json"
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                doc = {}
+            if isinstance(doc, dict):
+                gen.update({k: v for k, v in doc.items() if v is not None})
+    return gen
+
+
+def beam_options(gen: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """Keyword arguments of :func:`beam_search` from generation settings ``gen``; ``given``
+    (not None) wins. Raises :class:`InputError` on a setting beam search does not follow."""
+    for key, neutral in _UNSUPPORTED.items():
+        if key in gen and gen[key] not in neutral:
+            raise InputError(
+                f"the generation config sets {key}={gen[key]!r}, which attnviz's beam search does "
+                "not follow; decoding without it would give other text than transformers"
+            )
+    eos = gen.get("eos_token_id")
+    if isinstance(eos, list) and len(set(eos)) > 1:
+        raise InputError(
+            f"the generation config names several end ids {eos}; attnviz's beam search follows one"
+        )
+    bad = gen.get("bad_words_ids") or []
+    if not isinstance(bad, list) or not all(isinstance(w, list) for w in bad):
+        raise InputError(f"bad_words_ids must be a list of id lists, got {bad!r}")
+    options = {
+        "beam_size": gen.get("num_beams", 1),
+        "length_penalty": gen.get("length_penalty", 1.0),
+        "early_stopping": gen.get("early_stopping", False),
+        "no_repeat_ngram_size": gen.get("no_repeat_ngram_size") or 0,
+        "repetition_penalty": gen.get("repetition_penalty", 1.0),
+        "bad_words": [w for w in bad if len(w) > 1],  # single ids are in the rules already
+    }
+    options.update({k: v for k, v in given.items() if v is not None})
+    for key, kind in (("beam_size", int), ("no_repeat_ngram_size", int),
+                      ("length_penalty", (int, float)), ("repetition_penalty", (int, float))):  # fmt: skip
+        value = options[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise InputError(f"{key} must be a number, got {value!r}")
+    return options

@@ -1,0 +1,122 @@
+"""Score a reference: how likely the model finds a given target, token by token.
+
+The target is teacher-forced through the model once, inside :func:`~attnviz.record`, so the
+attention that comes back with the scores is the attention of that very pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..core.errors import InputError, shorten
+from ..core.record import Trace, record
+from ..data.batch import make_batch
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
+
+
+@dataclass
+class Scored:
+    """A reference scored under a model (teacher-forced).
+
+    Attributes:
+        tokens: the target's pieces as the target tokenizer labels them, EOS last.
+        ids: their ids ``[Tt]`` (EOS last).
+        probs: ``[Tt]`` the model's probability of each target token given the source and the
+            target prefix before it (softmax of the raw logits; generation rules not applied).
+        ranks: ``[Tt]`` 1 = the model's argmax at that position; ties rank the target first.
+        argmax: ``[Tt]`` the model's own top token at each position.
+        trace: the recorded teacher-forced pass (batch of one; ``Tt`` query rows per kind).
+        first_divergence: the first position whose argmax is not the target token, or None.
+    """
+
+    tokens: list[str]
+    ids: list[int]
+    probs: list[float]
+    ranks: list[int]
+    argmax: list[int]
+    trace: Trace
+    first_divergence: int | None
+
+    @property
+    def logprob(self) -> float:
+        """Sum of the natural-log probabilities of the target tokens."""
+        return float(sum(torch.tensor(self.probs, dtype=torch.float64).log()))
+
+
+def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
+    """A reference -> target ids ending with the model's EOS (added where the tokenizer does not)."""
+    cfg = ckpt.config
+    if isinstance(target, str):
+        if ckpt.tgt_tokenizer is None:
+            why = ckpt.meta.get("tokenizer_missing") or "this checkpoint has no target tokenizer"
+            raise InputError(f"cannot read the reference text: {why}; give target ids instead")
+        if not target.strip():
+            raise InputError("the reference is empty: type the output you expect")
+        ids = list(ckpt.tgt_tokenizer.encode(target).ids)
+        if not ids or ids == [cfg.eos_id]:
+            raise InputError(f"the reference {shorten(repr(target))} has no tokens to score")
+    else:
+        ids = [_target_id(i, cfg.tgt_vocab_size) for i in target]  # the range: below
+        if not ids:
+            raise InputError("the reference is empty: give target ids (the end id is added)")
+    if ids[-1] != cfg.eos_id:
+        ids.append(cfg.eos_id)
+    if len(ids) > cfg.max_len:
+        raise InputError(
+            f"the reference has {len(ids)} tokens with its end token; "
+            f"this model takes at most {cfg.max_len}"
+        )
+    bad = [i for i in ids if not 0 <= i < cfg.tgt_vocab_size]
+    if bad:  # a tokenizer that gives ids the model does not have
+        raise InputError(
+            f"target id {bad[0]} is outside the vocabulary 0..{cfg.tgt_vocab_size - 1}"
+        )
+    return ids
+
+
+def _target_id(value: object, vocab: int) -> int:
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
+            return operator.index(value)  # type: ignore[arg-type]
+    raise InputError(f"target ids must be integers in 0..{vocab - 1}, got {shorten(repr(value))}")
+
+
+def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> Scored:
+    """Teacher-force ``target`` on ``source``: per-token probability, rank and attention.
+
+    Args:
+        ckpt: a loaded checkpoint.
+        source: the input text (the same refusals as :meth:`Checkpoint.predict`).
+        target: the reference as text, or as target ids (EOS appended when missing).
+    Returns:
+        :class:`Scored`; ``probs``/``ranks``/``argmax`` have one entry per target token.
+    """
+    enc = ckpt.encode_source(source)
+    ids = target_ids(ckpt, target)
+    batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
+    with torch.no_grad(), record(ckpt.model) as trace:  # a checkpoint's model is in eval mode
+        logits = batch.forward(ckpt.model)[0].float()  # [Tt, V]
+    gold = batch.tgt_out[0]  # [Tt]
+    gold_logit = logits.gather(-1, gold[:, None])  # [Tt, 1]
+    ranks = (logits > gold_logit).sum(-1) + 1  # [Tt]
+    probs = logits.softmax(-1).gather(-1, gold[:, None])[:, 0]  # [Tt]
+    top = logits.argmax(-1)  # [Tt]
+    wrong = (top != gold).nonzero()
+    tok = ckpt.tgt_tokenizer
+    labels = [tok.token(i) if tok is not None else f"#{i}" for i in ids]
+    return Scored(
+        tokens=labels,
+        ids=ids,
+        probs=probs.tolist(),
+        ranks=ranks.tolist(),
+        argmax=top.tolist(),
+        trace=trace,
+        first_divergence=int(wrong[0, 0]) if len(wrong) else None,
+    )

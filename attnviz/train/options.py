@@ -1,0 +1,165 @@
+"""The options of a training run (:class:`TrainOptions`) and how unset ones are filled:
+from the saved run on ``--resume``, the ``preset``, the task's or corpus's defaults, then the
+global defaults. :mod:`attnviz.train.loop` runs them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..core.config import ModelConfig
+from ..core.errors import InputError
+from .feeds import PRESETS, Feed
+
+#: ModelConfig fields that are not options: the vocabularies and special ids come from the
+#: tokenizers.
+_FROM_TOKENIZERS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
+#: Every other ModelConfig field is a training option (and an ``attnviz train`` flag).
+MODEL_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ModelConfig) if f.name not in _FROM_TOKENIZERS
+)
+#: Options that describe where the data comes from rather than how to train on it.
+_NOT_SAVED = ("pairs", "dev_pairs", "resume", "command")
+
+_DEFAULTS = dict(
+    weight_decay=0.01,
+    label_smoothing=0.0,
+    clip=1.0,
+    eval_every=250,
+    eval_size=500,
+    snapshot_every=100,
+    seed=0,
+)
+
+
+def _model_options(cls):
+    """Add one ``None``-defaulted option per :data:`MODEL_FIELDS` entry to a dataclass."""
+    types = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
+    for name in MODEL_FIELDS:
+        if name not in cls.__annotations__:
+            cls.__annotations__[name] = f"{types[name]} | None"
+            setattr(cls, name, None)
+    return dataclass(cls)
+
+
+@_model_options
+class TrainOptions:
+    """Everything that defines a training run.
+
+    The data is one of: ``task`` (a built-in task), ``data`` (corpus files: one ``.tsv`` or
+    ``.jsonl``, or two aligned plain-text files; ``dev`` likewise, else a held-out slice of
+    ``data``), or ``pairs`` (``(source, target)`` strings given in Python; ``dev_pairs``
+    likewise). Every :class:`~attnviz.ModelConfig` field but the vocabulary sizes and special
+    ids is an option too (``d_model``, ``activation``, ``positions``, ...).
+
+    ``init`` is a checkpoint folder to fine-tune (see :func:`init_checkpoint`): the run
+    starts from its weights, config and tokenizers, with a fresh optimiser.
+
+    ``None`` means: on ``--resume``, the saved run's value; else the ``preset``'s model size;
+    else the task's or the corpus's defaults (:class:`~attnviz.feeds.Feed`); else a global
+    default (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250
+    steps on 500 examples, a snapshot every 100 steps, seed 0).
+    """
+
+    task: str | None = None
+    init: str | None = None
+    data: list[str] | None = None
+    dev: list[str] | None = None
+    langs: list[str] | None = None
+    pairs: Sequence[tuple[str, str]] | None = None
+    dev_pairs: Sequence[tuple[str, str]] | None = None
+    tokenizer: str | None = None
+    vocab_size: int | None = None
+    shared_vocab: bool | None = None
+    byte_fallback: bool | None = None
+    preset: str | None = None
+    out: str | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float | None = None
+    label_smoothing: float | None = None
+    clip: float | None = None
+    eval_every: int | None = None
+    eval_size: int | None = None
+    snapshot_every: int | None = None
+    target_exact_match: float | None = None
+    target_chrf: float | None = None
+    seed: int | None = None
+    device: str = "auto"
+    resume: bool = False
+    command: str = ""
+
+    def source(self) -> str:
+        """What the data is: the task's name, ``"corpus files"`` or ``"pairs"``."""
+        given = [n for n in ("task", "data", "pairs") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise InputError("give one of --task or --data (or pairs=... in Python)")
+        return {"data": "corpus files", "pairs": "pairs"}.get(given[0], self.task)
+
+    def saved(self) -> dict:
+        """The options as stored in the checkpoint (without the pairs themselves)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _NOT_SAVED
+        }
+
+    def resolved(self, feed: Feed | object, saved: dict | None = None) -> TrainOptions:
+        """A copy with every ``None`` filled: saved run, preset, feed defaults, globals.
+
+        Args:
+            feed: a :class:`~attnviz.feeds.Feed` or a :class:`~attnviz.tasks.Task` (anything
+                with ``training`` and ``model`` default dicts).
+
+        Raises:
+            InputError: a bad value, or (with ``saved``) a model size that differs from the
+                saved run's (a resumed run keeps its model).
+        """
+        saved = saved or {}
+        same_source(self, saved)
+        clash = [
+            k
+            for k in MODEL_FIELDS
+            if getattr(self, k) is not None and getattr(self, k) != saved.get(k, getattr(self, k))
+        ]
+        if clash:
+            raise InputError(
+                f"--resume keeps the saved model; these options differ from it: {', '.join(clash)}"
+            )
+        if self.preset is not None and self.preset not in PRESETS:
+            raise InputError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        layers = [
+            {k: v for k, v in saved.items() if v is not None},
+            PRESETS.get(self.preset or saved.get("preset"), {}),
+            feed.training,
+            feed.model,
+            _DEFAULTS,
+        ]
+        fill = {}
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is None and f.name not in ("pairs", "dev_pairs"):
+                fill[f.name] = next((d[f.name] for d in layers if f.name in d), None)
+        out = dataclasses.replace(self, **fill)
+        for name in ("steps", "batch_size", "eval_every", "eval_size", "snapshot_every", "warmup"):
+            if getattr(out, name) is None or getattr(out, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1")
+        if out.lr is None or out.lr <= 0:
+            raise InputError("--lr must be positive")
+        return out
+
+
+def same_source(opts: TrainOptions, saved: dict | None) -> None:
+    """Refuse to resume a run on another source (a task vs a corpus, or another task).
+
+    Args:
+        saved: the saved run's options (None: nothing to resume).
+    Raises:
+        InputError: the sources differ.
+    """
+    if saved and saved.get("task") != opts.task:
+        was = repr(saved["task"]) if saved.get("task") else "corpus"
+        now = repr(opts.task) if opts.task else "corpus"
+        raise InputError(f"the saved run is a {was} run, not {now}")

@@ -1,0 +1,66 @@
+"""`attnviz bench --quick`: every row present and finite (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attnviz.bench.suite import HF_ROW
+from attnviz.cli import main
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--quiet", "--device", "cpu", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["quick"] is True and "threads" in result["machine"]
+    names = [r["name"] for r in result["rows"]]
+    for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
+                     "forward with recording / without", "app step", "page payload per step",
+                     "beam search", "trace of 6+6 layers", "train reverse to 99%",
+                     "peak RSS after 10 app sessions", HF_ROW,
+                     "greedy 64 tokens: naive loop / cached, module by module (before)",
+                     "greedy 64 tokens: naive loop / cached, fused step (after)"):  # fmt: skip
+        assert any(n.startswith(expected) for n in names), (expected, names)
+    hf = next(r for r in result["rows"] if r["name"] == HF_ROW)
+    assert hf["unit"] == "ratio" and hf["target"] == "<= 1.2", hf
+    browser = [r for r in result["rows"] if r["name"].startswith("browser")]
+    assert browser, names  # measured, or one row saying why not
+    for row in result["rows"]:
+        assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
+        if row["detail"].startswith("skipped"):
+            continue
+        assert math.isfinite(row["value"]) and row["value"] > 0, row
+    for action in ("step", "back", "scrub", "layer/head"):
+        assert any(f"redrawn: {action}," in r["name"] for r in browser) or len(browser) == 1
+    assert any(r["name"].startswith("browser force a token:") for r in browser) or len(browser) == 1
+    assert "| train step vs nn.Transformer |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="has a GPU")
+def test_cuda_bench_without_a_gpu_is_skipped_with_a_message(capsys):
+    assert main(["bench", "--quick", "--device", "cuda"]) == 0
+    assert "GPU rows are skipped: this machine has no CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_cuda_bench_rows(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--quick", "--quiet", "--device", "cuda", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "cuda" in result["machine"]
+    rows = {r["name"]: r for r in result["rows"]}
+    for name in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
+                 "forward with recording / without",
+                 "greedy 64 tokens: naive loop / cached, module by module (before)",
+                 "greedy 64 tokens: naive loop / cached, fused step (after)"):  # fmt: skip
+        row = rows[name]
+        assert math.isfinite(row["value"]) and row["value"] > 0, row
+        assert " ms" in row["detail"], row  # measured on the GPU, not skipped
+    for row in result["rows"]:
+        assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
+        assert row["detail"].startswith("skipped") or math.isfinite(row["value"]), row

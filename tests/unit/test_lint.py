@@ -1,0 +1,35 @@
+"""The code stays ruff-clean (ruff is part of the test extra)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_check_is_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.skip("ruff is not installed")
+    out = subprocess.run(
+        [ruff, "check", "attnviz", "tests"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_page_script_defines_each_function_once():
+    """Two ``AV.name = function`` in ``assets/viz.js`` silently replace one another (the
+    step view's CSV export and the static views' once shared a name)."""
+    import collections
+    import re
+
+    text = (ROOT / "assets" / "viz.js").read_text()
+    for pattern in (r"^\s*AV\.(\w+) = function", r"^  function (\w+)\s*\("):  # AV, own scope
+        names = re.findall(pattern, text, re.M)
+        twice = [n for n, c in collections.Counter(names).items() if c > 1]
+        assert names and not twice, f"defined twice in viz.js: {twice}"
