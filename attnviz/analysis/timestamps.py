@@ -156,7 +156,7 @@ def split_words(
             offset += len(text)
     words: list[str] = []
     word_tokens: list[list[int]] = []
-    for piece, toks in zip(pieces, piece_tokens):
+    for piece, toks in zip(pieces, piece_tokens, strict=True):
         starts_word = (
             toks[0] >= first_special or piece.startswith(" ") or piece.strip() in string.punctuation
         )
@@ -221,7 +221,9 @@ def words_from_path(
     probs = np.asarray(token_probs, dtype=np.float64)
     found = [
         Word(text, float(s), float(e), float(probs[a:b].mean()) if b > a else 0.0, list(toks))
-        for text, toks, s, e, a, b in zip(words, word_tokens, starts, ends, bounds[:-1], bounds[1:])
+        for text, toks, s, e, a, b in zip(
+            words, word_tokens, starts, ends, bounds[:-1], bounds[1:], strict=False
+        )
     ]
     durations = np.array([w.end - w.start for w in found])
     durations = durations[durations.nonzero()]

@@ -75,7 +75,7 @@ def test_dtw_path_is_monotonic_and_of_least_cost(n, m, seed):
     cost = np.random.default_rng(seed).normal(size=(n, m))
     rows, cols = dtw(cost)
     assert (rows[0], cols[0]) == (0, 0) and (rows[-1], cols[-1]) == (n - 1, m - 1)
-    steps = set(zip(np.diff(rows).tolist(), np.diff(cols).tolist()))
+    steps = set(zip(np.diff(rows).tolist(), np.diff(cols).tolist(), strict=True))
     assert steps <= {(1, 1), (1, 0), (0, 1)}
     assert cost[rows, cols].sum() == pytest.approx(_dtw_brute(cost))
 
