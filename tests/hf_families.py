@@ -258,3 +258,30 @@ def bart_tokenizer(folder: Path):
     bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=specials)
     bpe.save_model(str(folder))
     return BartTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+
+
+#: the families this module has a tokenizer for
+TOKENIZED = ["marian", "t5", "bart"]
+
+
+def tokenized_folder(root: Path, family: str):
+    """A tiny random ``family`` folder with its own tokenizer trained here (Marian: the target
+    side's); returns ``(transformers tokenizer, folder)``."""
+    if family == "marian":
+        tok = marian_tokenizer(root / "tok", target=True)
+        sizes = {
+            "vocab_size": len(tok),
+            "pad_token_id": tok.pad_token_id,
+            "decoder_start_token_id": tok.pad_token_id,
+            "eos_token_id": tok.eos_token_id,
+        }
+    else:
+        tok = {"t5": t5_tokenizer, "bart": bart_tokenizer}[family](root / "tok")
+        sizes = {"vocab_size": len(tok)}
+        if family == "bart":
+            sizes["pad_token_id"] = tok.pad_token_id
+    hf_model = build(family, **sizes)
+    hf_model.generation_config.max_new_tokens = 6
+    hf_model.save_pretrained(root / "model", safe_serialization=True)
+    tok.save_pretrained(root / "model")
+    return tok, root / "model"

@@ -32,7 +32,7 @@ from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
 from ..core.record import DropMask, Edit, Trace, record
-from ..data.batch import Batch, make_batch, source_batch
+from ..data.batch import Batch, make_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
 from ..decode.greedy import default_max_len, until_eos
 
@@ -214,8 +214,9 @@ def experiment(
     refs, reference, own = _references(ckpt, texts, targets)
     cfg, tgt_tok = ckpt.config, ckpt.tgt_tokenizer
     rows = [
-        own[i] if i in own else [*tgt_tok.encode(r).ids, cfg.eos_id] for i, r in enumerate(refs)
-    ]  # the model's own output as decoded; a reference text encoded (with the end id)
+        own[i] if i in own else with_eos(tgt_tok.encode(r).ids, cfg.eos_id)
+        for i, r in enumerate(refs)
+    ]  # the model's own output as decoded; a reference text encoded (its end id once)
     src = [ckpt.src_tokenizer.encode(t).ids for t in texts]
     batch = make_batch(src, rows, cfg, ckpt.device, add_eos=False)
     before = _run(ckpt, batch, batch.src_pad, (), recompute)

@@ -5,7 +5,7 @@ May import core only. The names below are this package's public API
 """
 
 from . import subword  # noqa: F401  (registers the bpe and unigram kinds with tokenizer)
-from .batch import Batch, make_batch, pad_batch, source_batch, tensorize
+from .batch import Batch, make_batch, pad_batch, source_batch, tensorize, with_eos
 from .corpus import (
     Corpus,
     CorpusError,
@@ -33,4 +33,5 @@ __all__ = [
     "split_dev",
     "split_indices",
     "tensorize",
+    "with_eos",
 ]

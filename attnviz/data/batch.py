@@ -88,6 +88,14 @@ def source_batch(
     return Batch(src, length_mask([len(r) for r in rows], src.shape[1], src.device))
 
 
+def with_eos(ids: Sequence[int], eos_id: int) -> list[int]:
+    """Target ids ending with the end id: appended only where missing. The one place a target
+    text's ids get their end: a tokenizer that adds ``</s>`` itself (Hugging Face targets)
+    is not given a second one."""
+    ids = list(ids)
+    return ids if ids and ids[-1] == eos_id else [*ids, eos_id]
+
+
 def make_batch(
     src_rows: Sequence[Sequence[int]],
     tgt_rows: Sequence[Sequence[int]],
@@ -101,7 +109,8 @@ def make_batch(
     Args:
         src_rows: source ids per row (no start/end ids).
         tgt_rows: target ids per row, without the start id. With ``add_eos`` (references)
-            the end id is appended; without it (a model's own greedy output, which already
+            the end id is appended where the row does not end with it (:func:`with_eos`);
+            without it (a model's own greedy output, which already
             ends with the end id or stops at the length limit) the rows are taken as they are.
         config: the model's config: ``pad_id``, ``bos_id`` (decoder start), ``eos_id``.
     Returns:
@@ -109,7 +118,7 @@ def make_batch(
     """
     if len(src_rows) != len(tgt_rows):
         raise InputError(f"{len(src_rows)} sources but {len(tgt_rows)} targets")
-    outs = [[*t, config.eos_id] if add_eos else list(t) for t in tgt_rows]
+    outs = [with_eos(t, config.eos_id) if add_eos else list(t) for t in tgt_rows]
     if any(not o for o in outs):
         raise InputError("a target row is empty")
     batch = source_batch(src_rows, config, device)

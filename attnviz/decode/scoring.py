@@ -15,7 +15,7 @@ import torch
 
 from ..core.errors import InputError, shorten
 from ..core.record import Trace, record
-from ..data.batch import make_batch
+from ..data.batch import make_batch, with_eos
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
@@ -66,8 +66,7 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
         ids = [_target_id(i, cfg.tgt_vocab_size) for i in target]  # the range: below
         if not ids:
             raise InputError("the reference is empty: give target ids (the end id is added)")
-    if ids[-1] != cfg.eos_id:
-        ids.append(cfg.eos_id)
+    ids = with_eos(ids, cfg.eos_id)
     if len(ids) > cfg.max_len:
         raise InputError(
             f"the reference has {len(ids)} tokens with its end token; "

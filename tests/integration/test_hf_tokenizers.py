@@ -16,34 +16,13 @@ pytest.importorskip("sentencepiece")
 
 from tests import hf_families  # noqa: E402  (after the skips)
 
-TOKENIZED = ["marian", "t5", "bart"]  # the families hf_families has a tokenizer for
+TOKENIZED = hf_families.TOKENIZED
 TEXTS = hf_families.CORPUS[:3] + hf_families.TARGET_CORPUS[:3] + ["die Katze sass im Park"]
-
-
-def _folder(root, family):
-    if family == "marian":
-        tok = hf_families.marian_tokenizer(root / "tok", target=True)
-        sizes = {
-            "vocab_size": len(tok),
-            "pad_token_id": tok.pad_token_id,
-            "decoder_start_token_id": tok.pad_token_id,
-            "eos_token_id": tok.eos_token_id,
-        }
-    else:
-        tok = getattr(hf_families, f"{family}_tokenizer")(root / "tok")
-        sizes = {"vocab_size": len(tok)}
-        if family == "bart":
-            sizes["pad_token_id"] = tok.pad_token_id
-    hf_model = hf_families.build(family, **sizes)
-    hf_model.generation_config.max_new_tokens = 6
-    hf_model.save_pretrained(root / "model", safe_serialization=True)
-    tok.save_pretrained(root / "model")
-    return tok, root / "model"
 
 
 @pytest.mark.parametrize("family", TOKENIZED)
 def test_each_side_tokenizes_as_transformers(tmp_path, family):
-    tok, folder = _folder(tmp_path, family)
+    tok, folder = hf_families.tokenized_folder(tmp_path, family)
     ckpt = attnviz.load_checkpoint(folder)
     assert ckpt.tgt_tokenizer.side == "target" and ckpt.src_tokenizer.side == "source"
     for text in TEXTS:
