@@ -9,7 +9,7 @@ was written with the weights). A plain safetensors file without the header entry
 with ``config.json`` instead, so a checkpoint can also be written by hand.
 
 Loading validates every tensor name and shape against the config and raises
-:class:`~attnviz.errors.CheckpointError` with one line saying what is wrong.
+:class:`~attnviz.core.errors.CheckpointError` with one line saying what is wrong.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ class Checkpoint:
         cache: bool = True,
         max_len: int | None = None,
     ) -> Tensor:
-        """:func:`~attnviz.decoding.greedy_decode` with this checkpoint's special ids, length
+        """:func:`~attnviz.decode.greedy.greedy_decode` with this checkpoint's special ids, length
         limit and generation rules: every greedy decode of an analysis goes through here, so
         it decodes what :meth:`predict` decodes.
 
@@ -433,10 +433,10 @@ def greedy_texts(
 ) -> list[str]:
     """Batched greedy decoding of texts to texts; the same outputs as one at a time.
 
-    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decoding.greedy_decode`.
+    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.greedy.greedy_decode`.
 
     Inputs are sorted by length to waste less padding; each row is cut at its own length
-    limit (:func:`~attnviz.decoding.default_max_len`), not the padded batch's.
+    limit (:func:`~attnviz.decode.greedy.default_max_len`), not the padded batch's.
     """
     device, cfg = next(model.parameters()).device, model.config
     order = sorted(range(len(texts)), key=lambda i: len(src_tokenizer.split(texts[i])))

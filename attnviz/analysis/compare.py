@@ -54,7 +54,7 @@ class Comparison:
         matched_divergence: per kind, ``[layers, heads]`` divergence after matching.
         tokens: per text, each target token's probability and rank under a and b.
         outputs: per text, ``(a's greedy text, b's greedy text, equal)``.
-        scored: per text, a's and b's teacher-forced passes (:class:`~attnviz.scoring.Scored`,
+        scored: per text, a's and b's teacher-forced passes (:class:`~attnviz.decode.scoring.Scored`,
             traces included) when ``compare(..., keep_scores=True)``; else empty.
     """
 

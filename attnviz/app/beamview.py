@@ -1,7 +1,7 @@
 """The beam panel: beam search's tree as inline SVG, one hypothesis's attention (no gradio).
 
 A :class:`BeamPanel` is one search on one input, small and deep-copyable (the page keeps it
-in a ``gr.State``): the :class:`~attnviz.beam.BeamTree`, a display label per node, the
+in a ``gr.State``): the :class:`~attnviz.decode.beam.BeamTree`, a display label per node, the
 finished hypotheses and the node the person selected. :func:`tree_svg` lays the tree out by
 step (x, one column per produced token) and rank (y, best score at the top), each node with
 its token and log-probability and a ``data-node-id`` the page's click handler sends back;
@@ -84,7 +84,7 @@ class BeamPanel:
         text: the input searched; beam_size: ``num_beams``.
         stamp: :func:`attnviz.app.views.panel_stamps` ``["beam"]`` of the state it was
             computed for (another stamp: the tree is stale).
-        tree: every extension kept at each step (:class:`~attnviz.beam.BeamTree`).
+        tree: every extension kept at each step (:class:`~attnviz.decode.beam.BeamTree`).
         labels: a display label per node (``labels[i]`` for ``tree.nodes[i]``).
         hypotheses: the finished hypotheses at the end, best first.
         score, normalized_score: the winner's log-probability and its length-normalised score.

@@ -44,7 +44,7 @@ def _p(p: float) -> str:
 
 
 def _shown_step(state: SessionState, ckpt: Checkpoint):
-    """The :class:`~attnviz.decoding.StepResult` of the step shown (the session's decoder)."""
+    """The :class:`~attnviz.decode.greedy.StepResult` of the step shown (the session's decoder)."""
     from .decoders import DECODERS  # the labs otherwise never touch the session's decoder
 
     with DECODERS.hold(state, ckpt, state.version) as stepper:

@@ -34,7 +34,7 @@ class ReferenceView:
         html: the probability/rank strip (escaped HTML), "" when nothing was scored.
         figure: the reference's cross-attention ``[Tt, Ts]`` as a heatmap, or None.
         message: one line: a summary, or what to fix (starts with "⚠").
-        scored: the :class:`~attnviz.scoring.Scored` shown, or None.
+        scored: the :class:`~attnviz.decode.scoring.Scored` shown, or None.
         output_divergence: the first position where the reference differs from the output
             the step view shows (:func:`output_divergence`), or None.
     """

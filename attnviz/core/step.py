@@ -4,7 +4,7 @@ token per row, written as one function over weights gathered once per decode.
 A cached step of a small model is almost all per-call overhead (module calls, mask building,
 id checks), not arithmetic. :class:`FusedStep` runs the same operations on the same weights
 in the same order, without the module calls, with keys/values written in place into the
-:class:`~attnviz.model.DecoderCache`. It is used only where nothing watches the attention: if a
+:class:`~attnviz.core.model.DecoderCache`. It is used only where nothing watches the attention: if a
 recorder would see or edit any decoder attention module of the model (``attnviz.core.record`` with
 capture or edits), :func:`fused_step` returns None and the caller takes the module path, which
 records exactly what the model used. Tests prove both paths give the same logits.

@@ -1,12 +1,10 @@
 """What constrains beam search: transformers' logits processors in its order
 (:class:`Constraints`), and a checkpoint's generation config read into
-:func:`~attnviz.beam.beam_search` options (:func:`generation_settings`, :func:`beam_options`)."""
+:func:`~attnviz.decode.beam.beam_search` options (:func:`generation_settings`, :func:`beam_options`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,22 +79,11 @@ _UNSUPPORTED: dict[str, tuple] = {
 
 
 def generation_settings(ckpt: Any) -> dict[str, Any]:
-    """A checkpoint's generation settings: for a Hugging Face folder, ``config.json``'s
-    generation keys under ``generation_config.json``'s (empty for attnviz checkpoints)."""
+    """A checkpoint's generation settings, as its folder was read once on load (a Hugging Face
+    folder's ``generation_config.json``, or ``config.json``'s generation keys where it has none:
+    :func:`attnviz.interop.hf.read_generation_config`); empty for attnviz checkpoints."""
     meta = getattr(ckpt, "meta", {}) or {}
-    gen: dict[str, Any] = {}
-    if meta.get("format") == "huggingface":
-        gen.update({k: v for k, v in (meta.get("hf_config") or {}).items() if v is not None})
-        gen.update(meta.get("generation_config") or {})
-        path = Path(ckpt.path) / "generation_config.json"
-        if path.is_file():
-            try:
-                doc = json.loads(path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                doc = {}
-            if isinstance(doc, dict):
-                gen.update({k: v for k, v in doc.items() if v is not None})
-    return gen
+    return {k: v for k, v in (meta.get("generation_config") or {}).items() if v is not None}
 
 
 def beam_options(gen: dict[str, Any], **given: Any) -> dict[str, Any]:

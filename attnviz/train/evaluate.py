@@ -220,7 +220,7 @@ def evaluate_pairs(
     """Greedy-decode every source and score the outputs against the references.
 
     Sources the model cannot take (empty, or longer than its ``max_len``) raise
-    :class:`~attnviz.errors.InputError`, naming the pair.
+    :class:`~attnviz.core.errors.InputError`, naming the pair.
     """
     if not isinstance(ckpt, Checkpoint):
         ckpt = load_checkpoint(ckpt)

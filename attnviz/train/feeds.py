@@ -6,7 +6,7 @@ have seen), the validation examples, the probe whose attention is snapshotted, a
 for the model and the run.
 
 A corpus is tokenized once into flat arrays with offsets
-(:class:`~attnviz.corpus.EncodedCorpus`, 2-4 bytes a token), so a million pairs take tens of
+(:class:`~attnviz.data.corpus.EncodedCorpus`, 2-4 bytes a token), so a million pairs take tens of
 MB; each epoch visits this rank's shard (pairs ``rank, rank + world, ...``) in an order drawn
 from (seed, rank, epoch).
 """
@@ -242,7 +242,7 @@ def corpus_defaults(corpus: EncodedCorpus) -> tuple[dict, dict]:
 # -- building a run's feed ------------------------------------------------------------------
 class TrainingTokenizer:
     """A Hugging Face tokenizer as training reads a corpus with it: ``encode_flat`` for
-    :func:`~attnviz.corpus.encode_corpus`, and on the target side (``drop_end``) without the
+    :func:`~attnviz.data.corpus.encode_corpus`, and on the target side (``drop_end``) without the
     end id transformers appends (a batch appends the model's own, see
     :func:`attnviz.data.batch.make_batch`). The source keeps it: ``predict`` reads text that way.
     Everything else, ``to_dict`` and ``decode`` included, is the tokenizer's."""
@@ -324,7 +324,7 @@ def make_feed(
     log: Callable[[str], None],
     tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
 ) -> Feed:
-    """The run's :class:`~attnviz.feeds.Feed`: the task's, or the corpus encoded with the
+    """The run's :class:`~attnviz.train.feeds.Feed`: the task's, or the corpus encoded with the
     saved run's tokenizers (on ``--resume``), the ``tokenizers`` given (a fine-tuned
     checkpoint's), or tokenizers trained on its training pairs."""
     saved = saved or {}

@@ -24,7 +24,7 @@ corpus; its files and ``generation_config.json`` are copied into ``--out``, and 
 config and generation config go into the metadata, so the new checkpoint reopens with the same
 tokenizer and generation rules); the optimiser starts fresh.
 
-The data comes from a :class:`~attnviz.feeds.Feed`: a built-in task's generator or a corpus
+The data comes from a :class:`~attnviz.train.feeds.Feed`: a built-in task's generator or a corpus
 encoded once. The batch at each step depends only on (seed, rank, step), so a resumed run
 sees exactly the data it would have seen. Under ``torchrun --nproc_per_node N`` the same
 command trains with DistributedDataParallel (NCCL on GPUs, gloo on CPU): each rank draws its

@@ -57,7 +57,7 @@ class TrainOptions:
     starts from its weights, config and tokenizers, with a fresh optimiser.
 
     ``None`` means: on ``--resume``, the saved run's value; else the ``preset``'s model size;
-    else the task's or the corpus's defaults (:class:`~attnviz.feeds.Feed`); else a global
+    else the task's or the corpus's defaults (:class:`~attnviz.train.feeds.Feed`); else a global
     default (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250
     steps on 500 examples, a snapshot every 100 steps, seed 0).
     """
@@ -111,7 +111,7 @@ class TrainOptions:
         """A copy with every ``None`` filled: saved run, preset, feed defaults, globals.
 
         Args:
-            feed: a :class:`~attnviz.feeds.Feed` or a :class:`~attnviz.tasks.Task` (anything
+            feed: a :class:`~attnviz.train.feeds.Feed` or a :class:`~attnviz.tasks.Task` (anything
                 with ``training`` and ``model`` default dicts).
 
         Raises:

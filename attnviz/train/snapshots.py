@@ -67,7 +67,7 @@ class Snapshots:
     @classmethod
     def load(cls, path: str | Path) -> Snapshots:
         """Read ``snapshots.safetensors`` (a folder or the file); a malformed one raises
-        :class:`~attnviz.errors.CheckpointError`."""
+        :class:`~attnviz.core.errors.CheckpointError`."""
         path = Path(path)
         tensors, meta = read_tensors(path / SNAPSHOTS if path.is_dir() else path)
         keys = ("probe_src", "probe_tgt", "steps", "outputs", "losses")

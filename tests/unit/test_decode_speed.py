@@ -126,7 +126,7 @@ def test_the_cache_grows_in_chunks_up_to_its_capacity():
         for _ in range(150):
             tok = step(tok).argmax(-1)
             rooms.append(cache.self_kv[0].room)
-    assert rooms[0] == attnviz.model.KVBuffer.CHUNK
+    assert rooms[0] == attnviz.core.model.KVBuffer.CHUNK
     assert sorted(set(rooms)) == [64, 128, 150]
     with pytest.raises(attnviz.InputError, match="holds 150 positions"):
         step(tok)
