@@ -120,7 +120,7 @@ def beam_search(
         words = [w for w in words if w != (eos_id,)]
     if beam_size == 1:  # transformers decodes greedily: the first hypothesis to end wins
         early_stopping = True
-    src = _as_batch(src).to(next(model.parameters()).device)
+    src = _as_batch(src, model=model).to(next(model.parameters()).device)
     pad = _pad_mask(model, src, src_pad_mask)
     search = _Search(
         model, bos_id, eos_id, beam_size, float(length_penalty), early_stopping,

@@ -42,7 +42,13 @@ def _inference(model: Transformer) -> Iterator[None]:
             model.train()
 
 
-def _as_batch(src: Tensor, name: str = "src") -> Tensor:
+def _as_batch(src: Tensor, name: str = "src", model: Transformer | None = None) -> Tensor:
+    """Source ids ``[Ts]`` -> ``[1, Ts]``; for an audio model, features ``[n_mels, T]`` ->
+    ``[1, n_mels, T]`` (the model checks the rest)."""
+    if model is not None and model.config.source == "audio":
+        if not isinstance(src, Tensor):
+            src = torch.as_tensor(src, dtype=torch.float32)
+        return src.unsqueeze(0) if src.dim() == 2 else src
     if not isinstance(src, Tensor):
         src = torch.as_tensor(src, dtype=torch.long)
     if src.dim() == 1:
@@ -53,7 +59,10 @@ def _as_batch(src: Tensor, name: str = "src") -> Tensor:
 
 
 def _pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
-    """The caller's mask, else PAD positions of ``src`` (None when there are none)."""
+    """The caller's mask, else PAD positions of ``src`` (None when there are none; always None
+    for audio features, which are padded to their fixed length as the model was trained)."""
+    if model.config.source == "audio":
+        return None
     if src_pad_mask is not None:
         return src_pad_mask.to(src.device)
     pad = masks.padding_mask(src, model.config.pad_id)
@@ -63,8 +72,8 @@ def _pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> T
 def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
     """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`."""
     limit = model.config.max_len - 1  # BOS takes position 0
-    if max_len is None:
-        return min(limit, 2 * src_len + 16)
+    if max_len is None:  # an audio source's length says nothing about its text's
+        return limit if model.config.source == "audio" else min(limit, 2 * src_len + 16)
     if max_len < 1:
         raise InputError(f"max_len must be at least 1, got {max_len}")
     return min(limit, max_len)
@@ -232,7 +241,7 @@ class GreedyStepper:
         rules: LogitRules | None = None,
         capture: Sequence[str] = STEP_FIELDS,
     ):
-        src = _as_batch(src_ids, "src_ids")
+        src = _as_batch(src_ids, "src_ids", model)
         if src.shape[0] != 1:
             raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
@@ -425,7 +434,7 @@ def greedy_decode(
         ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
         (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
     """
-    src = _as_batch(src).to(next(model.parameters()).device)
+    src = _as_batch(src, model=model).to(next(model.parameters()).device)
     n_max = default_max_len(model, src.shape[1], max_len)
     pad_id = model.config.pad_id
     b = src.shape[0]
