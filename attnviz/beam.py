@@ -370,11 +370,10 @@ def beam_predict(
         early_stopping=early_stopping,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
-    enc = ckpt.encode_source(text)
     cfg = ckpt.config
     return beam_search(
         ckpt.model,
-        torch.tensor([enc.ids], device=ckpt.device),
+        ckpt.source_tensor(text),
         cfg.bos_id,
         cfg.eos_id,
         max_len=max_len or ckpt.max_new_tokens,

@@ -225,7 +225,9 @@ class ModelConfig:
             value = getattr(self, name)
             if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
-        if self.eos_id == self.pad_id:  # the start id may equal the end id (BART, FSMT)
+        # the start id may equal the end id (BART, FSMT); an audio model's pad id pads only
+        # targets, and Whisper pads them with its end id
+        if self.eos_id == self.pad_id and self.source != "audio":
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
         check_size(self)
 

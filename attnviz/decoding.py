@@ -106,9 +106,11 @@ class LogitRules:
     min_new_tokens: int = 0
     eos_id: int | None = None
 
-    def apply(self, logits: Tensor, step: int, limit: int) -> Tensor:
+    def apply(self, logits: Tensor, step: int, limit: int, seqs: Tensor | None = None) -> Tensor:
         """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
-        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one."""
+        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one.
+        ``seqs`` ``[B, step]`` (the tokens produced so far) is for rules that read them
+        (:class:`~attnviz.beam_rules.WhisperRules`); these do not."""
         logits = logits.clone()
         vocab = logits.shape[-1]
 
@@ -134,10 +136,13 @@ class LogitRules:
         return logits
 
 
-def _choose(logits: Tensor, rules: LogitRules | None, step: int, limit: int) -> Tensor:
-    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules."""
+def _choose(
+    logits: Tensor, rules: LogitRules | None, step: int, limit: int, seqs: Tensor | None = None
+) -> Tensor:
+    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules; ``seqs`` ``[B, step]``:
+    the tokens produced so far."""
     if rules is not None:
-        logits = rules.apply(logits, step, limit)
+        logits = rules.apply(logits, step, limit, seqs)
     return logits.argmax(-1)
 
 
@@ -280,6 +285,10 @@ class GreedyStepper:
         last = self._steps[-1].token
         return (self.eos_id is not None and last == self.eos_id) or self.position >= self.max_len
 
+    def _seqs(self) -> Tensor:
+        """The tokens produced so far as ``[1, step]`` (what history-reading rules see)."""
+        return torch.tensor([self.tokens], dtype=torch.long, device=self.src.device).view(1, -1)
+
     # -- moving ------------------------------------------------------------------------------
     def step(self, token: int | None = None) -> StepResult:
         """Produce the next token (or feed ``token`` instead of the argmax).
@@ -308,7 +317,7 @@ class GreedyStepper:
         chosen = (
             token
             if token is not None
-            else int(_choose(logits[None], self.rules, step, self.max_len)[0])
+            else int(_choose(logits[None], self.rules, step, self.max_len, self._seqs())[0])
         )
         recs = _step_records(trace)
         attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
@@ -457,7 +466,8 @@ def greedy_decode(
                 logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
             else:  # rows are independent: a finished row's tail needs no mask
                 logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
-            last = _choose(logits, rules, step, n_max)  # [B]
+            seqs = torch.stack(out, dim=1) if out else prefix[:, 1:]  # [B, step]
+            last = _choose(logits, rules, step, n_max, seqs)  # [B]
             if eos_id is None:
                 out.append(last)
             else:
