@@ -31,6 +31,8 @@ _PCM_BYTES = {
     "PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4, "DOUBLE": 8,
     "ULAW": 1, "ALAW": 1,
 }  # fmt: skip
+#: Containers that store those samples as they are (FLAC stores PCM_16 compressed).
+_UNCOMPRESSED = ("WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "RAW", "CAF", "NIST", "IRCAM")
 SPEECH_EXTRA = "pip install 'attnviz[speech]'"
 
 
@@ -62,7 +64,7 @@ def _read_file(path: Path) -> tuple[np.ndarray, int]:
         raise InputError(
             f"{name}: a header of {channels} channels at {rate} Hz is not usable audio"
         )
-    per_sample = _PCM_BYTES.get(str(info.subtype))
+    per_sample = _PCM_BYTES.get(str(info.subtype)) if info.format in _UNCOMPRESSED else None
     if per_sample is not None and frames * channels * per_sample > size:
         raise InputError(
             f"{name}: the header claims {frames:,} frames, more than the file's {size:,} bytes "
