@@ -226,3 +226,11 @@ def test_checkpoint_takes_a_clip(folder, clip, tmp_path):
     with pytest.raises(InputError, match="speech model"):
         ckpt.encode_source("some text")
     assert json.loads((folder / "config.json").read_text())["model_type"] == "whisper"
+
+
+def test_export_refuses_whisper_in_one_line(folder, tmp_path):
+    from attnviz.errors import InteropError
+
+    with pytest.raises(InteropError, match="'whisper' is not exported"):
+        attnviz.export_hf(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
