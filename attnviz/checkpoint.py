@@ -256,7 +256,7 @@ class Prediction:
     """
 
     text: str
-    source: Encoding
+    source: Encoding | None  # None for an audio input
     tokens: list[int]
 
 
@@ -283,11 +283,28 @@ class Checkpoint:
     def task(self) -> str | None:
         return self.meta.get("task")
 
+    @property
+    def is_audio(self) -> bool:
+        """The model reads audio (Whisper): inputs are a path or 16 kHz samples, not text."""
+        return self.config.source == "audio"
+
+    def source_tensor(self, source) -> Tensor:
+        """An input as the encoder takes it: ``[1, Ts]`` ids of a text, or for an audio model
+        ``[1, n_mels, 3000]`` log-mel features of a clip (a path or samples; see
+        :func:`attnviz.data.audio.load_audio`). Bad input raises :class:`InputError`."""
+        if self.is_audio:
+            from .data.audio import log_mel
+
+            return log_mel(source, self.config.n_mels)[None].to(self.device)
+        return torch.tensor([self.encode_source(source).ids], device=self.device)
+
     def encode_source(self, text: str) -> Encoding:
         """Tokenize an input; empty or over-long input raises :class:`InputError`.
 
         Unknown characters/words become UNK and are listed in ``Encoding.unknown``.
         """
+        if self.is_audio:
+            raise InputError("this is a speech model: give a clip (a path or 16 kHz samples)")
         if self.src_tokenizer is None:
             why = self.meta.get("tokenizer_missing") or "this checkpoint has no tokenizer"
             raise InputError(f"cannot read text: {why}")
@@ -314,12 +331,15 @@ class Checkpoint:
         it decodes what :meth:`predict` decodes.
 
         Args:
-            src: ``[B, Ts]`` source ids; ``src_pad_mask``: ``[B, Ts]`` True at padding.
+            src: ``[B, Ts]`` source ids (an audio model: ``[B, n_mels, 3000]`` features, a
+                path or samples); ``src_pad_mask``: ``[B, Ts]`` True at padding.
             edits: attention edits of every pass (see :func:`attnviz.core.record`).
         Returns:
             ``[B, T]`` output ids without the start id.
         """
         cfg = self.config
+        if self.is_audio and not isinstance(src, Tensor):
+            src = self.source_tensor(src)
         return greedy_decode(
             self.model,
             src,
@@ -337,12 +357,11 @@ class Checkpoint:
     ) -> Prediction:
         """Greedy-decode one input (the stepper's tokens; beam search for ``num_beams > 1``);
         see :class:`Prediction`."""
+        enc = None if self.is_audio else self.encode_source(text)
         if num_beams > 1:
             best = self.beam(text, num_beams, max_len)
-            enc = self.encode_source(text)
             return Prediction(self.tgt_tokenizer.decode(best.tokens), enc, best.tokens)
-        enc = self.encode_source(text)
-        src = torch.tensor([enc.ids], device=self.device)
+        src = self.source_tensor(text)
         cfg = self.config
         out = greedy_decode(
             self.model,
@@ -358,11 +377,10 @@ class Checkpoint:
     def stepper(self, text: str, max_len: int | None = None, edits: Sequence = ()) -> GreedyStepper:
         """A :class:`~attnviz.GreedyStepper` on ``text`` with this checkpoint's special ids and
         generation rules (its ``run()`` gives :meth:`predict`'s tokens)."""
-        enc = self.encode_source(text)
         cfg = self.config
         return GreedyStepper(
             self.model,
-            torch.tensor(enc.ids, device=self.device),
+            self.source_tensor(text)[0],
             cfg.bos_id,
             cfg.eos_id,
             max_len=max_len or self.max_new_tokens,
@@ -373,7 +391,16 @@ class Checkpoint:
     def beam(self, text: str, beam_size: int = 4, max_len: int | None = None) -> BeamResult:
         """Beam search on one input as transformers' ``generate(num_beams=k)`` runs it, under
         this checkpoint's generation config, length limit and rules (see
-        :func:`attnviz.decode.beam.beam_predict`)."""
+        :func:`attnviz.decode.beam.beam_predict`); a CTranslate2 folder's as ``ctranslate2`` runs it
+        (:func:`attnviz.decode.beam_ct2.ct2_beam_search`)."""
+        if self.meta.get("engine") == "ctranslate2":
+            from .decode.beam_ct2 import ct2_beam_search
+
+            cfg = self.config
+            return ct2_beam_search(
+                self.model, self.source_tensor(text), cfg.bos_id, cfg.eos_id, beam_size,
+                max_len=max_len or self.max_new_tokens, rules=self.rules,
+            )  # fmt: skip
         return beam_predict(self, text, beam_size, max_len)
 
     def predict(self, text: str, max_len: int | None = None, num_beams: int | None = None) -> str:
@@ -390,6 +417,8 @@ class Checkpoint:
         batched, or beam search (one input at a time) when ``num_beams`` (default: the
         generation config's, else 1) is above 1."""
         num_beams = folder_num_beams(self) if num_beams is None else num_beams
+        if self.is_audio:  # one 30 s window at a time
+            return [self.predict(clip, num_beams=num_beams) for clip in texts]
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
         if num_beams > 1:

@@ -14,7 +14,10 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 #: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
 #: Pegasus); fairseq's sinusoids (FSMT); a learned table per stack (BART, mBART); none, with a
 #: relative position bias added to the self-attention scores instead (T5).
-POSITIONS = ("sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative")
+#: Whisper's encoder sinusoids: sin-half/cos-half at rates exp(-log(10000) * i / (D / 2 - 1)).
+POSITIONS = ("sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative", "whisper")
+#: What the encoder reads: token ids, or log-mel features through a convolutional front-end.
+SOURCES = ("text", "audio")
 NORMS = ("layer", "rms")
 #: Most layers a stack may have (the deepest published encoder-decoders have a few hundred).
 MAX_LAYERS = 1024
@@ -108,6 +111,7 @@ def _knobs(part: str) -> str:
         "encoder layers": "n_encoder_layers, d_model or d_ff",
         "decoder layers": "n_decoder_layers, d_model or d_ff",
         "position tables": "max_len (max_position_embeddings) or d_model",
+        "audio front-end": "n_mels or d_model",
         "output projection": "tgt_vocab_size or d_model",
     }[part]
 
@@ -152,6 +156,16 @@ class ModelConfig:
         scale_decoder_output: multiply the decoder output by D^-0.5 before the output
             projection (T5 v1.0 with its tied lm_head).
         relative_buckets / relative_max_distance: T5's relative position buckets.
+        source: ``"text"`` (the encoder embeds source ids) or ``"audio"`` (Whisper: the encoder
+            reads log-mel features ``[B, n_mels, 2 * max_source_len]`` through two Conv1d of
+            kernel 3, the second of stride 2, each followed by GELU; there is no source
+            embedding table and ``src_vocab_size`` is not used).
+        n_mels: mel bins of the audio features (``source="audio"`` only).
+        encoder_positions: the encoder's own position kind when it differs from the decoder's
+            (Whisper: fixed ``"whisper"`` sinusoids in the encoder, a learned table in the
+            decoder); None = ``positions`` for both stacks.
+        max_source_len: positions the encoder covers when they differ from ``max_len``
+            (Whisper: 1500 audio frames, 448 text positions); None = ``max_len``.
     """
 
     src_vocab_size: int
@@ -186,6 +200,10 @@ class ModelConfig:
     scale_decoder_output: bool = False
     relative_buckets: int = 32
     relative_max_distance: int = 128
+    source: str = "text"
+    n_mels: int = 80
+    encoder_positions: str | None = None
+    max_source_len: int | None = None
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -193,6 +211,10 @@ class ModelConfig:
             raise ConfigError(
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} "
                 f"(try n_heads in {[h for h in range(1, 17) if self.d_model % h == 0]})"
+            )
+        if self.source == "audio" and self.share_embeddings:
+            raise ConfigError(
+                "share_embeddings needs a text source; an audio model has no source table"
             )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
@@ -203,7 +225,9 @@ class ModelConfig:
             value = getattr(self, name)
             if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
-        if self.eos_id == self.pad_id:  # the start id may equal the end id (BART, FSMT)
+        # the start id may equal the end id (BART, FSMT); an audio model's pad id pads only
+        # targets, and Whisper pads them with its end id
+        if self.eos_id == self.pad_id and self.source != "audio":
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
         check_size(self)
 
@@ -230,6 +254,9 @@ class ModelConfig:
             integer(name, 0)
         if self.d_head is not None:
             integer("d_head", 1)
+        integer("n_mels", 1)
+        if self.max_source_len is not None:
+            integer("max_source_len", 1)
         for name in BOOL_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -238,10 +265,16 @@ class ModelConfig:
             ("activation", ACTIVATIONS),
             ("positions", POSITIONS),
             ("norm", NORMS),
+            ("source", SOURCES),
         ):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {_show(value)}")
+        enc = self.encoder_positions
+        if enc is not None and (not isinstance(enc, str) or enc not in POSITIONS):
+            raise ConfigError(
+                f"encoder_positions must be null or one of {POSITIONS}, got {_show(enc)}"
+            )
         dropout, eps = self.dropout, self.layer_norm_eps
         if not _real(dropout) or not 0.0 <= dropout < 1.0:
             raise ConfigError(f"dropout must be a number in [0, 1), got {_show(dropout)}")
@@ -264,24 +297,46 @@ class ModelConfig:
         ff = (3 if self.gated_ff else 2) * d * self.d_ff
         ff += ((2 if self.gated_ff else 1) * self.d_ff + d) if self.bias else 0
         stack = (norm if self.final_norm else 0) + (norm if self.embed_norm else 0)
-        rows = self.max_len + self.position_offset
-        learned = rows * d if self.positions == "learned" else 0
-        relative = self.relative_buckets * h if self.positions == "relative" else 0
-        table = {"sinusoidal": self.max_len * d, "sinusoidal_split": self.max_len * d}
-        table["fairseq"] = rows * d
+        learned = relative = buffers = 0
+        for decoder in (False, True):
+            kind, length = self.stack_positions(decoder)
+            rows = length + self.position_offset
+            learned += rows * d if kind == "learned" else 0
+            relative += self.relative_buckets * h if kind == "relative" else 0
+        for kind, length in self.fixed_tables():
+            buffers += (length + (self.position_offset if kind == "fairseq" else 0)) * d
+        audio = self.source == "audio"
+        front = 3 * self.n_mels * d + d + 3 * d * d + d if audio else 0
         parts = {
-            "embeddings": self.src_vocab_size * d
+            "embeddings": (0 if audio else self.src_vocab_size * d)
             + (0 if self.share_embeddings else self.tgt_vocab_size * d),
             "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack,
             "decoder layers": self.n_decoder_layers * (2 * attention + ff + 3 * norm) + stack,
-            "position tables": 2 * (learned + relative) + table.get(self.positions, 0),
+            "position tables": learned + relative + buffers,
             "output projection": (0 if self.tie_output else self.tgt_vocab_size * d)
             + (self.tgt_vocab_size if self.output_bias else 0),
+            "audio front-end": front,
         }
-        buffers = table.get(self.positions, 0)
         parts["parameters"] = sum(parts.values()) - buffers
         parts["buffers"] = buffers
         return parts
+
+    def stack_positions(self, decoder: bool) -> tuple[str, int]:
+        """``(position kind, positions covered)`` of the decoder or the encoder stack."""
+        if decoder:
+            return self.positions, self.max_len
+        kind = self.positions if self.encoder_positions is None else self.encoder_positions
+        return kind, self.max_len if self.max_source_len is None else self.max_source_len
+
+    def fixed_tables(self) -> list[tuple[str, int]]:
+        """The computed position tables the model holds as buffers, ``[(kind, length)]``: the
+        decoder's (shared with the encoder when both are the same), then the encoder's own."""
+        fixed = ("sinusoidal", "sinusoidal_split", "fairseq", "whisper")
+        dec, enc = self.stack_positions(True), self.stack_positions(False)
+        tables = [dec] if dec[0] in fixed else []
+        if enc != dec and enc[0] in fixed:
+            tables.append(enc)
+        return tables
 
     @property
     def special_ids(self) -> dict[str, int]:

@@ -26,7 +26,7 @@ from .attention import eager_attention as eager_attention
 from .cache import DecoderCache, KVBuffer
 from .config import ModelConfig
 from .errors import InputError
-from .positions import RelativePositionBias, position_table
+from .positions import RelativePositionBias, encoder_position_table, position_table
 from .positions import sinusoidal_positions as sinusoidal_positions  # imported from here too
 
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -183,15 +183,12 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = make_norm(cfg) if cfg.final_norm else None
         self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
+        kind, length = cfg.stack_positions(decoder)
         self.pos_embed = (
-            nn.Embedding(cfg.max_len + cfg.position_offset, cfg.d_model)
-            if cfg.positions == "learned"
-            else None
+            nn.Embedding(length + cfg.position_offset, cfg.d_model) if kind == "learned" else None
         )
         self.position_bias = (
-            RelativePositionBias(cfg, bidirectional=not decoder)
-            if cfg.positions == "relative"
-            else None
+            RelativePositionBias(cfg, bidirectional=not decoder) if kind == "relative" else None
         )
 
     def bias(self, tq: int, tk: int, start: int = 0) -> Tensor | None:
@@ -200,6 +197,21 @@ class Stack(nn.Module):
 
     def finish(self, x: Tensor) -> Tensor:
         return x if self.norm is None else self.norm(x)
+
+
+class AudioFrontEnd(nn.Module):
+    """Whisper's convolutional front-end: log-mel features ``[B, n_mels, 2 * Ts]`` ->
+    ``[B, Ts, D]`` through two Conv1d of kernel 3 (the second of stride 2), each with GELU."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.conv1 = nn.Conv1d(cfg.n_mels, cfg.d_model, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(cfg.d_model, cfg.d_model, kernel_size=3, stride=2, padding=1)
+
+    def forward(self, features: Tensor) -> Tensor:
+        x = F.gelu(self.conv1(features))  # [B, D, 2 * Ts]
+        x = F.gelu(self.conv2(x))  # [B, D, Ts]
+        return x.transpose(1, 2)  # [B, Ts, D]
 
 
 class Transformer(nn.Module):
@@ -214,13 +226,18 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         cfg = self.config = config
-        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        audio = cfg.source == "audio"
+        # an audio model reads features through the front-end: it has no source table
+        self.frontend = AudioFrontEnd(cfg) if audio else None
+        self.src_embed = None if audio else nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = (
             self.src_embed
             if cfg.share_embeddings
             else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         )
         self.register_buffer("pe", position_table(cfg), persistent=False)
+        # the encoder's own fixed table where its positions differ from the decoder's (Whisper)
+        self.register_buffer("encoder_pe", encoder_position_table(cfg), persistent=False)
         self.emb_dropout = nn.Dropout(cfg.dropout)
         self.encoder = Stack(
             [EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)], cfg, decoder=False
@@ -249,7 +266,9 @@ class Transformer(nn.Module):
         return {n: m for n, m in self.named_modules() if isinstance(m, MultiHeadAttention)}
 
     # -- input checks ----------------------------------------------------------------------
-    def _check_ids(self, ids: Tensor, name: str, vocab: int, start: int = 0) -> None:
+    def _check_ids(
+        self, ids: Tensor, name: str, vocab: int, start: int = 0, limit: int | None = None
+    ) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             got = list(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise InputError(f"{name} must be token ids of shape [B, T], got {got}")
@@ -257,10 +276,11 @@ class Transformer(nn.Module):
             raise InputError(f"{name} must be an integer tensor (token ids), got {ids.dtype}")
         if ids.shape[1] == 0:
             raise InputError(f"{name} is empty: give at least one token")
-        if start + ids.shape[1] > self.config.max_len:
+        field = "max_len" if limit is None else "max_source_len"
+        limit = self.config.max_len if limit is None else limit
+        if start + ids.shape[1] > limit:
             raise InputError(
-                f"{name} reaches position {start + ids.shape[1]}, past this model's "
-                f"max_len={self.config.max_len}"
+                f"{name} reaches position {start + ids.shape[1]}, past this model's {field}={limit}"
             )
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab:
@@ -279,31 +299,69 @@ class Transformer(nn.Module):
         x = table(ids)  # [B, T, D]
         if cfg.scale_embeddings:
             x = x * math.sqrt(cfg.d_model)
-        rows = slice(start + cfg.position_offset, start + cfg.position_offset + ids.shape[1])
-        if self.pe is not None:
-            x = x + self.pe[rows].to(x.dtype)
+        return self._position(x, start, stack)
+
+    def _position(self, x: Tensor, start: int, stack: Stack) -> Tensor:
+        """Add the stack's positions (from ``start``) to ``x [B, T, D]``, then its embedding
+        norm and dropout."""
+        offset = self.config.position_offset
+        rows = slice(start + offset, start + offset + x.shape[1])
+        table = self.encoder_pe if stack is self.encoder and self.encoder_pe is not None else None
+        if table is None and stack.pos_embed is None:
+            table = self.pe
+        if table is not None:
+            x = x + table[rows].to(x.dtype)
         elif stack.pos_embed is not None:
             x = x + stack.pos_embed.weight[rows].to(x.dtype)
         if stack.embed_norm is not None:
             x = stack.embed_norm(x)
         return self.emb_dropout(x)
 
+    def _check_features(self, features: Tensor) -> None:
+        cfg = self.config
+        frames = 2 * cfg.stack_positions(decoder=False)[1]
+        want = f"[B, {cfg.n_mels}, {frames}]"
+        if not isinstance(features, Tensor) or features.dim() != 3:
+            got = list(features.shape) if isinstance(features, Tensor) else type(features).__name__
+            raise InputError(f"an audio model encodes log-mel features {want}, got {got}")
+        if not features.is_floating_point():
+            raise InputError(f"audio features must be floats, got {features.dtype}")
+        if tuple(features.shape[1:]) != (cfg.n_mels, frames):
+            raise InputError(
+                f"audio features must be {want} (30 s, padded), got {list(features.shape)}"
+            )
+        if not bool(torch.isfinite(features).all()):
+            raise InputError("audio features hold NaN or infinite values")
+
     # -- forward ---------------------------------------------------------------------------
     def encode(self, src: Tensor, src_pad_mask: Tensor | None = None) -> Tensor:
         """Run the encoder.
 
         Args:
-            src: ``[B, Ts]`` source ids.
+            src: ``[B, Ts]`` source ids; for an audio model (``config.source == "audio"``)
+                log-mel features ``[B, n_mels, 2 * Ts]`` (Whisper: ``[B, 80, 3000]``).
             src_pad_mask: ``[B, Ts]`` bool, True at PAD (or a float additive mask).
         Returns:
             memory ``[B, Ts, D]``.
         """
-        self._check_ids(src, "src", self.config.src_vocab_size)
-        pad = masks.as_bool_mask(
-            src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]", src.device
-        )
-        x = self._embed(self.src_embed, src, stack=self.encoder)
-        bias = self.encoder.bias(src.shape[1], src.shape[1])  # [1, H, Ts, Ts] or None
+        if self.frontend is not None:  # log-mel features [B, n_mels, 2 * Ts]
+            self._check_features(src)
+            if src_pad_mask is not None:
+                raise InputError(
+                    "an audio model takes no src_pad_mask: features are padded to 30 s"
+                )
+            pad = None
+            weight = self.frontend.conv1.weight
+            x = self._position(self.frontend(src.to(weight.dtype)), 0, self.encoder)
+        else:
+            limit = self.config.max_source_len  # None: max_len
+            self._check_ids(src, "src", self.config.src_vocab_size, limit=limit)
+            pad = masks.as_bool_mask(
+                src_pad_mask, tuple(src.shape), "src_pad_mask", "[B, Ts]", src.device
+            )
+            x = self._embed(self.src_embed, src, stack=self.encoder)
+        ts = x.shape[1]
+        bias = self.encoder.bias(ts, ts)  # [1, H, Ts, Ts] or None
         for layer in self.encoder.layers:
             x = layer(x, pad, bias)
         return self.encoder.finish(x)

@@ -57,6 +57,23 @@ def fairseq_positions(rows: int, d_model: int, pad_id: int) -> Tensor:
     return table
 
 
+def whisper_positions(length: int, d_model: int) -> Tensor:
+    """Whisper's encoder sinusoids, float32 as Whisper computes them: all sines, then all
+    cosines, at rates ``exp(-log(10000) * i / (D / 2 - 1))``.
+
+    Returns:
+        ``[length, D]`` float32.
+    """
+    half = d_model // 2
+    increment = math.log(10000) / max(half - 1, 1)
+    rates = torch.exp(-increment * torch.arange(half))  # [D / 2]
+    angles = torch.arange(length)[:, None] * rates[None, :]  # [length, D / 2]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(length, 1)], dim=1)
+    return table
+
+
 def relative_position_buckets(
     tq: int, tk: int, start: int, bidirectional: bool, n_buckets: int, max_distance: int, device
 ) -> Tensor:
@@ -105,12 +122,30 @@ class RelativePositionBias(nn.Module):
         return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, Tq, Tk]
 
 
-def position_table(cfg: ModelConfig) -> Tensor | None:
-    """The fixed position table of the config (None for learned or relative positions)."""
-    if cfg.positions == "sinusoidal":
-        return sinusoidal_positions(cfg.max_len, cfg.d_model)
-    if cfg.positions == "sinusoidal_split":
-        return split_sinusoidal_positions(cfg.max_len, cfg.d_model)
-    if cfg.positions == "fairseq":
-        return fairseq_positions(cfg.max_len + cfg.position_offset, cfg.d_model, cfg.pad_id)
+def fixed_table(cfg: ModelConfig, kind: str, length: int) -> Tensor | None:
+    """The computed table of position kind ``kind`` covering ``length`` positions (None for
+    learned or relative positions)."""
+    if kind == "sinusoidal":
+        return sinusoidal_positions(length, cfg.d_model)
+    if kind == "sinusoidal_split":
+        return split_sinusoidal_positions(length, cfg.d_model)
+    if kind == "fairseq":
+        return fairseq_positions(length + cfg.position_offset, cfg.d_model, cfg.pad_id)
+    if kind == "whisper":
+        return whisper_positions(length, cfg.d_model)
     return None
+
+
+def position_table(cfg: ModelConfig) -> Tensor | None:
+    """The fixed position table of the decoder (and of the encoder, unless it has its own:
+    :func:`encoder_position_table`); None for learned or relative positions."""
+    return fixed_table(cfg, *cfg.stack_positions(decoder=True))
+
+
+def encoder_position_table(cfg: ModelConfig) -> Tensor | None:
+    """The encoder's own fixed table where its positions differ from the decoder's (Whisper),
+    else None (the encoder reads :func:`position_table`, or learned/relative positions)."""
+    enc = cfg.stack_positions(decoder=False)
+    if enc == cfg.stack_positions(decoder=True):
+        return None
+    return fixed_table(cfg, *enc)

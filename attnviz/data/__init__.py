@@ -1,7 +1,7 @@
 """Text and data in: tokenizers (char, word, subword), corpora, built-in tasks and batches.
 
 May import core only. The names below are this package's public API
-(``attnviz.data.read_pairs``, ``attnviz.data.Batch``, ...).
+(``attnviz.data.batch.read_pairs``, ``attnviz.data.batch.Batch``, ...).
 """
 
 from . import subword  # noqa: F401  (registers the bpe and unigram kinds with tokenizer)

@@ -120,7 +120,7 @@ def beam_search(
         words = [w for w in words if w != (eos_id,)]
     if beam_size == 1:  # transformers decodes greedily: the first hypothesis to end wins
         early_stopping = True
-    src = as_batch(src).to(next(model.parameters()).device)
+    src = as_batch(src, model=model).to(next(model.parameters()).device)
     pad = source_pad_mask(model, src, src_pad_mask)
     search = _Search(
         model, bos_id, eos_id, beam_size, float(length_penalty), early_stopping,
@@ -370,11 +370,10 @@ def beam_predict(
         early_stopping=early_stopping,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
-    enc = ckpt.encode_source(text)
     cfg = ckpt.config
     return beam_search(
         ckpt.model,
-        torch.tensor([enc.ids], device=ckpt.device),
+        ckpt.source_tensor(text),
         cfg.bos_id,
         cfg.eos_id,
         max_len=max_len or ckpt.max_new_tokens,

@@ -42,7 +42,13 @@ def eval_no_grad(model: Transformer) -> Iterator[None]:
             model.train()
 
 
-def as_batch(src: Tensor, name: str = "src") -> Tensor:
+def as_batch(src: Tensor, name: str = "src", model: Transformer | None = None) -> Tensor:
+    """Source ids ``[Ts]`` -> ``[1, Ts]``; for an audio model, features ``[n_mels, T]`` ->
+    ``[1, n_mels, T]`` (the model checks the rest)."""
+    if model is not None and model.config.source == "audio":
+        if not isinstance(src, Tensor):
+            src = torch.as_tensor(src, dtype=torch.float32)
+        return src.unsqueeze(0) if src.dim() == 2 else src
     if not isinstance(src, Tensor):
         src = torch.as_tensor(src, dtype=torch.long)
     if src.dim() == 1:
@@ -53,7 +59,10 @@ def as_batch(src: Tensor, name: str = "src") -> Tensor:
 
 
 def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
-    """The caller's mask, else PAD positions of ``src`` (None when there are none)."""
+    """The caller's mask, else PAD positions of ``src`` (None when there are none; always None
+    for audio features, which are padded to their fixed length as the model was trained)."""
+    if model.config.source == "audio":
+        return None
     if src_pad_mask is not None:
         return src_pad_mask.to(src.device)
     pad = masks.padding_mask(src, model.config.pad_id)
@@ -63,8 +72,8 @@ def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None
 def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
     """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`."""
     limit = model.config.max_len - 1  # BOS takes position 0
-    if max_len is None:
-        return min(limit, 2 * src_len + 16)
+    if max_len is None:  # an audio source's length says nothing about its text's
+        return limit if model.config.source == "audio" else min(limit, 2 * src_len + 16)
     if max_len < 1:
         raise InputError(f"max_len must be at least 1, got {max_len}")
     return min(limit, max_len)
@@ -97,9 +106,11 @@ class LogitRules:
     min_new_tokens: int = 0
     eos_id: int | None = None
 
-    def apply(self, logits: Tensor, step: int, limit: int) -> Tensor:
+    def apply(self, logits: Tensor, step: int, limit: int, seqs: Tensor | None = None) -> Tensor:
         """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
-        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one."""
+        of at most ``limit``; blocked ids get -inf, a forced id is the only finite one.
+        ``seqs`` ``[B, step]`` (the tokens produced so far) is for rules that read them
+        (:class:`~attnviz.beam_rules.WhisperRules`); these do not."""
         logits = logits.clone()
         vocab = logits.shape[-1]
 
@@ -125,10 +136,13 @@ class LogitRules:
         return logits
 
 
-def _choose(logits: Tensor, rules: LogitRules | None, step: int, limit: int) -> Tensor:
-    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules."""
+def _choose(
+    logits: Tensor, rules: LogitRules | None, step: int, limit: int, seqs: Tensor | None = None
+) -> Tensor:
+    """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules; ``seqs`` ``[B, step]``:
+    the tokens produced so far."""
     if rules is not None:
-        logits = rules.apply(logits, step, limit)
+        logits = rules.apply(logits, step, limit, seqs)
     return logits.argmax(-1)
 
 
@@ -232,7 +246,7 @@ class GreedyStepper:
         rules: LogitRules | None = None,
         capture: Sequence[str] = STEP_FIELDS,
     ):
-        src = as_batch(src_ids, "src_ids")
+        src = as_batch(src_ids, "src_ids", model)
         if src.shape[0] != 1:
             raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
@@ -271,6 +285,10 @@ class GreedyStepper:
         last = self._steps[-1].token
         return (self.eos_id is not None and last == self.eos_id) or self.position >= self.max_len
 
+    def _seqs(self) -> Tensor:
+        """The tokens produced so far as ``[1, step]`` (what history-reading rules see)."""
+        return torch.tensor([self.tokens], dtype=torch.long, device=self.src.device).view(1, -1)
+
     # -- moving ------------------------------------------------------------------------------
     def step(self, token: int | None = None) -> StepResult:
         """Produce the next token (or feed ``token`` instead of the argmax).
@@ -299,7 +317,7 @@ class GreedyStepper:
         chosen = (
             token
             if token is not None
-            else int(_choose(logits[None], self.rules, step, self.max_len)[0])
+            else int(_choose(logits[None], self.rules, step, self.max_len, self._seqs())[0])
         )
         recs = step_records(trace)
         attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
@@ -425,7 +443,7 @@ def greedy_decode(
         ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
         (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
     """
-    src = as_batch(src).to(next(model.parameters()).device)
+    src = as_batch(src, model=model).to(next(model.parameters()).device)
     n_max = default_max_len(model, src.shape[1], max_len)
     pad_id = model.config.pad_id
     b = src.shape[0]
@@ -448,7 +466,8 @@ def greedy_decode(
                 logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
             else:  # rows are independent: a finished row's tail needs no mask
                 logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
-            last = _choose(logits, rules, step, n_max)  # [B]
+            seqs = torch.stack(out, dim=1) if out else prefix[:, 1:]  # [B, step]
+            last = _choose(logits, rules, step, n_max, seqs)  # [B]
             if eos_id is None:
                 out.append(last)
             else:

@@ -54,7 +54,7 @@ class Constraints:
             for i, out in enumerate(banned):
                 ids = [t for t in out if t < logp.shape[-1]]
                 logp[i, ids] = float("-inf")
-        return logp if self.rules is None else self.rules.apply(logp, step, limit)
+        return logp if self.rules is None else self.rules.apply(logp, step, limit, seqs[:, 1:])
 
 
 #: generation settings beam search does not follow, with the values that change nothing
@@ -118,3 +118,89 @@ def beam_options(gen: dict[str, Any], **given: Any) -> dict[str, Any]:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise InputError(f"{key} must be a number, got {value!r}")
     return options
+
+
+@dataclass(frozen=True)
+class WhisperRules:
+    """Whisper's generation rules on next-token logits, as CTranslate2 and transformers'
+    Whisper ``generate`` apply them; greedy decoding, the stepper and beam search share them.
+
+    Decoding starts from ``<|startoftranscript|>`` (the model's ``bos_id``); the rest of the
+    prompt (``<|notimestamps|>``, a language or task token) is forced first, then text is
+    produced. Steps count from the start id, so the first text step is ``len(prompt)``.
+
+    Attributes:
+        prompt: ids forced after the start id (``(no_timestamps_id,)`` for plain text; empty
+            for text with timestamps).
+        banned: ids never produced (``suppress_tokens`` / the folder's ``suppress_ids``).
+        begin_banned: ids not produced as the first text token (``suppress_blank``: the
+            space and the end id).
+        timestamps: apply the timestamp rules: ``<|notimestamps|>`` never produced; the first
+            text token a timestamp of at most ``max_initial_timestamp``; timestamps in pairs
+            (except just before the end), never decreasing; a timestamp wherever the
+            timestamps' total probability beats every single text token.
+        eos_id, no_timestamps_id: ``<|endoftext|>``, ``<|notimestamps|>``; timestamp ids run
+            from ``no_timestamps_id + 1`` to the last id.
+        max_initial_timestamp: the latest first timestamp, in timestamp steps (50 = 1 s).
+    """
+
+    prompt: tuple[int, ...]
+    banned: tuple[int, ...]
+    begin_banned: tuple[int, ...]
+    timestamps: bool
+    eos_id: int
+    no_timestamps_id: int
+    max_initial_timestamp: int = 50
+
+    def apply(self, logits: Tensor, step: int, limit: int, seqs: Tensor | None = None) -> Tensor:
+        """Constrained copy of ``logits`` ``[B, V]`` for token ``step`` (0 = the first after
+        the start id); ``seqs`` ``[B, step]``: the tokens so far (needed with timestamps)."""
+        logits = logits.clone()
+        n = len(self.prompt)
+        if step < n:  # the prompt: its token is the only one allowed
+            keep = logits[:, self.prompt[step]].clone()
+            logits.fill_(float("-inf"))
+            logits[:, self.prompt[step]] = keep
+            return logits
+        vocab = logits.shape[-1]
+        blocked = torch.zeros_like(logits, dtype=torch.bool)  # [B, V]
+        blocked[:, [i for i in self.banned if 0 <= i < vocab]] = True
+        text = step - n  # index of this text token
+        if text == 0:
+            blocked[:, [i for i in self.begin_banned if 0 <= i < vocab]] = True
+        if self.timestamps:
+            if seqs is None:
+                raise ValueError("timestamp rules need the tokens produced so far")
+            self._timestamp_rules(logits, blocked, seqs[:, n:], text)
+        return logits.masked_fill(blocked, float("-inf"))
+
+    def _timestamp_rules(self, logits: Tensor, blocked: Tensor, seqs: Tensor, text: int) -> None:
+        """Mark what the timestamp rules block in ``blocked`` ``[B, V]``; ``seqs`` ``[B, text]``:
+        the text tokens so far (CTranslate2's ``ApplyTimestampRules``, row by row)."""
+        begin = self.no_timestamps_id + 1
+        blocked[:, self.no_timestamps_id] = True
+        if text == 0:
+            blocked[:, :begin] = True
+            blocked[:, begin + self.max_initial_timestamp + 1 :] = True
+            return
+        check = []
+        for b, row in enumerate(seqs.tolist()):
+            last = row[-1]
+            if last >= begin:
+                penultimate = row[-2] if text > 1 else last
+                if penultimate >= begin:  # a pair is closed: text (or the end) comes next
+                    blocked[b, begin:] = True
+                else:  # an open timestamp: another timestamp or the end
+                    blocked[b, : self.eos_id] = True
+                    check.append(b)
+            else:
+                check.append(b)
+            stamps = [t for t in row if t >= begin]
+            if stamps:  # never back in time
+                blocked[b, begin : stamps[-1]] = True
+        if check:
+            logp = logits.masked_fill(blocked, float("-inf")).float().log_softmax(-1)
+            for b in check:
+                stamp = torch.logsumexp(logp[b, begin:], dim=-1)
+                if stamp > logp[b, :begin].max():
+                    blocked[b, :begin] = True

@@ -97,12 +97,24 @@ def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> S
     Returns:
         :class:`Scored`; ``probs``/``ranks``/``argmax`` have one entry per target token.
     """
-    enc = ckpt.encode_source(source)
     ids = target_ids(ckpt, target)
-    batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
-    with torch.no_grad(), record(ckpt.model) as trace:  # a checkpoint's model is in eval mode
-        logits = batch.forward(ckpt.model)[0].float()  # [Tt, V]
-    gold = batch.tgt_out[0]  # [Tt]
+    if ckpt.is_audio:  # features in; the target follows the start id and the rules' prompt
+        features = ckpt.source_tensor(source)
+        prompt = list(getattr(ckpt.rules, "prompt", ()) or ())
+        if ids[0] == ckpt.config.bos_id:  # Whisper's tokenizer writes the prompt itself
+            ids = ids[1:]
+        if ids[: len(prompt)] != prompt:
+            ids = prompt + ids
+        tgt_in = torch.tensor([[ckpt.config.bos_id, *ids[:-1]]], device=ckpt.device)
+        with torch.no_grad(), record(ckpt.model) as trace:
+            logits = ckpt.model(features, tgt_in)[0].float()  # [Tt, V]
+        gold = torch.tensor(ids, device=ckpt.device)  # [Tt]
+    else:
+        enc = ckpt.encode_source(source)
+        batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
+        with torch.no_grad(), record(ckpt.model) as trace:  # a checkpoint's model is in eval mode
+            logits = batch.forward(ckpt.model)[0].float()  # [Tt, V]
+        gold = batch.tgt_out[0]  # [Tt]
     gold_logit = logits.gather(-1, gold[:, None])  # [Tt, 1]
     ranks = (logits > gold_logit).sum(-1) + 1  # [Tt]
     probs = logits.softmax(-1).gather(-1, gold[:, None])[:, 0]  # [Tt]

@@ -7,8 +7,11 @@
   alone, in :mod:`attnviz.interop.hf`.
 - :func:`export_hf`: the way back, a checkpoint of one of those families -> a folder
   transformers loads.
+- :func:`load_ct2_checkpoint`: CTranslate2 folders (``model.bin``), in
+  :mod:`attnviz.interop.ctranslate2`.
 """
 
+from .ctranslate2 import load_ct2_checkpoint, read_model_bin
 from .hf import SUPPORTED_MODEL_TYPES, export_hf, is_hf_folder, load_hf_checkpoint, load_hf_model
 from .nn_transformer import from_torch_state_dict
 
@@ -17,6 +20,8 @@ __all__ = [
     "export_hf",
     "from_torch_state_dict",
     "is_hf_folder",
+    "load_ct2_checkpoint",
     "load_hf_checkpoint",
     "load_hf_model",
+    "read_model_bin",
 ]

@@ -63,8 +63,10 @@ def exported(tmp_path_factory):
 
 
 def test_every_registered_family_is_exported():
-    assert {hf_families.model_type(f) for f in FAMILIES} == set(REGISTRY)
-    assert all(family.export is not None for family in REGISTRY.values())
+    text = {name: family for name, family in REGISTRY.items() if not family.audio}
+    assert {hf_families.model_type(f) for f in FAMILIES} == set(text)
+    assert all(family.export is not None for family in text.values())
+    # Whisper (audio) is not exported yet: export_hf refuses it (tests/test_whisper.py)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -91,7 +91,8 @@ def test_every_registered_family_is_tested():
     """The parity tests below run over FAMILIES: it covers every registry entry."""
     from attnviz.interop.hf import REGISTRY, SUPPORTED_MODEL_TYPES
 
-    assert {hf_families.model_type(f) for f in FAMILIES} == set(REGISTRY)
+    text = {name for name, family in REGISTRY.items() if not family.audio}
+    assert {hf_families.model_type(f) for f in FAMILIES} == text  # audio: tests/test_whisper.py
     assert set(SUPPORTED_MODEL_TYPES) == set(REGISTRY)
     for family in FAMILIES:
         assert set(GENERATION) >= {family}

@@ -8,14 +8,14 @@ the tokenizer, when the folder has one, comes from ``transformers`` (the ``hf`` 
 
 Families are a registry (:data:`REGISTRY`, one :class:`Family` per ``model_type``), one
 file each: :mod:`.marian`, :mod:`.bart` (BART, mBART), :mod:`.pegasus`, :mod:`.fsmt`,
-:mod:`.t5` (v1.0 and v1.1 / Flan-T5). Adding a family is one file and one import here.
+:mod:`.t5` (v1.0 and v1.1 / Flan-T5), :mod:`.whisper` (audio in). Adding a family is one file and one import here.
 
 The way back: :func:`export_hf` writes a checkpoint of one of these families (a folder opened
 here, or one fine-tuned from it) as a folder transformers loads, in :mod:`.export`.
 """
 
 from ...checkpoint import register_folder_format
-from . import bart, fsmt, marian, pegasus, t5  # noqa: F401  (each registers its family)
+from . import bart, fsmt, marian, pegasus, t5, whisper  # noqa: F401  (each registers its family)
 from .common import is_hf_folder, read_generation_config, read_hf_weights
 from .export import export_hf
 from .finetuned import is_finetuned_hf, load_finetuned_hf

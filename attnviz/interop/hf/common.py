@@ -165,11 +165,14 @@ class Source:
         )
 
 
-def embeddings(src: Source, prefix: str, lm_keys: tuple[str, ...]) -> dict[str, Any]:
-    """Source/target tables and the output matrix, and which of them are one tensor."""
+def embeddings(
+    src: Source, prefix: str, lm_keys: tuple[str, ...], audio: bool = False
+) -> dict[str, Any]:
+    """Source/target tables and the output matrix, and which of them are one tensor; an audio
+    model has no source table (``"src"`` None)."""
     shared = f"{prefix}shared.weight"
-    enc = src.first(f"{prefix}encoder.embed_tokens.weight", shared)
     dec = src.first(f"{prefix}decoder.embed_tokens.weight", shared)
+    enc = dec if audio else src.first(f"{prefix}encoder.embed_tokens.weight", shared)
     if enc is None or dec is None:
         raise InteropError(f"{src.where}: no token embeddings ({shared} or embed_tokens)")
     if src.has(shared):
@@ -178,10 +181,10 @@ def embeddings(src: Source, prefix: str, lm_keys: tuple[str, ...]) -> dict[str, 
     same = enc[1].shape == dec[1].shape and torch.equal(enc[1], dec[1])
     tied = lm is None or (lm[1].shape == dec[1].shape and torch.equal(lm[1], dec[1]))
     return {
-        "src": enc[1],
+        "src": None if audio else enc[1],
         "tgt": dec[1],
         "lm": None if tied else lm[1],
-        "share_embeddings": same,
+        "share_embeddings": same and not audio,
         "tie_output": tied,
     }
 

@@ -18,6 +18,7 @@ from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
 from .common import Source, embeddings, first, read_generation_config, read_hf_weights, read_json
 from .generation import check_generation, generation_rules
 from .registry import REGISTRY, Family
+from .whisper import check_encoder_table, set_encoder_table, take_encoder_table
 
 
 def read_hf_config(folder: str | Path) -> dict[str, Any]:
@@ -60,13 +61,13 @@ def convert(
     tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them)."""
     family: Family = REGISTRY[hf["model_type"]]
     src = Source(tensors, where)
-    emb = embeddings(src, family.embed_prefix, family.lm_keys)
+    emb = embeddings(src, family.embed_prefix, family.lm_keys, audio=family.audio)
     fields = family.config(hf, where, tensors, ids)
     # position tables computed rather than loaded (sinusoids) may be in the file: not weights
     ignore = ("embed_positions",) if fields.get("positions") in _COMPUTED_POSITIONS else ()
     try:
         cfg = ModelConfig(
-            src_vocab_size=emb["src"].shape[0],
+            src_vocab_size=(emb["tgt"] if family.audio else emb["src"]).shape[0],
             tgt_vocab_size=emb["tgt"].shape[0],
             dropout=0.0,
             share_embeddings=emb["share_embeddings"],
@@ -79,7 +80,8 @@ def convert(
             f"{where}: config.json does not give a model attnviz can build: {exc}"
         ) from None
     ours = family.weights(src, cfg)
-    ours["src_embed.weight"] = emb["src"]
+    if not family.audio:
+        ours["src_embed.weight"] = emb["src"]
     if not cfg.share_embeddings:
         ours["tgt_embed.weight"] = emb["tgt"]
     if not cfg.tie_output:
@@ -112,12 +114,30 @@ def _build(
 ) -> Transformer:
     tensors = read_hf_weights(folder) if tensors is None else tensors
     cfg, ours = convert(hf, tensors, folder, ids)
-    return build_model(cfg, ours, folder).to(device)  # shapes on the meta device first
+    table = take_encoder_table(ours)  # a fixed table the folder holds (Whisper's encoder)
+    if table is not None:
+        table = check_encoder_table(table, cfg, folder)
+    model = build_model(cfg, ours, folder)  # shapes on the meta device first
+    if table is not None:
+        set_encoder_table(model, table)
+    return model.to(device)
 
 
 def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int, int]:
     """Source and target vocabulary sizes, read from the embedding tables' shapes; a
     config.json whose vocab_size says otherwise is refused before anything is sized by it."""
+    if REGISTRY[hf["model_type"]].audio:  # no source table: the source side is features
+        for key in ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+            t = tensors.get(key)
+            if t is not None and t.dim() == 2:
+                said = hf.get("vocab_size")
+                if said is not None and said != t.shape[0]:
+                    raise InteropError(
+                        f"{where}: config.json says vocab_size={str(said)[:40]} but the weights "
+                        f"have {t.shape[0]} embedding rows"
+                    )
+                return int(t.shape[0]), int(t.shape[0])
+        raise InteropError(f"{where}: no decoder token embeddings (decoder.embed_tokens)")
     rows = {}
     for side, keys in (
         ("src", ("model.encoder.embed_tokens.weight", "encoder.embed_tokens.weight")),
@@ -175,7 +195,9 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         _check_tokenizer_specials(tokenizer, ids, folder)
         ids["unk_id"] = tokenizer.unk_id
     model = _build(folder, hf, ids, device, tensors)
-    rules, max_new, ignored = generation_rules(gen, model.config, hf, folder)
+    family = REGISTRY[hf["model_type"]]
+    make_rules = family.generation or generation_rules
+    rules, max_new, ignored = make_rules(gen, model.config, hf, folder)
     if tokenizer is None:  # ids in, ids out: every id shows as #<id>
         specials = model.config.special_ids
         src_tok = IdTokenizer(specials, src_rows, why)

@@ -33,6 +33,10 @@ class Family:
             token embeddings and the output matrix are common to all families).
         embed_prefix: where the shared / per-side token embeddings live (``"model."``).
         lm_keys: names the output matrix may have (the first is the one export writes).
+        audio: the encoder reads audio features: no source token table.
+        generation: ``(generation config, ModelConfig, config.json, folder) -> (rules, most
+            new tokens, settings not followed)`` where the family's rules are its own
+            (Whisper); None = :func:`~attnviz.interop.hf.generation.generation_rules`.
         export: the reverse of ``weights``: ``(our state dict, ModelConfig) -> the family's
             tensors`` (layers, norms, learned positions; embeddings are common), or None for
             a family that is not exported.
@@ -48,6 +52,8 @@ class Family:
     embed_prefix: str = "model."
     lm_keys: tuple[str, ...] = ("lm_head.weight",)
     export: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] | None = None
+    audio: bool = False
+    generation: Callable[..., tuple[Any, int, list[str]]] | None = None
 
 
 #: model_type -> Family, in the order families were registered.

@@ -1,0 +1,120 @@
+"""A CTranslate2 folder's vocabularies (``*_vocabulary.json`` or ``.txt``) and the tokenizer
+of a folder that has nothing but them: token strings in, token strings out.
+
+CTranslate2 itself never tokenizes: ``translate_batch`` takes tokens (``["▁Hello", "</s>"]``)
+and returns tokens. :class:`VocabTokenizer` does the same with text: the input is its tokens
+separated by spaces, and the output is the produced tokens joined by spaces, so
+``ckpt.predict(" ".join(tokens)) == " ".join(translator.translate_batch([tokens])[0]
+.hypotheses[0])``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from ...core.errors import CheckpointError, InputError, shorten
+from ...data.tokenizer import Encoding, content_ids
+
+#: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
+MAX_VOCABULARY_BYTES = 256 << 20
+
+
+def read_vocabulary(folder: Path, name: str) -> list[str] | None:
+    """``{name}.json`` (a JSON list of strings) or ``{name}.txt`` (one token a line), or None
+    when the folder has neither.
+
+    Raises:
+        CheckpointError: a file that is too big, not UTF-8, not a list of strings, or that
+            names a token twice.
+    """
+    for suffix in (".json", ".txt"):
+        path = folder / f"{name}{suffix}"
+        if not path.is_file():
+            continue
+        if path.stat().st_size > MAX_VOCABULARY_BYTES:
+            raise CheckpointError(f"{shorten(path, 300)} is larger than any vocabulary")
+        try:
+            text = path.read_text(encoding="utf-8")
+            tokens = json.loads(text) if suffix == ".json" else text.split("\n")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise CheckpointError(f"{shorten(path, 300)} is not readable ({exc})") from None
+        if suffix == ".txt" and tokens and tokens[-1] == "":
+            tokens.pop()  # the newline after the last token
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise CheckpointError(f"{shorten(path, 300)} must be a list of token strings")
+        if len(set(tokens)) != len(tokens):
+            twice = next(t for i, t in enumerate(tokens) if t in tokens[:i])
+            raise CheckpointError(f"{shorten(path, 300)} names the token {shorten(twice)!r} twice")
+        return tokens
+    return None
+
+
+class VocabTokenizer:
+    """Tokens in, tokens out: the tokenizer of a folder with only a token vocabulary.
+
+    Args:
+        tokens: the vocabulary, one piece per id (an id the model adds, such as a start
+            token with a zero embedding, included).
+        specials: ``{"pad", "bos", "eos", "unk"}`` ids (the model's).
+        prefix / suffix: ids added around every encoded input (CTranslate2's
+            ``add_source_bos`` / ``add_source_eos``).
+        why: why the folder's text is read as tokens (shown when a token is unknown).
+    """
+
+    kind = "ct2-vocabulary"
+
+    def __init__(
+        self,
+        tokens: list[str],
+        specials: dict[str, int],
+        prefix: tuple[int, ...] = (),
+        suffix: tuple[int, ...] = (),
+        why: str = "",
+        side: str = "source",
+    ):
+        self.tokens = list(tokens)
+        self.specials = dict(specials)
+        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
+        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.prefix, self.suffix, self.why, self.side = tuple(prefix), tuple(suffix), why, side
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        return f"VocabTokenizer(size={len(self)}, side={self.side!r})"
+
+    def split(self, text: str) -> list[str]:
+        """The tokens of ``text`` (split at spaces), nothing added."""
+        if not isinstance(text, str):
+            raise InputError(f"text must be a string, got {type(text).__name__}")
+        return text.split()
+
+    def encode(self, text: str) -> Encoding:
+        """Tokens -> ids (an unknown token -> the unknown id, listed in ``unknown``)."""
+        pieces = self.split(text)
+        ids = [self._index.get(p, self.unk_id) for p in pieces]
+        unknown = [p for p in pieces if p not in self._index]
+        ids = [*self.prefix, *ids, *self.suffix]
+        return Encoding(ids, [self.token(i) for i in ids], list(dict.fromkeys(unknown)))
+
+    def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
+        """Ids -> their tokens joined by spaces, up to the end id, without the start and pad
+        ids (as CTranslate2 returns a hypothesis)."""
+        skip = (self.pad_id, self.bos_id)
+        return " ".join(self.token(i) for i in content_ids(ids, self.eos_id, stop_at_eos, skip))
+
+    def token(self, i: int) -> str:
+        if i < 0:
+            raise InputError(f"token id {i} is negative")
+        return self.tokens[i] if i < len(self.tokens) else f"<unused {i}>"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "size": len(self), "specials": dict(self.specials)}
