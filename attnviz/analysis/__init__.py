@@ -25,10 +25,16 @@ from .masking import (
     references,
 )
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
+from .timestamps import Alignment, Word, align, alignment_heads, word_timestamps
 from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
     "LENSES",
+    "Alignment",
+    "Word",
+    "align",
+    "alignment_heads",
+    "word_timestamps",
     "AlignmentReport",
     "FAITHFULNESS_METHODS",
     "FaithfulnessReport",

@@ -238,3 +238,130 @@ def words_from_path(
     for w in found:
         w.start, w.end = round(w.start, 2), round(w.end, 2)
     return merge_punctuation(found)
+
+
+# -- on a checkpoint ---------------------------------------------------------------------------
+@dataclass
+class Alignment:
+    """A transcript aligned to its audio through the alignment heads' cross-attention.
+
+    Attributes:
+        text_tokens: the transcript's ids (no specials).
+        rows / cols: the DTW path, token index (``len(text_tokens)`` = the end token) and
+            frame index (20 ms each).
+        token_probs: the model's probability of each text token (softmax over text ids).
+        matrix: ``[len(text_tokens) + 1, F]`` what DTW read (see :func:`alignment_matrix`).
+        heads: the ``(layer, head)`` pairs used.
+        words: the words with their times.
+    """
+
+    text_tokens: list[int]
+    rows: np.ndarray
+    cols: np.ndarray
+    token_probs: np.ndarray
+    matrix: np.ndarray
+    heads: list[tuple[int, int]]
+    words: list[Word]
+
+
+def alignment_heads(ckpt) -> list[tuple[int, int]]:
+    """The folder's published alignment heads (CTranslate2's ``config.json`` or a Hugging Face
+    generation config's ``alignment_heads``), else every head of the last half of the decoder
+    layers (Whisper's default)."""
+    meta = ckpt.meta or {}
+    for doc in (meta.get("ct2_config"), meta.get("generation_config")):
+        heads = (doc or {}).get("alignment_heads")
+        if heads:
+            return [(int(layer), int(head)) for layer, head in heads]
+    cfg = ckpt.config
+    return [(layer, head) for layer in range(cfg.n_decoder_layers // 2, cfg.n_decoder_layers)
+            for head in range(cfg.n_heads)]  # fmt: skip
+
+
+def _check_heads(ckpt, heads) -> list[tuple[int, int]]:
+    from ..core.errors import InputError
+
+    cfg = ckpt.config
+    out = []
+    for pair in heads:
+        try:
+            layer, head = (int(x) for x in pair)
+        except (TypeError, ValueError):
+            raise InputError(f"alignment heads are (layer, head) pairs, got {pair!r}") from None
+        if not (0 <= layer < cfg.n_decoder_layers and 0 <= head < cfg.n_heads):
+            raise InputError(
+                f"no cross-attention head L{layer} H{head}: this model has "
+                f"{cfg.n_decoder_layers} decoder layers of {cfg.n_heads} heads"
+            )
+        out.append((layer, head))
+    if not out:
+        raise InputError("give at least one (layer, head) pair")
+    return out
+
+
+def align(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None) -> Alignment:
+    """Align a transcript to a clip with the model's own cross-attention scores.
+
+    Args:
+        ckpt: a speech checkpoint (Whisper) with a tokenizer.
+        audio: a path or samples (see :func:`attnviz.data.audio.load_audio`).
+        text_tokens: the transcript's ids (default: the model's greedy transcript).
+        heads: ``(layer, head)`` pairs (default: :func:`alignment_heads`).
+    Returns:
+        an :class:`Alignment`; its path follows ``ctranslate2.models.Whisper.align``.
+    Raises:
+        InputError: not a speech model, no tokenizer, bad heads or bad audio.
+    """
+    import torch
+
+    from ..core.errors import InputError
+    from ..core.record import record
+    from ..data.audio import SAMPLING_RATE, load_audio, log_mel
+
+    if not getattr(ckpt, "is_audio", False):
+        raise InputError("word timestamps are for speech models (Whisper)")
+    decode = getattr(ckpt.tgt_tokenizer, "decode_raw", None)
+    if decode is None:
+        raise InputError("word timestamps need the folder's tokenizer to group tokens into words")
+    heads = _check_heads(ckpt, alignment_heads(ckpt) if heads is None else heads)
+    cfg, rules = ckpt.config, ckpt.rules
+    eot, no_ts = cfg.eos_id, getattr(rules, "no_timestamps_id", None)
+    if no_ts is None:
+        raise InputError("this speech model has no <|notimestamps|> token to align with")
+    samples = load_audio(audio, sampling_rate)
+    features = log_mel(samples, cfg.n_mels)[None].to(ckpt.device)  # [1, n_mels, 3000]
+    if text_tokens is None:
+        out = ckpt.greedy(features)[0].tolist()
+        text_tokens = [i for i in out if i < eot]  # the words: no prompt, timestamp or end
+    text_tokens = [int(i) for i in text_tokens]
+    if any(not 0 <= i < eot for i in text_tokens):
+        raise InputError(f"text tokens are ids below the end id {eot}")
+    start = [cfg.bos_id, *(i for i in rules.prompt if i != no_ts)]
+    tokens = [*start, no_ts, *text_tokens, eot]
+    tgt = torch.tensor([tokens[:-1]], device=ckpt.device)  # [1, Tt] fed; the last predicts eot
+    with torch.no_grad(), record(ckpt.model, capture=("scores",)) as trace:
+        logits = ckpt.model(features, tgt)  # [1, Tt, V]
+    offset = len(start)  # query rows from <|notimestamps|> on: each text token, then the end
+    rows_of = slice(offset, offset + len(text_tokens) + 1)
+    scores = np.stack([
+        trace.scores("cross", layer)[0, head, rows_of].float().cpu().numpy()
+        for layer, head in heads
+    ])  # [H, Tt', Tk]  # fmt: skip
+    num_frames = len(samples) * 100 // SAMPLING_RATE  # feature frames holding audio
+    matrix = alignment_matrix(scores, num_frames)
+    rows, cols = dtw(-matrix)
+    text_logits = logits[0, offset : offset + len(text_tokens), :eot].float()
+    probs = text_logits.softmax(-1).gather(-1, torch.tensor(text_tokens)[:, None]).squeeze(-1)
+    token_probs = probs.cpu().numpy()
+    words = words_from_path(rows, cols, text_tokens, token_probs, decode, eot)
+    return Alignment(text_tokens, rows, cols, token_probs, matrix, heads, words)
+
+
+def word_timestamps(ckpt, audio, heads=None, sampling_rate: int | None = None) -> list[Word]:
+    """The words of the model's transcript of ``audio`` with their start and end (seconds)
+    and probability, from the alignment heads' cross-attention (see :func:`align`).
+
+    Args:
+        heads: ``(layer, head)`` pairs; None: the folder's ``alignment_heads``.
+    """
+    return align(ckpt, audio, heads=heads, sampling_rate=sampling_rate).words

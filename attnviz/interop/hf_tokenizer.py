@@ -142,6 +142,12 @@ class HFTokenizer:
         out = [i for i in content_ids(ids, self.eos_id, stop_at_eos) if 0 <= i < self._size]
         return self._tok.decode(out, skip_special_tokens=True)
 
+    def decode_raw(self, ids: Iterable[int]) -> str:
+        """Ids -> the text their pieces spell, specials kept and nothing cleaned up (how
+        Whisper groups a transcript's tokens into words)."""
+        out = [int(i) for i in ids if 0 <= int(i) < self._size]
+        return self._tok.decode(out, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     def token(self, i: int) -> str:
         """The piece of one id (specials included, e.g. ``"</s>"``)."""
         if i < 0:
