@@ -241,8 +241,9 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
     )
     suffix = (src_vocab.index(_option(config, "eos_token", "</s>")),) if add_eos else ()
     why = f"{folder} has only a token vocabulary: type tokens separated by spaces"
-    src_tok = VocabTokenizer(names[0], specials, prefix, suffix, why)
-    tgt_tok = VocabTokenizer(names[1], specials, why=why, side="target")
+    hidden = (len(tgt_vocab),) if grow else ()
+    src_tok = VocabTokenizer(names[0], specials, prefix, suffix, why, hidden=hidden)
+    tgt_tok = VocabTokenizer(names[1], specials, why=why, side="target", hidden=hidden)
     meta = {
         "format": "ctranslate2",
         "spec": model_bin.spec,

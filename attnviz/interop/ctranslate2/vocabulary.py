@@ -3,7 +3,7 @@ of a folder that has nothing but them: token strings in, token strings out.
 
 CTranslate2 itself never tokenizes: ``translate_batch`` takes tokens (``["▁Hello", "</s>"]``)
 and returns tokens. :class:`VocabTokenizer` does the same with text: the input is its tokens
-separated by spaces, and the output is the produced tokens joined by spaces, so
+separated by spaces (or ``#<id>``), and the output is the produced tokens joined by spaces, so
 ``ckpt.predict(" ".join(tokens)) == " ".join(translator.translate_batch([tokens])[0]
 .hypotheses[0])``.
 """
@@ -61,7 +61,9 @@ class VocabTokenizer:
         specials: ``{"pad", "bos", "eos", "unk"}`` ids (the model's).
         prefix / suffix: ids added around every encoded input (CTranslate2's
             ``add_source_bos`` / ``add_source_eos``).
-        why: why the folder's text is read as tokens (shown when a token is unknown).
+        why: why the folder's text is read as tokens.
+        hidden: ids left out of decoded text (a start token the model adds; CTranslate2
+            returns every other token it produces, ``<blank>`` and ``<s>`` included).
     """
 
     kind = "ct2-vocabulary"
@@ -74,12 +76,14 @@ class VocabTokenizer:
         suffix: tuple[int, ...] = (),
         why: str = "",
         side: str = "source",
+        hidden: tuple[int, ...] = (),
     ):
         self.tokens = list(tokens)
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
         self.prefix, self.suffix, self.why, self.side = tuple(prefix), tuple(suffix), why, side
+        self.hidden = tuple(hidden)
 
     @functools.cached_property
     def _index(self) -> dict[str, int]:
@@ -97,19 +101,29 @@ class VocabTokenizer:
             raise InputError(f"text must be a string, got {type(text).__name__}")
         return text.split()
 
+    def _id(self, piece: str) -> int | None:
+        """The id of a token, or of ``#<id>`` (how ids are shown), or None."""
+        if piece in self._index:
+            return self._index[piece]
+        if piece[:1] == "#" and piece[1:].isdigit() and int(piece[1:]) < len(self.tokens):
+            return int(piece[1:])
+        return None
+
     def encode(self, text: str) -> Encoding:
-        """Tokens -> ids (an unknown token -> the unknown id, listed in ``unknown``)."""
+        """Tokens (or ``#<id>``) -> ids; an unknown token -> the unknown id, listed in
+        ``unknown``."""
         pieces = self.split(text)
-        ids = [self._index.get(p, self.unk_id) for p in pieces]
-        unknown = [p for p in pieces if p not in self._index]
+        found = [self._id(p) for p in pieces]
+        ids = [self.unk_id if i is None else i for i in found]
+        unknown = [p for p, i in zip(pieces, found, strict=True) if i is None]
         ids = [*self.prefix, *ids, *self.suffix]
         return Encoding(ids, [self.token(i) for i in ids], list(dict.fromkeys(unknown)))
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
-        """Ids -> their tokens joined by spaces, up to the end id, without the start and pad
-        ids (as CTranslate2 returns a hypothesis)."""
-        skip = (self.pad_id, self.bos_id)
-        return " ".join(self.token(i) for i in content_ids(ids, self.eos_id, stop_at_eos, skip))
+        """Ids -> their tokens joined by spaces, up to the end id, without ``hidden`` ids (as
+        CTranslate2 returns a hypothesis)."""
+        kept = content_ids(ids, self.eos_id, stop_at_eos, self.hidden)
+        return " ".join(self.token(i) for i in kept)
 
     def token(self, i: int) -> str:
         if i < 0:
