@@ -156,7 +156,9 @@ def test_quantized_marian_loads_dequantized(marian, quantization):
     """int8 weights come back as ``q / scale`` in float32, float16 as float32: the outputs are
     CTranslate2's when it computes in float32 from the same file."""
     ckpt = attnviz.load_checkpoint(marian[quantization])
-    assert quantization in ckpt.meta["quantization"]
+    stored = {"int8": ["float32", "int8"], "float16": ["float16"]}[quantization]
+    assert ckpt.meta["stored_dtypes"] == stored
+    assert attnviz.load_checkpoint(marian["float32"]).meta["stored_dtypes"] == ["float32"]
     assert all(p.dtype == torch.float32 for p in ckpt.model.parameters())
     reference = attnviz.load_checkpoint(marian["float32"])
     assert ckpt.config == reference.config
@@ -350,3 +352,45 @@ def test_errors_are_interop_errors_for_what_attnviz_does_not_implement(tmp_path)
     folder = _spec_folder(tmp_path / "m", with_relative_position=True)
     with pytest.raises(InteropError):
         attnviz.load_checkpoint(folder)
+
+
+# -- a folder with a tokenizer.json ------------------------------------------------------------
+def _word_level_tokenizer(vocabulary: list[str], path: Path) -> None:
+    """A ``tokenizers`` tokenizer whose ids are the vocabulary's: ``▁``-prefixed words, ``</s>``
+    appended (as Marian's tokenizer does)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocabulary)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    end = vocabulary.index("</s>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", end)]
+    )
+    tok.save(str(path))
+
+
+@pytest.mark.integration
+def test_a_tokenizer_json_in_the_folder_reads_and_writes_text(marian, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    folder = Path(shutil.copytree(marian["float32"], tmp_path / "with-tokenizer"))
+    vocabulary = json.loads((folder / "shared_vocabulary.json").read_text())
+    _word_level_tokenizer(vocabulary, folder / "tokenizer.json")
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.meta["tokenizer_missing"] is None and ckpt.src_tokenizer.kind == "hf"
+    theirs = PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), eos_token="</s>"
+    )
+    translator = ctranslate2.Translator(str(folder))
+    for text in ["the cat sat on the mat", "a dog ran in the park", "we read a book"]:
+        tokens = theirs.convert_ids_to_tokens(theirs(text).input_ids)
+        assert ckpt.encode_source(text).ids == theirs(text).input_ids
+        out = translator.translate_batch([tokens], beam_size=1, max_decoding_length=MAX_LEN)
+        ids = theirs.convert_tokens_to_ids(out[0].hypotheses[0])
+        assert ckpt.predict(text, max_len=MAX_LEN) == theirs.decode(ids, skip_special_tokens=True)
+    # a tokenizer.json whose ids are not the vocabulary's is not used
+    _word_level_tokenizer(vocabulary[::-1], folder / "tokenizer.json")
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.src_tokenizer.kind == "ct2-vocabulary"
+    assert "does not match the vocabulary" in ckpt.meta["tokenizer_missing"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...errors import CheckpointError, InputError, shorten
 from ...tokenizer import Encoding, content_ids
+from ..hf_tokenizer import EXTRA, HFTokenizer
 
 #: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
 MAX_VOCABULARY_BYTES = 256 << 20
@@ -132,3 +133,39 @@ class VocabTokenizer:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "size": len(self), "specials": dict(self.specials)}
+
+
+def folder_tokenizer(
+    folder: Path, tokens: list[str], specials: dict[str, int], added: int
+) -> tuple[HFTokenizer | None, str | None]:
+    """The folder's ``tokenizer.json`` (a Hugging Face fast tokenizer) when it has one whose
+    ids are the vocabulary's, else ``(None, why)``; ``why`` is None when there is no file.
+
+    Args:
+        tokens: the vocabulary (without a token the model adds).
+        specials: the model's ``{"pad", "bos", "eos", "unk"}`` ids.
+        added: ids the model has beyond ``tokens`` (the tokenizer never produces them).
+    """
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None, None
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return None, f"reading {path.name} needs transformers: {EXTRA}"
+    names = {k: tokens[i] for k, i in specials.items() if i < len(tokens)}
+    try:
+        tok = PreTrainedTokenizerFast(
+            tokenizer_file=str(path),
+            eos_token=names.get("eos"),
+            unk_token=names.get("unk"),
+            pad_token=names.get("pad"),
+        )
+        vocab = tok.get_vocab()
+    except Exception as exc:  # tokenizers raises many kinds: say which and go on without
+        return None, f"{path} did not load ({type(exc).__name__}); type tokens instead"
+    wrong = [t for i, t in enumerate(tokens) if vocab.get(t) != i]
+    if wrong or len(vocab) != len(tokens):
+        what = f"{shorten(wrong[0])!r} has another id" if wrong else "its size differs"
+        return None, f"{path} does not match the vocabulary ({what}); type tokens instead"
+    return HFTokenizer(tok, specials, folder, len(tokens) + added), None
