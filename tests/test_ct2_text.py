@@ -394,3 +394,22 @@ def test_a_tokenizer_json_in_the_folder_reads_and_writes_text(marian, tmp_path):
     ckpt = attnviz.load_checkpoint(folder)
     assert ckpt.src_tokenizer.kind == "ct2-vocabulary"
     assert "does not match the vocabulary" in ckpt.meta["tokenizer_missing"]
+
+
+def test_the_app_steps_a_ct2_folder_on_tokens(tmp_path):
+    from attnviz.app import session
+
+    folder = _spec_folder(tmp_path / "m")
+    ckpt = attnviz.load_checkpoint(folder)
+    view = session.step(session.new_state(str(folder)), "s1 s2 s3 s4")
+    assert "⚠" not in view.message, view.message
+    assert view.state.src_pieces == ["s1", "s2", "s3", "s4"]
+    view = session.run(view.state)
+    assert view.state.tokens == ckpt.stepper("s1 s2 s3 s4").run()
+    refused = session.step(session.new_state(str(folder)), "hello")
+    assert "hello" in refused.message  # named as not in the vocabulary, not a crash
+
+
+def test_model_bin_path_opens_its_folder(tmp_path):
+    folder = _spec_folder(tmp_path / "m")
+    assert attnviz.load_checkpoint(folder / "model.bin").config.src_vocab_size == len(SRC_VOCAB)
