@@ -413,3 +413,20 @@ def test_the_app_steps_a_ct2_folder_on_tokens(tmp_path):
 def test_model_bin_path_opens_its_folder(tmp_path):
     folder = _spec_folder(tmp_path / "m")
     assert attnviz.load_checkpoint(folder / "model.bin").config.src_vocab_size == len(SRC_VOCAB)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("length_penalty", [0.0, 2.0])
+def test_beam_search_follows_ctranslate2_length_penalty(tmp_path, length_penalty):
+    from attnviz.beam import beam_predict
+
+    folder = _spec_folder(tmp_path / "onmt")
+    ckpt, translator = attnviz.load_checkpoint(folder), ctranslate2.Translator(str(folder))
+    rng = np.random.default_rng(3)
+    for n in range(8):
+        tokens = [SRC_VOCAB[i] for i in rng.integers(4, len(SRC_VOCAB), size=2 + n)]
+        out = translator.translate_batch(
+            [tokens], beam_size=5, max_decoding_length=MAX_LEN, length_penalty=length_penalty
+        )
+        best = beam_predict(ckpt, " ".join(tokens), 5, MAX_LEN, length_penalty=length_penalty)
+        assert ckpt.tgt_tokenizer.decode(best.tokens) == " ".join(out[0].hypotheses[0])
