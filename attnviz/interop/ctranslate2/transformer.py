@@ -18,11 +18,12 @@ The table from CTranslate2's variable names to ours (``E``/``D`` = ``encoder``/`
     D/layer_N/attention/linear_2            D.layers.N.cross_attn.out_proj
     D/layer_N/attention/layer_norm          D.layers.N.norm2
     {E,D}/layer_N/ffn/linear_0, linear_1    {E,D}.layers.N.ff.linear1, ff.linear2
+    {E,D}/layer_N/ffn/linear_0_noact        {E,D}.layers.N.ff.gate  (GLU feed-forwards)
     {E,D}/layer_N/ffn/layer_norm            E.layers.N.norm2 / D.layers.N.norm3
 
 plus scalars that say the rest (``num_heads``, ``pre_norm``, ``activation``,
 ``scale_embeddings``, ``start_from_zero_embedding``, ...). A variable or a flag this table
-does not cover (relative positions, ALiBi, rotary, GLU, RMS norms, several source
+does not cover (relative positions, ALiBi, rotary, RMS norms, several source
 embeddings, multi-query attention, ...) is refused in one line rather than ignored.
 """
 
@@ -70,6 +71,10 @@ def _flag(src: Source, name: str, default: float) -> float:
 
 
 def _norm(src: Source, scope: str, ours: str) -> dict[str, Tensor]:
+    if src.has(f"{scope}/gamma") and not src.has(f"{scope}/beta"):
+        raise InteropError(
+            f"{src.where}: {scope} is an RMS norm, not implemented for CTranslate2 folders"
+        )
     return {f"{ours}.weight": src.take(f"{scope}/gamma"), f"{ours}.bias": src.take(f"{scope}/beta")}
 
 
@@ -205,6 +210,7 @@ def convert_transformer(
     d_model = int(emb.shape[1])
     ours: dict[str, Tensor] = {}
     biases: set[bool] = set()
+    gates: set[bool] = set()
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
         for i in range(n):
             p, o = f"{stack}/layer_{i}/", f"{stack}.layers.{i}."
@@ -224,11 +230,16 @@ def convert_transformer(
                 w, b = _linear(src, f"{p}ffn/linear_{j}")
                 _put(ours, f"{o}ff.linear{j + 1}", w, b)
                 biases.add(b is not None)
+            gates.add(src.has(f"{p}ffn/linear_0_noact/weight"))
+            if src.has(f"{p}ffn/linear_0_noact/weight"):  # GLU: act(linear_0 x) * linear_0_noact x
+                _put(ours, f"{o}ff.gate", *_linear(src, f"{p}ffn/linear_0_noact"))
             ours |= _norm(
                 src, f"{p}ffn/layer_norm", f"{o}{'norm3' if stack == 'decoder' else 'norm2'}"
             )
     if len(biases) > 1:
         raise InteropError(f"{where}: some linears have biases and some do not")
+    if len(gates) > 1:
+        raise InteropError(f"{where}: some feed-forwards are gated (GLU) and some are not")
     finals = {s: src.has(f"{s}/layer_norm/gamma") for s in ("encoder", "decoder")}
     embed_norms = {s: src.has(f"{s}/layernorm_embedding/gamma") for s in ("encoder", "decoder")}
     for what, flags in (("final norm", finals), ("embedding norm", embed_norms)):
@@ -254,6 +265,7 @@ def convert_transformer(
         embed_norm=embed_norms["encoder"],
         scale_embeddings=_scale_embeddings(src, where, d_model),
         bias=biases.pop(),
+        gated_ff=gates.pop(),
         layer_norm_eps=layer_norm_eps,
         **position_fields,
     )
