@@ -434,3 +434,43 @@ def test_beam_search_follows_ctranslate2_length_penalty(tmp_path, length_penalty
         )
         best = beam_predict(ckpt, " ".join(tokens), 5, MAX_LEN, length_penalty=length_penalty)
         assert ckpt.tgt_tokenizer.decode(best.tokens) == " ".join(out[0].hypotheses[0])
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"a": 1}', "must be a list of token strings"),
+        ("[1, 2, 3]", "must be a list of token strings"),
+        ("[" * 100000 + "]" * 100000, "is not readable"),
+        ("not json", "is not readable"),
+    ],
+    ids=["object", "numbers", "deeply-nested", "not-json"],
+)
+def test_hostile_vocabulary_files_are_one_line(tmp_path, text, match):
+    folder = _spec_folder(tmp_path / "m")
+    (folder / "source_vocabulary.json").write_text(text)
+    _refused(folder, match)
+
+
+def test_a_config_json_that_is_not_json_is_one_line(tmp_path):
+    folder = _spec_folder(tmp_path / "m")
+    (folder / "config.json").write_text("{oops")
+    _refused(folder, "config.json is not readable JSON")
+
+
+def test_txt_vocabularies_read_as_json_ones(tmp_path):
+    folder = _spec_folder(tmp_path / "m")
+    for side, tokens in (("source", SRC_VOCAB), ("target", TGT_VOCAB)):
+        (folder / f"{side}_vocabulary.json").unlink()
+        (folder / f"{side}_vocabulary.txt").write_text("\n".join(tokens) + "\n")
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.src_tokenizer.tokens == SRC_VOCAB and ckpt.tgt_tokenizer.tokens == TGT_VOCAB
+
+
+def test_a_token_listed_twice_reads_as_its_first_id(tmp_path):
+    folder = _spec_folder(tmp_path / "m")
+    twice = SRC_VOCAB[:5] + ["s0"] + SRC_VOCAB[6:]  # "s1" (id 5) replaced by a second "s0"
+    (folder / "source_vocabulary.json").write_text(json.dumps(twice))
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.encode_source("s0 s2").ids == [4, 6]
+    assert ckpt.src_tokenizer.token(5) == "s0"

@@ -27,9 +27,11 @@ def read_vocabulary(folder: Path, name: str) -> list[str] | None:
     """``{name}.json`` (a JSON list of strings) or ``{name}.txt`` (one token a line), or None
     when the folder has neither.
 
+    A token listed twice keeps both ids (the first is the one text reads as, as in
+    CTranslate2).
+
     Raises:
-        CheckpointError: a file that is too big, not UTF-8, not a list of strings, or that
-            names a token twice.
+        CheckpointError: a file that is too big, not UTF-8, or not a list of strings.
     """
     for suffix in (".json", ".txt"):
         path = folder / f"{name}{suffix}"
@@ -46,9 +48,6 @@ def read_vocabulary(folder: Path, name: str) -> list[str] | None:
             tokens.pop()  # the newline after the last token
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise CheckpointError(f"{shorten(path, 300)} must be a list of token strings")
-        if len(set(tokens)) != len(tokens):
-            twice = next(t for i, t in enumerate(tokens) if t in tokens[:i])
-            raise CheckpointError(f"{shorten(path, 300)} names the token {shorten(twice)!r} twice")
         return tokens
     return None
 
@@ -88,7 +87,7 @@ class VocabTokenizer:
 
     @functools.cached_property
     def _index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
+        return {t: i for i, t in reversed(list(enumerate(self.tokens)))}  # the first id wins
 
     def __len__(self) -> int:
         return len(self.tokens)
