@@ -400,6 +400,7 @@ def test_a_tokenizer_json_in_the_folder_reads_and_writes_text(marian, tmp_path):
     assert "does not match the vocabulary" in ckpt.meta["tokenizer_missing"]
 
 
+@pytest.mark.integration
 def test_the_app_steps_a_ct2_folder_on_tokens(tmp_path):
     from attnviz.app import session
 
