@@ -24,6 +24,7 @@ from .masking import (
     padding_experiment,
     references,
 )
+from .speech_align import HeadTiming, TimedClip, read_word_times, score_heads
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 from .timestamps import Alignment, Word, align, alignment_heads, word_timestamps
 from .whatif import Decode, WhatIf, what_if
@@ -31,6 +32,10 @@ from .whatif import Decode, WhatIf, what_if
 __all__ = [
     "LENSES",
     "Alignment",
+    "HeadTiming",
+    "TimedClip",
+    "read_word_times",
+    "score_heads",
     "Word",
     "align",
     "alignment_heads",

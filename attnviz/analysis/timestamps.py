@@ -278,7 +278,8 @@ def alignment_heads(ckpt) -> list[tuple[int, int]]:
             for head in range(cfg.n_heads)]  # fmt: skip
 
 
-def _check_heads(ckpt, heads) -> list[tuple[int, int]]:
+def check_heads(ckpt, heads) -> list[tuple[int, int]]:
+    """``(layer, head)`` pairs of this checkpoint's cross-attention, checked (one line each)."""
     from ..core.errors import InputError
 
     cfg = ckpt.config
@@ -299,6 +300,89 @@ def _check_heads(ckpt, heads) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass
+class ForcedPass:
+    """One teacher-forced pass of a transcript over a clip, as the alignment reads it.
+
+    Attributes:
+        text_tokens: the transcript's ids (no specials).
+        scores: ``{layer: [H, len(text_tokens) + 1, Tk]}`` cross-attention scores before the
+            softmax, query rows from ``<|notimestamps|>`` on (each predicts the next token).
+        token_probs: ``[len(text_tokens)]`` the model's probability of each text token.
+        num_frames: feature frames holding audio (100 per second).
+        decode: the tokenizer's raw decode (pieces as they spell, specials kept).
+        eot_id: the end id.
+    """
+
+    text_tokens: list[int]
+    scores: dict[int, np.ndarray]
+    token_probs: np.ndarray
+    num_frames: int
+    decode: Callable[[list[int]], str]
+    eot_id: int
+
+
+def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None) -> ForcedPass:
+    """Run a speech checkpoint on ``audio`` teacher-forced on ``text_tokens`` (default: its own
+    greedy transcript) with the recorder on, as Whisper aligns: the start tokens,
+    ``<|notimestamps|>``, the text, the end.
+
+    Raises:
+        InputError: not a speech model, no tokenizer, ids outside the text vocabulary, bad audio.
+    """
+    import torch
+
+    from ..core.errors import InputError
+    from ..core.record import record
+    from ..data.audio import SAMPLING_RATE, load_audio, log_mel
+
+    if not getattr(ckpt, "is_audio", False):
+        raise InputError("word timestamps are for speech models (Whisper)")
+    decode = getattr(ckpt.tgt_tokenizer, "decode_raw", None)
+    if decode is None:
+        raise InputError("word timestamps need the folder's tokenizer to group tokens into words")
+    cfg, rules = ckpt.config, ckpt.rules
+    eot, no_ts = cfg.eos_id, getattr(rules, "no_timestamps_id", None)
+    if no_ts is None:
+        raise InputError("this speech model has no <|notimestamps|> token to align with")
+    samples = load_audio(audio, sampling_rate)
+    features = log_mel(samples, cfg.n_mels)[None].to(ckpt.device)  # [1, n_mels, 3000]
+    if text_tokens is None:
+        out = ckpt.greedy(features)[0].tolist()
+        text_tokens = [i for i in out if i < eot]  # the words: no prompt, timestamp or end
+    text_tokens = [int(i) for i in text_tokens]
+    if not text_tokens:
+        raise InputError("there is no text to align: the transcript is empty")
+    if any(not 0 <= i < eot for i in text_tokens):
+        raise InputError(f"text tokens are ids below the end id {eot}")
+    start = [cfg.bos_id, *(i for i in rules.prompt if i != no_ts)]
+    tokens = [*start, no_ts, *text_tokens, eot]
+    if len(tokens) > cfg.max_len:
+        raise InputError(f"the transcript has {len(text_tokens)} tokens; too long to align")
+    tgt = torch.tensor([tokens[:-1]], device=ckpt.device)  # [1, Tt] fed; the last predicts eot
+    with torch.no_grad(), record(ckpt.model, capture=("scores",)) as trace:
+        logits = ckpt.model(features, tgt)  # [1, Tt, V]
+    offset = len(start)  # query rows from <|notimestamps|> on: each text token, then the end
+    rows_of = slice(offset, offset + len(text_tokens) + 1)
+    scores = {
+        layer: trace.scores("cross", layer)[0, :, rows_of].float().cpu().numpy()
+        for layer in range(cfg.n_decoder_layers)
+    }  # each [H, Tt', Tk]
+    text_logits = logits[0, offset : offset + len(text_tokens), :eot].float()
+    probs = text_logits.softmax(-1).gather(-1, torch.tensor(text_tokens)[:, None]).squeeze(-1)
+    num_frames = len(samples) * 100 // SAMPLING_RATE
+    return ForcedPass(text_tokens, scores, probs.cpu().numpy(), num_frames, decode, eot)
+
+
+def align_pass(run: ForcedPass, heads: Sequence[tuple[int, int]]) -> Alignment:
+    """DTW over the chosen heads of a :class:`ForcedPass` -> an :class:`Alignment`."""
+    stacked = np.stack([run.scores[layer][head] for layer, head in heads])  # [H', Tt', Tk]
+    matrix = alignment_matrix(stacked, run.num_frames)
+    rows, cols = dtw(-matrix)
+    words = words_from_path(rows, cols, run.text_tokens, run.token_probs, run.decode, run.eot_id)
+    return Alignment(run.text_tokens, rows, cols, run.token_probs, matrix, list(heads), words)
+
+
 def align(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None) -> Alignment:
     """Align a transcript to a clip with the model's own cross-attention scores.
 
@@ -312,49 +396,8 @@ def align(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None =
     Raises:
         InputError: not a speech model, no tokenizer, bad heads or bad audio.
     """
-    import torch
-
-    from ..core.errors import InputError
-    from ..core.record import record
-    from ..data.audio import SAMPLING_RATE, load_audio, log_mel
-
-    if not getattr(ckpt, "is_audio", False):
-        raise InputError("word timestamps are for speech models (Whisper)")
-    decode = getattr(ckpt.tgt_tokenizer, "decode_raw", None)
-    if decode is None:
-        raise InputError("word timestamps need the folder's tokenizer to group tokens into words")
-    heads = _check_heads(ckpt, alignment_heads(ckpt) if heads is None else heads)
-    cfg, rules = ckpt.config, ckpt.rules
-    eot, no_ts = cfg.eos_id, getattr(rules, "no_timestamps_id", None)
-    if no_ts is None:
-        raise InputError("this speech model has no <|notimestamps|> token to align with")
-    samples = load_audio(audio, sampling_rate)
-    features = log_mel(samples, cfg.n_mels)[None].to(ckpt.device)  # [1, n_mels, 3000]
-    if text_tokens is None:
-        out = ckpt.greedy(features)[0].tolist()
-        text_tokens = [i for i in out if i < eot]  # the words: no prompt, timestamp or end
-    text_tokens = [int(i) for i in text_tokens]
-    if any(not 0 <= i < eot for i in text_tokens):
-        raise InputError(f"text tokens are ids below the end id {eot}")
-    start = [cfg.bos_id, *(i for i in rules.prompt if i != no_ts)]
-    tokens = [*start, no_ts, *text_tokens, eot]
-    tgt = torch.tensor([tokens[:-1]], device=ckpt.device)  # [1, Tt] fed; the last predicts eot
-    with torch.no_grad(), record(ckpt.model, capture=("scores",)) as trace:
-        logits = ckpt.model(features, tgt)  # [1, Tt, V]
-    offset = len(start)  # query rows from <|notimestamps|> on: each text token, then the end
-    rows_of = slice(offset, offset + len(text_tokens) + 1)
-    scores = np.stack([
-        trace.scores("cross", layer)[0, head, rows_of].float().cpu().numpy()
-        for layer, head in heads
-    ])  # [H, Tt', Tk]  # fmt: skip
-    num_frames = len(samples) * 100 // SAMPLING_RATE  # feature frames holding audio
-    matrix = alignment_matrix(scores, num_frames)
-    rows, cols = dtw(-matrix)
-    text_logits = logits[0, offset : offset + len(text_tokens), :eot].float()
-    probs = text_logits.softmax(-1).gather(-1, torch.tensor(text_tokens)[:, None]).squeeze(-1)
-    token_probs = probs.cpu().numpy()
-    words = words_from_path(rows, cols, text_tokens, token_probs, decode, eot)
-    return Alignment(text_tokens, rows, cols, token_probs, matrix, heads, words)
+    heads = check_heads(ckpt, alignment_heads(ckpt) if heads is None else heads)
+    return align_pass(forced_pass(ckpt, audio, text_tokens, sampling_rate), heads)
 
 
 def word_timestamps(ckpt, audio, heads=None, sampling_rate: int | None = None) -> list[Word]:

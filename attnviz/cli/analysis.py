@@ -36,6 +36,8 @@ def _align(args: argparse.Namespace) -> int:
     from ..analysis import align as al
 
     ckpt = load_checkpoint(args.checkpoint)
+    if args.speech or ckpt.is_audio:
+        return _align_speech(ckpt, args)
     if args.sources or args.gold:
         if not (args.sources and args.gold):
             raise AttnvizError("give --sources and --gold together (and --targets if you like)")
@@ -59,6 +61,21 @@ def _align(args: argparse.Namespace) -> int:
                "mean_aer": report.mean_aer, "best": {"layer": report.best[0][0],
                "head": report.best[0][1], "aer": report.best[1]}}  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _align_speech(ckpt, args: argparse.Namespace) -> int:
+    from ..analysis.speech_align import read_word_times, score_heads
+
+    if not args.speech:
+        raise AttnvizError("a speech model is scored against word times: give --speech FILE.jsonl")
+    if not ckpt.is_audio:
+        raise AttnvizError("--speech is for speech models (Whisper); this model reads text")
+    report = score_heads(ckpt, read_word_times(args.speech))
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 
@@ -108,7 +125,9 @@ def add_analysis_parsers(sub) -> None:
     a.add_argument("--lens", choices=("weights", "norms", "rollout"), default="weights")
     a.add_argument("--setting", choices=("output", "input"), default="output")
     a.add_argument("--pharaoh", help="write the best head's predicted links here")
-    a.add_argument("--json", help="also write the AER grid as JSON here")
+    a.add_argument("--speech", help="a speech model: a JSONL file of clips with true word times, "
+                   '{"audio": path, "words": [[word, start, end], ...]} per line')  # fmt: skip
+    a.add_argument("--json", help="also write the AER grid (speech: the timing scores) as JSON")
     a.set_defaults(func=_align)
 
     f = sub.add_parser("faithfulness", help="comprehensiveness and sufficiency of attention, "

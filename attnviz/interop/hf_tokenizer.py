@@ -142,6 +142,10 @@ class HFTokenizer:
         out = [i for i in content_ids(ids, self.eos_id, stop_at_eos) if 0 <= i < self._size]
         return self._tok.decode(out, skip_special_tokens=True)
 
+    def encode_plain(self, text: str) -> list[int]:
+        """The ids of ``text`` alone, no special tokens added (a transcript's words)."""
+        return self._ids(text, special=False)
+
     def decode_raw(self, ids: Iterable[int]) -> str:
         """Ids -> the text their pieces spell, specials kept and nothing cleaned up (how
         Whisper groups a transcript's tokens into words)."""

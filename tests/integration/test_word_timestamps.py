@@ -108,3 +108,50 @@ def test_heads_are_the_folders_and_can_be_chosen(ckpt, spaced_words):
         align(ckpt, clip, heads=[(9, 0)])
     with pytest.raises(attnviz.InputError, match="speech models"):
         word_timestamps(attnviz.load_checkpoint("models/reverse"), clip)
+
+
+def test_the_scoreboard_ranks_the_folders_alignment_heads_first(ckpt, spaced_words, tmp_path):
+    """Every head scored on the spaced words: the published heads are the best-timed ones."""
+    import json
+
+    import soundfile as sf
+
+    from attnviz.analysis import read_word_times, score_heads
+    from attnviz.cli import main
+
+    clip, truth = spaced_words
+    sf.write(tmp_path / "clip.wav", clip, SAMPLING_RATE)
+    words = [[w, round(s, 3), round(e, 3)] for w, (s, e) in zip(WORDS, truth, strict=True)]
+    (tmp_path / "words.jsonl").write_text(json.dumps({"audio": "clip.wav", "words": words}))
+    report = score_heads(ckpt, read_word_times(tmp_path / "words.jsonl"))
+    published = set(report.published)
+    assert report.start_error.shape == (4, 6) and report.n_words == len(WORDS)
+    ranked = sorted(np.ndindex(report.start_error.shape), key=lambda h: report.start_error[h])
+    assert set(ranked[: len(published) + 2]) >= published  # the published heads lead the board
+    assert report.published_error < 0.15
+    assert report.best in published
+    assert ((report.peak_in_word >= 0) & (report.peak_in_word <= 1)).all()
+    out = tmp_path / "scores.json"
+    folder = str(models.get_model_path())
+    assert main(["align", folder, "--speech", str(tmp_path / "words.jsonl"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["best"] == list(report.best)
+
+
+def test_bad_word_time_files_are_one_line(tmp_path):
+    from attnviz.analysis import read_word_times
+
+    cases = {
+        "not json": "{nope",
+        "no words": '{"audio": "a.wav", "words": []}',
+        "a string time": '{"audio": "a.wav", "words": [["hi", "0.1", 0.5]]}',
+        "end before start": '{"audio": "a.wav", "words": [["hi", 0.5, 0.1]]}',
+        "a nan": '{"audio": "a.wav", "words": [["hi", NaN, 0.1]]}',
+    }
+    for name, line in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(line + "\n")
+        with pytest.raises(attnviz.InputError) as info:
+            read_word_times(path)
+        assert "\n" not in str(info.value) and ":1" in str(info.value), name
+    with pytest.raises(attnviz.InputError, match="not a file"):
+        read_word_times(tmp_path)
