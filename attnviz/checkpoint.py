@@ -33,7 +33,7 @@ from .decoding import GreedyStepper, LogitRules, default_max_len, greedy_decode,
 from .errors import AttnvizError, CheckpointError, InputError, one_line, shorten
 from .model import Transformer
 from .scoring import Scored, score_reference
-from .tokenizer import Encoding, Tokenizer
+from .tokenizer import Encoding, Tokenizer, check_text
 from .weights import build_model, unique_state_dict
 
 FORMAT = "attnviz-checkpoint/1"
@@ -291,6 +291,7 @@ class Checkpoint:
         if self.src_tokenizer is None:
             why = self.meta.get("tokenizer_missing") or "this checkpoint has no tokenizer"
             raise InputError(f"cannot read text: {why}")
+        check_text(text, self.config.max_len)  # before the tokenizer reads a character of it
         enc = self.src_tokenizer.encode(text)
         if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")

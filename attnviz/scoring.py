@@ -16,6 +16,7 @@ import torch
 from .data import make_batch
 from .errors import InputError, shorten
 from .record import Trace, record
+from .tokenizer import check_text
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
@@ -59,6 +60,7 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
             raise InputError(f"cannot read the reference text: {why}; give target ids instead")
         if not target.strip():
             raise InputError("the reference is empty: type the output you expect")
+        check_text(target, cfg.max_len, "the reference")  # before the tokenizer reads it
         ids = list(ckpt.tgt_tokenizer.encode(target).ids)
         if not ids or ids == [cfg.eos_id]:
             raise InputError(f"the reference {shorten(repr(target))} has no tokens to score")

@@ -28,6 +28,7 @@ from .tokenizer import (
     _check_specials,
     content_ids,
 )
+from .tokenizer_checks import check_own, rust_panics
 
 #: Texts encoded per call when a whole corpus is encoded (bounds the memory of one call).
 ENCODE_CHUNK = 100_000
@@ -103,7 +104,8 @@ class SubwordTokenizer(Tokenizer):
         """Text -> :class:`Encoding`; ``unknown`` lists the stretches of text read as unk."""
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
-        enc = self._hf.encode(text, add_special_tokens=False)
+        with rust_panics(f"reading text with the {self.kind} tokenizer"):
+            enc = self._hf.encode(text, add_special_tokens=False)
         ids = self._clean(enc.ids)
         pieces, unknown = [], []
         for i, piece, (a, b) in zip(ids, enc.tokens, enc.offsets, strict=True):
@@ -125,7 +127,8 @@ class SubwordTokenizer(Tokenizer):
         for start in range(0, len(texts), ENCODE_CHUNK):
             if len(words) > 1_000_000:  # a corpus of mostly distinct words: bound the memory
                 words = _WordTable(self._hf)
-            chunk_ids, chunk_lengths = words.encode(texts[start : start + ENCODE_CHUNK])
+            with rust_panics(f"encoding texts with the {self.kind} tokenizer"):
+                chunk_ids, chunk_lengths = words.encode(texts[start : start + ENCODE_CHUNK])
             ids.append(chunk_ids)
             lengths.append(chunk_lengths)
         flat = np.concatenate(ids) if ids else np.zeros(0, np.int32)
@@ -137,7 +140,8 @@ class SubwordTokenizer(Tokenizer):
         out = content_ids(ids, self.eos_id, stop_at_eos, (self.pad_id, self.bos_id))
         for i in out:
             self.token(i)  # range check
-        return self._hf.decode(out, skip_special_tokens=False)
+        with rust_panics(f"decoding with the {self.kind} tokenizer"):
+            return self._hf.decode(out, skip_special_tokens=False)
 
     def to_dict(self) -> dict:
         """``kind``, ``tokens``, ``specials`` and ``hf``: the ``tokenizers`` JSON, as a dict."""
@@ -155,13 +159,10 @@ class SubwordTokenizer(Tokenizer):
 
         kind = data.get("kind")
         hf_json = data.get("hf")
-        if not isinstance(hf_json, dict) or not isinstance(hf_json.get("model"), dict):
-            raise InputError(f"a {kind} tokenizer must be saved with its 'hf' tokenizers JSON")
-        model_type = hf_json["model"].get("type")
-        if str(model_type).lower() != kind:
-            raise InputError(f"a {kind} tokenizer holds a {model_type} model")
+        check_own(hf_json, kind)  # only what train_subword writes reaches the Rust library
         try:
-            hf = HF.from_str(json.dumps(hf_json))
+            with rust_panics(f"loading the saved {kind} tokenizer"):
+                hf = HF.from_str(json.dumps(hf_json))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
             raise InputError(f"the saved {kind} tokenizer does not load: {exc}") from None
         tok = cls(kind, hf, data.get("specials", DEFAULT_IDS))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, shorten
 
 #: The built-in layout: ids 0-3 are pad, decoder start, end and unknown. Models brought from
 #: elsewhere have their own (the model config's ``pad_id``/``bos_id``/``eos_id``/``unk_id``).
@@ -203,6 +203,29 @@ class Tokenizer:
         if "specials" not in data and tuple(tokens[: len(SPECIALS)]) != SPECIALS:
             raise InputError(f"a tokenizer's first tokens must be {SPECIALS}")
         return cls.from_vocab(data.get("kind"), tokens, data.get("specials", DEFAULT_IDS))
+
+
+#: Characters an input may have per token the model takes: a text longer than
+#: ``max_len * CHARS_PER_TOKEN`` characters cannot fit, and is refused before any tokenizer
+#: reads it (tokenizing 100,000 characters may take a long time).
+CHARS_PER_TOKEN = 32
+
+
+def check_text(text: object, max_len: int, what: str = "the input") -> str:
+    """``text`` if it is a string short enough to tokenize for a model of ``max_len``
+    positions, else :class:`InputError` saying the limit.
+
+    Checked before tokenizing: the length in tokens is only known after the tokenizer ran.
+    """
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be text (a str), got {shorten(repr(text))}")
+    limit = max_len * CHARS_PER_TOKEN
+    if len(text) > limit:
+        raise InputError(
+            f"{what} has {len(text):,} characters; this model takes at most {max_len} tokens, "
+            f"so at most {limit:,} characters are read"
+        )
+    return text
 
 
 def content_ids(
