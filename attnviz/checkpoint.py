@@ -326,7 +326,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             src_pad_mask=src_pad_mask,
             edits=edits,
             cache=cache,
@@ -350,7 +350,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             rules=self.rules,
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
@@ -366,7 +366,7 @@ class Checkpoint:
             torch.tensor(enc.ids, device=self.device),
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             edits=edits,
             rules=self.rules,
         )
