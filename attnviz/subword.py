@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -32,6 +32,10 @@ from .tokenizer_checks import check_own, rust_panics
 
 #: Texts encoded per call when a whole corpus is encoded (bounds the memory of one call).
 ENCODE_CHUNK = 100_000
+#: Longest word subword training sees, in characters: a longer one is cut to this length for
+#: training only (a word of megabytes keeps the BPE and Unigram trainers busy for minutes;
+#: no piece that long would be learnt from it).
+MAX_WORD_CHARS = 100
 
 
 # -- subword vocabularies (BPE, Unigram) ----------------------------------------------------
@@ -197,7 +201,8 @@ def train_subword(
     hf.normalizer = normalizers.Prepend(WORD_START)
     hf.pre_tokenizer = pre_tokenizers.Metaspace(WORD_START, prepend_scheme="never", split=True)
     try:
-        hf.train_from_iterator(texts, trainer)
+        with rust_panics(f"training the {kind} tokenizer"):
+            hf.train_from_iterator(_short_words(texts), trainer)
     except Exception as exc:  # tokenizers raises a bare Exception, e.g. too small a vocabulary
         raise InputError(f"training the {kind} tokenizer failed: {exc}; try a larger "
                          "vocabulary size") from None  # fmt: skip
@@ -237,6 +242,14 @@ def train_subword(
 
 
 _BYTES = frozenset(_byte_pieces())
+
+
+def _short_words(texts: Iterable[str]) -> Iterator[str]:
+    """``texts`` with every word longer than :data:`MAX_WORD_CHARS` cut to that length."""
+    for text in texts:
+        if len(text) > MAX_WORD_CHARS and any(len(w) > MAX_WORD_CHARS for w in text.split(" ")):
+            text = " ".join(w[:MAX_WORD_CHARS] for w in text.split(" "))
+        yield text
 
 
 class _WordTable:

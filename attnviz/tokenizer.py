@@ -260,6 +260,11 @@ def _check_specials(specials: dict[str, int] | None) -> dict[str, int]:
     return {role: specials[role] for role in DEFAULT_IDS}
 
 
+#: Largest vocabulary :func:`train_tokenizer` builds (the subword trainers size their tables
+#: by it up front: 10^9 aborts the process).
+MAX_VOCAB_SIZE = 1_000_000
+
+
 def train_tokenizer(
     kind: str,
     texts: Iterable[str],
@@ -295,6 +300,11 @@ def train_tokenizer(
         raise InputError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
         raise InputError(f"the vocabulary size must be a positive integer, got {vocab_size!r}")
+    if vocab_size is not None and vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(
+            f"the vocabulary size must be at most {MAX_VOCAB_SIZE:,} (the largest models use "
+            f"about 256,000), got {vocab_size:,}"
+        )
     specials = _check_specials(specials)
     if kind in SUBWORD_KINDS:
         texts = texts if isinstance(texts, Sequence) else list(texts)

@@ -98,3 +98,94 @@ def test_a_generation_config_asking_for_a_million_beams_is_refused(tmp_path, mon
         with pytest.raises(InputError, match="num_beams 1,000,000") as info:
             call("5 7 9")
         assert "\n" not in str(info.value)
+
+
+# -- corpora -------------------------------------------------------------------------------------
+def _read_in_child(*paths: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """``read_pairs(*paths)`` in a child limited to ``LIMIT_GB`` (a FIFO or a device would
+    block or fill memory before the fix): prints the error's type and message."""
+    code = (
+        f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({LIMIT_GB} << 30,) * 2)\n"
+        "from attnviz.data import read_pairs\n"
+        "try:\n    read_pairs(*sys.argv[1:])\n    print('read')\n"
+        "except BaseException as exc:\n    print(type(exc).__name__, str(exc).replace(chr(10), ' '))\n"
+    )  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *paths], capture_output=True, text=True, env=_env(),
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def test_only_regular_files_are_read_as_corpora(tmp_path):
+    fifo = tmp_path / "pipe.tsv"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.tsv"
+    zero.symlink_to("/dev/zero")
+    folder = tmp_path / "folder.tsv"
+    folder.mkdir()
+    for paths in ([str(fifo)], [str(zero)], ["/dev/zero", "/dev/zero"], [str(folder)]):
+        out = _read_in_child(*paths).stdout.strip()
+        assert out.startswith("CorpusError") and "cannot read" in out, (paths, out)
+        assert "regular file" in out or "folder" in out, out
+
+
+def test_a_line_longer_than_the_cap_is_refused_with_file_and_line(tmp_path):
+    from attnviz.corpus import MAX_LINE_BYTES, CorpusError
+    from attnviz.data import read_pairs
+
+    path = tmp_path / "long.tsv"
+    with path.open("w") as f:
+        f.write("a b\tb a\n")
+        f.write("x" * (3 * MAX_LINE_BYTES) + "\ty\n")
+    with pytest.raises(
+        CorpusError, match=rf"long.tsv:2: the line is longer than {MAX_LINE_BYTES:,}"
+    ):
+        read_pairs(path)
+    ok = tmp_path / "ok.tsv"
+    ok.write_text("a" * (MAX_LINE_BYTES - 2) + "\tb\n")  # exactly the cap: read
+    assert len(read_pairs(ok)[0][0]) == MAX_LINE_BYTES - 2
+    out = _read_in_child(str(path)).stdout.strip()  # a 200 MB line is refused the same way
+    assert out.startswith("CorpusError") and "long.tsv:2" in out
+
+
+def test_a_jsonl_number_of_5000_digits_is_one_line(tmp_path):
+    from attnviz.corpus import CorpusError
+    from attnviz.data import read_pairs
+
+    path = tmp_path / "big.jsonl"
+    line = '{"translation": {"en": "a", "de": "b"}, "n": ' + "9" * 5000 + "}"
+    path.write_text('{"translation": {"en": "a", "de": "b"}}\n' + line + "\n")
+    with pytest.raises(CorpusError, match=r"big.jsonl:2: not readable JSON") as info:
+        read_pairs(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_a_word_of_megabytes_does_not_hold_up_subword_training(kind):
+    """Before the cap, a 2 MB word kept the BPE trainer busy for over 2 minutes."""
+    import time
+
+    from attnviz.subword import MAX_WORD_CHARS
+    from attnviz.tokenizer import train_tokenizer
+
+    texts = ["the cat sat on the mat", "x" * 2_000_000 + " dog", "a dog and a cat"] * 3
+    start = time.perf_counter()
+    tok = train_tokenizer(kind, texts, vocab_size=60)
+    assert time.perf_counter() - start < 10
+    assert max(len(t) for t in tok.tokens) <= MAX_WORD_CHARS + 1
+    assert tok.decode(tok.encode("the cat").ids) == "the cat"
+
+
+def test_a_vocabulary_of_a_billion_is_refused(tmp_path):
+    from attnviz.tokenizer import MAX_VOCAB_SIZE, train_tokenizer
+
+    for kind in ("bpe", "unigram", "word"):
+        with pytest.raises(InputError, match=f"at most {MAX_VOCAB_SIZE:,}"):
+            train_tokenizer(kind, ["a b c"], vocab_size=10**9)
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("a b\tb a\n" * 20)
+    _one_error_line(
+        _cli_limited("train", "--data", str(corpus), "--tokenizer", "bpe", "--vocab-size",
+                     str(10**9), "--out", str(tmp_path / "out"), "--steps", "1"),
+        f"at most {MAX_VOCAB_SIZE:,}",
+    )  # fmt: skip
