@@ -189,3 +189,83 @@ def test_a_vocabulary_of_a_billion_is_refused(tmp_path):
                      str(10**9), "--out", str(tmp_path / "out"), "--steps", "1"),
         f"at most {MAX_VOCAB_SIZE:,}",
     )  # fmt: skip
+
+
+# -- export-hf targets, modes and what a killed process left ------------------------------------
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory) -> Path:
+    pytest.importorskip("transformers")
+    from tests import hf_families
+
+    folder = tmp_path_factory.mktemp("marian")
+    hf_families.build("marian").save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def test_export_hf_to_a_link_is_refused_clearly(marian, tmp_path, capsys):
+    from attnviz import cli
+    from attnviz.interop.hf.export import export_hf
+
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    with pytest.raises(InputError, match="is a symbolic link") as info:
+        export_hf(marian, link)
+    assert "\n" not in str(info.value) and "Errno" not in str(info.value)
+    assert link.is_symlink() and list(target.iterdir()) == []
+    assert cli.main(["export-hf", str(marian), str(link)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "symbolic link" in err and "Errno" not in err
+
+
+def test_an_exported_folder_is_readable_as_save_pretrained_leaves_it(marian, tmp_path):
+    from attnviz.interop.hf.export import export_hf
+
+    out = export_hf(marian, tmp_path / "out")
+    assert out.stat().st_mode & 0o777 == 0o755
+    files = list(out.iterdir())
+    assert files and all(f.stat().st_mode & 0o777 == 0o644 for f in files)
+
+
+def test_a_killed_exports_staging_folder_is_removed_by_the_next_export(marian, tmp_path):
+    from attnviz.interop.hf.export import export_hf
+
+    root = tmp_path / "exports"
+    root.mkdir()
+    dead = root / f".old.attnviz-export-{_dead_pid()}-abc"
+    old = root / f".older.attnviz-export-{os.getppid()}-def"  # a live pid, two hours old
+    busy = root / f".busy.attnviz-export-{os.getppid()}-ghi"  # a live pid, just made
+    mine = root / "attnviz-export-notes"  # no pid: not a staging folder
+    for folder in (dead, old, busy, mine):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"partial")
+    os.utime(old, (os.path.getmtime(old) - 7200,) * 2)
+    export_hf(marian, root / "out")
+    assert not dead.exists() and not old.exists()
+    assert busy.exists() and mine.exists() and (root / "out").is_dir()
+    assert sorted(p.name for p in root.iterdir()) == sorted([busy.name, mine.name, "out"])
+
+
+def test_app_folders_of_a_killed_app_are_removed_on_the_next_start(tmp_path, monkeypatch):
+    import tempfile
+
+    from attnviz.app import server, store
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"attnviz-uploads-{_dead_pid()}-abc"
+    live = tmp_path / f"attnviz-exports-{os.getppid()}-def"  # another app still running
+    other = tmp_path / "attnviz-uploads-xyz"  # not named by attnviz with a pid
+    for folder in (dead, live, other):
+        (folder / "sub").mkdir(parents=True)
+    assert server.main(["--model", str(tmp_path / "nope"), "--no-browser"]) == 2
+    assert not dead.exists() and live.exists() and other.exists()
+    made = store.make_temp_dir("uploads")
+    assert made.name.startswith(f"attnviz-uploads-{os.getpid()}-") and made.parent == tmp_path
+    assert store.clean_stale_dirs() == [] and made.exists()  # never this process's own
