@@ -136,6 +136,9 @@ def beam_search(
     return results
 
 
+#: Steps the first memory check of a beam search looks ahead (then twice as many each time
+#: the decode reaches the horizon).
+_FIRST_HORIZON = 64
 #: Bytes of Python objects per hypothesis and step: a tree node, a token and a log-prob in
 #: the slot's lists (measured: ~300 bytes; counted generously).
 _BYTES_PER_NODE = 512
@@ -175,7 +178,7 @@ def check_beam_size(config: ModelConfig, beams: int, steps: int, src_len: int,
     per_beam = max(beam_memory(config, 1, steps, src_len, attention), 1)
     fit = budget // per_beam
     raise InputError(
-        f"num_beams {beams:,} over up to {steps:,} steps needs about {_size(needed)}, more "
+        f"num_beams {beams:,} over {steps:,} steps needs about {_size(needed)}, more "
         f"than the {_size(budget)} this process can use: at most {fit:,} beams fit at this "
         "length (fewer beams or a lower max_len)"
     )
@@ -224,7 +227,10 @@ class _Search:
     def run(self, src: Tensor, pad: Tensor | None, max_len: int | None) -> BeamResult:
         model, k, eos, lp = self.model, self.k, self.eos_id, self.lp
         n_max = default_max_len(model, src.shape[1], max_len)
-        check_beam_size(model.config, k, n_max, src.shape[1], self.return_attention)
+        # beams x length is checked for the steps ahead, the horizon doubling as the decode
+        # reaches it (as the KV cache grows): a huge length limit costs only what is decoded
+        horizon = min(n_max, _FIRST_HORIZON)
+        check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
         capture = STEP_FIELDS if self.return_attention else ()
         device = src.device
         nodes = [BeamNode(0, None, self.bos_id, -1, 0.0, 0.0, False)]
@@ -249,6 +255,9 @@ class _Search:
             improvable = True
             seqs = torch.full((k, 1), self.bos_id, dtype=torch.long, device=device)
             for step in range(n_max):
+                if step == horizon:
+                    horizon = min(2 * horizon, n_max)
+                    check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
                 # the k start copies are the same at step 0: run one, use it k times
                 last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
                 trace = None

@@ -54,7 +54,7 @@ def test_a_huge_num_beams_is_refused_with_the_limit(monkeypatch):
         lambda: ckpt.predict_batch(["abc", "de"], num_beams=1_000_000),
         lambda: ckpt.beam("abc", 100_000, max_len=40),
     ):
-        with pytest.raises(InputError, match=r"num_beams [\d,]+ over up to \d+ steps") as info:
+        with pytest.raises(InputError, match=r"num_beams [\d,]+ over \d+ steps") as info:
             call()
         message = str(info.value)
         assert "\n" not in message and "at most" in message and "beams fit" in message
@@ -67,6 +67,33 @@ def test_the_beam_bound_counts_beams_times_length():
     assert beam.beam_memory(cfg, 20, 100, 10) > 1.9 * one
     assert beam.beam_memory(cfg, 10, 200, 10) > 1.9 * one - beam.beam_memory(cfg, 10, 0, 10)
     assert beam.beam_memory(cfg, 10, 100, 10, attention=True) > one
+
+
+def test_a_beam_growing_past_the_memory_is_refused_as_it_reaches_it(monkeypatch):
+    """No end id and a length limit of 10^9: the search runs while beams x steps fit, and is
+    refused (not grown) once the next doubling of its horizon would not."""
+    import torch
+
+    cfg = attnviz.ModelConfig(23, 19, d_model=24, n_heads=4, d_ff=40, dropout=0.0,
+                              positions="relative", max_len=10**12)  # fmt: skip
+    torch.manual_seed(0)
+    model = attnviz.Transformer(cfg).eval()
+    src = torch.randint(3, 23, (1, 5), generator=torch.Generator().manual_seed(3))
+    k = 600
+    fits, grows = beam.beam_memory(cfg, k, 128, 5), beam.beam_memory(cfg, k, 256, 5)
+    assert 64 << 20 < fits < grows
+    monkeypatch.setattr(beam, "available_memory", lambda: int((fits + grows) / 2 / 0.75))
+    reached = []
+    step = beam.Constraints.apply
+
+    def count(self, logp, seqs, i, n_max):
+        reached.append(i)
+        return step(self, logp, seqs, i, n_max)
+
+    monkeypatch.setattr(beam.Constraints, "apply", count)
+    with pytest.raises(InputError, match="num_beams 600 over 256 steps"):
+        beam.beam_search(model, src, 1, None, beam_size=k, max_len=10**9)
+    assert max(reached) == 127  # the first 128 steps ran, then the refusal
 
 
 def test_the_cli_refuses_a_huge_beam_and_a_zero_length(tmp_path):
