@@ -209,6 +209,9 @@ class Tokenizer:
 #: ``max_len * CHARS_PER_TOKEN`` characters cannot fit, and is refused before any tokenizer
 #: reads it (tokenizing 100,000 characters may take a long time).
 CHARS_PER_TOKEN = 32
+#: Most characters any input may have, whatever the model's ``max_len`` (a relative-position
+#: model may name 10^12 positions).
+MAX_TEXT_CHARS = 1_000_000
 
 
 def check_text(text: object, max_len: int, what: str = "the input") -> str:
@@ -219,12 +222,14 @@ def check_text(text: object, max_len: int, what: str = "the input") -> str:
     """
     if not isinstance(text, str):
         raise InputError(f"{what} must be text (a str), got {shorten(repr(text))}")
-    limit = max_len * CHARS_PER_TOKEN
+    limit = min(max_len * CHARS_PER_TOKEN, MAX_TEXT_CHARS)
     if len(text) > limit:
-        raise InputError(
-            f"{what} has {len(text):,} characters; this model takes at most {max_len} tokens, "
-            f"so at most {limit:,} characters are read"
+        why = (
+            f"this model takes at most {max_len:,} tokens, so at most {limit:,} characters are read"
+            if limit < MAX_TEXT_CHARS
+            else f"at most {limit:,} characters are read"
         )
+        raise InputError(f"{what} has {len(text):,} characters; {why}")
     return text
 
 

@@ -20,7 +20,7 @@ import attnviz
 from attnviz.checkpoint import WEIGHTS, read_tensors, write_tensors
 from attnviz.config import ModelConfig
 from attnviz.errors import AttnvizError, InputError
-from attnviz.tokenizer import CHARS_PER_TOKEN, train_tokenizer
+from attnviz.tokenizer import CHARS_PER_TOKEN, MAX_TEXT_CHARS, check_text, train_tokenizer
 from attnviz.tokenizer_checks import rust_panics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +148,8 @@ def test_a_long_input_is_refused_before_it_is_tokenized(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="the reference has"):
         ckpt.score("the cat", "a" * (limit + 1))
     ckpt.predict("a" * 30)  # a short input still runs
+    with pytest.raises(InputError, match=f"at most {MAX_TEXT_CHARS:,} characters"):
+        check_text("a" * (MAX_TEXT_CHARS + 1), 10**12)  # a relative-position model's max_len
 
 
 @pytest.mark.parametrize("text", [None, 12345, b"bytes", ["a"]])
