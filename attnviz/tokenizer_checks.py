@@ -104,13 +104,20 @@ FOLDER_TYPES = {
         "Sequence",
     },  # fmt: skip
 }
-#: The only regular expressions a folder's tokenizer may run: GPT-2's and Llama 3's word
-#: splitters, as their converters write them.
+#: The only regular expressions a folder's tokenizer may run, besides alternations of plain
+#: strings (sentencepiece's user-defined pieces): those transformers' converters write
+#: (GPT-2's and Llama 3's word splitters, sentencepiece's space handling).
 KNOWN_PATTERNS = frozenset({
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
     r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+",
+    " {2,}", r"\A +| +\z", r"\A▁", r"\s+",
 })  # fmt: skip
+#: Characters with a meaning in a regular expression (escaped, they stand for themselves).
+_REGEX_META = frozenset(".^$*+?{}[]()")
 #: Where a Sequence component keeps its parts.
 _PARTS = ("normalizers", "pretokenizers", "decoders", "processors")
 
@@ -200,13 +207,29 @@ def _check_component(component: dict, part: str, types: set[str]) -> None:
     (how, text), = pattern.items()  # fmt: skip
     if how == "String" and isinstance(text, str):
         return
-    if how == "Regex" and text in KNOWN_PATTERNS:
+    if how == "Regex" and isinstance(text, str) and (text in KNOWN_PATTERNS or _literals(text)):
         return
     raise InputError(
         f"tokenizer.json's {part} {kind} runs the regular expression {shorten(repr(text), 60)}; "
-        "attnviz runs only the known ones of GPT-2 and Llama 3 (a regex from a file may run "
-        "for minutes or crash)"
+        "attnviz runs only the ones transformers' converters write (a regex from a file may "
+        "run for minutes or crash)"
     )
+
+
+def _literals(pattern: str) -> bool:
+    """Whether ``pattern`` is plain strings joined by ``|`` (``re.escape`` pieces): it matches
+    in linear time, with nothing to backtrack."""
+    escaped = False
+    for ch in pattern:
+        if escaped:
+            if ch.isalnum():  # \d, \w, \p{...}: a class, not a literal
+                return False
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in _REGEX_META:
+            return False
+    return bool(pattern) and not escaped
 
 
 @contextlib.contextmanager

@@ -239,6 +239,44 @@ def test_a_folders_padding_and_truncation_are_turned_off(bart_folder, tmp_path):
     assert 3 < len(ckpt.src_tokenizer.encode(text).ids) < 40
 
 
+def _regex(kind: str, pattern: str) -> dict:
+    return {"type": kind, "pattern": {"Regex": pattern}, "content": " ", "behavior": "Isolated"}
+
+
+@pytest.mark.parametrize(
+    "part, component, ok",
+    [
+        ("normalizer", {"type": "Sequence", "normalizers": [
+            {"type": "Precompiled", "precompiled_charsmap": "AA=="},
+            _regex("Replace", " {2,}")]}, True),  # T5, Pegasus as transformers converts them
+        ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+            _regex("Split", r"<extra\_1>|<ctc>|\#"),  # sentencepiece's user-defined pieces
+            {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}]}, True),
+        ("pre_tokenizer", _regex("Split", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?"
+                                 r"\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+                                 r"\s+(?!\S)|\s+"), True),  # Llama 3
+        ("pre_tokenizer", _regex("Split", "(a+)+$"), False),
+        ("pre_tokenizer", _regex("Split", r"\w*\d"), False),
+        ("pre_tokenizer", _regex("Split", r"a|\d"), False),
+        ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [{"type": "Sequence",
+            "pretokenizers": [_regex("Split", "(x*)*y")]}]}, False),  # nested
+        ("normalizer", {"type": "Python"}, False),
+        ("decoder", {"type": "Sequence"}, False),
+        ("model", {"type": "Custom"}, False),
+    ],
+)  # fmt: skip
+def test_a_folders_tokenizer_json_components_are_allow_listed(part, component, ok):
+    from attnviz.tokenizer_checks import check_folder
+
+    doc = {"model": {"type": "BPE"}, part: component}
+    if ok:
+        check_folder(doc)
+    else:
+        with pytest.raises(InputError) as info:
+            check_folder(doc)
+        assert "\n" not in str(info.value)
+
+
 def test_a_folder_with_known_components_keeps_its_tokenizer(bart_folder):
     ckpt = attnviz.load_checkpoint(bart_folder)
     assert ckpt.src_tokenizer.kind == "hf" and ckpt.meta["tokenizer_missing"] is None
