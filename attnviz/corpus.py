@@ -15,6 +15,7 @@ import json
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` for every line of a UTF-8 file, end of line removed; a line
     longer than :data:`MAX_LINE_BYTES` is refused without being read whole."""
     with _open_regular(path) as f:
-        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+        for n, raw in enumerate(iter(partial(f.readline, MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # cut at the limit
                 raise CorpusError(
                     f"{path}:{n}: the line is longer than {MAX_LINE_BYTES:,} bytes (1 MB); a "
