@@ -186,6 +186,20 @@ def test_a_rust_panic_is_one_attnviz_error(tmp_path):
         ckpt.src_tokenizer.decode([5, 6])
 
 
+def test_the_cli_prints_a_panic_it_meets_in_one_line(monkeypatch, capsys):
+    from attnviz import cli
+
+    def panics(args):
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    monkeypatch.setattr(cli, "_step_through", panics)
+    assert cli.main(["step", "--text", "abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnviz: error:") and "\n" not in err and "unwrap" in err
+    with pytest.raises(PanicException):  # --debug shows it whole
+        cli.main(["step", "--text", "abc", "--debug"])
+
+
 def test_a_real_panic_from_a_regex_is_one_attnviz_error():
     """The panic the library really raises (``pyo3_runtime.PanicException``) is caught."""
     tokenizers = pytest.importorskip("tokenizers")
