@@ -32,7 +32,7 @@ from .core.model import Transformer
 from .core.version import __version__
 from .core.weights import build_model, unique_state_dict
 from .data.batch import source_batch
-from .data.tokenizer import Encoding, Tokenizer
+from .data.tokenizer import Encoding, Tokenizer, check_text
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
 from .decode.greedy import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
 from .decode.scoring import Scored, score_reference
@@ -308,6 +308,7 @@ class Checkpoint:
         if self.src_tokenizer is None:
             why = self.meta.get("tokenizer_missing") or "this checkpoint has no tokenizer"
             raise InputError(f"cannot read text: {why}")
+        check_text(text, self.config.max_len)  # before the tokenizer reads a character of it
         enc = self.src_tokenizer.encode(text)
         if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")
@@ -345,7 +346,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             src_pad_mask=src_pad_mask,
             edits=edits,
             cache=cache,
@@ -368,7 +369,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             rules=self.rules,
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
@@ -383,7 +384,7 @@ class Checkpoint:
             self.source_tensor(text)[0],
             cfg.bos_id,
             cfg.eos_id,
-            max_len=max_len or self.max_new_tokens,
+            max_len=self.max_new_tokens if max_len is None else max_len,
             edits=edits,
             rules=self.rules,
         )

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
     [--no-browser]``: check the model, then serve the page until Ctrl+C."""
     args = parser().parse_args(argv)
+    store.clean_stale_dirs()  # uploads and exports of an app that was killed
     try:
         device = store.resolve_device(args.device)
         model = args.model or next(iter(store.shipped_models().values()), None)

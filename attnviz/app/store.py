@@ -26,6 +26,7 @@ from pathlib import Path
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..core import devices
 from ..core.errors import AttnvizError, CheckpointError, one_line, shorten
+from ..core.tempdirs import clean_stale, make_temp_dir
 from ..data.tasks import TASKS, get_task
 from ..interop.hf import is_hf_folder
 from ..train.evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
@@ -98,14 +99,27 @@ _PRIVATE: dict[str, Path] = {}
 _DIR_LOCK = threading.Lock()
 
 
+#: The kinds of :func:`private_dir` folders the app makes.
+PRIVATE_KINDS = ("uploads", "exports")
+
+
+def clean_stale_dirs() -> list[Path]:
+    """Remove the private folders that app processes now gone left behind (killed before
+    they could clean up); ``attnviz app`` calls it as it starts."""
+    return [p for kind in PRIVATE_KINDS for p in clean_stale(kind)]
+
+
 def private_dir(name: str) -> Path:
     """A folder of this process only (``mkdtemp``: mode 0700, unpredictable name), made once.
 
     Uploads and exports go there, so another local user cannot plant files for us to load.
+    Named ``attnviz-{name}-{pid}-…``: the first one made removes those of processes that are
+    gone (an app killed before it could clean up).
     """
     with _DIR_LOCK:
         if name not in _PRIVATE:
-            _PRIVATE[name] = Path(tempfile.mkdtemp(prefix=f"attnviz-{name}-"))
+            clean_stale(name)
+            _PRIVATE[name] = make_temp_dir(name)
         return _PRIVATE[name]
 
 

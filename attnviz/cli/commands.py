@@ -405,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"attnviz: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BaseException as exc:  # a panic in Rust (tokenizers' PanicException) left unnamed
+        if debug or type(exc).__name__ != "PanicException":
+            raise
+        print(f"attnviz: error: a library panicked: {one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import AttnvizError
+from ..core.errors import AttnvizError, one_line
 from .tokenizer import Tokenizer
 
 Pair = tuple[str, str]
@@ -49,14 +51,37 @@ class Corpus:
 
 
 # -- reading --------------------------------------------------------------------------------
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` for every line of a UTF-8 file, end of line removed."""
+#: Longest line a corpus file may have, in bytes: a line is one sentence pair, and reading a
+#: line of gigabytes (a file without line breaks, ``/dev/zero``) would need as much memory.
+MAX_LINE_BYTES = 1 << 20
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading in binary, if it is a regular file (a FIFO would block, a
+    device never end)."""
     try:
-        f = path.open("rb")
+        info = path.stat()
     except OSError as exc:
         raise CorpusError(f"cannot read {path}: {exc.strerror}") from None
-    with f:
-        for n, raw in enumerate(f, 1):
+    if not stat.S_ISREG(info.st_mode):
+        what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, a pipe)"
+        raise CorpusError(f"cannot read {path}: it is {what}; give a corpus file")
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise CorpusError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for every line of a UTF-8 file, end of line removed; a line
+    longer than :data:`MAX_LINE_BYTES` is refused without being read whole."""
+    with _open_regular(path) as f:
+        for n, raw in enumerate(iter(partial(f.readline, MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # cut at the limit
+                raise CorpusError(
+                    f"{path}:{n}: the line is longer than {MAX_LINE_BYTES:,} bytes (1 MB); a "
+                    "corpus line holds one sentence pair"
+                )
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a byte-order mark is not text
             try:
@@ -93,6 +118,8 @@ def _jsonl(path: Path, langs: Sequence[str] | None) -> Iterator[tuple[int, str, 
             doc = json.loads(line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})") from None
+        except (ValueError, RecursionError) as exc:  # a number of 4,300+ digits, deep nesting
+            raise CorpusError(f"{path}:{n}: not readable JSON ({one_line(exc, 200)})") from None
         if not isinstance(doc, dict):
             raise CorpusError(f"{path}:{n}: expected a JSON object, found {type(doc).__name__}")
         tr = doc.get("translation")

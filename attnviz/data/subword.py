@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,9 +29,14 @@ from .tokenizer import (
     check_specials,
     content_ids,
 )
+from .tokenizer_checks import check_own, rust_panics
 
 #: Texts encoded per call when a whole corpus is encoded (bounds the memory of one call).
 ENCODE_CHUNK = 100_000
+#: Longest word subword training sees, in characters: a longer one is cut to this length for
+#: training only (a word of megabytes keeps the BPE and Unigram trainers busy for minutes;
+#: no piece that long would be learnt from it).
+MAX_WORD_CHARS = 100
 
 
 # -- subword vocabularies (BPE, Unigram) ----------------------------------------------------
@@ -104,7 +109,8 @@ class SubwordTokenizer(Tokenizer):
         """Text -> :class:`Encoding`; ``unknown`` lists the stretches of text read as unk."""
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
-        enc = self._hf.encode(text, add_special_tokens=False)
+        with rust_panics(f"reading text with the {self.kind} tokenizer"):
+            enc = self._hf.encode(text, add_special_tokens=False)
         ids = self._clean(enc.ids)
         pieces, unknown = [], []
         for i, piece, (a, b) in zip(ids, enc.tokens, enc.offsets, strict=True):
@@ -126,7 +132,8 @@ class SubwordTokenizer(Tokenizer):
         for start in range(0, len(texts), ENCODE_CHUNK):
             if len(words) > 1_000_000:  # a corpus of mostly distinct words: bound the memory
                 words = _WordTable(self._hf)
-            chunk_ids, chunk_lengths = words.encode(texts[start : start + ENCODE_CHUNK])
+            with rust_panics(f"encoding texts with the {self.kind} tokenizer"):
+                chunk_ids, chunk_lengths = words.encode(texts[start : start + ENCODE_CHUNK])
             ids.append(chunk_ids)
             lengths.append(chunk_lengths)
         flat = np.concatenate(ids) if ids else np.zeros(0, np.int32)
@@ -138,7 +145,8 @@ class SubwordTokenizer(Tokenizer):
         out = content_ids(ids, self.eos_id, stop_at_eos, (self.pad_id, self.bos_id))
         for i in out:
             self.token(i)  # range check
-        return self._hf.decode(out, skip_special_tokens=False)
+        with rust_panics(f"decoding with the {self.kind} tokenizer"):
+            return self._hf.decode(out, skip_special_tokens=False)
 
     def to_dict(self) -> dict:
         """``kind``, ``tokens``, ``specials`` and ``hf``: the ``tokenizers`` JSON, as a dict."""
@@ -156,13 +164,10 @@ class SubwordTokenizer(Tokenizer):
 
         kind = data.get("kind")
         hf_json = data.get("hf")
-        if not isinstance(hf_json, dict) or not isinstance(hf_json.get("model"), dict):
-            raise InputError(f"a {kind} tokenizer must be saved with its 'hf' tokenizers JSON")
-        model_type = hf_json["model"].get("type")
-        if str(model_type).lower() != kind:
-            raise InputError(f"a {kind} tokenizer holds a {model_type} model")
+        check_own(hf_json, kind)  # only what train_subword writes reaches the Rust library
         try:
-            hf = HF.from_str(json.dumps(hf_json))
+            with rust_panics(f"loading the saved {kind} tokenizer"):
+                hf = HF.from_str(json.dumps(hf_json))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
             raise InputError(f"the saved {kind} tokenizer does not load: {exc}") from None
         tok = cls(kind, hf, data.get("specials", DEFAULT_IDS))
@@ -197,7 +202,8 @@ def train_subword(
     hf.normalizer = normalizers.Prepend(WORD_START)
     hf.pre_tokenizer = pre_tokenizers.Metaspace(WORD_START, prepend_scheme="never", split=True)
     try:
-        hf.train_from_iterator(texts, trainer)
+        with rust_panics(f"training the {kind} tokenizer"):
+            hf.train_from_iterator(_short_words(texts), trainer)
     except Exception as exc:  # tokenizers raises a bare Exception, e.g. too small a vocabulary
         raise InputError(f"training the {kind} tokenizer failed: {exc}; try a larger "
                          "vocabulary size") from None  # fmt: skip
@@ -237,6 +243,14 @@ def train_subword(
 
 
 _BYTES = frozenset(_byte_pieces())
+
+
+def _short_words(texts: Iterable[str]) -> Iterator[str]:
+    """``texts`` with every word longer than :data:`MAX_WORD_CHARS` cut to that length."""
+    for text in texts:
+        if len(text) > MAX_WORD_CHARS and any(len(w) > MAX_WORD_CHARS for w in text.split(" ")):
+            text = " ".join(w[:MAX_WORD_CHARS] for w in text.split(" "))
+        yield text
 
 
 class _WordTable:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.errors import InputError, shorten
 
 #: The built-in layout: ids 0-3 are pad, decoder start, end and unknown. Models brought from
 #: elsewhere have their own (the model config's ``pad_id``/``bos_id``/``eos_id``/``unk_id``).
@@ -209,6 +209,34 @@ class Tokenizer:
         return cls.from_vocab(data.get("kind"), tokens, data.get("specials", DEFAULT_IDS))
 
 
+#: Characters an input may have per token the model takes: a text longer than
+#: ``max_len * CHARS_PER_TOKEN`` characters cannot fit, and is refused before any tokenizer
+#: reads it (tokenizing 100,000 characters may take a long time).
+CHARS_PER_TOKEN = 32
+#: Most characters any input may have, whatever the model's ``max_len`` (a relative-position
+#: model may name 10^12 positions).
+MAX_TEXT_CHARS = 1_000_000
+
+
+def check_text(text: object, max_len: int, what: str = "the input") -> str:
+    """``text`` if it is a string short enough to tokenize for a model of ``max_len``
+    positions, else :class:`InputError` saying the limit.
+
+    Checked before tokenizing: the length in tokens is only known after the tokenizer ran.
+    """
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be text (a str), got {shorten(repr(text))}")
+    limit = min(max_len * CHARS_PER_TOKEN, MAX_TEXT_CHARS)
+    if len(text) > limit:
+        why = (
+            f"this model takes at most {max_len:,} tokens, so at most {limit:,} characters are read"
+            if limit < MAX_TEXT_CHARS
+            else f"at most {limit:,} characters are read"
+        )
+        raise InputError(f"{what} has {len(text):,} characters; {why}")
+    return text
+
+
 def content_ids(
     ids: Iterable[int], eos_id: int | None, stop_at_eos: bool = True, skip: Sequence[int] = ()
 ) -> list[int]:
@@ -239,6 +267,11 @@ def check_specials(specials: dict[str, int] | None) -> dict[str, int]:
     if specials["eos"] == specials["pad"]:  # a start id equal to the end id is fine (BART)
         raise InputError("the end id must differ from the pad id")
     return {role: specials[role] for role in DEFAULT_IDS}
+
+
+#: Largest vocabulary :func:`train_tokenizer` builds (the subword trainers size their tables
+#: by it up front: 10^9 aborts the process).
+MAX_VOCAB_SIZE = 1_000_000
 
 
 def train_tokenizer(
@@ -276,6 +309,11 @@ def train_tokenizer(
         raise InputError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
         raise InputError(f"the vocabulary size must be a positive integer, got {vocab_size!r}")
+    if vocab_size is not None and vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(
+            f"the vocabulary size must be at most {MAX_VOCAB_SIZE:,} (the largest models use "
+            f"about 256,000), got {vocab_size:,}"
+        )
     specials = check_specials(specials)
     if kind in SUBWORD_KINDS:
         texts = texts if isinstance(texts, Sequence) else list(texts)

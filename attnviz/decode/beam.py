@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..core.config import MEMORY_FRACTION, ModelConfig, available_memory
 from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, record
@@ -135,6 +136,58 @@ def beam_search(
     return results
 
 
+#: Steps the first memory check of a beam search looks ahead (then twice as many each time
+#: the decode reaches the horizon).
+_FIRST_HORIZON = 64
+#: Bytes of Python objects per hypothesis and step: a tree node, a token and a log-prob in
+#: the slot's lists (measured: ~300 bytes; counted generously).
+_BYTES_PER_NODE = 512
+
+
+def beam_memory(config: ModelConfig, beams: int, steps: int, src_len: int,
+                attention: bool = False) -> int:  # fmt: skip
+    """Peak bytes a beam search of ``beams`` hypotheses over ``steps`` steps may hold, from
+    the config's arithmetic: the self- and cross-attention caches of every beam, a step's
+    ``[k, V]`` scores (a few copies), the tree and the slots, and with ``attention`` every
+    step's recorded rows."""
+    d_kv = config.n_heads * config.head_dim
+    layers = config.n_decoder_layers
+    cache = layers * 2 * beams * (steps + src_len) * d_kv * 4  # [k, H, T, Dh] K and V
+    scores = 6 * beams * config.tgt_vocab_size * 4  # logits, log-probs, sums, rules, top-k
+    nodes = 3 * beams * steps * _BYTES_PER_NODE  # running + finished slots, tree nodes
+    rows = 0
+    if attention:  # weights and masks of every layer of both kinds, per step and beam
+        rows = 2 * 2 * layers * config.n_heads * beams * steps * (steps + src_len) * 4
+    return cache + scores + nodes + rows
+
+
+def check_beam_size(config: ModelConfig, beams: int, steps: int, src_len: int,
+                    attention: bool = False) -> None:  # fmt: skip
+    """Refuse a beam search whose hypotheses cannot fit in the memory this process may use
+    (the same budget as :func:`attnviz.config.check_size`), in one line saying the limit.
+
+    Raises:
+        InputError: ``num_beams`` times the length limit needs more than the budget.
+    """
+    needed = beam_memory(config, beams, steps, src_len, attention)
+    if needed <= 64 << 20:
+        return
+    budget = int(available_memory() * MEMORY_FRACTION)
+    if needed <= budget:
+        return
+    per_beam = max(beam_memory(config, 1, steps, src_len, attention), 1)
+    fit = budget // per_beam
+    raise InputError(
+        f"num_beams {beams:,} over {steps:,} steps needs about {_size(needed)}, more "
+        f"than the {_size(budget)} this process can use: at most {fit:,} beams fit at this "
+        "length (fewer beams or a lower max_len)"
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**28 else f"{n / 2**20:.0f} MB"
+
+
 @dataclass
 class _Slot:
     """One of the ``k`` running (or finished) places: the hypothesis and what it carries."""
@@ -174,6 +227,10 @@ class _Search:
     def run(self, src: Tensor, pad: Tensor | None, max_len: int | None) -> BeamResult:
         model, k, eos, lp = self.model, self.k, self.eos_id, self.lp
         n_max = default_max_len(model, src.shape[1], max_len)
+        # beams x length is checked for the steps ahead, the horizon doubling as the decode
+        # reaches it (as the KV cache grows): a huge length limit costs only what is decoded
+        horizon = min(n_max, _FIRST_HORIZON)
+        check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
         capture = STEP_FIELDS if self.return_attention else ()
         device = src.device
         nodes = [BeamNode(0, None, self.bos_id, -1, 0.0, 0.0, False)]
@@ -198,6 +255,9 @@ class _Search:
             improvable = True
             seqs = torch.full((k, 1), self.bos_id, dtype=torch.long, device=device)
             for step in range(n_max):
+                if step == horizon:
+                    horizon = min(2 * horizon, n_max)
+                    check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
                 # the k start copies are the same at step 0: run one, use it k times
                 last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
                 trace = None
@@ -376,7 +436,7 @@ def beam_predict(
         ckpt.source_tensor(text),
         cfg.bos_id,
         cfg.eos_id,
-        max_len=max_len or ckpt.max_new_tokens,
+        max_len=ckpt.max_new_tokens if max_len is None else max_len,  # 0 is refused, not replaced
         rules=ckpt.rules,
         return_tree=return_tree,
         return_attention=return_attention,

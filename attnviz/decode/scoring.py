@@ -16,6 +16,7 @@ import torch
 from ..core.errors import InputError, shorten
 from ..core.record import Trace, record
 from ..data.batch import make_batch, with_eos
+from ..data.tokenizer import check_text
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
@@ -59,6 +60,7 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
             raise InputError(f"cannot read the reference text: {why}; give target ids instead")
         if not target.strip():
             raise InputError("the reference is empty: type the output you expect")
+        check_text(target, cfg.max_len, "the reference")  # before the tokenizer reads it
         ids = list(ckpt.tgt_tokenizer.encode(target).ids)
         if not ids or ids == [cfg.eos_id]:
             raise InputError(f"the reference {shorten(repr(target))} has no tokens to score")
@@ -97,9 +99,9 @@ def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> S
     Returns:
         :class:`Scored`; ``probs``/``ranks``/``argmax`` have one entry per target token.
     """
-    ids = target_ids(ckpt, target)
     if ckpt.is_audio:  # features in; the target follows the start id and the rules' prompt
         features = ckpt.source_tensor(source)
+        ids = target_ids(ckpt, target)
         prompt = list(getattr(ckpt.rules, "prompt", ()) or ())
         if ids[0] == ckpt.config.bos_id:  # Whisper's tokenizer writes the prompt itself
             ids = ids[1:]
@@ -110,7 +112,8 @@ def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> S
             logits = ckpt.model(features, tgt_in)[0].float()  # [Tt, V]
         gold = torch.tensor(ids, device=ckpt.device)  # [Tt]
     else:
-        enc = ckpt.encode_source(source)
+        enc = ckpt.encode_source(source)  # the input's refusals come first
+        ids = target_ids(ckpt, target)
         batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
         with torch.no_grad(), record(ckpt.model) as trace:  # a checkpoint's model is in eval mode
             logits = batch.forward(ckpt.model)[0].float()  # [Tt, V]

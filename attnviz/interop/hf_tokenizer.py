@@ -8,12 +8,14 @@ tokenizers, protobuf). ``trust_remote_code`` is never enabled. Pieces are the to
 from __future__ import annotations
 
 import functools
+import json
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, one_line
 from ..data.tokenizer import Encoding, content_ids
+from ..data.tokenizer_checks import check_folder, rust_panics
 
 #: Files any one of which means the folder has a tokenizer.
 TOKENIZER_FILES = (
@@ -103,17 +105,19 @@ class HFTokenizer:
 
     def _ids(self, text: str, special: bool = True) -> list[int]:
         """``tok(text)`` on the source side, ``tok(text_target=text)`` on the target side."""
-        if self.side == "target":
-            out = self._tok(text_target=text, add_special_tokens=special)
-        else:
-            out = self._tok(text, add_special_tokens=special)
+        with rust_panics("reading text with the folder's tokenizer"):
+            if self.side == "target":
+                out = self._tok(text_target=text, add_special_tokens=special)
+            else:
+                out = self._tok(text, add_special_tokens=special)
         return list(out["input_ids"])
 
     def split(self, text: str) -> list[str]:
         """The pieces of ``text`` without special tokens."""
         if self.side == "target":
             return [self.token(i) for i in self._ids(text, special=False)]
-        return [readable(p) for p in self._tok.tokenize(text)]
+        with rust_panics("reading text with the folder's tokenizer"):
+            return [readable(p) for p in self._tok.tokenize(text)]
 
     def encode(self, text: str) -> Encoding:
         """Text -> :class:`Encoding` with the special tokens transformers adds.
@@ -129,7 +133,8 @@ class HFTokenizer:
             unknown = [p for i, p in zip(ids, pieces, strict=True) if i == self.unk_id]
         elif self.unk_id in ids:
             try:
-                spans = self._tok(text, return_offsets_mapping=True)["offset_mapping"]
+                with rust_panics("reading text with the folder's tokenizer"):
+                    spans = self._tok(text, return_offsets_mapping=True)["offset_mapping"]
                 unknown = [
                     text[a:b] for i, (a, b) in zip(ids, spans, strict=True) if i == self.unk_id
                 ]
@@ -140,7 +145,8 @@ class HFTokenizer:
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> text as transformers decodes it (special tokens skipped); stops at the end id."""
         out = [i for i in content_ids(ids, self.eos_id, stop_at_eos) if 0 <= i < self._size]
-        return self._tok.decode(out, skip_special_tokens=True)
+        with rust_panics("decoding with the folder's tokenizer"):
+            return self._tok.decode(out, skip_special_tokens=True)
 
     def encode_plain(self, text: str) -> list[int]:
         """The ids of ``text`` alone, no special tokens added (a transcript's words)."""
@@ -262,18 +268,37 @@ def load_hf_tokenizer(
         from transformers import AutoTokenizer
     except ImportError:
         return None, f"reading this folder's tokenizer needs transformers: {EXTRA}"
+    refused = _refused_json(folder / "tokenizer.json")
+    if refused:
+        return None, f"the tokenizer in {folder} is not used: {refused}; ids in, ids out"
     try:
-        with warnings.catch_warnings():  # e.g. Marian's "Recommended: pip install sacremoses"
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(), rust_panics("loading the folder's tokenizer"):
+            warnings.simplefilter("ignore")  # e.g. Marian's "pip install sacremoses"
             tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers raises many kinds; say which and go on without
         return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:  # padding and truncation are never taken from a file
+        backend.no_padding()
+        backend.no_truncation()
     bad = _outside(tok, limit or vocab_size)
     if bad:
         return None, f"the tokenizer in {folder} is not usable: {bad}; ids in, ids out"
     unk = tok.unk_token_id if tok.unk_token_id is not None else ids["unk_id"]
     specials = {"pad": ids["pad_id"], "bos": ids["bos_id"], "eos": ids["eos_id"], "unk": unk}
     return HFTokenizer(tok, specials, folder, vocab_size), None
+
+
+def _refused_json(path: Path) -> str | None:
+    """Why a folder's ``tokenizer.json`` may not reach the Rust library (components no
+    supported family writes, a regex of its own), or None (also when there is none)."""
+    if not path.is_file():
+        return None
+    try:
+        check_folder(json.loads(path.read_text(encoding="utf-8")))
+    except (InputError, ValueError, RecursionError, OSError) as exc:
+        return one_line(exc, 300)
+    return None
 
 
 def _outside(tok, vocab_size: int | None) -> str | None:

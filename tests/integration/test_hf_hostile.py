@@ -163,3 +163,45 @@ def test_eos_that_is_the_tokenizers_unknown_is_refused(marian_tok, tmp_path):
         attnviz.load_checkpoint(folder)
     _one_line(exc)
     assert isinstance(exc.value, AttnvizError)
+
+
+# -- issue 25: projections whose widths disagree --------------------------------------------------
+def _misshapen(src: Path, dest: Path, part: str = "q_proj.weight", shape=(3, 7)) -> Path:
+    """A copy of ``src`` whose first ``part`` tensor has ``shape``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dest)
+    tensors = load_file(dest / "model.safetensors")
+    key = next(k for k in sorted(tensors) if k.endswith(part))
+    tensors[key] = torch.randn(*shape)
+    save_file(tensors, dest / "model.safetensors", metadata={"format": "pt"})
+    return dest
+
+
+@pytest.mark.parametrize("family", ["marian", "bart", "t5"])
+def test_qkv_widths_that_disagree_are_one_line_everywhere(plain, tmp_path, capsys, family):
+    from attnviz import cli
+
+    part = "q.weight" if family == "t5" else "q_proj.weight"
+    folder = _misshapen(plain[family], tmp_path / "f", part)
+    with pytest.raises(InteropError, match=r"query/key/value weights .*\[3, 7\]") as exc:
+        attnviz.load_checkpoint(folder)
+    _one_line(exc)
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("5 7\t7 5\n" * 4)
+    for argv in (
+        ["step", "--model", str(folder), "--text", "5 7 9"],
+        ["train", "--init", str(folder), "--data", str(corpus), "--out", str(tmp_path / "o"),
+         "--steps", "1"],
+    ):  # fmt: skip
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "query/key/value" in err and "Traceback" not in err
+
+
+def test_qkv_biases_that_disagree_are_one_line(plain, tmp_path):
+    folder = _misshapen(plain["marian"], tmp_path / "f", "k_proj.bias", (5,))
+    with pytest.raises(InteropError, match=r"query/key/value biases") as exc:
+        attnviz.load_checkpoint(folder)
+    _one_line(exc)

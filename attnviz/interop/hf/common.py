@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ...checkpoint import read_tensors
-from ...core.errors import CheckpointError, InteropError
+from ...core.errors import CheckpointError, InteropError, shorten
 
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"
@@ -193,17 +193,28 @@ def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) ->
     """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``."""
     q, k, v, o = (f"{hf_prefix}{n}" for n in names)
     out = {
-        f"{ours}in_proj_weight": torch.cat(
-            [src.take(f"{q}.weight"), src.take(f"{k}.weight"), src.take(f"{v}.weight")]
-        ),
+        f"{ours}in_proj_weight": _stacked(src, (q, k, v), "weight", 2),
         f"{ours}out_proj.weight": src.take(f"{o}.weight"),
     }
     if src.has(f"{q}.bias"):
-        out[f"{ours}in_proj_bias"] = torch.cat(
-            [src.take(f"{q}.bias"), src.take(f"{k}.bias"), src.take(f"{v}.bias")]
-        )
+        out[f"{ours}in_proj_bias"] = _stacked(src, (q, k, v), "bias", 1)
         out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
     return out
+
+
+def _stacked(src: Source, linears: tuple[str, ...], part: str, dims: int) -> Tensor:
+    """The ``part`` (weight or bias) of the q/k/v linears, one after another; their shapes
+    must agree (one width per projection) before they are joined."""
+    keys = [f"{name}.{part}" for name in linears]
+    tensors = [src.take(key) for key in keys]
+    shapes = [list(t.shape) for t in tensors]
+    if any(t.dim() != dims for t in tensors) or any(s != shapes[0] for s in shapes):
+        listed = ", ".join(f"{shorten(key)} {s}" for key, s in zip(keys, shapes, strict=True))
+        raise InteropError(
+            f"{src.where}: the query/key/value {'weights' if dims == 2 else 'biases'} must "
+            f"share one shape of {dims} dimension{'s' if dims > 1 else ''}; the file has {listed}"
+        )
+    return torch.cat(tensors)
 
 
 def linear(src: Source, hf_name: str, ours: str) -> dict:

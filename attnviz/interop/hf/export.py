@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -23,12 +22,15 @@ from torch import Tensor
 
 from ...checkpoint import Checkpoint, load_checkpoint
 from ...core.errors import InputError, InteropError
+from ...core.tempdirs import STALE_AFTER_S, clean_stale, make_temp_dir
 from ...core.weights import unique_state_dict
 from .common import WEIGHTS, unembeddings
 from .load import convert
 from .registry import REGISTRY
 
 GENERATION = "generation_config.json"
+#: The kind of the folder an export is written in before it is renamed into place.
+STAGING = "export"
 #: files of a checkpoint folder that are not its tokenizer's (weights, attnviz's own files)
 _NOT_TOKENIZER = ("config.json", GENERATION, "dev_pairs.json")
 _WEIGHT_SUFFIXES = (
@@ -59,6 +61,11 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
         ckpt = load_checkpoint(ckpt_or_folder)
     out = Path(out).expanduser()
     hf, _ = _family(ckpt)
+    if out.is_symlink():  # replacing a link would write through it or drop it: neither is asked
+        raise InputError(
+            f"{out} is a symbolic link; give export-hf the path of a new folder (the link's "
+            "target, or a name that does not exist yet)"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out} exists and is not empty; give export-hf a new folder")
     tensors = hf_tensors(ckpt)
@@ -68,7 +75,8 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
         if key in config or key == "dtype":
             config[key] = dtype
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    clean_stale(STAGING, out.parent, max_age=STALE_AFTER_S)  # left by a killed export
+    tmp = make_temp_dir(STAGING, out.parent, stem=f".{out.name}.")
     try:
         from safetensors.torch import save_file
 
@@ -81,6 +89,9 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
             (tmp / GENERATION).write_text(json.dumps(ckpt.meta["generation_config"], indent=2))
         for f in tokenizer_files(ckpt):
             shutil.copyfile(f, tmp / f.name)
+        for f in tmp.iterdir():  # as save_pretrained leaves them: readable by all
+            f.chmod(0o644)
+        tmp.chmod(0o755)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ...checkpoint import Checkpoint
 from ...core.config import ModelConfig
-from ...core.errors import AttnvizError, InteropError
+from ...core.errors import AttnvizError, InteropError, one_line
 from ...core.model import Transformer
 from ...core.weights import build_model
 from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
@@ -79,7 +79,12 @@ def convert(
         raise InteropError(
             f"{where}: config.json does not give a model attnviz can build: {exc}"
         ) from None
-    ours = family.weights(src, cfg)
+    try:
+        ours = family.weights(src, cfg)
+    except RuntimeError as exc:  # tensors torch cannot join or reshape: one line, not a trace
+        raise InteropError(
+            f"{where}: the weights do not fit a {hf['model_type']} model ({one_line(exc, 200)})"
+        ) from None
     if not family.audio:
         ours["src_embed.weight"] = emb["src"]
     if not cfg.share_embeddings:
