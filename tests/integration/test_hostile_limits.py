@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import attnviz
-from attnviz.decode import beam
 from attnviz.core.errors import InputError
+from attnviz.decode import beam
 
 ROOT = Path(__file__).resolve().parents[2]
 REVERSE = ROOT / "models" / "reverse"

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from attnviz.data.tokenizer_checks import rust_panics
 
 import attnviz
 from attnviz.checkpoint import WEIGHTS, read_tensors, write_tensors
 from attnviz.core.config import ModelConfig
 from attnviz.core.errors import AttnvizError, InputError
 from attnviz.data.tokenizer import CHARS_PER_TOKEN, MAX_TEXT_CHARS, check_text, train_tokenizer
+from attnviz.data.tokenizer_checks import rust_panics
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = ["hello world", "the cat sat on the mat", "a dog and a cat"] * 10
