@@ -4,6 +4,9 @@ browser the app's rows drive, and torch threads as the app sets them."""
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,24 @@ def app_threads():
     finally:
         torch.set_num_threads(before)
 
+
+
+def paired_times(
+    a: Callable[[], object], b: Callable[[], object], repeats: int, warmup: int = 2
+) -> tuple[float, float]:
+    """Median seconds of ``a`` and of ``b``, timed alternately so drift hits both alike."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
 
 
 # -- the browser the app's rows and the browser tests drive ------------------------------------------

@@ -44,7 +44,14 @@ from ..core.model import Transformer, sinusoidal_positions
 from ..core.record import record
 from ..decode.beam import beam_search
 from ..decode.greedy import GreedyStepper, greedy_decode
-from .rows import CHROMIUM, CHROMIUM_ARGS, MODELS, Row, app_threads  # noqa: F401  (re-exported)
+from .rows import (  # noqa: F401  (re-exported)
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    MODELS,
+    Row,
+    app_threads,
+    paired_times,
+)
 
 
 def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -59,24 +66,6 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> floa
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def paired_times(
-    a: Callable[[], object], b: Callable[[], object], repeats: int, warmup: int = 2
-) -> tuple[float, float]:
-    """Median seconds of ``a`` and of ``b``, timed alternately so drift hits both alike."""
-    for _ in range(warmup):
-        a()
-        b()
-    ta, tb = [], []
-    for _ in range(repeats):
-        for fn, out in ((a, ta), (b, tb)):
-            t0 = time.perf_counter()
-            fn()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            out.append(time.perf_counter() - t0)
-    return statistics.median(ta), statistics.median(tb)
 
 
 class TorchBaseline(nn.Module):
@@ -354,7 +343,10 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
     from tqdm import tqdm
 
     from ..core.devices import resolve_device
-    from . import app  # the app's rows (Step on the server, the browser)
+    from . import (
+        app,  # the app's rows (Step on the server, the browser)
+        speech,  # Whisper tiny.en against ctranslate2
+    )
     from .report import bench_report  # the offline report: canvas page vs Plotly page
 
     dev = resolve_device(device)  # "cuda" without a GPU: one clear error
@@ -367,6 +359,7 @@ def run(device: str = "auto", quick: bool = False, progress: bool = True) -> dic
         ("report", lambda: bench_report(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
         ("hf marian", lambda: bench_hf_marian(quick)),
+        ("speech", lambda: speech.bench_speech(quick)),
         ("training", bench_training),
     ]
     rows: list[Row] = []
