@@ -26,7 +26,7 @@ from .masking import (
 )
 from .speech_align import HeadTiming, TimedClip, read_word_times, score_heads
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
-from .timestamps import Alignment, Word, align, alignment_heads, word_timestamps
+from .timestamps import Alignment, Word, alignment_heads, speech_alignment, word_timestamps
 from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "read_word_times",
     "score_heads",
     "Word",
-    "align",
+    "speech_alignment",
     "alignment_heads",
     "word_timestamps",
     "AlignmentReport",

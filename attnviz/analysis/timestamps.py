@@ -383,7 +383,7 @@ def align_pass(run: ForcedPass, heads: Sequence[tuple[int, int]]) -> Alignment:
     return Alignment(run.text_tokens, rows, cols, run.token_probs, matrix, list(heads), words)
 
 
-def align(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None) -> Alignment:
+def speech_alignment(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None) -> Alignment:
     """Align a transcript to a clip with the model's own cross-attention scores.
 
     Args:
@@ -402,9 +402,9 @@ def align(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None =
 
 def word_timestamps(ckpt, audio, heads=None, sampling_rate: int | None = None) -> list[Word]:
     """The words of the model's transcript of ``audio`` with their start and end (seconds)
-    and probability, from the alignment heads' cross-attention (see :func:`align`).
+    and probability, from the alignment heads' cross-attention (see :func:`speech_alignment`).
 
     Args:
         heads: ``(layer, head)`` pairs; None: the folder's ``alignment_heads``.
     """
-    return align(ckpt, audio, heads=heads, sampling_rate=sampling_rate).words
+    return speech_alignment(ckpt, audio, heads=heads, sampling_rate=sampling_rate).words

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.analysis import align, alignment_heads, word_timestamps
+from attnviz.analysis import alignment_heads, speech_alignment, word_timestamps
 from attnviz.data.audio import SAMPLING_RATE, load_audio, log_mel
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def test_the_path_follows_ctranslate2_align(ckpt, sentences):
     engine = ctranslate2.models.Whisper(str(models.get_model_path()), intra_threads=1)
     moved = 0
     for path in sentences:
-        ours = align(ckpt, path)
+        ours = speech_alignment(ckpt, path)
         samples = load_audio(path)
         features = ctranslate2.StorageView.from_array(log_mel(samples)[None].numpy())
         frames = len(samples) * 100 // SAMPLING_RATE
@@ -102,10 +102,10 @@ def test_words_fall_where_they_were_spoken(ckpt, spaced_words):
 def test_heads_are_the_folders_and_can_be_chosen(ckpt, spaced_words):
     clip, _ = spaced_words
     assert alignment_heads(ckpt) == [tuple(h) for h in ckpt.meta["ct2_config"]["alignment_heads"]]
-    one = align(ckpt, clip, heads=[(3, 1)])
+    one = speech_alignment(ckpt, clip, heads=[(3, 1)])
     assert one.heads == [(3, 1)] and len(one.words) == len(WORDS)
     with pytest.raises(attnviz.InputError, match="no cross-attention head L9"):
-        align(ckpt, clip, heads=[(9, 0)])
+        speech_alignment(ckpt, clip, heads=[(9, 0)])
     with pytest.raises(attnviz.InputError, match="speech models"):
         word_timestamps(attnviz.load_checkpoint("models/reverse"), clip)
 
