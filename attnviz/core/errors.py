@@ -31,6 +31,10 @@ class TraceLookupError(AttnvizError, LookupError):
     """A trace was asked for attention it did not capture."""
 
 
+class CorpusError(AttnvizError, ValueError):
+    """A corpus file that cannot be read as parallel text (the message names file:line)."""
+
+
 class CheckpointError(AttnvizError, ValueError):
     """A checkpoint folder or file that cannot be loaded (missing, truncated, wrong format)."""
 

@@ -20,14 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import AttnvizError, one_line
+from ..core.errors import CorpusError, one_line
 from .tokenizer import Tokenizer
 
 Pair = tuple[str, str]
-
-
-class CorpusError(AttnvizError, ValueError):
-    """A corpus file that cannot be read as parallel text (the message names file:line)."""
 
 
 @dataclass
