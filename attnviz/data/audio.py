@@ -4,7 +4,7 @@ log-mel features as Whisper computes them.
 Files are read with ``soundfile`` (WAV, FLAC, OGG, ...), other rates resampled with ``soxr``,
 several channels mixed down to one. Clips longer than :data:`MAX_SECONDS` are refused: a
 Whisper encoder reads one 30 s window. Anything that is not usable audio raises one
-:class:`~attnviz.errors.InputError` line; a header that claims more samples than its file
+:class:`~attnviz.core.errors.InputError` line; a header that claims more samples than its file
 holds is refused before anything is allocated.
 """
 

@@ -7,7 +7,7 @@ runs for minutes. So only the components attnviz's own training writes
 (:func:`check_own`) or that a Hugging Face family's tokenizer class produces
 (:func:`check_folder`) load, no regex but a few known ones runs, and padding and truncation
 are never taken from a file. A panic that still comes out of Rust becomes one
-:class:`~attnviz.errors.InputError` line (:func:`rust_panics`).
+:class:`~attnviz.core.errors.InputError` line (:func:`rust_panics`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from ..core.errors import InputError, one_line, shorten
 
 WORD_START = "▁"
-#: The Metaspace pre-tokenizer and decoder attnviz's training writes (attnviz.subword).
+#: The Metaspace pre-tokenizer and decoder attnviz's training writes (attnviz.data.subword).
 _METASPACE_SPLIT = {"type": "Metaspace", "replacement": WORD_START, "prepend_scheme": "never",
                     "split": True}  # fmt: skip
 _METASPACE_DECODE = {"type": "Metaspace", "replacement": WORD_START, "prepend_scheme": "always",

@@ -164,7 +164,7 @@ def beam_memory(config: ModelConfig, beams: int, steps: int, src_len: int,
 def check_beam_size(config: ModelConfig, beams: int, steps: int, src_len: int,
                     attention: bool = False) -> None:  # fmt: skip
     """Refuse a beam search whose hypotheses cannot fit in the memory this process may use
-    (the same budget as :func:`attnviz.config.check_size`), in one line saying the limit.
+    (the same budget as :func:`attnviz.core.config.check_size`), in one line saying the limit.
 
     Raises:
         InputError: ``num_beams`` times the length limit needs more than the budget.

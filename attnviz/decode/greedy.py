@@ -110,7 +110,7 @@ class LogitRules:
         """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
         of at most ``limit``; blocked ids get -inf, a forced id is the only finite one.
         ``seqs`` ``[B, step]`` (the tokens produced so far) is for rules that read them
-        (:class:`~attnviz.beam_rules.WhisperRules`); these do not."""
+        (:class:`~attnviz.decode.rules.WhisperRules`); these do not."""
         logits = logits.clone()
         vocab = logits.shape[-1]
 

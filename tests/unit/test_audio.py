@@ -1,4 +1,4 @@
-"""Audio in (attnviz.audio): files and arrays to 16 kHz mono, and one-line refusals of
+"""Audio in (attnviz.data.audio): files and arrays to 16 kHz mono, and one-line refusals of
 everything that is not usable audio."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ a pre-norm encoder with fixed sinusoids; a pre-norm decoder with learned positio
 output tied to the token table. Every difference from a text model is a config field
 (``source="audio"``, ``encoder_positions="whisper"``, ``max_source_len``).
 
-The generation rules are Whisper's own (:class:`~attnviz.beam_rules.WhisperRules`): the prompt
+The generation rules are Whisper's own (:class:`~attnviz.decode.rules.WhisperRules`): the prompt
 ``<|startoftranscript|> <|notimestamps|>``, ``suppress_tokens`` everywhere and
 ``begin_suppress_tokens`` at the first text token, as transformers' Whisper ``generate``.
 """
