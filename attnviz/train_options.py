@@ -15,9 +15,13 @@ from .feeds import PRESETS, Feed
 #: ModelConfig fields that are not options: the vocabularies and special ids come from the
 #: tokenizers.
 _FROM_TOKENIZERS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
+#: ModelConfig fields of audio models, which are imported (Whisper), not trained here.
+_AUDIO_ONLY = ("source", "n_mels")
 #: Every other ModelConfig field is a training option (and an ``attnviz train`` flag).
 MODEL_FIELDS = tuple(
-    f.name for f in dataclasses.fields(ModelConfig) if f.name not in _FROM_TOKENIZERS
+    f.name
+    for f in dataclasses.fields(ModelConfig)
+    if f.name not in _FROM_TOKENIZERS + _AUDIO_ONLY
 )
 #: Options that describe where the data comes from rather than how to train on it.
 _NOT_SAVED = ("pairs", "dev_pairs", "resume", "command")
