@@ -24,7 +24,7 @@ from ...weights import build_model
 from ..hf.common import read_json
 from .binary import VERSIONS, ModelBin, read_model_bin
 from .transformer import convert_transformer
-from .vocabulary import VocabTokenizer, read_vocabulary
+from .vocabulary import VocabTokenizer, folder_tokenizer, read_vocabulary
 
 WEIGHTS = "model.bin"
 CONFIG = "config.json"
@@ -49,9 +49,11 @@ def register_spec(name: str, load: Callable[[Path, ModelBin, dict, Any], Checkpo
 
 
 def is_ct2_folder(path: str | Path) -> bool:
-    """True for a folder with ``model.bin`` and a ``config.json`` that is not a Hugging Face
-    or attnviz one (those name a ``model_type`` or a ``config``)."""
+    """True for a folder (or its ``model.bin``) with ``model.bin`` and a ``config.json`` that
+    is not a Hugging Face or attnviz one (those name a ``model_type`` or a ``config``)."""
     folder = Path(path).expanduser()
+    if folder.name == WEIGHTS and folder.is_file():
+        folder = folder.parent
     if not (folder / WEIGHTS).is_file() or not (folder / CONFIG).is_file():
         return False
     try:
@@ -140,6 +142,14 @@ def _grow(t: Tensor | None) -> Tensor | None:
     return torch.cat([t, t.new_zeros(1, *t.shape[1:])])
 
 
+def _weight_dtypes(model_bin: ModelBin) -> list[str]:
+    """How the file stores its weights (``["float32", "int8"]``: int8 matrices, float32
+    biases and norms), flags and counts left out."""
+    variables, stored = model_bin.variables, model_bin.stored_dtypes
+    return sorted({stored[k] for k, v in variables.items() if k in stored and v.dim() > 0
+                   and v.is_floating_point()})  # fmt: skip
+
+
 def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, device) -> Checkpoint:
     """A ``TransformerSpec`` folder -> Checkpoint (see :mod:`.transformer` for the weights).
 
@@ -171,7 +181,8 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
             )
     eos = _special_id(tgt_vocab, _option(config, "eos_token", "</s>"), "eos_token", folder)
     unk = _special_id(tgt_vocab, _option(config, "unk_token", "<unk>"), "unk_token", folder)
-    if src_vocab is not tgt_vocab and src_vocab.index(config.get("unk_token") or "<unk>") != unk:
+    src_unk = _special_id(src_vocab, _option(config, "unk_token", "<unk>"), "unk_token", folder)
+    if src_unk != unk:
         raise InteropError(f"{folder}: the unknown token has other ids in the two vocabularies")
     pads = [t for t in PAD_TOKENS if t in src_vocab and t in tgt_vocab
             and src_vocab.index(t) == tgt_vocab.index(t)]  # fmt: skip
@@ -240,15 +251,22 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
         else ()
     )
     suffix = (src_vocab.index(_option(config, "eos_token", "</s>")),) if add_eos else ()
-    why = f"{folder} has only a token vocabulary: type tokens separated by spaces"
-    src_tok = VocabTokenizer(names[0], specials, prefix, suffix, why)
-    tgt_tok = VocabTokenizer(names[1], specials, why=why, side="target")
+    hidden = (len(tgt_vocab),) if grow else ()
+    tokenizer, why = None, None
+    if src_vocab == tgt_vocab and not (add_bos or add_eos):
+        tokenizer, why = folder_tokenizer(folder, tgt_vocab, specials, int(grow))
+    if tokenizer is not None:
+        src_tok, tgt_tok = tokenizer, tokenizer.for_target()
+    else:
+        why = why or f"{folder} has only a token vocabulary: type tokens separated by spaces"
+        src_tok = VocabTokenizer(names[0], specials, prefix, suffix, why, hidden=hidden)
+        tgt_tok = VocabTokenizer(names[1], specials, why=why, side="target", hidden=hidden)
     meta = {
         "format": "ctranslate2",
         "spec": model_bin.spec,
         "spec_revision": model_bin.revision,
         "ct2_config": config,
-        "quantization": sorted(set(model_bin.stored_dtypes.values()) - {"int16", "int32"}),
+        "stored_dtypes": _weight_dtypes(model_bin),
         "tokenizer_missing": why,
     }
     rules = LogitRules(banned=(len(tgt_vocab),)) if grow else None

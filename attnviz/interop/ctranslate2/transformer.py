@@ -7,7 +7,8 @@ The table from CTranslate2's variable names to ours (``E``/``D`` = ``encoder``/`
     E/embeddings_0/weight                   src_embed.weight
     D/embeddings/weight                     tgt_embed.weight
     D/projection/{weight,bias}              generator.{weight,bias}
-    {E,D}/position_encodings/encodings      a computed table (sinusoids) or {E,D}.pos_embed
+    {E,D}/position_encodings/encodings      our sinusoids, or {E,D}.pos_embed.weight (a file
+                                            without the table: CTranslate2's sinusoids)
     {E,D}/layernorm_embedding/{gamma,beta}  {E,D}.embed_norm.{weight,bias}
     {E,D}/layer_norm/{gamma,beta}           {E,D}.norm.{weight,bias}   (pre-norm stacks)
     {E,D}/layer_N/self_attention/linear_0   {E,D}.layers.N.self_attn.in_proj_*  (q, k, v fused)
@@ -17,11 +18,12 @@ The table from CTranslate2's variable names to ours (``E``/``D`` = ``encoder``/`
     D/layer_N/attention/linear_2            D.layers.N.cross_attn.out_proj
     D/layer_N/attention/layer_norm          D.layers.N.norm2
     {E,D}/layer_N/ffn/linear_0, linear_1    {E,D}.layers.N.ff.linear1, ff.linear2
+    {E,D}/layer_N/ffn/linear_0_noact        {E,D}.layers.N.ff.gate  (GLU feed-forwards)
     {E,D}/layer_N/ffn/layer_norm            E.layers.N.norm2 / D.layers.N.norm3
 
 plus scalars that say the rest (``num_heads``, ``pre_norm``, ``activation``,
 ``scale_embeddings``, ``start_from_zero_embedding``, ...). A variable or a flag this table
-does not cover (relative positions, ALiBi, rotary, GLU, RMS norms, several source
+does not cover (relative positions, ALiBi, rotary, RMS norms, several source
 embeddings, multi-query attention, ...) is refused in one line rather than ignored.
 """
 
@@ -50,7 +52,7 @@ _NEUTRAL_FLAGS = {
     "decoder/alignment_layer": None,  # which cross-attention CTranslate2 returns as alignment
     "decoder/alignment_heads": None,
 }
-#: rows of the sinusoid table when the file carries none (CTranslate2 computes it then)
+#: rows of the position table built where the file carries none (CTranslate2 computes it)
 COMPUTED_POSITIONS = 1024
 
 
@@ -69,6 +71,10 @@ def _flag(src: Source, name: str, default: float) -> float:
 
 
 def _norm(src: Source, scope: str, ours: str) -> dict[str, Tensor]:
+    if src.has(f"{scope}/gamma") and not src.has(f"{scope}/beta"):
+        raise InteropError(
+            f"{src.where}: {scope} is an RMS norm, not implemented for CTranslate2 folders"
+        )
     return {f"{ours}.weight": src.take(f"{scope}/gamma"), f"{ours}.bias": src.take(f"{scope}/beta")}
 
 
@@ -83,6 +89,22 @@ def _put(out: dict[str, Tensor], name: str, weight: Tensor, bias: Tensor | None)
         out[f"{name}.bias" if not name.endswith("in_proj") else f"{name}_bias"] = bias
 
 
+def computed_positions(rows: int, d_model: int) -> Tensor:
+    """The sinusoids CTranslate2 computes where a file has no position table: position p
+    (from 0) takes angles ``(p + 1) * 10000 ** (-i / (D/2 - 1))``, sines then cosines.
+
+    Returns:
+        ``[rows, D]`` float32.
+    """
+    half = d_model // 2
+    freq = torch.exp(
+        torch.arange(half, dtype=torch.float32) * -(math.log(10000) / max(half - 1, 1))
+    )
+    angles = torch.arange(1, rows + 1, dtype=torch.float32)[:, None] * freq[None]  # [rows, D/2]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    return torch.cat([table, torch.zeros(rows, d_model % 2)], dim=1)
+
+
 def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Config fields and weights for the position tables (one per stack, maybe one tensor)."""
     tables = {
@@ -90,10 +112,14 @@ def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], 
         for stack in ("encoder", "decoder")
         if src.has(f"{stack}/position_encodings/encodings")
     }
-    if not tables:
-        return {"positions": "sinusoidal_split", "max_len": COMPUTED_POSITIONS}, {}
+    if not tables:  # CTranslate2 computes them: loaded as a table, the numbers it uses
+        table = computed_positions(COMPUTED_POSITIONS, d_model)
+        weights = {"encoder.pos_embed.weight": table, "decoder.pos_embed.weight": table.clone()}
+        return {"positions": "learned", "max_len": COMPUTED_POSITIONS}, weights
     if len(tables) == 1:
         raise InteropError(f"{where}: only the {next(iter(tables))} has a position table")
+    # a float16 / bfloat16 file holds our sinusoids rounded: compare within its precision
+    atol = max(1e-4, torch.finfo(tables["encoder"].dtype).eps)
     enc, dec = tables["encoder"].float(), tables["decoder"].float()
     if enc.dim() != 2 or enc.shape != dec.shape or enc.shape[1] != d_model:
         raise InteropError(
@@ -104,7 +130,7 @@ def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], 
     for kind, make in (("sinusoidal_split", split_sinusoidal_positions),
                        ("sinusoidal", sinusoidal_positions)):  # fmt: skip
         table = make(rows, d_model)
-        if torch.allclose(enc, table, atol=1e-4) and torch.allclose(dec, table, atol=1e-4):
+        if torch.allclose(enc, table, atol=atol) and torch.allclose(dec, table, atol=atol):
             return {"positions": kind, "max_len": rows}, {}
     weights = {"encoder.pos_embed.weight": enc, "decoder.pos_embed.weight": dec}
     return {"positions": "learned", "max_len": rows}, weights
@@ -184,6 +210,7 @@ def convert_transformer(
     d_model = int(emb.shape[1])
     ours: dict[str, Tensor] = {}
     biases: set[bool] = set()
+    gates: set[bool] = set()
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
         for i in range(n):
             p, o = f"{stack}/layer_{i}/", f"{stack}.layers.{i}."
@@ -203,11 +230,16 @@ def convert_transformer(
                 w, b = _linear(src, f"{p}ffn/linear_{j}")
                 _put(ours, f"{o}ff.linear{j + 1}", w, b)
                 biases.add(b is not None)
+            gates.add(src.has(f"{p}ffn/linear_0_noact/weight"))
+            if src.has(f"{p}ffn/linear_0_noact/weight"):  # GLU: act(linear_0 x) * linear_0_noact x
+                _put(ours, f"{o}ff.gate", *_linear(src, f"{p}ffn/linear_0_noact"))
             ours |= _norm(
                 src, f"{p}ffn/layer_norm", f"{o}{'norm3' if stack == 'decoder' else 'norm2'}"
             )
     if len(biases) > 1:
         raise InteropError(f"{where}: some linears have biases and some do not")
+    if len(gates) > 1:
+        raise InteropError(f"{where}: some feed-forwards are gated (GLU) and some are not")
     finals = {s: src.has(f"{s}/layer_norm/gamma") for s in ("encoder", "decoder")}
     embed_norms = {s: src.has(f"{s}/layernorm_embedding/gamma") for s in ("encoder", "decoder")}
     for what, flags in (("final norm", finals), ("embedding norm", embed_norms)):
@@ -233,6 +265,7 @@ def convert_transformer(
         embed_norm=embed_norms["encoder"],
         scale_embeddings=_scale_embeddings(src, where, d_model),
         bias=biases.pop(),
+        gated_ff=gates.pop(),
         layer_norm_eps=layer_norm_eps,
         **position_fields,
     )

@@ -3,7 +3,7 @@ of a folder that has nothing but them: token strings in, token strings out.
 
 CTranslate2 itself never tokenizes: ``translate_batch`` takes tokens (``["▁Hello", "</s>"]``)
 and returns tokens. :class:`VocabTokenizer` does the same with text: the input is its tokens
-separated by spaces, and the output is the produced tokens joined by spaces, so
+separated by spaces (or ``#<id>``), and the output is the produced tokens joined by spaces, so
 ``ckpt.predict(" ".join(tokens)) == " ".join(translator.translate_batch([tokens])[0]
 .hypotheses[0])``.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...errors import CheckpointError, InputError, shorten
 from ...tokenizer import Encoding, content_ids
+from ..hf_tokenizer import EXTRA, HFTokenizer
 
 #: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
 MAX_VOCABULARY_BYTES = 256 << 20
@@ -26,9 +27,11 @@ def read_vocabulary(folder: Path, name: str) -> list[str] | None:
     """``{name}.json`` (a JSON list of strings) or ``{name}.txt`` (one token a line), or None
     when the folder has neither.
 
+    A token listed twice keeps both ids (the first is the one text reads as, as in
+    CTranslate2).
+
     Raises:
-        CheckpointError: a file that is too big, not UTF-8, not a list of strings, or that
-            names a token twice.
+        CheckpointError: a file that is too big, not UTF-8, or not a list of strings.
     """
     for suffix in (".json", ".txt"):
         path = folder / f"{name}{suffix}"
@@ -45,9 +48,6 @@ def read_vocabulary(folder: Path, name: str) -> list[str] | None:
             tokens.pop()  # the newline after the last token
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise CheckpointError(f"{shorten(path, 300)} must be a list of token strings")
-        if len(set(tokens)) != len(tokens):
-            twice = next(t for i, t in enumerate(tokens) if t in tokens[:i])
-            raise CheckpointError(f"{shorten(path, 300)} names the token {shorten(twice)!r} twice")
         return tokens
     return None
 
@@ -61,7 +61,9 @@ class VocabTokenizer:
         specials: ``{"pad", "bos", "eos", "unk"}`` ids (the model's).
         prefix / suffix: ids added around every encoded input (CTranslate2's
             ``add_source_bos`` / ``add_source_eos``).
-        why: why the folder's text is read as tokens (shown when a token is unknown).
+        why: why the folder's text is read as tokens.
+        hidden: ids left out of decoded text (a start token the model adds; CTranslate2
+            returns every other token it produces, ``<blank>`` and ``<s>`` included).
     """
 
     kind = "ct2-vocabulary"
@@ -74,16 +76,18 @@ class VocabTokenizer:
         suffix: tuple[int, ...] = (),
         why: str = "",
         side: str = "source",
+        hidden: tuple[int, ...] = (),
     ):
         self.tokens = list(tokens)
         self.specials = dict(specials)
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
         self.prefix, self.suffix, self.why, self.side = tuple(prefix), tuple(suffix), why, side
+        self.hidden = tuple(hidden)
 
     @functools.cached_property
     def _index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
+        return {t: i for i, t in reversed(list(enumerate(self.tokens)))}  # the first id wins
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -97,19 +101,29 @@ class VocabTokenizer:
             raise InputError(f"text must be a string, got {type(text).__name__}")
         return text.split()
 
+    def _id(self, piece: str) -> int | None:
+        """The id of a token, or of ``#<id>`` (how ids are shown), or None."""
+        if piece in self._index:
+            return self._index[piece]
+        if piece[:1] == "#" and piece[1:].isdigit() and int(piece[1:]) < len(self.tokens):
+            return int(piece[1:])
+        return None
+
     def encode(self, text: str) -> Encoding:
-        """Tokens -> ids (an unknown token -> the unknown id, listed in ``unknown``)."""
+        """Tokens (or ``#<id>``) -> ids; an unknown token -> the unknown id, listed in
+        ``unknown``."""
         pieces = self.split(text)
-        ids = [self._index.get(p, self.unk_id) for p in pieces]
-        unknown = [p for p in pieces if p not in self._index]
+        found = [self._id(p) for p in pieces]
+        ids = [self.unk_id if i is None else i for i in found]
+        unknown = [p for p, i in zip(pieces, found, strict=True) if i is None]
         ids = [*self.prefix, *ids, *self.suffix]
         return Encoding(ids, [self.token(i) for i in ids], list(dict.fromkeys(unknown)))
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
-        """Ids -> their tokens joined by spaces, up to the end id, without the start and pad
-        ids (as CTranslate2 returns a hypothesis)."""
-        skip = (self.pad_id, self.bos_id)
-        return " ".join(self.token(i) for i in content_ids(ids, self.eos_id, stop_at_eos, skip))
+        """Ids -> their tokens joined by spaces, up to the end id, without ``hidden`` ids (as
+        CTranslate2 returns a hypothesis)."""
+        kept = content_ids(ids, self.eos_id, stop_at_eos, self.hidden)
+        return " ".join(self.token(i) for i in kept)
 
     def token(self, i: int) -> str:
         if i < 0:
@@ -118,3 +132,39 @@ class VocabTokenizer:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "size": len(self), "specials": dict(self.specials)}
+
+
+def folder_tokenizer(
+    folder: Path, tokens: list[str], specials: dict[str, int], added: int
+) -> tuple[HFTokenizer | None, str | None]:
+    """The folder's ``tokenizer.json`` (a Hugging Face fast tokenizer) when it has one whose
+    ids are the vocabulary's, else ``(None, why)``; ``why`` is None when there is no file.
+
+    Args:
+        tokens: the vocabulary (without a token the model adds).
+        specials: the model's ``{"pad", "bos", "eos", "unk"}`` ids.
+        added: ids the model has beyond ``tokens`` (the tokenizer never produces them).
+    """
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None, None
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return None, f"reading {path.name} needs transformers: {EXTRA}"
+    names = {k: tokens[i] for k, i in specials.items() if i < len(tokens)}
+    try:
+        tok = PreTrainedTokenizerFast(
+            tokenizer_file=str(path),
+            eos_token=names.get("eos"),
+            unk_token=names.get("unk"),
+            pad_token=names.get("pad"),
+        )
+        vocab = tok.get_vocab()
+    except Exception as exc:  # tokenizers raises many kinds: say which and go on without
+        return None, f"{path} did not load ({type(exc).__name__}); type tokens instead"
+    wrong = [t for i, t in enumerate(tokens) if vocab.get(t) != i]
+    if wrong or len(vocab) != len(tokens):
+        what = f"{shorten(wrong[0])!r} has another id" if wrong else "its size differs"
+        return None, f"{path} does not match the vocabulary ({what}); type tokens instead"
+    return HFTokenizer(tok, specials, folder, len(tokens) + added), None
