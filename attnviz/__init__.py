@@ -4,7 +4,7 @@ The attention shown is the attention the model used: weights are recorded inside
 forward pass (:func:`record`), never recomputed beside it.
 """
 
-from . import interop, masks, tasks
+from . import audio, interop, masks, tasks
 from .beam import BeamNode, BeamResult, BeamTree, beam_search
 from .checkpoint import Checkpoint, Prediction, load_checkpoint, save_checkpoint
 from .config import ModelConfig
@@ -74,6 +74,7 @@ __all__ = [
     "eager_attention",
     "export_hf",
     "greedy_decode",
+    "audio",
     "interop",
     "load_checkpoint",
     "masks",
