@@ -19,9 +19,7 @@ _FROM_TOKENIZERS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos
 _AUDIO_ONLY = ("source", "n_mels")
 #: Every other ModelConfig field is a training option (and an ``attnviz train`` flag).
 MODEL_FIELDS = tuple(
-    f.name
-    for f in dataclasses.fields(ModelConfig)
-    if f.name not in _FROM_TOKENIZERS + _AUDIO_ONLY
+    f.name for f in dataclasses.fields(ModelConfig) if f.name not in _FROM_TOKENIZERS + _AUDIO_ONLY
 )
 #: Options that describe where the data comes from rather than how to train on it.
 _NOT_SAVED = ("pairs", "dev_pairs", "resume", "command")
