@@ -32,7 +32,10 @@ from .core.record import (
     record,
 )
 from .core.version import __version__
-from .data import tasks
+from .data import (
+    audio,  # attnviz.audio.load_audio, log_mel
+    tasks,
+)
 from .data.tokenizer import Encoding, Tokenizer
 from .decode.beam import BeamNode, BeamResult, BeamTree, beam_search
 from .decode.greedy import GreedyStepper, StepResult, greedy_decode
@@ -77,6 +80,7 @@ __all__ = [
     "eager_attention",
     "export_hf",
     "greedy_decode",
+    "audio",
     "interop",
     "load_checkpoint",
     "masks",

@@ -97,6 +97,9 @@ def test_transcripts(ckpt, clips):
     assert "attention is all you need" in texts[1]
     assert "from the store" in texts[2]
     assert ckpt.predict(clips[2], num_beams=5).strip().lower().startswith("please call")
+    begin = ckpt.rules.no_timestamps_id + 1
+    assert ckpt.tgt_tokenizer.token(begin) == "<|0.00|>"
+    assert ckpt.tgt_tokenizer.token(begin + 150) == "<|3.00|>"
 
 
 def test_stepper_records_the_real_model(ckpt, clips):

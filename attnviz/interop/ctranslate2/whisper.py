@@ -43,6 +43,8 @@ _FLAGS = {
 }
 #: ``Whisper.generate``'s default ``max_length`` (the prompt counts against it)
 MAX_LENGTH = 448
+#: seconds between two timestamp tokens
+TIMESTAMP_SECONDS = 0.02
 START, END, NO_TIMESTAMPS = "<|startoftranscript|>", "<|endoftext|>", "<|notimestamps|>"
 
 
@@ -251,6 +253,9 @@ def load_whisper_spec(folder: Path, model_bin: ModelBin, config: dict, device) -
     tokenizer, why = _tokenizer(folder, cfg.special_ids, rows)
     if tokenizer is None:
         tokenizer = IdTokenizer(cfg.special_ids, rows, why, side="target")
+    begin = index[NO_TIMESTAMPS] + 1  # timestamp ids: 20 ms apart, rarely in tokenizer.json
+    for i in range(begin, min(rows, len(tokenizer.tokens))):
+        tokenizer.tokens[i] = f"<|{(i - begin) * TIMESTAMP_SECONDS:.2f}|>"
     meta = {
         "format": "ctranslate2",
         "engine": "ctranslate2",
