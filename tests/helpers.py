@@ -119,3 +119,36 @@ def stepped_page(browser, url: str, text: str, steps: int, timeout_ms: int, **co
         page.locator("#step-btn").click()
         page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
     return page
+
+
+def shots_folder(tmp_path: Path) -> Path:
+    """Where a test writes the files the README shows (screenshots, load-test numbers): the
+    folder ``ATTNVIZ_SHOTS`` names (``ATTNVIZ_SHOTS=assets`` remakes the README's), else the
+    test's own temporary folder. The suite never writes into tracked files on its own."""
+    import os
+
+    folder = Path(os.environ["ATTNVIZ_SHOTS"]) if os.environ.get("ATTNVIZ_SHOTS") else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def tracked_changes(root: Path) -> dict[str, str] | None:
+    """Tracked files under ``root`` whose content differs from the last commit, each with a
+    hash of what is on disk now ("" when deleted); None outside a git checkout."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        return None
+    out = subprocess.run(
+        [git, "diff", "--name-only", "HEAD"], cwd=root, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        return None
+    changed = {}
+    for name in out.stdout.splitlines():
+        path = root / name
+        changed[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return changed

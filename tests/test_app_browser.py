@@ -2,13 +2,12 @@
 
 Type, step to the end, heatmaps drawn with grey exactly where the recorded mask blocks;
 every panel follows Back, scrub (mouse and keyboard), a new input and a model switch, also
-when they happen while another tab is shown; the keyboard shortcuts; dark-mode text contrast. Screenshots go to ``assets/``. No timings are
+when they happen while another tab is shown; the keyboard shortcuts; dark-mode text contrast.
+Screenshots go to each test's temporary folder, or to the folder ``ATTNVIZ_SHOTS`` names (``ATTNVIZ_SHOTS=assets`` remakes the README's). No timings are
 asserted here (``attnviz bench`` measures them).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +15,10 @@ from helpers import browser_or_skip  # noqa: E402
 
 browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
-from helpers import launched_app  # noqa: E402
+from helpers import launched_app, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
 
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
 TIMEOUT = 30_000  # ms; a 2-core machine that is also training is slow to draw
 
 # Traces plotly.js built for the figure in a container (the labs still draw with plotly).
@@ -118,7 +115,7 @@ def recorded(ckpt, text: str, steps: int):
     return stepper.trace()
 
 
-def test_type_step_to_the_end_and_heatmaps_render(page):
+def test_type_step_to_the_end_and_heatmaps_render(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     for n in range(1, 12):  # 10 letters, then EOS
         page.locator("#step-btn").click()
@@ -139,7 +136,7 @@ def test_type_step_to_the_end_and_heatmaps_render(page):
     assert strip.count() == 11 and "step 1: p = " in page.locator(
         "#output-tokens .tok"
     ).first.get_attribute("title")
-    page.screenshot(path=str(ASSETS / "screenshot-main.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-main.png"), full_page=True)
 
 
 def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
@@ -246,7 +243,7 @@ def test_a_new_input_replaces_every_panel(page):
     assert page.locator("#source-tokens .tok").count() == 0 and output(page) == ""
 
 
-def test_mask_lab_follows_the_step_and_the_input(page):
+def test_mask_lab_follows_the_step_and_the_input(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
@@ -264,7 +261,7 @@ def test_mask_lab_follows_the_step_and_the_input(page):
     after = page.evaluate(TRACES, "#heatmap-mask")
     diff = next(t["z"] for t in after if t["name"] == "after - before")
     assert max(abs(x) for row in diff for x in row if x is not None) > 0.01
-    page.screenshot(path=str(ASSETS / "screenshot-mask-lab.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-mask-lab.png"), full_page=True)
     page.locator("#back-btn").click()  # the lab is shown: it reruns on the new step
     page.wait_for_function(TITLE_HAS, arg=["#mask-next", "step 10"])
     page.locator("#causal-toggle input").uncheck()
@@ -400,7 +397,7 @@ def test_the_step_view_is_redrawn_after_actions_on_other_tabs(browser, url, mode
         page.close()
 
 
-def test_dark_mode_text_is_readable(browser, url):
+def test_dark_mode_text_is_readable(browser, url, tmp_path):
     page = open_page(browser, url, color_scheme="dark")
     try:
         assert page.evaluate("() => document.body.classList.contains('dark')")
@@ -417,7 +414,7 @@ def test_dark_mode_text_is_readable(browser, url):
             CONTRAST, ".av-title, .av-label, .av-keys, .tok, .av-barrow, #status, #model-info p"
         )
         assert worst and min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
-        page.screenshot(path=str(ASSETS / "screenshot-dark.png"), full_page=True)
+        page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-dark.png"), full_page=True)
     finally:
         page.close()
 
@@ -479,7 +476,7 @@ def test_a_page_missing_rows_asks_for_everything(page):
     assert len(page.evaluate("() => window.AttnViz.maskedCells('cross', 0)")) == 11
 
 
-def test_alignment_tab_opens_a_head_in_the_step_view(page):
+def test_alignment_tab_opens_a_head_in_the_step_view(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
@@ -487,7 +484,7 @@ def test_alignment_tab_opens_a_head_in_the_step_view(page):
     page.wait_for_selector("#align-grid .av-aer.best", timeout=120_000)
     assert "AER on 40 test sentences" in page.locator("#align-message").inner_text()
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
-    page.screenshot(path=str(ASSETS / "screenshot-alignment.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-alignment.png"), full_page=True)
     cell = page.locator("#align-grid [data-av-open='cross 0 2']")
     assert cell.inner_text().startswith("0.")
     cell.click()
