@@ -32,6 +32,7 @@ TITLE_HAS = """([sel, text]) => {
   const gd = document.querySelector(sel + ' .js-plotly-plot');
   return !!gd && !!gd._fullLayout && (gd._fullLayout.title.text || '').includes(text);
 }"""
+MESSAGE_HAS = """([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)"""
 # What a heatmap canvas shows at every cell's centre: 1 where the pixel is the masked grey.
 GREY_CELLS = """(id) => {
   const c = document.querySelector('#' + id + ' canvas');
@@ -468,11 +469,14 @@ def test_a_page_missing_rows_asks_for_everything(page):
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
     epoch = page.evaluate("() => document.querySelector('.av-root').dataset.epoch")
+    t0 = page.evaluate("() => window.AttnViz.drawn.t")
     page.evaluate(  # a reply that assumes rows this page never got
         "(e) => window.AttnViz.apply({started: true, epoch: e, full: false, from: 50, n: 60, step: 60})",
         epoch,
     )
-    wait_step(page, 11, "dlrowolleh")  # resent in full by the server, drawn again
+    # resent in full by the server, drawn again (after t0: step 11 alone was already drawn)
+    page.wait_for_function("(t0) => window.AttnViz.drawn.t > t0", arg=t0)
+    wait_step(page, 11, "dlrowolleh")
     assert len(page.evaluate("() => window.AttnViz.maskedCells('cross', 0)")) == 11
 
 
@@ -481,7 +485,11 @@ def test_alignment_tab_opens_a_head_in_the_step_view(page, tmp_path):
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
     page.get_by_role("tab", name="Alignment").click()  # computed when the tab opens
-    page.wait_for_selector("#align-grid .av-aer.best", timeout=120_000)
+    # wait for this input's own result: the message names its output (a title or a grid left
+    # from an earlier input would pass at once, with the message still "processing")
+    page.wait_for_function(MESSAGE_HAS, arg=["#align-message", "aligned with “dlrowolleh”"],
+                           timeout=120_000)  # fmt: skip
+    page.wait_for_selector("#align-grid .av-aer.best")
     assert "AER on 40 test sentences" in page.locator("#align-message").inner_text()
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
     page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-alignment.png"), full_page=True)
@@ -498,8 +506,9 @@ def test_alignment_tab_opens_a_head_in_the_step_view(page, tmp_path):
     page.locator("#run-btn").click()
     wait_step(page, 4, "cba")
     page.get_by_role("tab", name="Alignment").click()  # ... and come back for it on opening
+    page.wait_for_function(MESSAGE_HAS, arg=["#align-message", "aligned with “cba”"],
+                           timeout=120_000)  # fmt: skip
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
-    assert "aligned with “cba”" in page.locator("#align-message").inner_text()
     page.get_by_role("tab", name="Step through").click()
 
 

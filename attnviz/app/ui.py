@@ -16,6 +16,7 @@ changes redraw from what the page holds.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import gradio as gr
 
@@ -529,6 +530,13 @@ def block_choices(state: SessionState, chosen: list[str] | None):
     return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
 
 
+def _resent(view: session.DecodeView) -> session.DecodeView:
+    """The page asked for everything again: a reply equal to the last one it was sent would
+    not reach it (an unchanged value fires no change), so each resend is marked as new."""
+    view.payload["resent"] = time.monotonic_ns()
+    return view
+
+
 def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
     """``(["L0", ...], ["H0", ...])`` of the state's model (empty when none loads), so the
     menus hold valid values before the page's first load event renews them."""
@@ -608,7 +616,7 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
     )  # fmt: skip
     p.resync_btn.click(
-        lambda s, stamps: p.decode(session.render(dataclasses.replace(s, page_rows=-1)), stamps),
+        lambda s, stamps: p.decode(_resent(session.render(dataclasses.replace(s, page_rows=-1))), stamps),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
