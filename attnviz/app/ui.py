@@ -334,6 +334,7 @@ class Page:
                     label="…or upload model B", file_count="multiple", elem_id="compare-upload",
                     scale=1, height=110,
                 )  # fmt: skip
+                self.compare_files = gr.State([])  # the box's files: a new upload replaces them
                 self.compare_btn = gr.Button(
                     "Compare", variant="primary", elem_id="compare-btn", scale=0
                 )
@@ -896,16 +897,33 @@ def _wire_compare(p: Page) -> None:
         [*outs, p.compare_kind], js=PICK_JS, **INTERNAL,
     )  # fmt: skip
 
-    def upload(state, stamps, files, kind, layer, head, theme):
-        name, why = compare_lab.upload_b(files or [], state.device)
-        if name is None:
-            return (*[gr.skip()] * 3, why, *[gr.skip()] * 4)
+    def upload(state, stamps, files, held, model_b, kind, layer, head, theme):
+        # the box adds each upload to the files it holds: keep only the new ones
+        files = [f for f in files or [] if f]
+        new = [f for f in files if f not in (held or [])] or files
+        box = gr.File(value=new)
+        name, why = compare_lab.upload_b(new, state.device)
+        if name is None:  # the grid below (labelled A vs B) still shows the last comparison
+            shown = f" (the grid below still compares A with B = {model_b})" if model_b else ""
+            return (*[gr.skip()] * 3, why.rstrip(". ") + shown, *[gr.skip()] * 4, box, new)
         menu = gr.Dropdown(choices=compare_lab.model_choices(state), value=name)
-        return (*run(state, stamps, name, kind, layer, head, theme), menu)
+        return (*run(state, stamps, name, kind, layer, head, theme), menu, box, new)
 
     p.compare_upload.upload(
-        upload, [p.state, p.stamps, p.compare_upload, p.compare_kind, p.compare_layer,
-                 p.compare_head, p.theme], [*outs, p.compare_model], js=THEME_JS, **INTERNAL,
+        upload, [p.state, p.stamps, p.compare_upload, p.compare_files, p.compare_model,
+                 p.compare_kind, p.compare_layer, p.compare_head, p.theme],
+        [*outs, p.compare_model, p.compare_upload, p.compare_files], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def cleared(state, stamps, model_b, kind, layer, head, theme):
+        """The upload box cleared: its warning goes; the comparison with B shown again."""
+        if not model_b:
+            return (*[gr.skip()] * 3, "", *[gr.skip()] * 3, [])
+        return (*run(state, stamps, model_b, kind, layer, head, theme), [])
+
+    p.compare_upload.clear(
+        cleared, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+                  p.compare_head, p.theme], [*outs, p.compare_files], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.compare_tab.select(
         lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
