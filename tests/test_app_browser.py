@@ -15,7 +15,7 @@ from helpers import browser_or_skip  # noqa: E402
 
 browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
-from helpers import launched_app, shots_folder  # noqa: E402
+from helpers import ALL_CONTRAST, SETTLED, launched_app, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
 
@@ -398,24 +398,64 @@ def test_the_step_view_is_redrawn_after_actions_on_other_tabs(browser, url, mode
         page.close()
 
 
-def test_dark_mode_text_is_readable(browser, url, tmp_path):
-    page = open_page(browser, url, color_scheme="dark")
+def readable(page, where: str) -> list:
+    """Every visible text and mark of the page once its events are done, with its contrast."""
+    page.wait_for_function(SETTLED)
+    page.wait_for_timeout(300)  # an output fading back in after its event
+    measured = page.evaluate(ALL_CONTRAST, None)
+    assert len(measured) > 100, where  # the whole page, not a sample
+    return [(where, *m) for m in measured]
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_every_text_and_mark_is_readable(browser, url, scheme, tmp_path):
+    """Each tab with its results shown, in both themes: every text and mark on the page (the
+    theme's labels and buttons, the what-if marks, the beam legend, the compare strip ...) is
+    at least 4.5:1 on its real background, semi-transparent fills composited."""
+    page = open_page(browser, url, color_scheme=scheme)
     try:
-        assert page.evaluate("() => document.body.classList.contains('dark')")
-        page.locator("#input-text textarea").fill("heLLo")
+        assert page.evaluate("() => document.body.classList.contains('dark')") == (scheme == "dark")
+        page.locator("#input-text textarea").fill("heLLo")  # unknown letters: their marks too
+        page.locator("#step-btn").click()
+        wait_step(page, 1)
+        page.locator("#whatif-box").get_by_text("What if this head had looked elsewhere").click()
+        page.wait_for_selector("#whatif-strip [data-src-pos]")
+        page.locator("#whatif-strip [data-src-pos]").nth(0).click()
+        page.wait_for_selector("#whatif-result .av-wi-compare")
         page.locator("#run-btn").click()
-        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
-        page.get_by_role("tab", name="Checkpoint health").click()
-        page.locator("#health-btn").click()
-        page.wait_for_selector("#health-report .finding", timeout=120_000)
-        worst = page.evaluate(CONTRAST, "#health-report li, #health-report p, #status, .explain")
-        page.get_by_role("tab", name="Step through").click()
-        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
-        worst += page.evaluate(
-            CONTRAST, ".av-title, .av-label, .av-keys, .tok, .av-barrow, #status, #model-info p"
-        )
-        assert worst and min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
-        page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-dark.png"), full_page=True)
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('Done')")
+        page.locator("#beam-btn").click()
+        page.wait_for_selector("#beam-tree .node")
+        page.locator("#reference-text textarea").fill("ollhe")
+        page.locator("#reference-btn").click()
+        page.wait_for_selector("#reference-strip .ref-tok")
+        found = readable(page, "Step through")
+        if scheme == "dark":
+            page.screenshot(
+                path=str(shots_folder(tmp_path) / "screenshot-dark.png"), full_page=True
+            )
+        tabs = {
+            "Mask lab": lambda: page.wait_for_function(TITLE_HAS, arg=["#heatmap-mask", "input"]),
+            "Head ablation": lambda: (page.locator("#rank-btn").click(),
+                                      page.wait_for_selector("#ablation-plot .js-plotly-plot")),
+            "Attribution": lambda: (page.locator("#attr-btn").click(), page.wait_for_function(
+                MESSAGE_HAS, arg=["#attr-message", "Explaining"])),
+            "Checkpoint health": lambda: (page.locator("#health-btn").click(),
+                                          page.wait_for_selector("#health-report .finding")),
+            "Training playback": lambda: page.wait_for_function(
+                TITLE_HAS, arg=["#playback-plot", "training step"]),
+            "Alignment": lambda: page.wait_for_selector("#align-grid .av-aer.best"),
+            "Compare": lambda: (page.locator("#compare-model input").click(),
+                                page.get_by_role("option", name="copy", exact=True).click(),
+                                page.wait_for_selector("#compare-token-strip .av-cmp-tok")),
+        }  # fmt: skip
+        for tab, show in tabs.items():
+            page.get_by_role("tab", name=tab).click()
+            show()
+            found += readable(page, tab)
+        worst = sorted((f for f in found if f[2] < 4.5), key=lambda f: f[2])
+        assert not worst, worst[:8]
+        assert page.errors == []
     finally:
         page.close()
 

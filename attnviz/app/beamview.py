@@ -70,8 +70,8 @@ STYLE = """
 """
 LEGEND = (
     "One column per step, hypotheses ranked by score (best at the top); each node shows its "
-    "token and the log-probability it added. <b style='color:#e45756'>Red</b>: the winning "
-    "path. <b style='color:#16a34a'>Green ring</b>: a finished hypothesis (#1 is the "
+    "token and the log-probability it added. <b class='av-beam-red'>Red</b>: the winning "
+    "path. <b class='av-beam-green'>Green ring</b>: a finished hypothesis (#1 is the "
     "winner). Click a node to see its hypothesis's cross-attention and continue from it."
 )
 

@@ -286,8 +286,8 @@ def grid_html(
         "#compare-grid .av-cmp-cell{min-width:4.5rem}"
         # light cells in either theme: dark text on them, whatever the page's text colour
         "#compare-grid .av-cmp-cell,#compare-grid .av-cmp-cell span{color:#111827 !important}"
-        "#compare-grid .av-cmp-match{font-size:.8rem;opacity:.8}"
-        "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700;opacity:1}</style>"
+        "#compare-grid .av-cmp-match{font-size:.8rem}"
+        "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700}</style>"
     )
     return (
         f'{style}<div class="av-aergrid">{caption}<div class="av-cmp-grids">{"".join(tables)}</div>'

@@ -272,7 +272,8 @@ def run(
     return view
 
 
-#: Styles of the strip and the comparison (the page's theme variables: light and dark alike).
+#: Styles of the strip and the comparison (the page's theme variables: light and dark alike;
+#: scoped to the component, so dark-only shades are in ``assets/app.css``).
 CSS = """
 .av-wi-title { font-size: 0.9em; color: var(--body-text-color-subdued); margin: 4px 0; }
 .av-wi-tokens { display: flex; flex-wrap: wrap; gap: 3px; }
@@ -289,9 +290,7 @@ CSS = """
 .av-wi-table td.changed { background: rgba(234, 88, 12, 0.35); font-weight: 700;
   text-decoration: underline 2px; }
 .av-wi-table .edited { border-left: 3px solid #2563eb; border-right: 3px solid #2563eb; }
-.av-wi-mark { color: #c2410c; margin-left: 1px; }
-.dark .av-wi-mark { color: #fdba74; }
+.av-wi-mark { color: #7c2d12; margin-left: 1px; }
 .av-wi-table td.forced { box-shadow: inset 0 0 0 2px #7c3aed; }
-.av-wi-fmark { color: #7c3aed; margin-left: 1px; }
-.dark .av-wi-fmark { color: #c4b5fd; }
+.av-wi-fmark { color: #5b21b6; margin-left: 1px; }
 """
