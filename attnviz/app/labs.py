@@ -267,7 +267,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     """
     try:
         ckpt = started_checkpoint(state)
-        texts = [state.text, *store.examples_for(ckpt.task, n_inputs - 1)]
+        texts = [state.text, *store.examples_of(ckpt, n_inputs - 1)]
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
     except AttnvizError as exc:

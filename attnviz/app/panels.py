@@ -6,6 +6,7 @@ the user); exports are written to a private temporary folder for the download bu
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import tempfile
@@ -17,6 +18,7 @@ from .. import analysis, plots, report
 from ..analysis import Inspection
 from ..devices import as_numpy
 from ..errors import AttnvizError, InputError
+from ..evaluate import dev_pairs
 from ..snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
@@ -71,10 +73,18 @@ def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
     return LabView([plots.head_stats_figure(rows, "norm_entropy")], body)
 
 
+#: Dev sources a corpus checkpoint's health check adds to the inputs given.
+HEALTH_DEV_SOURCES = 15
+
+
 def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
-    """Inputs to check a checkpoint without a task on: the current input, then each
-    non-empty line of ``extra`` (duplicates once)."""
+    """Inputs to check a checkpoint without a task on: the current input, each non-empty line
+    of ``extra``, then up to :data:`HEALTH_DEV_SOURCES` dev sources a corpus run stored
+    beside it (duplicates once): one input alone makes most heads look like they change
+    nothing."""
     lines = [state.text.strip(), *(line.strip() for line in (extra or "").splitlines())]
+    with contextlib.suppress(AttnvizError):  # no model loaded: the inputs given alone
+        lines += [s.strip() for s, _ in dev_pairs(checkpoint_of(state))[:HEALTH_DEV_SOURCES]]
     texts = tuple(dict.fromkeys(t for t in lines if t))
     if not texts:
         raise InputError(

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from .. import plots
 from ..checkpoint import Checkpoint
 from ..errors import AttnvizError, InputError
+from ..evaluate import dev_reference
 from ..scoring import Scored
 from ..tasks import TASKS, get_task
 from .state import SessionState, checkpoint_of, head_label
@@ -56,12 +57,15 @@ def output_divergence(ref_ids: list[int], shown: list[int]) -> int | None:
 
 
 def default_reference(state: SessionState, text: str | None = None) -> str:
-    """The built-in task's true output for ``text`` (default: the state's input), else ""."""
+    """The built-in task's true output for ``text`` (default: the state's input), or its
+    reference when it is a dev source of a corpus-trained checkpoint, else ""."""
     text = state.text if text is None else text
     try:
         ckpt = checkpoint_of(state)
-        if ckpt.task not in TASKS or not (text or "").strip():
+        if not (text or "").strip():
             return ""
+        if ckpt.task not in TASKS:
+            return dev_reference(ckpt, text) or ""
         return get_task(ckpt.task).target(text)
     except Exception:  # an input outside the task (unknown symbols): nothing to expect
         return ""

@@ -46,8 +46,8 @@ from .pagetext import (  # the page's texts and in-page scripts
 )
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
+from .views import input_placeholder, stale_panels
 from .views import panel_stamps as stamp
-from .views import stale_panels
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
@@ -99,7 +99,7 @@ class Page:
                 gr.Markdown(UPLOAD_HELP, elem_classes="explain")
         with gr.Row():
             self.input_text = gr.Textbox(
-                label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
+                label="Input", placeholder="type an input", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
         self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
@@ -394,7 +394,8 @@ class Page:
             self.model_pick: gr.Dropdown(
                 choices=store.menu(state.model), value=store.model_name(state.model)
             ),
-            self.examples: gr.Dropdown(choices=store.examples_for(ckpt.task), value=None),
+            self.examples: gr.Dropdown(choices=store.examples_of(ckpt), value=None),
+            self.input_text: gr.Textbox(placeholder=input_placeholder(ckpt)),
             self.ablate_sites: gr.CheckboxGroup(
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
@@ -421,7 +422,7 @@ class Page:
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
-            self.wi_heads,
+            self.wi_heads, self.input_text,
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------

@@ -101,6 +101,12 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
     return [display_token(p) for p in pieces] + [eos]
 
 
+def input_placeholder(ckpt: Checkpoint) -> str:
+    """The input box's placeholder: one of the model's own example inputs."""
+    examples = store.examples_of(ckpt, 1)
+    return f"e.g. {examples[0]}" if examples else "type an input for this model"
+
+
 def messages(
     state: SessionState, ckpt: Checkpoint, message: str = "", forced: float | None = None
 ) -> str:
@@ -110,9 +116,9 @@ def messages(
     failed = message.startswith("⚠")
     if not state.started:
         if not failed:
-            task = ckpt.task or "this model's task"
-            examples = store.examples_for(ckpt.task, 1)
-            eg = f" (e.g. {_code(examples[0])})" if examples else ""
+            task = ckpt.task or "this model"
+            examples = store.examples_of(ckpt, 1)
+            eg = f" (e.g. {_code(examples[0])}; more under Examples)" if examples else ""
             out.append(
                 f"Type an input for {html.escape(task)}{eg} and press <b>Step</b> or <b>Run</b>."
             )
