@@ -140,6 +140,21 @@ def test_type_step_to_the_end_and_heatmaps_render(page, tmp_path):
     page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-main.png"), full_page=True)
 
 
+def test_no_empty_room_under_the_buttons_and_no_empty_table(page):
+    """Under the button row: one gap of the column, then the status line (hidden helpers and
+    empty panels take no room); the Head ablation tab shows no table before heads are ranked."""
+    room = page.evaluate(
+        "() => document.querySelector('#status').getBoundingClientRect().top"
+        " - document.querySelector('#beam-size').closest('.row').getBoundingClientRect().bottom"
+    )
+    assert room <= 17, room
+    page.get_by_role("tab", name="Head ablation").click()
+    page.wait_for_selector("#rank-btn")
+    assert not page.locator("#rank-table").is_visible()
+    assert page.locator("#tab-ablation table").count() == 0
+    page.get_by_role("tab", name="Step through").click()
+
+
 def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
     wait_step(page, 11)
     trace = recorded(attnviz.load_checkpoint(models_dir / "reverse"), "helloworld", 11)
@@ -231,6 +246,8 @@ def test_a_new_input_replaces_every_panel(page):
     page.wait_for_function("() => document.querySelector('#beam-result').innerText.trim() === ''")
     page.get_by_role("tab", name="Attribution").click()  # ... are gone, not shown as current
     assert "changed since" in page.locator("#attr-message").inner_text()
+    # "Why this token" was never run: nothing of it can have changed
+    assert "changed since" not in page.locator("#attr-vs-message").inner_text()
     assert page.locator("#attribution-src .js-plotly-plot").count() == 0
     page.get_by_role("tab", name="Step through").click()
     assert page.locator("#source-tokens .tok").all_inner_texts() == ["a", "b", "c"]

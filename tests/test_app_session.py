@@ -562,12 +562,12 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     before = views.panel_stamps(done)
     back = views.panel_stamps(session.back(done).state)
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
-                                                           "whatif", "attr_alt",
+                                                           "whatif", "attr_alt", "attr_vs",
                                                            "reference"}  # fmt: skip
     new = views.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
-                                                          "compare", "attr_alt",
+                                                          "compare", "attr_alt", "attr_vs",
                                                           "reference"}  # fmt: skip
     assert before["model"] == new["model"]
 

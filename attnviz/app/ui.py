@@ -222,9 +222,10 @@ class Page:
                 self.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
             self.ablate_msg = gr.Markdown(elem_id="ablate-message")
             self.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
-            self.rank_table = gr.Dataframe(
-                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False
-            )
+            self.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
+                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
+                elem_id="rank-table", visible=False,
+            )  # fmt: skip
         with gr.Tab("Attribution", elem_id="tab-attribution") as self.attr_tab:
             with gr.Row():
                 self.attr_layer = gr.Dropdown(
@@ -461,6 +462,7 @@ class Page:
             out[self.beam_files] = gr.File(value=None, visible=False)
         if "attr" in stale:
             out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
+        if "attr_vs" in stale:  # only once it was run: never "changed since" before that
             out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
         if "attr_alt" in plan.rerun:  # the Attribution tab is shown: the shown step's candidates
             out[self.attr_alt] = alt_choices(state)
@@ -473,7 +475,8 @@ class Page:
         elif "whatif" in stale:
             out.update({self.wi_strip: "", self.wi_result: "", self.wi_msg: STALE})
         if "ablate" in stale:
-            out.update({self.ablate_plot: None, self.ablate_msg: STALE, self.rank_table: None})
+            out.update({self.ablate_plot: None, self.ablate_msg: STALE})
+            out[self.rank_table] = gr.Dataframe(value=None, visible=False)
         if "export" in stale:
             out.update({self.exp_file: None, self.exp_msg: STALE})
         if "align" in stale:
@@ -571,7 +574,11 @@ def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = 
     used = str(view.versus) if view.versus is not None else None
     menu = alt_choices(state, used) if used else gr.skip()
     now = stamp(state)
-    stamps = {**stamps, "attr": now["attr"], **({"attr_alt": now["attr_alt"]} if used else {})}
+    stamps = {
+        **stamps,
+        "attr_vs": now["attr_vs"],
+        **({"attr_alt": now["attr_alt"]} if used else {}),
+    }
     return fig, view.message, stamps, menu
 
 
@@ -939,7 +946,8 @@ def _file_only(view) -> tuple:
 def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     view = labs.rank_heads(state)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
-    return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
+    table = gr.Dataframe(value=view.rows or None, visible=bool(view.rows))
+    return table, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
 def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:

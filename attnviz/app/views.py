@@ -422,7 +422,8 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel: a panel computed for a
     stamp other than the current one shows an earlier state (the page clears or reruns it).
 
-    ``mask``, ``attr``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the shown step;
+    ``mask``, ``attr``, ``attr_vs``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the
+    shown step;
     ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version (the
     header, health, playback range); ``reference`` (the Reference box's scored strip) the
     input, the checkpoint file and the output the step view shows (its mark of where the
@@ -433,6 +434,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     return {
         "mask": decode,
         "attr": decode,
+        "attr_vs": decode,  # "why this token and not that one": stamped on its own run
         "export": decode,
         "faith": decode,
         "whatif": decode,  # the step view's what-if panel: its strip shades the step shown

@@ -148,7 +148,8 @@ def strip(state: SessionState, layer=None, heads=None, chosen: int | None = None
         return WhatIfView(message=_warn(exc))
     row = w[hs if hs is not None else slice(None)].mean(0)  # [Ts]
     title = (
-        f"step {step + 1} · cross-attention layer {layer_i} · {_heads_label(hs)} (mean): "
+        f"step {step + 1} · cross-attention layer {layer_i} · {_heads_label(hs)}"
+        f"{'' if hs is not None and len(hs) == 1 else ' (mean)'}: "
         "click a source token"
     )
     return WhatIfView(strip=source_strip(state.src_pieces, row, chosen, title), row=row)
