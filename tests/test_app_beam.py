@@ -64,6 +64,12 @@ def test_the_tree_has_one_node_per_tree_node_and_the_winning_path_highlighted(do
     label = ckpt.tgt_tokenizer.token(first.token)
     assert f"“{label}” · log p {first.logp:.3f}" in shown.html
     assert "“helloworld”: <b>dlrowolleh</b>" in shown.html  # the summary line stays
+    # each node also shows its hypothesis's score (a bad one adding −0.00 is still far down)
+    groups = dict(re.findall(r'data-node-id="(\d+)"[^>]*>(.*?)</g>', shown.html))
+    score = re.compile(r'<text class="score"[^>]*>([^<]*)</text>')
+    assert score.findall(groups["0"]) == []  # the start token has none
+    for n in ref.tree.nodes[1:]:
+        assert score.findall(groups[str(n.id)]) == [f"Σ {n.score:.2f}".replace("-", "−")]
 
 
 def test_the_layout_is_step_by_rank_and_never_overlaps(shown):

@@ -28,7 +28,7 @@ NODE_CONTRAST = """() => {
     return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
   return Array.from(document.querySelectorAll('#beam-tree .node')).flatMap((g) => {
     const box = lum(rgb(getComputedStyle(g.querySelector('.box')).fill));
-    return Array.from(g.querySelectorAll('.tok, .lp')).map((t) => {
+    return Array.from(g.querySelectorAll('.tok, .lp, .score')).map((t) => {
       const a = lum(rgb(getComputedStyle(t).fill));
       return (Math.max(a, box) + 0.05) / (Math.min(a, box) + 0.05);
     });
@@ -136,7 +136,7 @@ def test_a_bad_beam_size_is_one_line_and_the_tree_reads_in_dark_mode(browser, ur
         )
         _decode_beam(page, len(t.nodes))
         contrast = page.evaluate(NODE_CONTRAST)
-        assert len(contrast) >= 2 * len(t.nodes) - 1 and min(contrast) >= 4.5, min(contrast)
+        assert len(contrast) >= 3 * len(t.nodes) - 2 and min(contrast) >= 4.5, min(contrast)
         page.locator(f'#beam-tree [data-node-id="{t.best}"]').click()
         page.wait_for_selector("#beam-attn .js-plotly-plot")
         if SHOTS:
