@@ -9,6 +9,7 @@ view against greedy choices made by a fresh stepper.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -132,6 +133,9 @@ def test_a_node_shows_its_hypothesis_cross_attention(done, shown):
     assert got.shape == (len(tokens), len(TEXT))
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert f"hypothesis <b>{ckpt.tgt_tokenizer.decode(tokens)}</b>" in v.message
+    # rows labelled as the step view labels them: by the token fed at that step
+    fed = [views.display_token(ckpt.tgt_tokenizer.token(t)) for t in [cfg.bos_id, *tokens[:-1]]]
+    assert list(v.figure.layout.yaxis.ticktext) == [html.escape(t) for t in fed]  # plotly: HTML
     one = session.beam_node(dataclasses.replace(done, view={"cross": [0, "H2"]}), shown.panel, node)
     np.testing.assert_allclose(
         np.asarray(one.figure.data[0].z, dtype=float),

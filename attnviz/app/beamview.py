@@ -324,8 +324,9 @@ def node_line(panel: BeamPanel, node: int, tgt_tokenizer) -> str:
 
 def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head: str) -> go.Figure:
     """The cross-attention rows of the hypothesis ending at ``node``: its tokens are
-    teacher-forced through the recording path, rows = the hypothesis's tokens (row ``i`` is
-    the query that chose token ``i``), columns = the source tokens.
+    teacher-forced through the recording path, rows = the queries that chose the
+    hypothesis's tokens (row ``i`` chose token ``i``; labelled by the token fed there, as in
+    the step view), columns = the source tokens.
 
     Args:
         layer: a decoder layer; head: ``"mean"`` (of heads) or ``"H<h>"``.
@@ -341,7 +342,9 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     z = w.mean(0) if head == "mean" else w[int(head[1:])]
     keys = [display_token(p) for p in ckpt.encode_source(panel.text).pieces]
     path = panel.tree.path(node)
-    queries = [f"{i}:{panel.labels[p.id]}" for i, p in enumerate(path)]
+    # row i is labelled by the token fed to it (the start token, then the hypothesis so far),
+    # as the step view labels its rows
+    queries = [panel.labels[0], *(panel.labels[p.id] for p in path[:-1])]
     title = f"Node {node}'s hypothesis: cross-attention · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
     fig.update_layout(height=min(max(280, 140 + 26 * n), 900))
