@@ -655,7 +655,7 @@ def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
         chips = page.locator("#reference-strip .ref-tok")
         marked = [i for i in range(11) if "diverge" in chips.nth(i).get_attribute("class")]
         assert marked == [8] and "rank" in chips.nth(8).get_attribute("title")
-        assert "position 8" in page.locator("#reference-message").inner_text()
+        assert "step 9" in page.locator("#reference-message").inner_text()
         page.wait_for_selector("#reference-attn .js-plotly-plot")
         worst = page.evaluate(CONTRAST, ".ref-tok, #reference-message, .tok")
         assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]

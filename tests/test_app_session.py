@@ -718,7 +718,7 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     want = next(i for i, (a, b) in enumerate(zip(ids, shown, strict=False)) if a != b)
     assert want == 3
     assert _leaves(out[page.ref_strip]) == [want]
-    assert f"leaves the reference at position {want}" in out[page.ref_msg]
+    assert f"leaves the reference at step {want + 1}" in out[page.ref_msg]  # 1-based steps
     assert out[page.stamps] == {"reference": views.panel_stamps(forced)["reference"]}
     new = session.start(forced, "abc").state  # a new input: cleared, not rescored
     gone = _follow(page, new, out[page.stamps], "step", ref)

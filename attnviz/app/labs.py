@@ -253,8 +253,8 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     msg = (
         f"Switched off {len(heads)} head(s): {', '.join(sites)}.  \n"
         f"Output {shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
-        f"largest probability drop {-res.prob_change.min():.3f} at token "
-        f"{worst} (“{html.escape(res.baseline_tokens[worst])}”)."
+        f"largest probability drop {-res.prob_change.min():.3f} at step "
+        f"{worst + 1} (“{html.escape(res.baseline_tokens[worst])}”)."
     )
     return LabView([fig], msg)
 

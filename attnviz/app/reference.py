@@ -86,7 +86,7 @@ def strip_html(scored: Scored, leaves: int | None = None) -> str:
         zip(scored.tokens, scored.probs, scored.ranks, scored.argmax, strict=True)
     ):
         first = i == scored.first_divergence
-        title = f"position {i}: p = {p:.3f}, rank {r}"
+        title = f"step {i + 1}: p = {p:.3f}, rank {r}"  # steps count from 1, as in the step view
         if first:
             title += " · first divergence: the model's argmax here is another token"
         if i == leaves:
@@ -119,11 +119,11 @@ def _summary(scored: Scored, ckpt: Checkpoint) -> str:
     )
     i = scored.first_divergence
     if i is None:
-        return head + " · the model's argmax follows the reference at every position."
+        return head + " · the model's argmax follows the reference at every step."
     tok = ckpt.tgt_tokenizer
     mine = display_token(tok.token(scored.argmax[i])) if tok is not None else f"#{scored.argmax[i]}"
     return html.escape(
-        f"{head} · first divergence at position {i}: the model prefers “{mine}” to the "
+        f"{head} · first divergence at step {i + 1}: the model prefers “{mine}” to the "
         f"reference's “{display_token(scored.tokens[i])}” (p = {scored.probs[i]:.3f}, "
         f"rank {scored.ranks[i]})."
     )
@@ -166,8 +166,8 @@ def score(state: SessionState, reference: str) -> ReferenceView:
         message = _summary(scored, ckpt)
         if leaves is not None:
             message += html.escape(
-                f" The output shown (step {state.step}) leaves the reference at position "
-                f"{leaves} (dashed, ≠)."
+                f" The output shown (step {state.step}) leaves the reference at step "
+                f"{leaves + 1} (dashed, ≠)."
             )
         return ReferenceView(strip_html(scored, leaves), figure(scored, state, ckpt),
                              message, scored, leaves)  # fmt: skip
