@@ -180,6 +180,8 @@ def test_attribution_beside_cross_attention(done):
     assert len(ig_colours) == 1  # one colour for a method in every chart
     gxi = next(t for t in view.figures[1].data if t.name == "gradient × input")
     assert np.abs(np.asarray(gxi.y)).sum() == pytest.approx(1.0)  # visible, not ~1e-7
+    # one short y title on both charts: a long one is cut off by the chart's height
+    assert [f.layout.yaxis.title.text for f in view.figures] == ["share of total"] * 2
     assert labs.attribution(session.reset(done).state).message.startswith("⚠")
 
 

@@ -331,7 +331,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         a.tgt_tokens,
         title="attribution to the previous output tokens (decoder input), each method "
         "normalised to its own total",
-        value_name="share of the method's total |attribution|",
+        value_name="share of total",  # the title says of what; a longer one is cut off
         colours=[plots.METHOD_COLOURS[name] for name in methods],
     )
     scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())  # ~ is markdown
