@@ -733,3 +733,10 @@ def _probs(ckpt, prefix):
     st = ckpt.stepper("helloworld")
     st.sync(prefix)
     return st.step().probs.numpy()
+
+
+def test_pieces_read_back_as_text_without_markers():
+    """The training playback's probe line: subword pieces as words, not raw ``▁`` pieces."""
+    assert views.pieces_text(["▁the", "▁ca", "t", "."], "bpe") == "the cat."
+    assert views.pieces_text(list("abc"), "char") == "abc"
+    assert views.pieces_text(["le", "chat"], "word") == "le chat"

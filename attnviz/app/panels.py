@@ -31,6 +31,7 @@ from .state import (
     head_weights,
     layer_index,
 )
+from .views import pieces_text
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
 _HEALTH = store.LRU(16)  # reports by (model, version, device, n)
@@ -137,7 +138,7 @@ def playback(
     )
     fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
     msg = (
-        f"Probe input “{html.escape(''.join(snaps.probe_src) if tok.kind == 'char' else ' '.join(snaps.probe_src))}” "
+        f"Probe input “{html.escape(pieces_text(snaps.probe_src, getattr(tok, 'kind', None)))}” "
         f"at step {snaps.steps[i]} of {snaps.steps[-1]}: loss {snaps.losses[i]:.4f}, "
         f"greedy output “{html.escape(snaps.outputs[i])}”."
     )

@@ -21,7 +21,7 @@ import torch
 
 from .. import plots
 from ..analysis.health import count
-from ..analysis.words import piece_text, word_index
+from ..analysis.words import piece_text, word_index, word_labels
 from ..checkpoint import Checkpoint
 from ..decoding import StepResult
 from ..devices import as_numpy
@@ -46,6 +46,14 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 def display_token(token: str) -> str:
     """A token as plain display text: whitespace made visible, the empty string as ``∅``."""
     return "".join(_VISIBLE.get(c, c) for c in str(token)) or "∅"
+
+
+def pieces_text(pieces: Sequence[str], kind: str | None) -> str:
+    """Tokenizer pieces back as the text a person reads: characters joined, else the words
+    (:mod:`attnviz.analysis.words`: markers such as ``▁`` dropped) spaced."""
+    if kind == "char":
+        return "".join(pieces)
+    return " ".join(word_labels(list(pieces), word_index(list(pieces), kind)))
 
 
 def _code(token: str) -> str:
