@@ -847,30 +847,60 @@
     b.click();
   };
 
+  // a subword piece's word-start marker (▁): small, subdued and raised off the strip below
+  function chipText(c, t) {
+    if (t.length > 1 && t[0] === "\u2581") {
+      c.appendChild(el("span", { class: "av-ws", text: "\u2581" }));
+      c.appendChild(document.createTextNode(t.slice(1)));
+    } else c.textContent = t;
+  }
   function chips(box, labels, cls) {
     box.textContent = "";
     labels.forEach((t, i) => {
-      const c = el("span", { class: "tok" + (cls[i] ? " " + cls[i] : ""), text: t });
+      const c = el("span", { class: "tok" + (cls[i] ? " " + cls[i] : "") });
+      chipText(c, t);
       box.appendChild(c);
     });
     if (!labels.length) box.appendChild(el("span", { class: "tok-none", text: "—" }));
+  }
+  // pieces from..from+n-1 of a {index, text} (views._words) grouped into words:
+  // [{label, pieces: [0-based piece offsets from `from`]}]; null when it does not cover them
+  function wordGroups(w, from, n) {
+    if (!w || w.index.length < from + n) return null;
+    const out = [];
+    let last = -1;
+    for (let i = from; i < from + n; i++) {
+      if (w.index[i] !== last) { out.push({ label: "", pieces: [] }); last = w.index[i]; }
+      const g = out[out.length - 1];
+      g.label += w.text[i]; g.pieces.push(i - from);
+    }
+    for (const g of out) g.label = g.label.trim() || "␣";
+    return out;
   }
   function drawTokens() {
     const src = document.getElementById("source-tokens"), out = document.getElementById("output-tokens"), exp = document.getElementById("expected-tokens");
     if (!src) return;
     const unk = new Set(S.unk);
-    if (src._key !== S.epoch || !S.started) { // a long input's chips are built once per input
-      chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
-      src._key = S.started ? S.epoch : "";
+    const key = (S.started ? S.epoch : "") + (ui.words ? "|words" : "");
+    if (src._key !== key || !S.started) { // a long input's chips are built once per input and unit
+      const ws = ui.words ? wordGroups(S.srcWords, 0, S.pieces.length) : null;
+      if (ws) chips(src, ws.map((g) => g.label), ws.map((g) => (g.pieces.some((i) => unk.has(i)) ? "unk" : "")));
+      else chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
+      src._key = S.started ? key : "";
     }
     const shown = S.tokens.slice(0, S.step), want = S.expected;
     let bad = -1;
     if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
     const forced = new Set(S.forced);
-    chips(out, shown, shown.map((_, i) => [i === shown.length - 1 ? "newest" : "", i === bad ? "mismatch" : "", forced.has(i) ? "forced" : ""].join(" ").trim()));
-    out.querySelectorAll(".tok").forEach((c, i) => { // confidence strip: the chosen token's probability
-      const p = S.prob[i] ?? 0;
-      c.title = `step ${i + 1}: p = ${p.toFixed(3)}${forced.has(i) ? " · forced" : ""}${i === bad ? " · first mismatch with the expected output" : ""}`;
+    // words: the output's pieces (after the start token) grouped as the tgt words say
+    const groups = (ui.words && wordGroups(S.tgtWords, 1, shown.length)) || shown.map((t, i) => ({ label: t, pieces: [i] }));
+    const last = shown.length - 1;
+    chips(out, groups.map((g) => g.label), groups.map((g) => [g.pieces.includes(last) ? "newest" : "", g.pieces.includes(bad) ? "mismatch" : "",
+      g.pieces.some((i) => forced.has(i)) ? "forced" : ""].join(" ").trim()));
+    out.querySelectorAll(".tok").forEach((c, j) => { // confidence strip: the chosen tokens' probability
+      const ps = groups[j].pieces, p = ps.reduce((a, i) => a * (S.prob[i] ?? 0), 1);
+      const steps = ps.length > 1 ? `steps ${ps[0] + 1}–${ps[ps.length - 1] + 1}` : `step ${ps[0] + 1}`;
+      c.title = `${steps}: p = ${p.toFixed(3)}${ps.some((i) => forced.has(i)) ? " · forced" : ""}${ps.includes(bad) ? " · first mismatch with the expected output" : ""}`;
       c.appendChild(el("span", { class: "conf", style: `width:${Math.round(p * 100)}%` }));
     });
     const line = exp.parentElement;

@@ -663,3 +663,60 @@ def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_subword_pieces_marker_and_words_in_the_token_rows(browser, tmp_path):
+    """A BPE model's pieces: the word-start ▁ is drawn small, subdued and off the probability
+    strip; the words switch turns the Source and Output rows into words too."""
+    import random
+
+    from attnviz.train import TrainOptions, train
+
+    rng = random.Random(0)
+    words = ["le", "chat", "noir", "sur", "la", "table", "grand", "arbre"]
+    pairs = [(" ".join(w), " ".join(reversed(w))) for w in
+             (rng.choices(words, k=rng.randint(2, 5)) for _ in range(80))]  # fmt: skip
+    folder = tmp_path / "bpe-model"
+    train(TrainOptions(out=str(folder), tokenizer="bpe", vocab_size=60, steps=2, eval_every=2,
+                       d_model=32, n_heads=2, d_ff=64, batch_size=8),  # fmt: skip
+          progress=False, pairs=pairs, dev_pairs=pairs[:4])  # fmt: skip
+    text = "le chat noir"
+    with launched_app(folder) as (_, port):
+        page = open_page(browser, f"http://127.0.0.1:{port}/")
+        try:
+            page.locator("#input-text textarea").fill(text)
+            for n in (1, 2, 3):
+                page.locator("#step-btn").click()
+                wait_step(page, n)
+            marks = page.locator("#source-tokens .tok .av-ws")
+            assert marks.count() >= 3  # one per word start
+            style = page.evaluate(
+                """() => { const m = document.querySelector('#source-tokens .tok .av-ws');
+                  const c = m.parentElement, a = getComputedStyle(m), b = getComputedStyle(c);
+                  return {mark: a.color, text: b.color, small: parseFloat(a.fontSize) < parseFloat(b.fontSize)}; }"""
+            )
+            assert style["mark"] != style["text"] and style["small"], style
+            clear = page.evaluate(  # every output marker ends above its chip's strip
+                """() => Array.from(document.querySelectorAll('#output-tokens .tok')).flatMap((c) => {
+                  const m = c.querySelector('.av-ws'), s = c.querySelector('.conf');
+                  return m && s ? [m.getBoundingClientRect().bottom <= s.getBoundingClientRect().top] : []; })"""
+            )
+            assert all(clear), clear
+            page.locator(".av-tokens").screenshot(path=str(shots_folder(tmp_path) / "pieces.png"))
+            pieces = page.locator("#source-tokens .tok").count()
+            page.select_option("#unit-select", "words")
+            page.wait_for_function(
+                "(n) => document.querySelectorAll('#source-tokens .tok').length === n", arg=3
+            )
+            assert page.locator("#source-tokens .tok").all_inner_texts() == text.split()
+            page.locator(".av-tokens").screenshot(path=str(shots_folder(tmp_path) / "words.png"))
+            assert pieces >= 3 and "▁" not in "".join(
+                page.locator("#output-tokens .tok").all_inner_texts()
+            )
+            page.select_option("#unit-select", "pieces")
+            page.wait_for_function(
+                "(n) => document.querySelectorAll('#source-tokens .tok').length === n", arg=pieces
+            )
+            assert page.errors == []
+        finally:
+            page.close()
