@@ -490,8 +490,8 @@
   };
 
   function hover(canvas, tip) {
-    canvas.addEventListener("mousemove", (ev) => {
-      if (canvas._drag) return;
+    // the tip for the cell under the pointer; a pan (drag) calls it too, so it follows the cells
+    canvas._tipAt = (ev) => {
       const r = canvas.getBoundingClientRect(), hit = cellAt(canvas, ev.clientX - r.left, ev.clientY - r.top);
       if (hit) {
         const { box: b, q, k } = hit, i = q * b.mat.tk + k;
@@ -501,16 +501,22 @@
         return;
       }
       tip.style.display = "none";
-    });
-    canvas.addEventListener("mouseleave", () => (tip.style.display = "none"));
+    };
+    canvas.addEventListener("mousemove", (ev) => { if (!canvas._drag) canvas._tipAt(ev); });
+    canvas.addEventListener("mouseleave", () => { if (!canvas._drag) tip.style.display = "none"; });
   }
 
   // zoom (wheel over the cells, or the panel's + / − / 1:1 buttons) and pan (drag) a canvas;
   // canvas._redraw draws it again from what the page holds
+  // factor: 2 / 0.5 (the buttons: double, halve), "in" / "out" (a wheel notch: one step of
+  // about 1.25x, whole pixels per cell kept), 0 (the whole matrix)
   AV.zoom = function (canvas, factor, at) {
     const zm = canvas._zoom || (canvas._zoom = { z: 1, k0: 0, q0: 0 }), g = canvas._geom;
     if (!g) return;
-    const z = factor === 0 ? 1 : Math.max(1, Math.min(64, factor > 1 ? zm.z * 2 : Math.floor(zm.z / 2)));
+    const next = factor === "in" ? Math.max(zm.z + 1, Math.round(zm.z * 1.25))
+      : factor === "out" ? Math.min(zm.z - 1, Math.round(zm.z / 1.25))
+      : factor > 1 ? zm.z * 2 : Math.floor(zm.z / 2);
+    const z = factor === 0 ? 1 : Math.max(1, Math.min(64, next));
     if (z === zm.z && factor !== 0) return;
     const b = (canvas._av || [])[0];
     // keep the cell under the pointer (or the view's centre) where it is
@@ -526,7 +532,11 @@
       const zin = ev.deltaY < 0, z = canvas._zoom?.z || 1;
       if (!zin && z === 1) return; // nothing to zoom out of: the page scrolls
       ev.preventDefault();
-      AV.zoom(canvas, zin ? 2 : 0.5, [x, y]);
+      // a notch is one small step; a trackpad's many small deltas add up to one
+      canvas._wheel = (canvas._wheel || 0) + ev.deltaY * (ev.deltaMode === 1 ? 40 : 1);
+      if (Math.abs(canvas._wheel) < 50) return;
+      canvas._wheel = 0;
+      AV.zoom(canvas, zin ? "in" : "out", [x, y]);
     }, { passive: false });
     canvas.addEventListener("mousedown", (ev) => {
       const zm = canvas._zoom, g = canvas._geom;
@@ -537,6 +547,7 @@
       const move = (e) => {
         const k0 = start[2] - (e.clientX - start[0]) / cell, q0 = start[3] - (e.clientY - start[1]) / cellH;
         if (Math.round(k0) !== zm.k0 || Math.round(q0) !== zm.q0) { zm.k0 = k0; zm.q0 = q0; canvas._redraw?.(); }
+        canvas._tipAt?.(e); // the tip names the cell now under the pointer
       };
       const up = () => { canvas._drag = false; canvas.style.cursor = ""; window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); };
       window.addEventListener("mousemove", move); window.addEventListener("mouseup", up);
