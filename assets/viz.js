@@ -490,8 +490,8 @@
   };
 
   function hover(canvas, tip) {
-    canvas.addEventListener("mousemove", (ev) => {
-      if (canvas._drag) return;
+    // the tip for the cell under the pointer; a pan (drag) calls it too, so it follows the cells
+    canvas._tipAt = (ev) => {
       const r = canvas.getBoundingClientRect(), hit = cellAt(canvas, ev.clientX - r.left, ev.clientY - r.top);
       if (hit) {
         const { box: b, q, k } = hit, i = q * b.mat.tk + k;
@@ -501,16 +501,22 @@
         return;
       }
       tip.style.display = "none";
-    });
-    canvas.addEventListener("mouseleave", () => (tip.style.display = "none"));
+    };
+    canvas.addEventListener("mousemove", (ev) => { if (!canvas._drag) canvas._tipAt(ev); });
+    canvas.addEventListener("mouseleave", () => { if (!canvas._drag) tip.style.display = "none"; });
   }
 
   // zoom (wheel over the cells, or the panel's + / − / 1:1 buttons) and pan (drag) a canvas;
   // canvas._redraw draws it again from what the page holds
+  // factor: 2 / 0.5 (the buttons: double, halve), "in" / "out" (a wheel notch: one step of
+  // about 1.25x, whole pixels per cell kept), 0 (the whole matrix)
   AV.zoom = function (canvas, factor, at) {
     const zm = canvas._zoom || (canvas._zoom = { z: 1, k0: 0, q0: 0 }), g = canvas._geom;
     if (!g) return;
-    const z = factor === 0 ? 1 : Math.max(1, Math.min(64, factor > 1 ? zm.z * 2 : Math.floor(zm.z / 2)));
+    const next = factor === "in" ? Math.max(zm.z + 1, Math.round(zm.z * 1.25))
+      : factor === "out" ? Math.min(zm.z - 1, Math.round(zm.z / 1.25))
+      : factor > 1 ? zm.z * 2 : Math.floor(zm.z / 2);
+    const z = factor === 0 ? 1 : Math.max(1, Math.min(64, next));
     if (z === zm.z && factor !== 0) return;
     const b = (canvas._av || [])[0];
     // keep the cell under the pointer (or the view's centre) where it is
@@ -526,7 +532,11 @@
       const zin = ev.deltaY < 0, z = canvas._zoom?.z || 1;
       if (!zin && z === 1) return; // nothing to zoom out of: the page scrolls
       ev.preventDefault();
-      AV.zoom(canvas, zin ? 2 : 0.5, [x, y]);
+      // a notch is one small step; a trackpad's many small deltas add up to one
+      canvas._wheel = (canvas._wheel || 0) + ev.deltaY * (ev.deltaMode === 1 ? 40 : 1);
+      if (Math.abs(canvas._wheel) < 50) return;
+      canvas._wheel = 0;
+      AV.zoom(canvas, zin ? "in" : "out", [x, y]);
     }, { passive: false });
     canvas.addEventListener("mousedown", (ev) => {
       const zm = canvas._zoom, g = canvas._geom;
@@ -537,6 +547,7 @@
       const move = (e) => {
         const k0 = start[2] - (e.clientX - start[0]) / cell, q0 = start[3] - (e.clientY - start[1]) / cellH;
         if (Math.round(k0) !== zm.k0 || Math.round(q0) !== zm.q0) { zm.k0 = k0; zm.q0 = q0; canvas._redraw?.(); }
+        canvas._tipAt?.(e); // the tip names the cell now under the pointer
       };
       const up = () => { canvas._drag = false; canvas.style.cursor = ""; window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); };
       window.addEventListener("mousemove", move); window.addEventListener("mouseup", up);
@@ -847,30 +858,60 @@
     b.click();
   };
 
+  // a subword piece's word-start marker (▁): small, subdued and raised off the strip below
+  function chipText(c, t) {
+    if (t.length > 1 && t[0] === "\u2581") {
+      c.appendChild(el("span", { class: "av-ws", text: "\u2581" }));
+      c.appendChild(document.createTextNode(t.slice(1)));
+    } else c.textContent = t;
+  }
   function chips(box, labels, cls) {
     box.textContent = "";
     labels.forEach((t, i) => {
-      const c = el("span", { class: "tok" + (cls[i] ? " " + cls[i] : ""), text: t });
+      const c = el("span", { class: "tok" + (cls[i] ? " " + cls[i] : "") });
+      chipText(c, t);
       box.appendChild(c);
     });
     if (!labels.length) box.appendChild(el("span", { class: "tok-none", text: "—" }));
+  }
+  // pieces from..from+n-1 of a {index, text} (views._words) grouped into words:
+  // [{label, pieces: [0-based piece offsets from `from`]}]; null when it does not cover them
+  function wordGroups(w, from, n) {
+    if (!w || w.index.length < from + n) return null;
+    const out = [];
+    let last = -1;
+    for (let i = from; i < from + n; i++) {
+      if (w.index[i] !== last) { out.push({ label: "", pieces: [] }); last = w.index[i]; }
+      const g = out[out.length - 1];
+      g.label += w.text[i]; g.pieces.push(i - from);
+    }
+    for (const g of out) g.label = g.label.trim() || "␣";
+    return out;
   }
   function drawTokens() {
     const src = document.getElementById("source-tokens"), out = document.getElementById("output-tokens"), exp = document.getElementById("expected-tokens");
     if (!src) return;
     const unk = new Set(S.unk);
-    if (src._key !== S.epoch || !S.started) { // a long input's chips are built once per input
-      chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
-      src._key = S.started ? S.epoch : "";
+    const key = (S.started ? S.epoch : "") + (ui.words ? "|words" : "");
+    if (src._key !== key || !S.started) { // a long input's chips are built once per input and unit
+      const ws = ui.words ? wordGroups(S.srcWords, 0, S.pieces.length) : null;
+      if (ws) chips(src, ws.map((g) => g.label), ws.map((g) => (g.pieces.some((i) => unk.has(i)) ? "unk" : "")));
+      else chips(src, S.pieces, S.pieces.map((_, i) => (unk.has(i) ? "unk" : "")));
+      src._key = S.started ? key : "";
     }
     const shown = S.tokens.slice(0, S.step), want = S.expected;
     let bad = -1;
     if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
     const forced = new Set(S.forced);
-    chips(out, shown, shown.map((_, i) => [i === shown.length - 1 ? "newest" : "", i === bad ? "mismatch" : "", forced.has(i) ? "forced" : ""].join(" ").trim()));
-    out.querySelectorAll(".tok").forEach((c, i) => { // confidence strip: the chosen token's probability
-      const p = S.prob[i] ?? 0;
-      c.title = `step ${i + 1}: p = ${p.toFixed(3)}${forced.has(i) ? " · forced" : ""}${i === bad ? " · first mismatch with the expected output" : ""}`;
+    // words: the output's pieces (after the start token) grouped as the tgt words say
+    const groups = (ui.words && wordGroups(S.tgtWords, 1, shown.length)) || shown.map((t, i) => ({ label: t, pieces: [i] }));
+    const last = shown.length - 1;
+    chips(out, groups.map((g) => g.label), groups.map((g) => [g.pieces.includes(last) ? "newest" : "", g.pieces.includes(bad) ? "mismatch" : "",
+      g.pieces.some((i) => forced.has(i)) ? "forced" : ""].join(" ").trim()));
+    out.querySelectorAll(".tok").forEach((c, j) => { // confidence strip: the chosen tokens' probability
+      const ps = groups[j].pieces, p = ps.reduce((a, i) => a * (S.prob[i] ?? 0), 1);
+      const steps = ps.length > 1 ? `steps ${ps[0] + 1}–${ps[ps.length - 1] + 1}` : `step ${ps[0] + 1}`;
+      c.title = `${steps}: p = ${p.toFixed(3)}${ps.some((i) => forced.has(i)) ? " · forced" : ""}${ps.includes(bad) ? " · first mismatch with the expected output" : ""}`;
       c.appendChild(el("span", { class: "conf", style: `width:${Math.round(p * 100)}%` }));
     });
     const line = exp.parentElement;

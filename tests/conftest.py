@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, hf_families.py
-from helpers import MODELS, make_model  # noqa: E402
+from helpers import MODELS, make_model, tracked_changes  # noqa: E402
 
 import attnviz
+
+TRACKED = pytest.StashKey["dict[str, str] | None"]()
 
 
 @pytest.fixture
@@ -75,3 +78,36 @@ def pytest_collection_modifyitems(items):
             item.add_marker(item.path.parent.name)
         if not any(item.get_closest_marker(m) for m in BEYOND_UNIT):
             item.add_marker("unit")
+
+
+# -- the suite writes only to temporary folders --------------------------------------------------
+ROOT = MODELS.parent
+
+
+def pytest_sessionstart(session):
+    session.config.stash[TRACKED] = tracked_changes(ROOT)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a test changed a tracked file (a README screenshot, ``load_test.json``):
+    tests write to temporary folders; ``ATTNVIZ_SHOTS=<folder>`` is the explicit way to keep
+    screenshots, and what it names is left out of this check."""
+    before = session.config.stash.get(TRACKED, None)
+    after = tracked_changes(ROOT)
+    if before is None or after is None:
+        return
+    shots = os.environ.get("ATTNVIZ_SHOTS")
+    kept = Path(shots).resolve() if shots else None
+    changed = sorted(
+        name for name, digest in after.items()
+        if before.get(name) != digest and not (kept and (ROOT / name).resolve().is_relative_to(kept))
+    )  # fmt: skip
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                "the test run changed tracked files (tests must write to tmp folders): "
+                + ", ".join(changed),
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -119,3 +119,78 @@ def stepped_page(browser, url: str, text: str, steps: int, timeout_ms: int, **co
         page.locator("#step-btn").click()
         page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
     return page
+
+
+def shots_folder(tmp_path: Path) -> Path:
+    """Where a test writes the files the README shows (screenshots, load-test numbers): the
+    folder ``ATTNVIZ_SHOTS`` names (``ATTNVIZ_SHOTS=assets`` remakes the README's), else the
+    test's own temporary folder. The suite never writes into tracked files on its own."""
+    import os
+
+    folder = Path(os.environ["ATTNVIZ_SHOTS"]) if os.environ.get("ATTNVIZ_SHOTS") else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def tracked_changes(root: Path) -> dict[str, str] | None:
+    """Tracked files under ``root`` whose content differs from the last commit, each with a
+    hash of what is on disk now ("" when deleted); None outside a git checkout."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        return None
+    out = subprocess.run(
+        [git, "diff", "--name-only", "HEAD"], cwd=root, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        return None
+    changed = {}
+    for name in out.stdout.splitlines():
+        path = root / name
+        changed[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return changed
+
+
+#: WCAG contrast of every visible text and mark on the page (or under a selector): each element
+#: with text of its own (an HTML element's text nodes, an SVG ``text``'s fill), its colour (with
+#: the opacity of it and its ancestors) composited over its real background — every ancestor's
+#: background colour, semi-transparent ones included, laid over the page's. Plotly figures
+#: (their own light/dark templates, text over plot cells) and canvases are left out.
+#: Returns ``[[text, contrast, selector-ish path, colours], ...]``.
+ALL_CONTRAST = """(sel) => {
+  const rgba = (s) => { const m = (s || '').match(/[\\d.]+/g) || [];
+    return m.length < 3 ? [0, 0, 0, 0] : [+m[0], +m[1], +m[2], m.length > 3 ? +m[3] : 1]; };
+  const over = (top, bot) => [0, 1, 2].map((i) => top[i] * top[3] + bot[i] * (1 - top[3])).concat([1]);
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const bg = (el) => { const chain = []; for (let e = el; e; e = e.parentElement) chain.push(e);
+    let c = [255, 255, 255, 1];
+    for (const e of chain.reverse()) { const x = rgba(getComputedStyle(e).backgroundColor); if (x[3] > 0) c = over(x, c); }
+    return c; };
+  const opacity = (el) => { let o = 1; for (let e = el; e; e = e.parentElement) o *= +getComputedStyle(e).opacity; return o; };
+  const name = (el) => el.id ? '#' + el.id : el.tagName.toLowerCase() + (el.classList.length ? '.' + [...el.classList].join('.') : '');
+  const path = (el) => { const out = []; for (let e = el; e && out.length < 3; e = e.parentElement) { out.push(name(e)); if (e.id) break; } return out.reverse().join(' > '); };
+  const out = [];
+  for (const el of (sel ? document.querySelectorAll(sel) : [document.body]))
+    for (const e of [el, ...el.querySelectorAll('*')]) {
+      if (e.closest('.js-plotly-plot, canvas, script, style, option, .av-hidden')) continue;
+      const own = [...e.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('').trim();
+      if (!own || !e.getClientRects().length) continue;
+      const cs = getComputedStyle(e);
+      if (cs.visibility === 'hidden' || cs.display === 'none') continue;
+      const r = e.getBoundingClientRect(); if (r.width < 1 || r.height < 1) continue;
+      const back = bg(e), svg = e instanceof SVGElement;
+      const fg = rgba(svg ? cs.fill : cs.color); fg[3] *= opacity(e);
+      const a = lum(over(fg, back)), b = lum(back);
+      out.push([own.slice(0, 30), Math.round(((Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)) * 100) / 100, path(e),
+                (svg ? cs.fill : cs.color) + ' on ' + back.slice(0, 3).map(Math.round).join(',')]);
+    }
+  return out;
+}"""
+
+#: True once no event is running: Gradio shows a status tracker (``.wrap`` of the ``default``
+#: or ``center`` variant, not ``.hide``) on the outputs of an event in progress.
+SETTLED = "() => !document.querySelector('.wrap.default:not(.hide), .wrap.center:not(.hide)')"

@@ -159,8 +159,10 @@ class AlignmentReport:
         rows = [f"alignment ({self.lens}, {self.setting} setting, {len(self.sources)} sentences)"]
         for i, row in enumerate(self.aer):
             cells = "  ".join(f"H{h} {v:.3f}" for h, v in enumerate(row))
-            rows.append(f"  cross L{i}: {cells}   (layer mean {self.layer_aer[i]:.3f})")
-        rows.append(f"  all heads: {self.mean_aer:.3f}; best: cross L{layer} H{head} {best:.3f}")
+            rows.append(f"  cross L{i}: {cells}   (heads averaged {self.layer_aer[i]:.3f})")
+        rows.append(
+            f"  every head averaged: {self.mean_aer:.3f}; best: cross L{layer} H{head} {best:.3f}"
+        )
         return "\n".join(rows)
 
 

@@ -116,10 +116,40 @@ def check_comparable(a: Checkpoint, b: Checkpoint) -> None:
         "target": (a.tgt_tokenizer, b.tgt_tokenizer),
     }.items():
         if (x is None) != (y is None) or (x is not None and x != y):
-            raise InputError(f"the checkpoints use different {side} tokenizers")
-    ids = ("pad_id", "bos_id", "eos_id")
-    if any(getattr(ca, i) != getattr(cb, i) for i in ids):
-        raise InputError("the checkpoints use different special ids (pad, start, end)")
+            raise InputError(
+                f"the checkpoints use different {side} tokenizers: {tokenizer_difference(x, y)}"
+            )
+    ids = {"pad_id": "pad", "bos_id": "start", "eos_id": "end"}
+    differ = [f"{name} {getattr(ca, i)} vs {getattr(cb, i)}" for i, name in ids.items()
+              if getattr(ca, i) != getattr(cb, i)]  # fmt: skip
+    if differ:
+        raise InputError(f"the checkpoints use different special ids: {', '.join(differ)}")
+
+
+def _describe_tokenizer(t) -> str:
+    if t is None:
+        return "no tokenizer (ids in, ids out)"
+    kind = getattr(t, "kind", None) or type(t).__name__
+    return f"a {kind} tokenizer of {len(t):,} tokens"
+
+
+def tokenizer_difference(x, y) -> str:
+    """What differs between two tokenizers, in words: their kind and size, else the first id
+    whose token differs (``"id 5 is “c” in A and “d” in B"``), else their special ids."""
+    da, db = _describe_tokenizer(x), _describe_tokenizer(y)
+    if da != db:
+        return f"A has {da}, B has {db}"
+    for i in range(len(x)):
+        try:
+            ta, tb = x.token(i), y.token(i)
+        except Exception:  # a tokenizer that cannot name an id: say no more than the sizes
+            break
+        if ta != tb:
+            return f"both have {da}, but id {i} is “{ta}” in A and “{tb}” in B"
+    specials = (getattr(x, "specials", None), getattr(y, "specials", None))
+    if specials[0] != specials[1]:
+        return f"both have {da}, with special ids {specials[0]} in A and {specials[1]} in B"
+    return f"both have {da} with the same tokens, set up differently"
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -293,9 +293,10 @@ def grid_html(rep: analysis.AlignmentReport, sinks: dict | None = None) -> str:
         )
     return (
         '<div class="av-aergrid"><table><thead><tr><th>AER</th>'
-        f"{head_cols}<th>layer mean</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        '<p class="explain">Lower is better. Click a head to open it in the step view\'s '
-        "cross-attention heatmap.</p></div>"
+        f"{head_cols}<th>heads averaged</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        '<p class="explain">Lower is better. <i>Heads averaged</i>: the AER of the layer\'s '
+        "attention averaged over its heads (not the mean of the heads' AERs). Click a head to "
+        "open it in the step view's cross-attention heatmap.</p></div>"
     )
 
 
@@ -304,8 +305,8 @@ def _summary(rep: analysis.AlignmentReport, c: Corpus) -> str:
     layers = ", ".join(f"L{i} {v:.3f}" for i, v in enumerate(rep.layer_aer))
     return (
         f"AER on {c.about}, lens `{rep.lens}`, {rep.setting} setting. "
-        f"Best head: **cross L{bl} H{bh} — AER {best:.3f}**. Layer means: {layers}; "
-        f"all heads: {rep.mean_aer:.3f}."
+        f"Best head: **cross L{bl} H{bh} — AER {best:.3f}**. AER of each layer's "
+        f"head-averaged attention: {layers}; of every head averaged: {rep.mean_aer:.3f}."
     )
 
 

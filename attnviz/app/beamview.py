@@ -38,8 +38,8 @@ from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, panel_stamps, view_of
 
 MAX_BEAMS = 8
-COL_W, ROW_H = 86, 46  # one column per step, one row per rank: room for the edges
-NODE_W, NODE_H = 62, 34
+COL_W, ROW_H = 86, 58  # one column per step, one row per rank: room for the edges
+NODE_W, NODE_H = 62, 46
 PAD_X, PAD_TOP, PAD_BOTTOM = 12, 30, 10
 LABEL_CHARS = 7  # longer tokens are cut in the box (the full token is in the tooltip)
 STYLE = """
@@ -52,7 +52,7 @@ STYLE = """
 .av-beam .finished .ring { stroke: #16a34a; stroke-width: 2.5; }
 .av-beam .selected .ring { stroke: #7c3aed; stroke-width: 3.5; }
 .av-beam .tok { fill: #111827; font-size: 13px; font-weight: 600; }
-.av-beam .lp { fill: #374151; font-size: 10px; }
+.av-beam .lp, .av-beam .score { fill: #374151; font-size: 10px; }
 .av-beam .rank { fill: #15803d; font-size: 10px; font-weight: 700; }
 .av-beam .colhead { fill: #4b5563; font-size: 10px; }
 .av-beam .node { cursor: pointer; }
@@ -65,13 +65,13 @@ STYLE = """
 .dark .av-beam .finished .ring { stroke: #4ade80; }
 .dark .av-beam .selected .ring { stroke: #c4b5fd; }
 .dark .av-beam .tok { fill: #f9fafb; }
-.dark .av-beam .lp, .dark .av-beam .colhead { fill: #d1d5db; }
+.dark .av-beam .lp, .dark .av-beam .score, .dark .av-beam .colhead { fill: #d1d5db; }
 .dark .av-beam .rank { fill: #4ade80; }
 """
 LEGEND = (
     "One column per step, hypotheses ranked by score (best at the top); each node shows its "
-    "token and the log-probability it added. <b style='color:#e45756'>Red</b>: the winning "
-    "path. <b style='color:#16a34a'>Green ring</b>: a finished hypothesis (#1 is the "
+    "token, the log-probability it added and (Σ) its hypothesis's score, the sum so far. <b class='av-beam-red'>Red</b>: the winning "
+    "path. <b class='av-beam-green'>Green ring</b>: a finished hypothesis (#1 is the "
     "winner). Click a node to see its hypothesis's cross-attention and continue from it."
 )
 
@@ -227,9 +227,15 @@ def tree_svg(panel: BeamPanel, standalone: bool = False) -> str:
         classes += ["finished"] if n.finished else []
         classes += ["selected"] if n.id == panel.selected else []
         label = panel.labels[n.id]
+        score = ""
         if n.parent is None:
             tip, lp = f"node 0: the start token “{label}”", "start"
         else:
+            score = (
+                f'<text class="score" x="{NODE_W / 2}" y="41" text-anchor="middle">'
+                + f"Σ {n.score:.2f}".replace("-", "−")
+                + "</text>"
+            )
             tip = (
                 f"node {n.id} · step {n.step + 1} · “{label}” · log p {n.logp:.3f} · "
                 f"score {n.score:.3f}" + (" · finished hypothesis" if n.finished else "")
@@ -247,7 +253,7 @@ def tree_svg(panel: BeamPanel, standalone: bool = False) -> str:
             f'<text class="tok" x="{NODE_W / 2}" y="14" text-anchor="middle">'
             f"{html.escape(_short(label))}</text>"
             f'<text class="lp" x="{NODE_W / 2}" y="28" text-anchor="middle">{lp}</text>'
-            f"{rank}</g>"
+            f"{score}{rank}</g>"
         )
     out += ['<g class="edges">', *edges, "</g>", '<g class="nodes">', *nodes, "</g>", "</svg>"]
     svg = "".join(out)
@@ -318,8 +324,9 @@ def node_line(panel: BeamPanel, node: int, tgt_tokenizer) -> str:
 
 def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head: str) -> go.Figure:
     """The cross-attention rows of the hypothesis ending at ``node``: its tokens are
-    teacher-forced through the recording path, rows = the hypothesis's tokens (row ``i`` is
-    the query that chose token ``i``), columns = the source tokens.
+    teacher-forced through the recording path, rows = the queries that chose the
+    hypothesis's tokens (row ``i`` chose token ``i``; labelled by the token fed there, as in
+    the step view), columns = the source tokens.
 
     Args:
         layer: a decoder layer; head: ``"mean"`` (of heads) or ``"H<h>"``.
@@ -335,7 +342,9 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     z = w.mean(0) if head == "mean" else w[int(head[1:])]
     keys = [display_token(p) for p in ckpt.encode_source(panel.text).pieces]
     path = panel.tree.path(node)
-    queries = [f"{i}:{panel.labels[p.id]}" for i, p in enumerate(path)]
+    # row i is labelled by the token fed to it (the start token, then the hypothesis so far),
+    # as the step view labels its rows
+    queries = [panel.labels[0], *(panel.labels[p.id] for p in path[:-1])]
     title = f"Node {node}'s hypothesis: cross-attention · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
     fig.update_layout(height=min(max(280, 140 + 26 * n), 900))

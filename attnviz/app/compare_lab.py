@@ -151,12 +151,12 @@ def tokens_html(result: Comparison) -> str:
     spans = []
     for t in result.tokens[0]:
         c = float(np.clip(t.change, -1, 1))
-        colour = f"rgba(84,162,75,{abs(c):.3f})" if c >= 0 else f"rgba(228,87,86,{abs(c):.3f})"
+        colour = _chip_colour(c)
         tip = (f"A: p={t.prob_a:.4f}, rank {t.rank_a} · B: p={t.prob_b:.4f}, rank {t.rank_b} "
                f"· change {t.change:+.4f}")  # fmt: skip
         spans.append(
             f'<span class="av-cmp-tok" title="{html.escape(tip)}" style="background:{colour};'
-            f'padding:2px 4px;margin:1px;border-radius:3px;display:inline-block">'
+            f'color:#111827;padding:2px 4px;margin:1px;border-radius:3px;display:inline-block">'
             f"{html.escape(display_token(t.token))}</span>"
         )
     legend = (
@@ -166,18 +166,35 @@ def tokens_html(result: Comparison) -> str:
     return f'<div id="compare-token-strip">{"".join(spans)}</div>{legend}'
 
 
+def _chip_colour(change: float) -> str:
+    """An opaque chip colour: white (no change) to green (B more likely) or red (B less
+    likely), mixed over white so dark text reads on it in either page theme."""
+    rgb = (84, 162, 75) if change >= 0 else (228, 87, 86)
+    a = min(abs(change), 1.0) * 0.75  # at most 3/4 of the hue: dark text stays >= 4.5:1
+    r, g, b = (round(255 + (x - 255) * a) for x in rgb)
+    return f"rgb({r},{g},{b})"
+
+
+#: Divergences at or below this (bits) read as "no change" (float noise of the same model).
+SAME = 1e-6
+
+
 def _summary(result: Comparison, a_name: str, b_name: str) -> str:
     out_a, out_b, same = result.outputs[0]
     agree = "the same output" if same else "**different outputs**"
     top = []
     for kind in KINDS:
         (layer, head, d), *_ = result.most_changed(kind, 1)
-        top.append(f"{KIND_TITLES[kind].lower()}: L{layer} H{head} ({d:.3f})")
+        if d > SAME:
+            top.append(f"{KIND_TITLES[kind].lower()}: L{layer} H{head} ({d:.3f})")
+    heads = (
+        "Most changed head per kind — " + "; ".join(top) + "."
+        if top
+        else "No head differs: every head attends the same in A and B (divergence 0)."
+    )
     return (
         f"A = **{html.escape(a_name)}** → “{html.escape(out_a)}”, B = **{html.escape(b_name)}** "
-        f"→ “{html.escape(out_b)}”: {agree}.  \nMost changed head per kind — "
-        + "; ".join(top)
-        + "."
+        f"→ “{html.escape(out_b)}”: {agree}.  \n{heads}"
     )
 
 
@@ -211,7 +228,7 @@ def compare(
     a_name = store.model_name(state.model)
     summary = _summary(result, a_name, b_name)
     return CompareView(
-        grids=grids, grid_html=grid_html(result, pick), head=fig, tokens_html=tokens_html(result),
+        grids=grids, grid_html=grid_html(result, pick, (a_name, b_name)), head=fig, tokens_html=tokens_html(result),
         message=summary, comparison=result,
     )  # fmt: skip
 
@@ -223,10 +240,20 @@ def _cell_colour(d: float) -> str:
     return f"hsl(0, 75%, {light:.0f}%)"
 
 
-def grid_html(result: Comparison, pick: tuple[str, int, int] | None = None) -> str:
+def grid_html(
+    result: Comparison,
+    pick: tuple[str, int, int] | None = None,
+    names: tuple[str, str] | None = None,
+) -> str:
     """The divergence grids, one table per kind, as buttons: a cell shows the divergence of
     head (layer, head) of A and B and the head of B it is matched to; clicking it draws that
-    head (``data-kind``, ``data-layer``, ``data-head``; ``pick`` is marked as drawn)."""
+    head (``data-kind``, ``data-layer``, ``data-head``; ``pick`` is marked as drawn).
+    ``names`` (A's, B's) label the grids, so they say what they compare whatever the message
+    above them says later (a refused upload's warning)."""
+    caption = ""
+    if names:
+        a, b = (html.escape(n) for n in names)
+        caption = f'<p class="av-cmp-names">A = <b>{a}</b> vs B = <b>{b}</b></p>'
     tables = []
     for kind in KINDS:
         d, m, md = result.divergence[kind], result.matching[kind], result.matched_divergence[kind]
@@ -259,11 +286,11 @@ def grid_html(result: Comparison, pick: tuple[str, int, int] | None = None) -> s
         "#compare-grid .av-cmp-cell{min-width:4.5rem}"
         # light cells in either theme: dark text on them, whatever the page's text colour
         "#compare-grid .av-cmp-cell,#compare-grid .av-cmp-cell span{color:#111827 !important}"
-        "#compare-grid .av-cmp-match{font-size:.8rem;opacity:.8}"
-        "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700;opacity:1}</style>"
+        "#compare-grid .av-cmp-match{font-size:.8rem}"
+        "#compare-grid .av-cmp-moved{text-decoration:underline;font-weight:700}</style>"
     )
     return (
-        f'{style}<div class="av-aergrid"><div class="av-cmp-grids">{"".join(tables)}</div>'
+        f'{style}<div class="av-aergrid">{caption}<div class="av-cmp-grids">{"".join(tables)}</div>'
         '<p class="explain">JS divergence in bits (0 = the same attention); →H names the head '
         "of B each head of A is matched to. Click a head to draw it as A | B | A − B.</p></div>"
     )

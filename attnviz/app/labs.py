@@ -254,8 +254,8 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     msg = (
         f"Switched off {len(heads)} head(s): {', '.join(sites)}.  \n"
         f"Output {shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
-        f"largest probability drop {-res.prob_change.min():.3f} at token "
-        f"{worst} (“{html.escape(res.baseline_tokens[worst])}”)."
+        f"largest probability drop {-res.prob_change.min():.3f} at step "
+        f"{worst + 1} (“{html.escape(res.baseline_tokens[worst])}”)."
     )
     return LabView([fig], msg)
 
@@ -268,7 +268,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     """
     try:
         ckpt = started_checkpoint(state)
-        texts = [state.text, *store.examples_for(ckpt.task, n_inputs - 1)]
+        texts = [state.text, *store.examples_of(ckpt, n_inputs - 1)]
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
     except AttnvizError as exc:
@@ -332,7 +332,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         a.tgt_tokens,
         title="attribution to the previous output tokens (decoder input), each method "
         "normalised to its own total",
-        value_name="share of the method's total |attribution|",
+        value_name="share of total",  # the title says of what; a longer one is cut off
         colours=[plots.METHOD_COLOURS[name] for name in methods],
     )
     scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())  # ~ is markdown

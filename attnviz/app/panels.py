@@ -6,6 +6,7 @@ the user); exports are written to a private temporary folder for the download bu
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import tempfile
@@ -18,6 +19,7 @@ from ..analysis import Inspection
 from ..core.devices import as_numpy
 from ..core.errors import AttnvizError, InputError
 from ..render import plots, report
+from ..train.evaluate import dev_pairs
 from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
@@ -30,6 +32,7 @@ from .state import (
     head_weights,
     layer_index,
 )
+from .views import pieces_text
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
 _HEALTH = store.LRU(16)  # reports by (model, version, device, n)
@@ -72,10 +75,18 @@ def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
     return LabView([plots.head_stats_figure(rows, "norm_entropy")], body)
 
 
+#: Dev sources a corpus checkpoint's health check adds to the inputs given.
+HEALTH_DEV_SOURCES = 15
+
+
 def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
-    """Inputs to check a checkpoint without a task on: the current input, then each
-    non-empty line of ``extra`` (duplicates once)."""
+    """Inputs to check a checkpoint without a task on: the current input, each non-empty line
+    of ``extra``, then up to :data:`HEALTH_DEV_SOURCES` dev sources a corpus run stored
+    beside it (duplicates once): one input alone makes most heads look like they change
+    nothing."""
     lines = [state.text.strip(), *(line.strip() for line in (extra or "").splitlines())]
+    with contextlib.suppress(AttnvizError):  # no model loaded: the inputs given alone
+        lines += [s.strip() for s, _ in dev_pairs(checkpoint_of(state))[:HEALTH_DEV_SOURCES]]
     texts = tuple(dict.fromkeys(t for t in lines if t))
     if not texts:
         raise InputError(
@@ -128,7 +139,7 @@ def playback(
     )
     fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
     msg = (
-        f"Probe input “{html.escape(''.join(snaps.probe_src) if tok.kind == 'char' else ' '.join(snaps.probe_src))}” "
+        f"Probe input “{html.escape(pieces_text(snaps.probe_src, getattr(tok, 'kind', None)))}” "
         f"at step {snaps.steps[i]} of {snaps.steps[-1]}: loss {snaps.losses[i]:.4f}, "
         f"greedy output “{html.escape(snaps.outputs[i])}”."
     )

@@ -22,6 +22,7 @@ from ..core.errors import AttnvizError, InputError
 from ..data.tasks import TASKS, get_task
 from ..decode.scoring import Scored
 from ..render import plots
+from ..train.evaluate import dev_reference
 from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, view_of
 
@@ -56,12 +57,15 @@ def output_divergence(ref_ids: list[int], shown: list[int]) -> int | None:
 
 
 def default_reference(state: SessionState, text: str | None = None) -> str:
-    """The built-in task's true output for ``text`` (default: the state's input), else ""."""
+    """The built-in task's true output for ``text`` (default: the state's input), or its
+    reference when it is a dev source of a corpus-trained checkpoint, else ""."""
     text = state.text if text is None else text
     try:
         ckpt = checkpoint_of(state)
-        if ckpt.task not in TASKS or not (text or "").strip():
+        if not (text or "").strip():
             return ""
+        if ckpt.task not in TASKS:
+            return dev_reference(ckpt, text) or ""
         return get_task(ckpt.task).target(text)
     except Exception:  # an input outside the task (unknown symbols): nothing to expect
         return ""
@@ -82,7 +86,7 @@ def strip_html(scored: Scored, leaves: int | None = None) -> str:
         zip(scored.tokens, scored.probs, scored.ranks, scored.argmax, strict=True)
     ):
         first = i == scored.first_divergence
-        title = f"position {i}: p = {p:.3f}, rank {r}"
+        title = f"step {i + 1}: p = {p:.3f}, rank {r}"  # steps count from 1, as in the step view
         if first:
             title += " · first divergence: the model's argmax here is another token"
         if i == leaves:
@@ -115,11 +119,11 @@ def _summary(scored: Scored, ckpt: Checkpoint) -> str:
     )
     i = scored.first_divergence
     if i is None:
-        return head + " · the model's argmax follows the reference at every position."
+        return head + " · the model's argmax follows the reference at every step."
     tok = ckpt.tgt_tokenizer
     mine = display_token(tok.token(scored.argmax[i])) if tok is not None else f"#{scored.argmax[i]}"
     return html.escape(
-        f"{head} · first divergence at position {i}: the model prefers “{mine}” to the "
+        f"{head} · first divergence at step {i + 1}: the model prefers “{mine}” to the "
         f"reference's “{display_token(scored.tokens[i])}” (p = {scored.probs[i]:.3f}, "
         f"rank {scored.ranks[i]})."
     )
@@ -162,8 +166,8 @@ def score(state: SessionState, reference: str) -> ReferenceView:
         message = _summary(scored, ckpt)
         if leaves is not None:
             message += html.escape(
-                f" The output shown (step {state.step}) leaves the reference at position "
-                f"{leaves} (dashed, ≠)."
+                f" The output shown (step {state.step}) leaves the reference at step "
+                f"{leaves + 1} (dashed, ≠)."
             )
         return ReferenceView(strip_html(scored, leaves), figure(scored, state, ckpt),
                              message, scored, leaves)  # fmt: skip

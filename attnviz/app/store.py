@@ -29,7 +29,7 @@ from ..core.errors import AttnvizError, CheckpointError, one_line, shorten
 from ..core.tempdirs import clean_stale, make_temp_dir
 from ..data.tasks import TASKS, get_task
 from ..interop.hf import is_hf_folder
-from ..train.evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
+from ..train.evaluate import DEV_PAIRS, dev_pairs  # a corpus run's dev pairs: the Expected line
 from ..train.snapshots import SNAPSHOTS
 from .filekinds import sniff
 
@@ -253,6 +253,15 @@ def examples_for(task: str | None, n: int = 6) -> list[str]:
     if task in TASKS and len(out) < n:
         out += [e.src for e in get_task(task).examples("test", n - len(out), seed=1)]
     return list(dict.fromkeys(out))[:n]
+
+
+def examples_of(ckpt, n: int = 6) -> list[str]:
+    """Example inputs for a checkpoint: its task's (:func:`examples_for`), else the first
+    distinct sources of the dev pairs a corpus run stored beside it, else none."""
+    out = examples_for(ckpt.task, n)
+    if not out:
+        out = list(dict.fromkeys(s for s, _ in dev_pairs(ckpt) if s.strip()))
+    return out[:n]
 
 
 # -- uploads ------------------------------------------------------------------------------------

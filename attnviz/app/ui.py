@@ -16,6 +16,7 @@ changes redraw from what the page holds.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import gradio as gr
 
@@ -45,8 +46,8 @@ from .pagetext import (  # the page's texts and in-page scripts
 )
 from .state import SessionState, checkpoint_of, describe, head_choices
 from .views import follow as follow_plan
+from .views import input_placeholder, stale_panels
 from .views import panel_stamps as stamp
-from .views import stale_panels
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
@@ -98,7 +99,7 @@ class Page:
                 gr.Markdown(UPLOAD_HELP, elem_classes="explain")
         with gr.Row():
             self.input_text = gr.Textbox(
-                label="Input", placeholder="e.g. helloworld", elem_id="input-text", scale=3
+                label="Input", placeholder="type an input", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
         self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
@@ -221,9 +222,10 @@ class Page:
                 self.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
             self.ablate_msg = gr.Markdown(elem_id="ablate-message")
             self.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
-            self.rank_table = gr.Dataframe(
-                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False
-            )
+            self.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
+                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
+                elem_id="rank-table", visible=False,
+            )  # fmt: skip
         with gr.Tab("Attribution", elem_id="tab-attribution") as self.attr_tab:
             with gr.Row():
                 self.attr_layer = gr.Dropdown(
@@ -333,6 +335,7 @@ class Page:
                     label="…or upload model B", file_count="multiple", elem_id="compare-upload",
                     scale=1, height=110,
                 )  # fmt: skip
+                self.compare_files = gr.State([])  # the box's files: a new upload replaces them
                 self.compare_btn = gr.Button(
                     "Compare", variant="primary", elem_id="compare-btn", scale=0
                 )
@@ -392,7 +395,8 @@ class Page:
             self.model_pick: gr.Dropdown(
                 choices=store.menu(state.model), value=store.model_name(state.model)
             ),
-            self.examples: gr.Dropdown(choices=store.examples_for(ckpt.task), value=None),
+            self.examples: gr.Dropdown(choices=store.examples_of(ckpt), value=None),
+            self.input_text: gr.Textbox(placeholder=input_placeholder(ckpt)),
             self.ablate_sites: gr.CheckboxGroup(
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
@@ -419,7 +423,7 @@ class Page:
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
-            self.wi_heads,
+            self.wi_heads, self.input_text,
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------
@@ -458,6 +462,7 @@ class Page:
             out[self.beam_files] = gr.File(value=None, visible=False)
         if "attr" in stale:
             out.update({self.attr_src: None, self.attr_tgt: None, self.attr_msg: STALE})
+        if "attr_vs" in stale:  # only once it was run: never "changed since" before that
             out.update({self.attr_vs_plot: None, self.attr_vs_msg: STALE})
         if "attr_alt" in plan.rerun:  # the Attribution tab is shown: the shown step's candidates
             out[self.attr_alt] = alt_choices(state)
@@ -470,7 +475,8 @@ class Page:
         elif "whatif" in stale:
             out.update({self.wi_strip: "", self.wi_result: "", self.wi_msg: STALE})
         if "ablate" in stale:
-            out.update({self.ablate_plot: None, self.ablate_msg: STALE, self.rank_table: None})
+            out.update({self.ablate_plot: None, self.ablate_msg: STALE})
+            out[self.rank_table] = gr.Dataframe(value=None, visible=False)
         if "export" in stale:
             out.update({self.exp_file: None, self.exp_msg: STALE})
         if "align" in stale:
@@ -529,6 +535,13 @@ def block_choices(state: SessionState, chosen: list[str] | None):
     return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
 
 
+def _resent(view: session.DecodeView) -> session.DecodeView:
+    """The page asked for everything again: a reply equal to the last one it was sent would
+    not reach it (an unchanged value fires no change), so each resend is marked as new."""
+    view.payload["resent"] = time.monotonic_ns()
+    return view
+
+
 def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
     """``(["L0", ...], ["H0", ...])`` of the state's model (empty when none loads), so the
     menus hold valid values before the page's first load event renews them."""
@@ -561,7 +574,11 @@ def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = 
     used = str(view.versus) if view.versus is not None else None
     menu = alt_choices(state, used) if used else gr.skip()
     now = stamp(state)
-    stamps = {**stamps, "attr": now["attr"], **({"attr_alt": now["attr_alt"]} if used else {})}
+    stamps = {
+        **stamps,
+        "attr_vs": now["attr_vs"],
+        **({"attr_alt": now["attr_alt"]} if used else {}),
+    }
     return fig, view.message, stamps, menu
 
 
@@ -608,7 +625,7 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
     )  # fmt: skip
     p.resync_btn.click(
-        lambda s, stamps: p.decode(session.render(dataclasses.replace(s, page_rows=-1)), stamps),
+        lambda s, stamps: p.decode(_resent(session.render(dataclasses.replace(s, page_rows=-1))), stamps),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
@@ -888,16 +905,33 @@ def _wire_compare(p: Page) -> None:
         [*outs, p.compare_kind], js=PICK_JS, **INTERNAL,
     )  # fmt: skip
 
-    def upload(state, stamps, files, kind, layer, head, theme):
-        name, why = compare_lab.upload_b(files or [], state.device)
-        if name is None:
-            return (*[gr.skip()] * 3, why, *[gr.skip()] * 4)
+    def upload(state, stamps, files, held, model_b, kind, layer, head, theme):
+        # the box adds each upload to the files it holds: keep only the new ones
+        files = [f for f in files or [] if f]
+        new = [f for f in files if f not in (held or [])] or files
+        box = gr.File(value=new)
+        name, why = compare_lab.upload_b(new, state.device)
+        if name is None:  # the grid below (labelled A vs B) still shows the last comparison
+            shown = f" (the grid below still compares A with B = {model_b})" if model_b else ""
+            return (*[gr.skip()] * 3, why.rstrip(". ") + shown, *[gr.skip()] * 4, box, new)
         menu = gr.Dropdown(choices=compare_lab.model_choices(state), value=name)
-        return (*run(state, stamps, name, kind, layer, head, theme), menu)
+        return (*run(state, stamps, name, kind, layer, head, theme), menu, box, new)
 
     p.compare_upload.upload(
-        upload, [p.state, p.stamps, p.compare_upload, p.compare_kind, p.compare_layer,
-                 p.compare_head, p.theme], [*outs, p.compare_model], js=THEME_JS, **INTERNAL,
+        upload, [p.state, p.stamps, p.compare_upload, p.compare_files, p.compare_model,
+                 p.compare_kind, p.compare_layer, p.compare_head, p.theme],
+        [*outs, p.compare_model, p.compare_upload, p.compare_files], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def cleared(state, stamps, model_b, kind, layer, head, theme):
+        """The upload box cleared: its warning goes; the comparison with B shown again."""
+        if not model_b:
+            return (*[gr.skip()] * 3, "", *[gr.skip()] * 3, [])
+        return (*run(state, stamps, model_b, kind, layer, head, theme), [])
+
+    p.compare_upload.clear(
+        cleared, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+                  p.compare_head, p.theme], [*outs, p.compare_files], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.compare_tab.select(
         lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
@@ -912,7 +946,8 @@ def _file_only(view) -> tuple:
 def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     view = labs.rank_heads(state)
     fig = _dark(view.figures[:1], theme)[0] if view.figures else None
-    return view.rows or None, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
+    table = gr.Dataframe(value=view.rows or None, visible=bool(view.rows))
+    return table, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
 
 
 def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.health import count
-from ..analysis.words import piece_text, word_index
+from ..analysis.words import piece_text, word_index, word_labels
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.model import KINDS
@@ -46,6 +46,14 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 def display_token(token: str) -> str:
     """A token as plain display text: whitespace made visible, the empty string as ``∅``."""
     return "".join(_VISIBLE.get(c, c) for c in str(token)) or "∅"
+
+
+def pieces_text(pieces: Sequence[str], kind: str | None) -> str:
+    """Tokenizer pieces back as the text a person reads: characters joined, else the words
+    (:mod:`attnviz.analysis.words`: markers such as ``▁`` dropped) spaced."""
+    if kind == "char":
+        return "".join(pieces)
+    return " ".join(word_labels(list(pieces), word_index(list(pieces), kind)))
 
 
 def _code(token: str) -> str:
@@ -101,6 +109,12 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
     return [display_token(p) for p in pieces] + [eos]
 
 
+def input_placeholder(ckpt: Checkpoint) -> str:
+    """The input box's placeholder: one of the model's own example inputs."""
+    examples = store.examples_of(ckpt, 1)
+    return f"e.g. {examples[0]}" if examples else "type an input for this model"
+
+
 def messages(
     state: SessionState, ckpt: Checkpoint, message: str = "", forced: float | None = None
 ) -> str:
@@ -110,9 +124,9 @@ def messages(
     failed = message.startswith("⚠")
     if not state.started:
         if not failed:
-            task = ckpt.task or "this model's task"
-            examples = store.examples_for(ckpt.task, 1)
-            eg = f" (e.g. {_code(examples[0])})" if examples else ""
+            task = ckpt.task or "this model"
+            examples = store.examples_of(ckpt, 1)
+            eg = f" (e.g. {_code(examples[0])}; more under Examples)" if examples else ""
             out.append(
                 f"Type an input for {html.escape(task)}{eg} and press <b>Step</b> or <b>Run</b>."
             )
@@ -416,7 +430,8 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel: a panel computed for a
     stamp other than the current one shows an earlier state (the page clears or reruns it).
 
-    ``mask``, ``attr``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the shown step;
+    ``mask``, ``attr``, ``attr_vs``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the
+    shown step;
     ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version (the
     header, health, playback range); ``reference`` (the Reference box's scored strip) the
     input, the checkpoint file and the output the step view shows (its mark of where the
@@ -427,6 +442,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     return {
         "mask": decode,
         "attr": decode,
+        "attr_vs": decode,  # "why this token and not that one": stamped on its own run
         "export": decode,
         "faith": decode,
         "whatif": decode,  # the step view's what-if panel: its strip shades the step shown

@@ -148,7 +148,8 @@ def strip(state: SessionState, layer=None, heads=None, chosen: int | None = None
         return WhatIfView(message=_warn(exc))
     row = w[hs if hs is not None else slice(None)].mean(0)  # [Ts]
     title = (
-        f"step {step + 1} · cross-attention layer {layer_i} · {_heads_label(hs)} (mean): "
+        f"step {step + 1} · cross-attention layer {layer_i} · {_heads_label(hs)}"
+        f"{'' if hs is not None and len(hs) == 1 else ' (mean)'}: "
         "click a source token"
     )
     return WhatIfView(strip=source_strip(state.src_pieces, row, chosen, title), row=row)
@@ -272,7 +273,8 @@ def run(
     return view
 
 
-#: Styles of the strip and the comparison (the page's theme variables: light and dark alike).
+#: Styles of the strip and the comparison (the page's theme variables: light and dark alike;
+#: scoped to the component, so dark-only shades are in ``assets/app.css``).
 CSS = """
 .av-wi-title { font-size: 0.9em; color: var(--body-text-color-subdued); margin: 4px 0; }
 .av-wi-tokens { display: flex; flex-wrap: wrap; gap: 3px; }
@@ -289,9 +291,7 @@ CSS = """
 .av-wi-table td.changed { background: rgba(234, 88, 12, 0.35); font-weight: 700;
   text-decoration: underline 2px; }
 .av-wi-table .edited { border-left: 3px solid #2563eb; border-right: 3px solid #2563eb; }
-.av-wi-mark { color: #c2410c; margin-left: 1px; }
-.dark .av-wi-mark { color: #fdba74; }
+.av-wi-mark { color: #7c2d12; margin-left: 1px; }
 .av-wi-table td.forced { box-shadow: inset 0 0 0 2px #7c3aed; }
-.av-wi-fmark { color: #7c3aed; margin-left: 1px; }
-.dark .av-wi-fmark { color: #c4b5fd; }
+.av-wi-fmark { color: #5b21b6; margin-left: 1px; }
 """

@@ -253,22 +253,35 @@ def evaluate_pairs(
     )
 
 
-_REFS: dict[tuple[str, int], dict[str, str]] = {}
+_DEV: dict[tuple[str, int], tuple[list[tuple[str, str]], dict[str, str]]] = {}
+
+
+def _dev(ckpt: Checkpoint) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The stored dev pairs of a corpus-trained checkpoint and a source -> reference map
+    (read once per file version); empty without ``dev_pairs.json``."""
+    path = Path(ckpt.path) / DEV_PAIRS if ckpt.path else None
+    if path is None or not path.is_file():
+        return [], {}
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _DEV:
+        try:
+            pairs = [
+                (str(s), str(t)) for s, t in json.loads(path.read_text(encoding="utf-8"))["pairs"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            pairs = []
+        if len(_DEV) > 16:
+            _DEV.clear()
+        _DEV[key] = (pairs, dict(pairs))
+    return _DEV[key]
+
+
+def dev_pairs(ckpt: Checkpoint) -> list[tuple[str, str]]:
+    """The ``(source, reference)`` dev pairs stored beside a corpus-trained checkpoint (up to
+    the 2,000 training kept), in their order; ``[]`` when it has none."""
+    return list(_dev(ckpt)[0])
 
 
 def dev_reference(ckpt: Checkpoint, text: str) -> str | None:
     """The reference of ``text`` when it is a dev source of a corpus-trained checkpoint."""
-    path = Path(ckpt.path) / DEV_PAIRS if ckpt.path else None
-    if path is None or not path.is_file():
-        return None
-    key = (str(path), path.stat().st_mtime_ns)
-    if key not in _REFS:
-        try:
-            pairs = json.loads(path.read_text(encoding="utf-8"))["pairs"]
-            refs = {str(s): str(t) for s, t in pairs}
-        except (OSError, ValueError, KeyError, TypeError):
-            refs = {}
-        if len(_REFS) > 16:
-            _REFS.clear()
-        _REFS[key] = refs
-    return _REFS[key].get(text)
+    return _dev(ckpt)[1].get(text)

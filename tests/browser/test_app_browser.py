@@ -2,13 +2,12 @@
 
 Type, step to the end, heatmaps drawn with grey exactly where the recorded mask blocks;
 every panel follows Back, scrub (mouse and keyboard), a new input and a model switch, also
-when they happen while another tab is shown; the keyboard shortcuts; dark-mode text contrast. Screenshots go to ``assets/``. No timings are
+when they happen while another tab is shown; the keyboard shortcuts; dark-mode text contrast.
+Screenshots go to each test's temporary folder, or to the folder ``ATTNVIZ_SHOTS`` names (``ATTNVIZ_SHOTS=assets`` remakes the README's). No timings are
 asserted here (``attnviz bench`` measures them).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +15,10 @@ from helpers import browser_or_skip  # noqa: E402
 
 browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 
-from helpers import launched_app  # noqa: E402
+from helpers import ALL_CONTRAST, SETTLED, launched_app, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
 
-ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ROOT / "assets"
 TIMEOUT = 30_000  # ms; a 2-core machine that is also training is slow to draw
 
 # Traces plotly.js built for the figure in a container (the labs still draw with plotly).
@@ -35,6 +32,7 @@ TITLE_HAS = """([sel, text]) => {
   const gd = document.querySelector(sel + ' .js-plotly-plot');
   return !!gd && !!gd._fullLayout && (gd._fullLayout.title.text || '').includes(text);
 }"""
+MESSAGE_HAS = """([sel, text]) => (document.querySelector(sel)?.innerText || '').includes(text)"""
 # What a heatmap canvas shows at every cell's centre: 1 where the pixel is the masked grey.
 GREY_CELLS = """(id) => {
   const c = document.querySelector('#' + id + ' canvas');
@@ -118,7 +116,7 @@ def recorded(ckpt, text: str, steps: int):
     return stepper.trace()
 
 
-def test_type_step_to_the_end_and_heatmaps_render(page):
+def test_type_step_to_the_end_and_heatmaps_render(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     for n in range(1, 12):  # 10 letters, then EOS
         page.locator("#step-btn").click()
@@ -139,7 +137,22 @@ def test_type_step_to_the_end_and_heatmaps_render(page):
     assert strip.count() == 11 and "step 1: p = " in page.locator(
         "#output-tokens .tok"
     ).first.get_attribute("title")
-    page.screenshot(path=str(ASSETS / "screenshot-main.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-main.png"), full_page=True)
+
+
+def test_no_empty_room_under_the_buttons_and_no_empty_table(page):
+    """Under the button row: one gap of the column, then the status line (hidden helpers and
+    empty panels take no room); the Head ablation tab shows no table before heads are ranked."""
+    room = page.evaluate(
+        "() => document.querySelector('#status').getBoundingClientRect().top"
+        " - document.querySelector('#beam-size').closest('.row').getBoundingClientRect().bottom"
+    )
+    assert room <= 17, room
+    page.get_by_role("tab", name="Head ablation").click()
+    page.wait_for_selector("#rank-btn")
+    assert not page.locator("#rank-table").is_visible()
+    assert page.locator("#tab-ablation table").count() == 0
+    page.get_by_role("tab", name="Step through").click()
 
 
 def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
@@ -233,6 +246,8 @@ def test_a_new_input_replaces_every_panel(page):
     page.wait_for_function("() => document.querySelector('#beam-result').innerText.trim() === ''")
     page.get_by_role("tab", name="Attribution").click()  # ... are gone, not shown as current
     assert "changed since" in page.locator("#attr-message").inner_text()
+    # "Why this token" was never run: nothing of it can have changed
+    assert "changed since" not in page.locator("#attr-vs-message").inner_text()
     assert page.locator("#attribution-src .js-plotly-plot").count() == 0
     page.get_by_role("tab", name="Step through").click()
     assert page.locator("#source-tokens .tok").all_inner_texts() == ["a", "b", "c"]
@@ -246,7 +261,7 @@ def test_a_new_input_replaces_every_panel(page):
     assert page.locator("#source-tokens .tok").count() == 0 and output(page) == ""
 
 
-def test_mask_lab_follows_the_step_and_the_input(page):
+def test_mask_lab_follows_the_step_and_the_input(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
@@ -264,7 +279,7 @@ def test_mask_lab_follows_the_step_and_the_input(page):
     after = page.evaluate(TRACES, "#heatmap-mask")
     diff = next(t["z"] for t in after if t["name"] == "after - before")
     assert max(abs(x) for row in diff for x in row if x is not None) > 0.01
-    page.screenshot(path=str(ASSETS / "screenshot-mask-lab.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-mask-lab.png"), full_page=True)
     page.locator("#back-btn").click()  # the lab is shown: it reruns on the new step
     page.wait_for_function(TITLE_HAS, arg=["#mask-next", "step 10"])
     page.locator("#causal-toggle input").uncheck()
@@ -400,24 +415,64 @@ def test_the_step_view_is_redrawn_after_actions_on_other_tabs(browser, url, mode
         page.close()
 
 
-def test_dark_mode_text_is_readable(browser, url):
-    page = open_page(browser, url, color_scheme="dark")
+def readable(page, where: str) -> list:
+    """Every visible text and mark of the page once its events are done, with its contrast."""
+    page.wait_for_function(SETTLED)
+    page.wait_for_timeout(300)  # an output fading back in after its event
+    measured = page.evaluate(ALL_CONTRAST, None)
+    assert len(measured) > 100, where  # the whole page, not a sample
+    return [(where, *m) for m in measured]
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_every_text_and_mark_is_readable(browser, url, scheme, tmp_path):
+    """Each tab with its results shown, in both themes: every text and mark on the page (the
+    theme's labels and buttons, the what-if marks, the beam legend, the compare strip ...) is
+    at least 4.5:1 on its real background, semi-transparent fills composited."""
+    page = open_page(browser, url, color_scheme=scheme)
     try:
-        assert page.evaluate("() => document.body.classList.contains('dark')")
-        page.locator("#input-text textarea").fill("heLLo")
+        assert page.evaluate("() => document.body.classList.contains('dark')") == (scheme == "dark")
+        page.locator("#input-text textarea").fill("heLLo")  # unknown letters: their marks too
+        page.locator("#step-btn").click()
+        wait_step(page, 1)
+        page.locator("#whatif-box").get_by_text("What if this head had looked elsewhere").click()
+        page.wait_for_selector("#whatif-strip [data-src-pos]")
+        page.locator("#whatif-strip [data-src-pos]").nth(0).click()
+        page.wait_for_selector("#whatif-result .av-wi-compare")
         page.locator("#run-btn").click()
-        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
-        page.get_by_role("tab", name="Checkpoint health").click()
-        page.locator("#health-btn").click()
-        page.wait_for_selector("#health-report .finding", timeout=120_000)
-        worst = page.evaluate(CONTRAST, "#health-report li, #health-report p, #status, .explain")
-        page.get_by_role("tab", name="Step through").click()
-        page.wait_for_function("() => window.AttnViz.drawn.step > 0")
-        worst += page.evaluate(
-            CONTRAST, ".av-title, .av-label, .av-keys, .tok, .av-barrow, #status, #model-info p"
-        )
-        assert worst and min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
-        page.screenshot(path=str(ASSETS / "screenshot-dark.png"), full_page=True)
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('Done')")
+        page.locator("#beam-btn").click()
+        page.wait_for_selector("#beam-tree .node")
+        page.locator("#reference-text textarea").fill("ollhe")
+        page.locator("#reference-btn").click()
+        page.wait_for_selector("#reference-strip .ref-tok")
+        found = readable(page, "Step through")
+        if scheme == "dark":
+            page.screenshot(
+                path=str(shots_folder(tmp_path) / "screenshot-dark.png"), full_page=True
+            )
+        tabs = {
+            "Mask lab": lambda: page.wait_for_function(TITLE_HAS, arg=["#heatmap-mask", "input"]),
+            "Head ablation": lambda: (page.locator("#rank-btn").click(),
+                                      page.wait_for_selector("#ablation-plot .js-plotly-plot")),
+            "Attribution": lambda: (page.locator("#attr-btn").click(), page.wait_for_function(
+                MESSAGE_HAS, arg=["#attr-message", "Explaining"])),
+            "Checkpoint health": lambda: (page.locator("#health-btn").click(),
+                                          page.wait_for_selector("#health-report .finding")),
+            "Training playback": lambda: page.wait_for_function(
+                TITLE_HAS, arg=["#playback-plot", "training step"]),
+            "Alignment": lambda: page.wait_for_selector("#align-grid .av-aer.best"),
+            "Compare": lambda: (page.locator("#compare-model input").click(),
+                                page.get_by_role("option", name="copy", exact=True).click(),
+                                page.wait_for_selector("#compare-token-strip .av-cmp-tok")),
+        }  # fmt: skip
+        for tab, show in tabs.items():
+            page.get_by_role("tab", name=tab).click()
+            show()
+            found += readable(page, tab)
+        worst = sorted((f for f in found if f[2] < 4.5), key=lambda f: f[2])
+        assert not worst, worst[:8]
+        assert page.errors == []
     finally:
         page.close()
 
@@ -471,23 +526,30 @@ def test_a_page_missing_rows_asks_for_everything(page):
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
     epoch = page.evaluate("() => document.querySelector('.av-root').dataset.epoch")
+    t0 = page.evaluate("() => window.AttnViz.drawn.t")
     page.evaluate(  # a reply that assumes rows this page never got
         "(e) => window.AttnViz.apply({started: true, epoch: e, full: false, from: 50, n: 60, step: 60})",
         epoch,
     )
-    wait_step(page, 11, "dlrowolleh")  # resent in full by the server, drawn again
+    # resent in full by the server, drawn again (after t0: step 11 alone was already drawn)
+    page.wait_for_function("(t0) => window.AttnViz.drawn.t > t0", arg=t0)
+    wait_step(page, 11, "dlrowolleh")
     assert len(page.evaluate("() => window.AttnViz.maskedCells('cross', 0)")) == 11
 
 
-def test_alignment_tab_opens_a_head_in_the_step_view(page):
+def test_alignment_tab_opens_a_head_in_the_step_view(page, tmp_path):
     page.locator("#input-text textarea").fill("helloworld")
     page.locator("#run-btn").click()
     wait_step(page, 11, "dlrowolleh")
     page.get_by_role("tab", name="Alignment").click()  # computed when the tab opens
-    page.wait_for_selector("#align-grid .av-aer.best", timeout=120_000)
+    # wait for this input's own result: the message names its output (a title or a grid left
+    # from an earlier input would pass at once, with the message still "processing")
+    page.wait_for_function(MESSAGE_HAS, arg=["#align-message", "aligned with “dlrowolleh”"],
+                           timeout=120_000)  # fmt: skip
+    page.wait_for_selector("#align-grid .av-aer.best")
     assert "AER on 40 test sentences" in page.locator("#align-message").inner_text()
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
-    page.screenshot(path=str(ASSETS / "screenshot-alignment.png"), full_page=True)
+    page.screenshot(path=str(shots_folder(tmp_path) / "screenshot-alignment.png"), full_page=True)
     cell = page.locator("#align-grid [data-av-open='cross 0 2']")
     assert cell.inner_text().startswith("0.")
     cell.click()
@@ -501,8 +563,9 @@ def test_alignment_tab_opens_a_head_in_the_step_view(page):
     page.locator("#run-btn").click()
     wait_step(page, 4, "cba")
     page.get_by_role("tab", name="Alignment").click()  # ... and come back for it on opening
+    page.wait_for_function(MESSAGE_HAS, arg=["#align-message", "aligned with “cba”"],
+                           timeout=120_000)  # fmt: skip
     page.wait_for_function(TITLE_HAS, arg=["#align-links", "cross L"])
-    assert "aligned with “cba”" in page.locator("#align-message").inner_text()
     page.get_by_role("tab", name="Step through").click()
 
 
@@ -592,7 +655,7 @@ def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
         chips = page.locator("#reference-strip .ref-tok")
         marked = [i for i in range(11) if "diverge" in chips.nth(i).get_attribute("class")]
         assert marked == [8] and "rank" in chips.nth(8).get_attribute("title")
-        assert "position 8" in page.locator("#reference-message").inner_text()
+        assert "step 9" in page.locator("#reference-message").inner_text()
         page.wait_for_selector("#reference-attn .js-plotly-plot")
         worst = page.evaluate(CONTRAST, ".ref-tok, #reference-message, .tok")
         assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:5]
@@ -600,3 +663,60 @@ def test_reference_strip_beside_a_forced_token(browser, url, scheme, tmp_path):
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_subword_pieces_marker_and_words_in_the_token_rows(browser, tmp_path):
+    """A BPE model's pieces: the word-start ▁ is drawn small, subdued and off the probability
+    strip; the words switch turns the Source and Output rows into words too."""
+    import random
+
+    from attnviz.train.loop import TrainOptions, train
+
+    rng = random.Random(0)
+    words = ["le", "chat", "noir", "sur", "la", "table", "grand", "arbre"]
+    pairs = [(" ".join(w), " ".join(reversed(w))) for w in
+             (rng.choices(words, k=rng.randint(2, 5)) for _ in range(80))]  # fmt: skip
+    folder = tmp_path / "bpe-model"
+    train(TrainOptions(out=str(folder), tokenizer="bpe", vocab_size=60, steps=2, eval_every=2,
+                       d_model=32, n_heads=2, d_ff=64, batch_size=8),  # fmt: skip
+          progress=False, pairs=pairs, dev_pairs=pairs[:4])  # fmt: skip
+    text = "le chat noir"
+    with launched_app(folder) as (_, port):
+        page = open_page(browser, f"http://127.0.0.1:{port}/")
+        try:
+            page.locator("#input-text textarea").fill(text)
+            for n in (1, 2, 3):
+                page.locator("#step-btn").click()
+                wait_step(page, n)
+            marks = page.locator("#source-tokens .tok .av-ws")
+            assert marks.count() >= 3  # one per word start
+            style = page.evaluate(
+                """() => { const m = document.querySelector('#source-tokens .tok .av-ws');
+                  const c = m.parentElement, a = getComputedStyle(m), b = getComputedStyle(c);
+                  return {mark: a.color, text: b.color, small: parseFloat(a.fontSize) < parseFloat(b.fontSize)}; }"""
+            )
+            assert style["mark"] != style["text"] and style["small"], style
+            clear = page.evaluate(  # every output marker ends above its chip's strip
+                """() => Array.from(document.querySelectorAll('#output-tokens .tok')).flatMap((c) => {
+                  const m = c.querySelector('.av-ws'), s = c.querySelector('.conf');
+                  return m && s ? [m.getBoundingClientRect().bottom <= s.getBoundingClientRect().top] : []; })"""
+            )
+            assert all(clear), clear
+            page.locator(".av-tokens").screenshot(path=str(shots_folder(tmp_path) / "pieces.png"))
+            pieces = page.locator("#source-tokens .tok").count()
+            page.select_option("#unit-select", "words")
+            page.wait_for_function(
+                "(n) => document.querySelectorAll('#source-tokens .tok').length === n", arg=3
+            )
+            assert page.locator("#source-tokens .tok").all_inner_texts() == text.split()
+            page.locator(".av-tokens").screenshot(path=str(shots_folder(tmp_path) / "words.png"))
+            assert pieces >= 3 and "▁" not in "".join(
+                page.locator("#output-tokens .tok").all_inner_texts()
+            )
+            page.select_option("#unit-select", "pieces")
+            page.wait_for_function(
+                "(n) => document.querySelectorAll('#source-tokens .tok').length === n", arg=pieces
+            )
+            assert page.errors == []
+        finally:
+            page.close()

@@ -4,7 +4,7 @@ The load test starts ``attnviz app`` on the shipped reversal model in a subproce
 deployed: its own process, ``demo.queue(default_concurrency_limit=2)``), drives 16
 ``gradio_client`` sessions in 16 threads against it, checks every reply against a single-user
 run of its own input (no state crossing between sessions), and writes the latency numbers to
-``assets/load_test.json``.
+``load_test.json`` in its temporary folder (``ATTNVIZ_SHOTS=assets`` remakes the README's).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-from helpers import free_port  # noqa: E402
+from helpers import free_port, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.app import server, ui  # noqa: E402
@@ -36,7 +36,6 @@ from attnviz.app.decoders import DECODERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 REVERSE = str(ROOT / "models" / "reverse")
-RESULT = ROOT / "assets" / "load_test.json"
 OUTPUT, PAYLOAD = 0, 3  # positions in a decoding event's outputs (the state is not sent)
 SESSIONS, CALLS, SEED = 16, 50, 1234
 
@@ -176,7 +175,7 @@ def test_sixteen_sessions_at_once(tmp_path):
         wall_s=round(wall, 1),
         server_peak_rss_mb=round(peak_mb),
     )
-    RESULT.write_text(json.dumps(numbers, indent=2) + "\n")
+    (shots_folder(tmp_path) / "load_test.json").write_text(json.dumps(numbers, indent=2) + "\n")
     print("load test:", json.dumps(numbers))
 
     assert numbers["calls"] == SESSIONS * (CALLS + 1)

@@ -121,6 +121,15 @@ def test_zoom_and_pan_draw_the_recorded_cells_crisply(page, model):
     page.mouse.move(x, y)
     page.mouse.down()
     page.mouse.move(x - 10 * cell, y - 4 * cell, steps=5)
+    # the tip follows the pan: it names the cell now under the pointer, not the one grabbed
+    under = page.evaluate(
+        "([x, y]) => { const c = document.querySelector('#heatmap-encoder_self canvas');"
+        " const r = c.getBoundingClientRect(); return window.AttnViz.probe("
+        "'heatmap-encoder_self', x - r.left, y - r.top); }",
+        [x - 10 * cell, y - 4 * cell],
+    )
+    assert f"query {under['q']} " in page.locator(".av-tip").inner_text()
+    assert f"key {under['k']} " in page.locator(".av-tip").inner_text()
     page.mouse.up()
     got = _drawn_is_recorded(page, "heatmap-encoder_self", w[1], m)
     assert (got["zoom"]["k0"], got["zoom"]["q0"]) == (k0 + 10, q0 + 4)
@@ -131,6 +140,9 @@ def test_zoom_and_pan_draw_the_recorded_cells_crisply(page, model):
     page.mouse.move(cross["x"] + c[0], cross["y"] + c[1])
     page.mouse.wheel(0, -100)
     page.wait_for_function("() => document.querySelector('#heatmap-cross canvas')._zoom.z === 2")
+    for _ in range(4):  # five notches in all: 1-2-3-4-5-6 (about 1.25x a notch), not x32
+        page.mouse.wheel(0, -100)
+    page.wait_for_function("() => document.querySelector('#heatmap-cross canvas')._zoom.z === 6")
     if SHOTS:
         page.screenshot(path=str(SHOTS / "long-zoomed-light.png"), full_page=True)
     page.locator(f"{panel} .av-zoom", has_text="1:1").click()

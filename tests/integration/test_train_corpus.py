@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
 import random
@@ -299,6 +300,35 @@ def test_app_session_on_a_corpus_checkpoint_shows_the_dev_reference(tmp_path):
     files = [str(out / n) for n in ("model.safetensors", "config.json", "dev_pairs.json")]
     uploaded = session.upload_model(session.new_state(str(out)), files, dev[1][0])
     assert uploaded.payload["expected"] == [*expected, "<eos>"]
+
+
+def test_a_corpus_checkpoint_gets_a_start_from_its_dev_pairs(tmp_path):
+    """A corpus model has no task, but its checkpoint stores dev pairs: they fill the Examples
+    menu, the hint and the placeholder, pre-fill the Reference box of a typed dev source, and
+    the health check runs on several of them, not on the one input typed."""
+    from attnviz.app import panels, reference, session, store, views
+
+    pairs, dev = _pairs(100), _pairs(20, seed=9)
+    out = tmp_path / "corpus-model"
+    train(TrainOptions(out=str(out), tokenizer="bpe", vocab_size=70, steps=2, eval_every=2,
+                       d_model=32, n_heads=2, d_ff=64, batch_size=8),  # fmt: skip
+          progress=False, pairs=pairs, dev_pairs=dev)  # fmt: skip
+    ckpt = attnviz.load_checkpoint(out)
+    sources = list(dict.fromkeys(s for s, _ in dev))
+    examples = store.examples_of(ckpt)
+    assert examples == sources[:6]
+    fresh = session.new_state(str(out))
+    hint = session.render(fresh).message
+    assert f"e.g. <code>{html.escape(examples[0]).replace(' ', '␣')}</code>" in hint, hint
+    assert views.input_placeholder(ckpt) == f"e.g. {examples[0]}"
+    assert reference.default_reference(fresh, dev[3][0]) == dev[3][1]
+    assert reference.default_reference(fresh, "chat chat") == ""
+    state = session.run(fresh, "chat chat").state
+    texts = panels.health_inputs(state)
+    assert texts[0] == "chat chat" and set(sources[: len(texts) - 1]) <= set(texts)
+    assert len(texts) > 8
+    report = panels.health(state).message
+    assert f"{len(texts)} given inputs" in report, report
 
 
 @pytest.mark.slow

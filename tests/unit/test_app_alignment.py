@@ -60,6 +60,12 @@ def test_grid_is_the_library_report_on_the_task_sentences(decoded, reverse, lens
             assert f'data-av-open="cross {ly} {h}"' in view.grid_html
             assert f"{want.aer[ly, h]:.3f}" in view.grid_html
     assert view.grid_html.count("av-sinkfill") == want.aer.size  # a sink meter per head
+    # a layer's number is the AER of its head-averaged attention, not the mean of its heads'
+    # AERs: said so wherever it is shown
+    layers = ", ".join(f"L{i} {v:.3f}" for i, v in enumerate(want.layer_aer))
+    assert f"AER of each layer's head-averaged attention: {layers}" in view.message
+    assert "Layer means" not in view.message
+    assert "<th>heads averaged</th>" in view.grid_html and "layer mean" not in view.grid_html
 
 
 def test_current_links_are_the_library_links(decoded, reverse):

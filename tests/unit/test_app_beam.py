@@ -9,6 +9,7 @@ view against greedy choices made by a fresh stepper.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -64,6 +65,12 @@ def test_the_tree_has_one_node_per_tree_node_and_the_winning_path_highlighted(do
     label = ckpt.tgt_tokenizer.token(first.token)
     assert f"“{label}” · log p {first.logp:.3f}" in shown.html
     assert "“helloworld”: <b>dlrowolleh</b>" in shown.html  # the summary line stays
+    # each node also shows its hypothesis's score (a bad one adding −0.00 is still far down)
+    groups = dict(re.findall(r'data-node-id="(\d+)"[^>]*>(.*?)</g>', shown.html))
+    score = re.compile(r'<text class="score"[^>]*>([^<]*)</text>')
+    assert score.findall(groups["0"]) == []  # the start token has none
+    for n in ref.tree.nodes[1:]:
+        assert score.findall(groups[str(n.id)]) == [f"Σ {n.score:.2f}".replace("-", "−")]
 
 
 def test_the_layout_is_step_by_rank_and_never_overlaps(shown):
@@ -126,6 +133,9 @@ def test_a_node_shows_its_hypothesis_cross_attention(done, shown):
     assert got.shape == (len(tokens), len(TEXT))
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert f"hypothesis <b>{ckpt.tgt_tokenizer.decode(tokens)}</b>" in v.message
+    # rows labelled as the step view labels them: by the token fed at that step
+    fed = [views.display_token(ckpt.tgt_tokenizer.token(t)) for t in [cfg.bos_id, *tokens[:-1]]]
+    assert list(v.figure.layout.yaxis.ticktext) == [html.escape(t) for t in fed]  # plotly: HTML
     one = session.beam_node(dataclasses.replace(done, view={"cross": [0, "H2"]}), shown.panel, node)
     np.testing.assert_allclose(
         np.asarray(one.figure.data[0].z, dtype=float),

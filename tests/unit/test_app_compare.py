@@ -36,6 +36,8 @@ def test_comparing_a_model_with_itself_gives_an_all_zero_grid(done):
     assert np.array_equal(np.nan_to_num(a.z), np.nan_to_num(b.z))
     assert np.nanmax(np.abs(diff.z)) == 0
     assert "same output" in view.message
+    # nothing changed: no "most changed head" at 0.000
+    assert "most changed" not in view.message.lower() and "No head differs" in view.message
     assert view.tokens_html.count('class="av-cmp-tok"') == len("dlrowolleh") + 1  # + EOS
 
 
@@ -53,6 +55,8 @@ def test_comparing_reverse_with_copy_gives_what_the_library_gives(done, models_d
             assert cells[layer, head].endswith(f"→H{b_head}")
     assert ref.divergence["cross"].max() > 0.05  # the two models attend differently
     assert view.comparison.outputs == ref.outputs
+    # the grid names what it compares, so it stays labelled whatever the message says later
+    assert "A = <b>reverse</b>" in view.grid_html and "B = <b>copy</b>" in view.grid_html
     # A | B | A − B: the difference is the difference of the two heads as recorded
     a, b, diff = (t for t in view.head.data if t.name in ("A", "B", "A - B"))
     assert np.allclose(np.nan_to_num(diff.z), np.nan_to_num(a.z) - np.nan_to_num(b.z))
@@ -65,7 +69,9 @@ def test_comparing_reverse_with_copy_gives_what_the_library_gives(done, models_d
 
 def test_incomparable_models_say_why_in_one_line(done):
     view = compare_lab.compare(done, "translate")
-    assert view.message == "⚠ the checkpoints use different source tokenizers"
+    # says what differs, not only that something does
+    assert view.message.startswith("⚠ the checkpoints use different source tokenizers: ")
+    assert ": A has a char tokenizer of 30 tokens, B has a word tokenizer of " in view.message
     assert view.comparison is None and len(view.grids) == len(KINDS)
     assert "\n" not in view.message
 
@@ -247,10 +253,34 @@ def test_browser_compare_tab_draws_the_grid_and_a_clicked_head(models_dir, tmp_p
             if scheme == "light":  # model B uploaded inside the tab is compared at once
                 files = [str(models_dir / "copy" / n) for n in ("model.safetensors", "config.json")]
                 page.locator("#compare-upload input[type=file]").set_input_files(files)
+                page.wait_for_function(  # the grid names the new B (copy's grid had 24 cells too)
+                    "() => { const b = document.querySelector('#compare-model input').value;"
+                    " return b && b !== 'copy' && document.querySelector('#compare-grid"
+                    " .av-cmp-names')?.innerText.includes('B = ' + b) &&"
+                    " document.querySelectorAll('#compare-grid button[data-kind]').length === 24; }"
+                )
+                uploaded = page.locator("#compare-model input").input_value()
+                # a refused upload: the warning, the grid still labelled with what it compares,
+                # and the box holds that upload alone (not added to the last one's files)
+                pickle = tmp_path / "model.pt"
+                torch.save({"w": torch.zeros(2)}, pickle)
+                page.locator("#compare-upload input[type=file]").set_input_files([str(pickle)])
                 page.wait_for_function(
-                    "() => document.querySelector('#compare-model input').value !== 'copy' &&"
-                    " document.querySelector('#compare-model input').value.length > 0 &&"
-                    " document.querySelectorAll('#compare-grid button[data-kind]').length === 24"
+                    "() => document.querySelector('#compare-message').innerText.includes('⚠')"
+                )
+                names = page.locator("#compare-grid .av-cmp-names").inner_text()
+                assert names == f"A = reverse vs B = {uploaded}"
+                assert (
+                    f"still compares A with B = {uploaded}"
+                    in page.locator("#compare-message").inner_text()
+                )
+                page.wait_for_function(
+                    "() => document.querySelectorAll('#compare-upload .file').length === 1"
+                )
+                page.locator("#compare-upload button[aria-label=Clear]").click()  # warning goes
+                page.wait_for_function(
+                    "() => { const m = document.querySelector('#compare-message').innerText;"
+                    " return m.startsWith('A = ') && !m.includes('⚠'); }"
                 )
             if scheme == "light":  # a new input: the result for the old one is cleared, with a note
                 page.locator("#input-text textarea").fill("abc")

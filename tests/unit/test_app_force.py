@@ -115,7 +115,8 @@ def test_reference_strip_is_the_checkpoint_score(models_dir):
         assert marked == ([] if want.first_divergence is None else [want.first_divergence])
         z = np.asarray(view.figure.data[0].z, dtype=float)  # [Tt, Ts]: last layer, head mean
         assert np.allclose(z, want.trace.numpy("cross", 1)[0].mean(0), atol=1e-6)
-    assert want.first_divergence == 8 and "position 8" in view.message  # "he" swapped: at h
+    # "he" swapped: at h, the 9th token; steps count from 1 as in the step view
+    assert want.first_divergence == 8 and "first divergence at step 9" in view.message
 
 
 def test_reference_bad_input_is_one_line(models_dir):

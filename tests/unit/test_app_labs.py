@@ -82,6 +82,11 @@ def test_an_output_that_is_eos_at_once_is_called_empty(done):
     res = labs.ablation(done, sites)
     assert "→ (empty: EOS first)" in res.message and "“”" not in res.message
     assert labs.shown_output("") == "(empty: EOS first)" and labs.shown_output("ab") == "“ab”"
+    # where it dropped most is a step counted from 1, as in the step view (not "token 0")
+    ckpt = labs.started_checkpoint(done)
+    drop = labs.analysis.ablate(ckpt, done.text, labs.parse_sites(sites)).prob_change
+    worst = int(np.argmin(drop))
+    assert f"at step {worst + 1} (" in res.message and "at token" not in res.message
 
 
 # -- checkpoint health -------------------------------------------------------------------------

@@ -180,6 +180,8 @@ def test_attribution_beside_cross_attention(done):
     assert len(ig_colours) == 1  # one colour for a method in every chart
     gxi = next(t for t in view.figures[1].data if t.name == "gradient × input")
     assert np.abs(np.asarray(gxi.y)).sum() == pytest.approx(1.0)  # visible, not ~1e-7
+    # one short y title on both charts: a long one is cut off by the chart's height
+    assert [f.layout.yaxis.title.text for f in view.figures] == ["share of total"] * 2
     assert labs.attribution(session.reset(done).state).message.startswith("⚠")
 
 
@@ -562,12 +564,12 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     before = views.panel_stamps(done)
     back = views.panel_stamps(session.back(done).state)
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
-                                                           "whatif", "attr_alt",
+                                                           "whatif", "attr_alt", "attr_vs",
                                                            "reference"}  # fmt: skip
     new = views.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
-                                                          "compare", "attr_alt",
+                                                          "compare", "attr_alt", "attr_vs",
                                                           "reference"}  # fmt: skip
     assert before["model"] == new["model"]
 
@@ -718,7 +720,7 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     want = next(i for i, (a, b) in enumerate(zip(ids, shown, strict=False)) if a != b)
     assert want == 3
     assert _leaves(out[page.ref_strip]) == [want]
-    assert f"leaves the reference at position {want}" in out[page.ref_msg]
+    assert f"leaves the reference at step {want + 1}" in out[page.ref_msg]  # 1-based steps
     assert out[page.stamps] == {"reference": views.panel_stamps(forced)["reference"]}
     new = session.start(forced, "abc").state  # a new input: cleared, not rescored
     gone = _follow(page, new, out[page.stamps], "step", ref)
@@ -731,3 +733,10 @@ def _probs(ckpt, prefix):
     st = ckpt.stepper("helloworld")
     st.sync(prefix)
     return st.step().probs.numpy()
+
+
+def test_pieces_read_back_as_text_without_markers():
+    """The training playback's probe line: subword pieces as words, not raw ``▁`` pieces."""
+    assert views.pieces_text(["▁the", "▁ca", "t", "."], "bpe") == "the cat."
+    assert views.pieces_text(list("abc"), "char") == "abc"
+    assert views.pieces_text(["le", "chat"], "word") == "le chat"

@@ -80,6 +80,9 @@ def test_the_strip_is_shaded_by_the_recorded_row(models_dir, ckpt):
     assert positions == list(range(len(TEXT)))
     tips = re.findall(r"attention (\d\.\d{3})", view.strip)
     assert [float(t) for t in tips] == pytest.approx(want, abs=5e-4)
+    assert "heads 1, 3 (mean)" in view.strip
+    one = whatif_view.strip(s, "L0", ["H2"])  # one head is that head, not a mean
+    assert "· head 2: click" in one.strip and "(mean)" not in one.strip
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,16 @@ def test_keep_scores_holds_the_passes_the_divergence_came_from(reverse_ckpt):
     assert sa.ids == sb.ids == c.targets[0]
     again = reverse_ckpt.score("abc", c.targets[0])
     assert torch.equal(sa.trace.weights("cross", 1), again.trace.weights("cross", 1))
+
+
+def test_a_refusal_says_what_differs_between_the_tokenizers():
+    from attnviz.analysis.compare import tokenizer_difference
+    from attnviz.data.tokenizer import Tokenizer
+
+    abc, acb = Tokenizer("char", list("abc")), Tokenizer("char", list("acb"))
+    assert tokenizer_difference(abc, acb) == (
+        "both have a char tokenizer of 7 tokens, but id 5 is “b” in A and “c” in B"
+    )
+    assert tokenizer_difference(abc, Tokenizer("word", ["x"])) == (
+        "A has a char tokenizer of 7 tokens, B has a word tokenizer of 5 tokens"
+    )

@@ -33,3 +33,23 @@ def test_the_page_script_defines_each_function_once():
         names = re.findall(pattern, text, re.M)
         twice = [n for n, c in collections.Counter(names).items() if c > 1]
         assert names and not twice, f"defined twice in viz.js: {twice}"
+
+
+def test_the_suite_sees_a_tracked_file_it_changed(tmp_path):
+    """The session-finish check in conftest.py fails a run that changed a tracked file; here
+    its look-up on a scratch repository: a committed file rewritten shows, an untracked one not."""
+    from helpers import tracked_changes
+
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    run = lambda *a: subprocess.run([git, *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "shot.png").write_bytes(b"old")
+    run("add", "shot.png")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    assert tracked_changes(tmp_path) == {}
+    (tmp_path / "scratch.json").write_text("{}")
+    assert tracked_changes(tmp_path) == {}
+    (tmp_path / "shot.png").write_bytes(b"new")
+    assert list(tracked_changes(tmp_path)) == ["shot.png"]
