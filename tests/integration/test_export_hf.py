@@ -112,7 +112,7 @@ def test_an_attnviz_model_is_refused_in_one_line(models_dir, tmp_path, capsys):
 
 
 def test_an_nn_transformer_import_is_refused(tmp_path):
-    from tests.test_interop import Seq2SeqTransformer
+    from tests.unit.test_interop import Seq2SeqTransformer
 
     torch.manual_seed(0)
     state = Seq2SeqTransformer(1, 1, 16, 2, 11, 13, dim_feedforward=20).state_dict()

@@ -1,6 +1,6 @@
 """Plots: figures hold the recorded attention, masked cells apart; the HTML page is offline.
 
-Build times at the default model size: ``python -m tests.test_plots`` (median of 5).
+Build times at the default model size: ``python -m tests.unit.test_plots`` (median of 5).
 """
 
 from __future__ import annotations
