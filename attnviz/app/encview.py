@@ -11,7 +11,6 @@ opus-mt's shape) the first Step carries only the layer and head shown
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,19 +20,8 @@ from ..analysis.words import THUMB, downsample, pool_words
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.record import Trace
+from ..render.arrays import b64_f32, packed_bits
 from .state import SessionState
-
-
-def b64(a: np.ndarray) -> str:
-    """float32 little-endian bytes, base64: exact weights at 4 bytes each (+1/3)."""
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
-
-
-def packed(m: np.ndarray) -> str:
-    """One bit per cell (``1`` = blocked), row-major, most significant bit first, base64: a
-    ``[Ts, Ts]`` mask of a long input in ``Ts²/8`` bytes."""
-    return base64.b64encode(np.packbits(np.asarray(m, bool).ravel()).tobytes()).decode("ascii")
-
 
 #: The encoder's every layer and head comes with the first Step while it weighs at most this
 #: (float32): layer/head changes then redraw from the page. Above it (a long input: 50 MB at
@@ -85,7 +73,7 @@ def block_of(state: SessionState, w: np.ndarray, m: np.ndarray, layer: int, head
         z = w[h : h + 1]
     return {
         "epoch": f"{state.sid}:{state.epoch}", "layer": layer, "head": str(head),
-        "h": int(z.shape[0]), "ts": int(w.shape[-1]), "w": b64(z), "m": packed(m),
+        "h": int(z.shape[0]), "ts": int(w.shape[-1]), "w": b64_f32(z), "m": packed_bits(m),
     }  # fmt: skip
 
 
@@ -119,5 +107,5 @@ def thumbs_of(
     return {
         "epoch": f"{state.sid}:{state.epoch}", "thumbs": True, "words": words is not None,
         "L": int(w.shape[0]), "h": int(w.shape[1]), "tq": int(z.shape[-2]), "tk": int(z.shape[-1]),
-        "bq": bq, "bk": bk, "w": b64(z), "m": packed(zm),
+        "bq": bq, "bk": bk, "w": b64_f32(z), "m": packed_bits(zm),
     }  # fmt: skip

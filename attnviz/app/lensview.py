@@ -26,9 +26,9 @@ from ..analysis import LENSES, lens
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..core.record import Trace, record
+from ..render.arrays import b64_f32
 from . import encview
 from .state import SessionState, checkpoint_of
-from .views import b64
 
 
 def payload(state: SessionState, name: str) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
             layers = []
             for layer in trace.layers(kind):
                 m = lens(model, trace, kind, layer, name)[0]  # [H', Tq, Tk]
-                layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64(m)})
+                layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64_f32(m)})
             base["kinds"][kind] = layers
     except AttnvizError as exc:
         return {"lens": {**base, "name": "weights", "error": f"⚠ {html.escape(str(exc))}"}}

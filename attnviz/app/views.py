@@ -28,9 +28,10 @@ from ..core.record import Trace
 from ..data.tasks import TASKS, get_task
 from ..decode.greedy import StepResult
 from ..render import plots
+from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from . import figures, store
-from .encview import b64, encoder_block, encoder_inline
+from .encview import encoder_block, encoder_inline
 from .state import (
     SessionState,
     head_choices,
@@ -58,11 +59,6 @@ def pieces_text(pieces: Sequence[str], kind: str | None) -> str:
 
 def _code(token: str) -> str:
     return f"<code>{html.escape(display_token(token))}</code>"
-
-
-def _bits(m: np.ndarray) -> str:
-    """``"0"/"1"`` per cell (``1`` = blocked), row-major."""
-    return (np.asarray(m, bool).ravel().astype(np.uint8) + ord("0")).tobytes().decode("ascii")
 
 
 #: ``(kind, layer) -> [(weights [H, Tk], mask [Tk]), ...]``: decoded rows as the stepper keeps
@@ -244,8 +240,8 @@ def payload(
         if encoder_inline(ckpt, len(state.src_ids)):
             out["encoder"] = [
                 {
-                    "w": b64(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
-                    "m": _bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
+                    "w": b64_f32(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
+                    "m": mask_bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
                 }
                 for i in encoder.layers("encoder_self")
             ]
@@ -270,7 +266,7 @@ def _row_block(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, str]
     another (one device-to-host copy), and the mask bits of each row ``[Tk]`` likewise."""
     w = as_numpy(torch.cat([w.reshape(-1) for w, _ in pairs]))
     m = as_numpy(torch.cat([m.reshape(-1) for _, m in pairs]))
-    return {"w": b64(w), "m": _bits(m)}
+    return {"w": b64_f32(w), "m": mask_bits(m)}
 
 
 def _topk(step: StepResult, tok, k: int) -> list[list]:

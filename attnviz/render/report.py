@@ -29,6 +29,7 @@ from ..core.errors import InputError
 from ..core.model import KINDS
 from ..train.snapshots import SNAPSHOTS, Snapshots
 from . import plots
+from .arrays import b64_f32, mask_bits
 from .report_figures import (  # noqa: F401  (re-exported: report.inspection_figures, ...)
     STAT_HEADINGS,
     experiment_figures,
@@ -38,7 +39,7 @@ from .report_figures import (  # noqa: F401  (re-exported: report.inspection_fig
     to_html,
     write_png,
 )
-from .show import View, b64_f32, display_token, mask_bits, renderer_js, script_safe
+from .show import View, display_token, renderer_js, script_safe
 
 # -- the page: the app's canvas renderer, inlined (no plotly.js) ----------------------------------
 _REPORT_PAGE = """<!DOCTYPE html>

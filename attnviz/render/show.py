@@ -9,7 +9,6 @@ inline scripts: JupyterLab, classic Notebook, VS Code and Colab run it as it is.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import uuid
@@ -22,6 +21,7 @@ from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
 from ..core.model import KINDS
 from ..core.record import Trace
+from .arrays import b64_f32, mask_bits
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
@@ -245,16 +245,6 @@ def _head(head: int | str | None, n_heads: int) -> str:
     if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads:
         raise InputError(f"head must be 0..{n_heads - 1}, 'mean' or 'all heads', got {head!r}")
     return f"H{head}"
-
-
-def b64_f32(a: np.ndarray) -> str:
-    """float32 little-endian bytes, base64."""
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
-
-
-def mask_bits(m: np.ndarray) -> str:
-    """``"0"/"1"`` per cell (``1`` = blocked), row-major."""
-    return (np.asarray(m, bool).ravel().astype(np.uint8) + ord("0")).tobytes().decode("ascii")
 
 
 Trace.viewer = View.from_trace  # trace.show(...) draws with this module

@@ -95,7 +95,7 @@ def test_pieces_export_is_unchanged(ins, tmp_path):
 
 def test_html_report_draws_words(ins):
     from attnviz.render import report
-    from attnviz.render.show import b64_f32
+    from attnviz.render.arrays import b64_f32
 
     page = report.inspection_page(ins, unit="words")
     assert "<title>attnviz: hello world · words</title>" in page
