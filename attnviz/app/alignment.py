@@ -37,7 +37,7 @@ from ..data.tasks import TASKS, get_task
 from ..data.tokenizer import Encoding
 from . import figures, store
 from .labs import started_checkpoint
-from .state import SessionState, checkpoint_of
+from .state import SessionState, checkpoint_of, warning
 
 GRID_SENTENCES = 40  # a built-in task's test sentences scored in the grid
 MAX_UPLOAD_LINES = 2000
@@ -94,9 +94,6 @@ class AlignView:
     path: str | None = None
     best: tuple[int, int] | None = None
 
-
-def _warn(exc: Exception) -> str:
-    return f"⚠ {html.escape(str(exc))}"
 
 
 def _lines(path: str | None, what: str) -> list[str]:
@@ -328,7 +325,7 @@ def view(
     try:
         gold_line, gold_file = _one_line_gold(gold_line, sources_file, gold_file)
     except AttnvizError as exc:
-        lines.append(_warn(exc))
+        lines.append(warning(exc))
         gold_file = None
     try:
         rep, c = report(state, lens, setting, sources_file, gold_file)
@@ -336,7 +333,7 @@ def view(
         out.best = rep.best[0]
         out.figures.append(figures.aer_grid(rep.aer, rep.layer_aer, rep.mean_aer, rep.best))
     except AttnvizError as exc:
-        lines.append(str(exc) if str(exc) == NEEDS_GOLD else _warn(exc))
+        lines.append(str(exc) if str(exc) == NEEDS_GOLD else warning(exc))
         out.figures.append(figures.placeholder("no AER grid: see the message above"))
     try:
         ly = _index(layer, out.best[0] if out.best else 0)
@@ -347,7 +344,7 @@ def view(
     except AttnvizError as exc:
         cur = None
         out.figures.append(figures.placeholder("no alignment of the current input"))
-        lines.append(_warn(exc))
+        lines.append(warning(exc))
     if rep is not None:
         out.grid_html = grid_html(rep, cur.sinks if cur else None)
     out.message = "  \n".join(lines)
@@ -415,7 +412,7 @@ def download(
         path = folder / f"attnviz-cross-L{ly}-H{hd}-{lens}-{setting}.pharaoh"
         path.write_text("\n".join(rep.pharaoh(ly, hd)) + "\n", encoding="utf-8")
     except AttnvizError as exc:
-        return AlignView(message=_warn(exc))
+        return AlignView(message=warning(exc))
     return AlignView(
         message=f"Wrote {path.name}: {len(rep.sources)} lines, one per sentence.", path=str(path)
     )
@@ -430,7 +427,7 @@ def faithfulness_view(state: SessionState, k_max: int = 5) -> AlignView:
             raise InputError("take at least one Step: faithfulness explains the newest token")
         rep = analysis.faithfulness(ckpt, [state.text], step=state.step - 1, k_max=k_max)
     except AttnvizError as exc:
-        return AlignView([figures.placeholder("see the message above")], _warn(exc))
+        return AlignView([figures.placeholder("see the message above")], warning(exc))
     comp, suff = rep.aopc("comprehensiveness"), rep.aopc("sufficiency")
     rows = ", ".join(f"`{m}` {comp[m]:+.3f} / {suff[m]:+.3f}" for m in comp)
     msg = (

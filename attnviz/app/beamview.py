@@ -34,7 +34,7 @@ from ..core.errors import AttnvizError, InputError
 from ..decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ..render import plots
 from . import store
-from .state import SessionState, checkpoint_of, head_label
+from .state import SessionState, checkpoint_of, head_label, warning
 from .views import display_token, panel_stamps, view_of
 
 MAX_BEAMS = 8
@@ -388,7 +388,7 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
         panel = search(ckpt, text, size, panel_stamps(state)["beam"])
         greedy = ckpt.predict(text)
     except AttnvizError as exc:
-        return BeamView(None, _warn(exc))
+        return BeamView(None, warning(exc))
     panel.line = summary(panel, greedy, ckpt.tgt_tokenizer)
     return BeamView(panel, panel_html(panel), files=write_files(panel))
 
@@ -412,11 +412,8 @@ def beam_node(state: SessionState, panel: BeamPanel | None, node: int | str) -> 
         layer, head = view_of(state, ckpt, "cross")
         fig = node_figure(ckpt, panel, i, layer, "mean" if head == "all heads" else head)
     except AttnvizError as exc:
-        return BeamView(panel, "", _warn(exc))
+        return BeamView(panel, "", warning(exc))
     chosen = dataclasses.replace(panel, selected=i)
     line = node_line(chosen, i, ckpt.tgt_tokenizer)
     return BeamView(chosen, panel_html(chosen), line, fig)
 
-
-def _warn(exc: Exception) -> str:
-    return f"⚠ {html.escape(str(exc))}"

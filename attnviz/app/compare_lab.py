@@ -28,7 +28,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
-from .state import SessionState, checkpoint_of, layer_count
+from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 
 #: The stamp key of this tab's result (see :func:`attnviz.app.views.panel_stamps`).
@@ -313,7 +313,7 @@ def upload_b(paths: list[str], device: str = "cpu") -> tuple[str | None, str]:
     try:
         folder, _ = store.import_upload([p for p in paths or [] if p], device)
     except AttnvizError as exc:
-        return None, f"⚠ {html.escape(str(exc))}"
+        return None, warning(exc)
     return store.model_name(folder), ""
 
 
@@ -321,5 +321,5 @@ def error_view(exc: Exception) -> CompareView:
     """The tab's answer to a user error: the reason in one line, placeholders for figures."""
     figs = [placeholder("see the message above") for _ in KINDS]
     return CompareView(
-        grids=figs, head=placeholder("see the message above"), message=f"⚠ {html.escape(str(exc))}"
+        grids=figs, head=placeholder("see the message above"), message=warning(exc)
     )

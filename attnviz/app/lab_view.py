@@ -6,7 +6,6 @@ on them; :mod:`attnviz.app.labs` re-exports all three names.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -14,7 +13,7 @@ import plotly.graph_objects as go
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import figures
-from .state import SessionState, checkpoint_of
+from .state import SessionState, checkpoint_of, warning
 
 
 @dataclass
@@ -30,7 +29,7 @@ class LabView:
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:
     """A panel's answer to a user error: placeholders and the reason as the message."""
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]
-    return LabView(figs, f"⚠ {html.escape(str(exc))}")
+    return LabView(figs, warning(exc))
 
 
 def started_checkpoint(state: SessionState) -> Checkpoint:

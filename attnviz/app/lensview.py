@@ -16,7 +16,6 @@ recorded pass, never an approximation.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from ..core.model import KINDS
 from ..core.record import Trace, record
 from ..render.arrays import b64_f32
 from . import encview
-from .state import SessionState, checkpoint_of
+from .state import SessionState, checkpoint_of, warning
 
 
 def payload(state: SessionState, name: str) -> dict[str, Any]:
@@ -68,7 +67,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
                 layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64_f32(m)})
             base["kinds"][kind] = layers
     except AttnvizError as exc:
-        return {"lens": {**base, "name": "weights", "error": f"⚠ {html.escape(str(exc))}"}}
+        return {"lens": {**base, "name": "weights", "error": warning(exc)}}
     return {"lens": base}
 
 

@@ -13,7 +13,6 @@ the page shows. A user error (bad input, bad file) never raises: it comes back a
 from __future__ import annotations
 
 import dataclasses
-import html
 import uuid
 from collections.abc import Callable
 
@@ -29,7 +28,7 @@ from . import beamview, encview, lensview, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
-from .state import SessionState, checkpoint_of, layer_count, new_state
+from .state import SessionState, checkpoint_of, layer_count, new_state, warning
 
 __all__ = [
     "BeamView",
@@ -80,9 +79,6 @@ def _view(shown: views.Shown) -> DecodeView:
     return DecodeView(shown.state, shown.output, shown.message, shown.info, shown.payload)
 
 
-def _warn(exc: Exception) -> str:
-    return f"⚠ {html.escape(str(exc))}"
-
 
 # -- the one path every action takes --------------------------------------------------------------
 def _apply(
@@ -110,7 +106,7 @@ def _apply(
         return _render(new, ckpt, notice, decode)
     except AttnvizError as exc:
         keep = refused(state) if refused else state
-        return render(keep, message=_warn(exc))
+        return render(keep, message=warning(exc))
 
 
 def _render(
@@ -139,7 +135,7 @@ def render(state: SessionState, message: str = "") -> DecodeView:
             return _apply(state, lambda s, c: s)
         return _render(state, ckpt, message)
     except AttnvizError as exc:
-        return _view(views.render(state, None, None, {}, [], message or _warn(exc)))
+        return _view(views.render(state, None, None, {}, [], message or warning(exc)))
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -345,7 +341,7 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
     try:
         ckpt = checkpoint_of(new)  # load now: a broken file is reported here, not at the first step
     except AttnvizError as exc:
-        return render(state, message=_warn(exc))
+        return render(state, message=warning(exc))
     if not typed.strip():
         return _render(new, ckpt)
     return _apply(new, lambda s, c: _start_state(s, c, typed), refused=lambda s: s)
@@ -356,7 +352,7 @@ def upload_model(state: SessionState, paths: list[str], text: str | None = None)
     try:
         folder, _ = store.import_upload(paths, state.device)
     except AttnvizError as exc:
-        return render(state, message=_warn(exc))
+        return render(state, message=warning(exc))
     return choose_model(state, folder, text)
 
 
@@ -466,7 +462,7 @@ def encoder_view(state: SessionState, want: str) -> dict:
                 raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
             return {"enc": encview.encoder_block(state, encoder, layer_i, head)}
     except AttnvizError as exc:
-        return {"enc": {"epoch": epoch, "error": _warn(exc)}}
+        return {"enc": {"epoch": epoch, "error": warning(exc)}}
 
 
 def _encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:

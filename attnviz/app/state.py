@@ -17,6 +17,11 @@ from ..data.tasks import TASKS
 from ..train.snapshots import SNAPSHOTS
 from . import store
 
+
+def warning(exc: Exception) -> str:
+    """A refused action as the page shows it: one ``⚠`` line, the message escaped."""
+    return f"⚠ {html.escape(str(exc))}"
+
 HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...
 
 

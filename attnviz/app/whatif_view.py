@@ -23,7 +23,7 @@ from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import AttnvizError, InputError
 from .decoders import DECODERS
-from .state import SessionState, checkpoint_of, layer_index
+from .state import SessionState, checkpoint_of, layer_index, warning
 from .views import display_token
 
 #: The strip's shading, from no attention to the row's largest weight: opaque, so the dark text
@@ -61,9 +61,6 @@ class WhatIfView:
     result: WhatIf | None = None
     row: np.ndarray | None = None
 
-
-def _warn(exc: Exception) -> str:
-    return f"⚠ {html.escape(str(exc))}"
 
 
 def parse_heads(heads: Sequence[int | str] | None, n_heads: int) -> list[int] | None:
@@ -145,7 +142,7 @@ def strip(state: SessionState, layer=None, heads=None, chosen: int | None = None
         ckpt, layer_i, hs, step = _checked(state, layer, heads)
         w = recorded_row(state, ckpt, layer_i)  # [H, Ts]
     except AttnvizError as exc:
-        return WhatIfView(message=_warn(exc))
+        return WhatIfView(message=warning(exc))
     row = w[hs if hs is not None else slice(None)].mean(0)  # [Ts]
     title = (
         f"step {step + 1} · cross-attention layer {layer_i} · {_heads_label(hs)}"
@@ -258,7 +255,7 @@ def run(
         )
     except AttnvizError as exc:
         view = strip(state, layer, heads)
-        view.message = _warn(exc)
+        view.message = warning(exc)
         return view
     view = strip(state, layer_i, heads, chosen=j)
     piece = display_token(state.src_pieces[j])
