@@ -18,6 +18,7 @@ import numpy as np
 from .. import analysis
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
+from ..data.tokenizer import check_token_id
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_index
 
@@ -121,12 +122,7 @@ def contrast(
         vocab = ckpt.config.tgt_vocab_size
         if versus in (None, "", "auto"):
             versus = alternatives(state)[1]
-        try:
-            alt = int(str(versus).strip())
-        except ValueError:
-            raise InputError(f"not a token id: {versus!r}; ids are 0..{vocab - 1}") from None
-        if not 0 <= alt < vocab:
-            raise InputError(f"token {alt} is outside the vocabulary 0..{vocab - 1}")
+        alt = check_token_id(str(versus), vocab)
         if alt == chosen:
             raise InputError(
                 f"token {alt} is the one chosen at step {state.step}: pick another candidate"

@@ -23,6 +23,7 @@ from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
+from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
 from . import beamview, encview, lensview, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
@@ -260,12 +261,7 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
         if not s.started:
             raise InputError("type an input and press Step first, then force a candidate")
         vocab = ckpt.config.tgt_vocab_size
-        try:
-            tok = int(str(token).strip())
-        except ValueError:
-            raise InputError(f"not a token id: {token!r}; ids are 0..{vocab - 1}") from None
-        if not 0 <= tok < vocab:
-            raise InputError(f"token {tok} is outside the vocabulary 0..{vocab - 1}")
+        tok = check_token_id(str(token), vocab)
         last = s.step if s.done else min(s.step + 1, s.max_steps)
         try:
             where = s.step if at in (None, "") else int(str(at).strip())

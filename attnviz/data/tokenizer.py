@@ -14,6 +14,7 @@ them.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -216,6 +217,31 @@ CHARS_PER_TOKEN = 32
 #: Most characters any input may have, whatever the model's ``max_len`` (a relative-position
 #: model may name 10^12 positions).
 MAX_TEXT_CHARS = 1_000_000
+
+
+def check_token_id(value: object, vocab: int, what: str = "token") -> int:
+    """A token id a person gave (an int, a numpy/0-d tensor int, or digits typed in the page)
+    checked against a vocabulary of ``vocab`` ids: the one check every place that takes an id
+    uses.
+
+    Raises:
+        InputError: not an integer (a bool, a float, text), or outside ``0..vocab - 1``.
+    """
+    token = None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        token = int(value.strip())
+    elif not isinstance(value, (bool, str)):
+        try:
+            token = operator.index(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError, RuntimeError):
+            token = None
+    if token is None:
+        raise InputError(
+            f"{what} must be an integer id in 0..{vocab - 1}, got {shorten(repr(value))}"
+        )
+    if not 0 <= token < vocab:
+        raise InputError(f"{what} {token} is outside the vocabulary 0..{vocab - 1}")
+    return token
 
 
 def check_text(text: object, max_len: int, what: str = "the input") -> str:

@@ -23,6 +23,7 @@ from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, Trace, record
 from ..core.step import fused_step
+from ..data.tokenizer import check_token_id
 
 #: What the decoders keep per step (values and head outputs are not needed for display).
 STEP_FIELDS = ("scores", "mask", "weights")
@@ -302,14 +303,7 @@ class GreedyStepper:
         ids = torch.tensor([[prev]], device=self.src.device)
         vocab = self.model.config.tgt_vocab_size
         if token is not None:  # checked before the model runs, so a refusal leaves no trace
-            try:
-                if isinstance(token, bool):
-                    raise TypeError
-                token = operator.index(token)  # int, numpy or 0-d tensor ints
-            except TypeError:
-                raise InputError(f"token must be an integer id, got {token!r}") from None
-            if not 0 <= token < vocab:
-                raise InputError(f"token {token!r} is outside the vocabulary 0..{vocab - 1}")
+            token = check_token_id(token, vocab)  # int, numpy or 0-d tensor ints
         with eval_no_grad(self.model), record(self.model, self.edits, capture=self.capture) as trace:
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)

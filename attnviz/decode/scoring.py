@@ -6,8 +6,6 @@ attention that comes back with the scores is the attention of that very pass.
 
 from __future__ import annotations
 
-import contextlib
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +14,7 @@ import torch
 from ..core.errors import InputError, shorten
 from ..core.record import Trace, record
 from ..data.batch import make_batch, with_eos
-from ..data.tokenizer import check_text
+from ..data.tokenizer import check_text, check_token_id
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
@@ -65,7 +63,7 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
         if not ids or ids == [cfg.eos_id]:
             raise InputError(f"the reference {shorten(repr(target))} has no tokens to score")
     else:
-        ids = [_target_id(i, cfg.tgt_vocab_size) for i in target]  # the range: below
+        ids = [check_token_id(i, cfg.tgt_vocab_size, "target id") for i in target]
         if not ids:
             raise InputError("the reference is empty: give target ids (the end id is added)")
     ids = with_eos(ids, cfg.eos_id)
@@ -80,13 +78,6 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
             f"target id {bad[0]} is outside the vocabulary 0..{cfg.tgt_vocab_size - 1}"
         )
     return ids
-
-
-def _target_id(value: object, vocab: int) -> int:
-    if not isinstance(value, bool):
-        with contextlib.suppress(TypeError, ValueError, RuntimeError):
-            return operator.index(value)  # type: ignore[arg-type]
-    raise InputError(f"target ids must be integers in 0..{vocab - 1}, got {shorten(repr(value))}")
 
 
 def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> Scored:

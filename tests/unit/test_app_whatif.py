@@ -206,7 +206,7 @@ def test_contrast_after_an_end_token_has_no_next_row(models_dir, ckpt):
     "versus,layer,head,words",
     [
         ("999", "L1", "mean", "outside the vocabulary 0..29"),
-        ("abc", "L1", "mean", "not a token id"),
+        ("abc", "L1", "mean", "must be an integer id"),
         (None, "L9", "mean", "layer must be one of [0, 1]"),
         (None, "L1", "H8", "head must be in H0..H3"),
     ],
