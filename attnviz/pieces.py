@@ -10,6 +10,7 @@ training run prints about the tokenizers (and warns about).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,9 @@ class PieceStats:
         pieces_per_text: mean pieces a training text.
         used: distinct pieces the training text uses.
         rare_share: share of the used pieces seen fewer than :data:`RARE_COUNT` times.
-        learnable_share: share of the used pieces seen at least :data:`MIN_PIECE_COUNT` times.
+        learnable_share: share of the used pieces of two or more characters seen at least
+            :data:`MIN_PIECE_COUNT` times (single characters are in a vocabulary of any size,
+            so no size makes a rare one learnable).
         dev_unknown: share of the dev texts' pieces that are the unknown id (None: no dev).
     """
 
@@ -60,8 +63,8 @@ class PieceStats:
         unk = "" if self.dev_unknown is None else f", {self.dev_unknown:.2%} unknown on dev"
         return (
             f"{self.size:,} pieces, {self.pieces_per_text:.1f} a sentence, {self.used:,} in use "
-            f"({self.rare_share:.0%} seen < {RARE_COUNT} times, {self.learnable_share:.0%} "
-            f">= {MIN_PIECE_COUNT} times){unk}"
+            f"({self.rare_share:.0%} seen < {RARE_COUNT} times; {self.learnable_share:.0%} of "
+            f"those longer than a character seen >= {MIN_PIECE_COUNT} times){unk}"
         )
 
     def warnings(self, side: str) -> list[str]:
@@ -81,6 +84,9 @@ class PieceStats:
         return out
 
 
+_BYTE = re.compile(r"<0x[0-9A-F]{2}>")
+
+
 def piece_stats(
     tok: Tokenizer, texts: Sequence[str], dev: Sequence[str] | None = None
 ) -> PieceStats:
@@ -89,6 +95,9 @@ def piece_stats(
     counts = np.bincount(ids, minlength=len(tok))
     counts[sorted(set(tok.specials.values()))] = 0  # unknown pieces are not a class to learn
     used = counts[counts > 0]
+    longer = np.array([len(tok.token(i)) > 1 and not _BYTE.fullmatch(tok.token(i))
+                       for i in range(len(tok))])  # fmt: skip
+    merged = counts[(counts > 0) & longer]
     unknown = None
     if dev:
         dev_ids, _ = tok.encode_flat(list(dev))
@@ -98,7 +107,7 @@ def piece_stats(
         pieces_per_text=float(lengths.mean()) if len(lengths) else 0.0,
         used=len(used),
         rare_share=float(np.mean(used < RARE_COUNT)) if len(used) else 0.0,
-        learnable_share=float(np.mean(used >= MIN_PIECE_COUNT)) if len(used) else 1.0,
+        learnable_share=float(np.mean(merged >= MIN_PIECE_COUNT)) if len(merged) else 1.0,
         dev_unknown=unknown,
     )
 
@@ -114,7 +123,8 @@ def choose_subword(kind: str, texts: Sequence[str], byte_fallback: bool) -> Toke
     handful of times each, which a model cannot learn (a 30 k-pair corpus at 8,000 pieces
     learns a fifth of what it learns at 300). Sizes step down by :data:`VOCAB_STEP` from the
     cap, found by bisection (the share grows as the vocabulary shrinks); a corpus big enough
-    for the cap trains one tokenizer.
+    for the cap trains one tokenizer. A corpus too small for any size to pass gets the size
+    tried that came nearest.
     """
     from .tokenizer import train_tokenizer
 
@@ -145,5 +155,6 @@ def choose_subword(kind: str, texts: Sequence[str], byte_fallback: bool) -> Toke
         else:
             lo = mid + 1
     good = [n for n, (_, st) in tried.items() if _learnable(st)]
-    # nothing learnable: the finest cut tried is the nearest to it
-    return tried[max(good) if good else min(tried)][0]
+    if not good:  # a small corpus: the size tried whose pieces came nearest, the larger on ties
+        good = [max(tried, key=lambda n: (tried[n][1].learnable_share, n))]
+    return tried[max(good)][0]
