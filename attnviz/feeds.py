@@ -302,6 +302,14 @@ def _saved_tokenizers(out: Path) -> tuple[Tokenizer, Tokenizer]:
         ) from None
 
 
+def _saved_pieces(out: Path) -> dict | None:
+    """The piece statistics a saved run printed when it trained its tokenizers."""
+    try:
+        return json.loads((out / METADATA).read_text())["corpus"]["pieces"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _corpus_pairs(opts, log: Callable[[str], None]) -> tuple[list, list]:
     """Training and dev pairs: from the files, else the Python pairs; a held-out dev slice
     when no dev set is given."""
@@ -358,6 +366,7 @@ def make_feed(
     piece_report = None  # rank 0 reports the pieces of tokenizers it trains
     if saved and out is not None:
         src_tok, tgt_tok = _saved_tokenizers(out)
+        piece_report = _saved_pieces(out)
     elif tokenizers is not None:
         src_tok, tgt_tok = tokenizers
     else:
