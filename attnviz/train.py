@@ -331,7 +331,7 @@ def train(
     probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
     snaps = Snapshots(src_tok.encode(probe.src).pieces, tgt_tok.encode(probe.tgt).pieces)
     step, elapsed, history = 0, 0.0, []
-    keeper = Keeper(opts, model, feed.task is not None)
+    keeper = Keeper(opts, model, feed.task is not None, hold=rank == 0)
     if state is not None:
         _load_train_state(state[0], out / TRAIN_STATE, model, opt, keeper.model)
         info = state[1]
@@ -488,12 +488,12 @@ class Keeper:
     validation and kept in the training state, so ``--resume`` carries on with the same best.
     """
 
-    def __init__(self, opts: TrainOptions, model: Transformer, task: bool):
+    def __init__(self, opts: TrainOptions, model: Transformer, task: bool, hold: bool = True):
         self.keep, self.patience = opts.keep, opts.patience
         self.metric, self.name = ("val_exact_match", "exact match") if task else (
             "val_chrf", "chrF")  # fmt: skip
         self.model = None  # a copy (no random draws: a resumed run's noise stays the same)
-        if opts.keep == "best":
+        if opts.keep == "best" and hold:  # rank 0 alone validates and saves
             self.model = copy.deepcopy(model).cpu().eval().requires_grad_(False)
         self.best: dict = {}
         self.since = 0  # validations since the best

@@ -163,7 +163,7 @@ def test_two_process_gloo_ddp_run_saves_one_checkpoint(tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ckpt = attnviz.load_checkpoint(out)
-    assert ckpt.meta["world_size"] == 2 and ckpt.meta["step"] == 6
+    assert ckpt.meta["world_size"] == 2 and ckpt.meta["kept"]["last_step"] == 6
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json",
         "model.safetensors",

@@ -315,5 +315,7 @@ def test_two_process_gloo_ddp_run_on_a_corpus(tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ckpt = attnviz.load_checkpoint(out)
-    assert ckpt.meta["world_size"] == 2 and ckpt.meta["step"] == 4 and ckpt.task is None
+    assert (
+        ckpt.meta["world_size"] == 2 and ckpt.meta["kept"]["last_step"] == 4 and ckpt.task is None
+    )
     assert done.stdout.count("saved ") == 1 and done.stdout.count("held out") == 1
