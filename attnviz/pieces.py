@@ -117,9 +117,9 @@ def _learnable(stats: PieceStats) -> bool:
 
 
 def choose_subword(kind: str, texts: Sequence[str], byte_fallback: bool) -> Tokenizer:
-    """The largest subword vocabulary (at most :data:`VOCAB_CAP`) whose pieces in use the
-    corpus shows often enough to learn: :data:`LEARNABLE_SHARE` of them at least
-    :data:`MIN_PIECE_COUNT` times. Larger vocabularies cut a small corpus into pieces seen a
+    """The largest subword vocabulary (at most :data:`VOCAB_CAP`) whose pieces the corpus
+    shows often enough to learn: :data:`LEARNABLE_SHARE` of those in use that are longer than
+    a character at least :data:`MIN_PIECE_COUNT` times in ``texts``. Larger vocabularies cut a small corpus into pieces seen a
     handful of times each, which a model cannot learn (a 30 k-pair corpus at 8,000 pieces
     learns a fifth of what it learns at 300). Sizes step down by :data:`VOCAB_STEP` from the
     cap, found by bisection (the share grows as the vocabulary shrinks); a corpus big enough
