@@ -93,9 +93,8 @@ def test_resume_carries_on_a_fine_tuning_run(models_dir, tmp_path):
                  "--device", "cpu"])  # fmt: skip
     assert code == 0
     ck = load_checkpoint(out)
-    assert ck.meta["kept"]["last_step"] == 5 and ck.meta["init"]["path"] == str(
-        models_dir / "reverse"
-    )
+    assert ck.meta["kept"]["last_step"] == 5
+    assert ck.meta["init"]["path"] == str(models_dir / "reverse")
 
 
 def test_a_bad_init_folder_is_one_line(tmp_path, capsys):
