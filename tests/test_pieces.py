@@ -168,4 +168,4 @@ def test_number_words_train_to_held_out_exact_match_with_no_options(tmp_path, ca
     target = ckpt.meta["corpus"]["pieces"]["target"]
     assert target["learnable_share"] >= LEARNABLE_SHARE and target["size"] < 1000, target
     scores = evaluate_pairs(ckpt, test)
-    assert scores["exact_match"] >= 0.95, scores
+    assert scores.exact_match >= 0.95, scores
