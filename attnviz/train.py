@@ -336,7 +336,9 @@ def train(
         _load_train_state(state[0], out / TRAIN_STATE, model, opt, keeper.model)
         info = state[1]
         step, elapsed, history = info["step"], info["elapsed"], info["history"]
-        keeper.resume(history, info.get("kept_step", step))
+        # the kept weights are the state's best.* (an earlier step's), else its model's
+        earlier = any(k.startswith("best.") for k in state[0])
+        keeper.resume(history, info.get("kept_step", step) if earlier else step)
         if step >= opts.steps:
             raise InputError(f"the saved run is at step {step}; ask for more --steps to go on")
         if (out / SNAPSHOTS).is_file():
@@ -390,13 +392,14 @@ def train(
         snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
         model.train()
 
-    def save(step: int, stopped: str | None = None) -> tuple[dict, list[str]]:
+    def save(step: int) -> tuple[dict, list[str], str | None]:
+        """Validate and save; returns the metrics, the dev outputs and why to stop (or None)."""
         nonlocal last
         metrics, outputs = validate(model, val, src_tok, tgt_tok)
         last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
         history.append(last)
         keeper.add(last, model)
-        stopped = stopped or _reached(last, opts) or keeper.out_of_patience()
+        stopped = _reached(last, opts) or keeper.out_of_patience()
         if out is not None:
             info = {"step": step, "elapsed": last["elapsed_s"], "history": history,
                     "options": meta["options"], "kept_step": keeper.best["step"],
@@ -413,7 +416,7 @@ def train(
                 {**meta, "step": kept["step"], "metrics": kept, "history": history, "kept": record},
             )
             snaps.save(out / SNAPSHOTS)
-        return last, outputs
+        return last, outputs, stopped
 
     model.train()
     bar = Progress(opts.steps, step, f"train {what}", progress and rank == 0, progress_every)
@@ -454,12 +457,11 @@ def train(
         stop = False
         if step % opts.eval_every == 0 or done:
             if rank == 0:
-                m, outputs = save(step)
+                m, outputs, reason = save(step)
                 best = " (best)" if keeper.best["step"] == step and len(history) > 1 else ""
                 bar.write(_eval_line(m, elapsed) + best)
                 for e, o in list(zip(val, outputs, strict=True))[:3]:
                     bar.write(f"  src: {e.src}\n  ref: {e.tgt}\n  out: {o}")
-                reason = _reached(m, opts) or keeper.out_of_patience()
                 stop = reason is not None
             if world > 1:
                 flag = torch.tensor([float(stop)], device=device)

@@ -323,6 +323,10 @@ def test_keep_last_holds_the_last_step_and_bad_keep_options_are_refused(tmp_path
     assert "kept the last step, 20" in capsys.readouterr().out
     meta = attnviz.load_checkpoint(out).meta
     assert meta["step"] == 20 and meta["kept"]["keep"] == "last"
+    # resumed keeping the best: the state holds step 20's weights, so the best starts there
+    train(TrainOptions(task="copy", out=str(out), steps=30, keep="best", resume=True),
+          progress=False)  # fmt: skip
+    assert attnviz.load_checkpoint(out).meta["kept"]["step"] in (20, 30)
     with pytest.raises(InputError, match="--keep must be one of best, last"):
         train(_tiny(out=str(tmp_path / "x"), keep="first"), progress=False)
     with pytest.raises(InputError, match="--patience must be at least 1"):
