@@ -103,7 +103,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("attnviz bench: the GPU rows are skipped: this machine has no CUDA GPU")
         return 0
-    result = bench.run(args.device, quick=args.quick, progress=not args.quiet)
+    result = bench.run(args.device, quick=args.quick, progress=not args.quiet, full=args.full)
     print(bench.table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
@@ -144,6 +144,8 @@ def add_analysis_parsers(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks: ratios against nn.Transformer and the naive "
                        "decode loop, app step latency, trace memory")  # fmt: skip
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    b.add_argument("--full", action="store_true", help="add the rows that take minutes: "
+                   "training reverse to 99%% exact match, measured")  # fmt: skip
     b.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     b.add_argument("--json", help="also write the results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")

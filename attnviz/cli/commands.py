@@ -58,6 +58,11 @@ def _train(args: argparse.Namespace) -> int:
             f"{metrics['val_exact_match']:.4f}, token accuracy {metrics['val_token_acc']:.4f}, "
             f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}, "
             f"{metrics['elapsed_s']:.0f}s"
+            + (
+                f"; the checkpoint holds step {metrics['kept_step']}'s weights"
+                if metrics.get("kept_step", metrics["step"]) != metrics["step"]
+                else ""
+            )  # fmt: skip
         )
     return 0
 
@@ -304,6 +309,11 @@ def _add_train_parser(sub) -> None:
     add("--snapshot-every", type=int, help="record probe attention every N steps (default 100)")
     add("--target-exact-match", type=float, help="stop once validation exact match reaches this")
     add("--target-chrf", type=float, help="stop once validation chrF (0-100) reaches this")
+    add("--keep", choices=("best", "last"),
+        help="the checkpoint holds the best validation's weights (exact match for a task, "
+             "chrF for a corpus; default) or the last step's")  # fmt: skip
+    add("--patience", type=int,
+        help="stop after N validations without a better one (default: train every step)")  # fmt: skip
     add("--seed", type=int, help="default 0")
     add("--device", default="auto", help="auto (CUDA if available), cpu or cuda")
     add("--resume", action="store_true", help="continue the run saved in --out")

@@ -13,6 +13,7 @@ from (seed, rank, epoch).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from ..checkpoint import METADATA
 from ..core.errors import CheckpointError, InputError
 from ..data.corpus import EncodedCorpus, encode_corpus
+from ..data.pieces import choose_subword, piece_stats
 from ..data.tasks import Example, Task, get_task
 from ..data.tokenizer import Encoding, Tokenizer
 
@@ -60,6 +62,8 @@ class Feed:
     model: dict = field(default_factory=dict)
     training: dict = field(default_factory=dict)
     task: Task | None = None
+    #: :class:`PieceStats` of trained tokenizers, by side (``"source"``, ``"target"``).
+    pieces: dict | None = None
 
     def batch(self, step: int, opts, rank: int, world: int) -> tuple[list, list]:
         """``(source id rows, target id rows)`` of one step on one rank."""
@@ -118,7 +122,9 @@ def train_tokenizers(
 
     Subword models learn from at most :data:`SUBWORD_SAMPLE` texts a side, evenly spaced
     through the corpus (as SentencePiece's ``input_sentence_size``): their merges settle long
-    before a million sentences, and the whole corpus is still encoded with them.
+    before a million sentences, and the whole corpus is still encoded with them. Without a
+    ``vocab_size`` a subword vocabulary's size is chosen from the corpus
+    (:func:`choose_subword`).
     """
     from ..data.tokenizer import SUBWORD_KINDS, train_tokenizer
 
@@ -126,11 +132,16 @@ def train_tokenizers(
         every = len(src_texts) / SUBWORD_SAMPLE
         pick = [int(i * every) for i in range(SUBWORD_SAMPLE)]
         src_texts, tgt_texts = [src_texts[i] for i in pick], [tgt_texts[i] for i in pick]
-    kw = dict(vocab_size=vocab_size, byte_fallback=byte_fallback)
+
+    def one(texts: Sequence[str]) -> Tokenizer:
+        if kind in SUBWORD_KINDS and vocab_size is None:
+            return choose_subword(kind, texts, byte_fallback)
+        return train_tokenizer(kind, texts, vocab_size=vocab_size, byte_fallback=byte_fallback)
+
     if shared:
-        tok = train_tokenizer(kind, [*src_texts, *tgt_texts], **kw)
+        tok = one([*src_texts, *tgt_texts])
         return tok, tok
-    return train_tokenizer(kind, src_texts, **kw), train_tokenizer(kind, tgt_texts, **kw)
+    return one(src_texts), one(tgt_texts)
 
 
 class CorpusFeed(Feed):
@@ -291,6 +302,14 @@ def _saved_tokenizers(out: Path) -> tuple[Tokenizer, Tokenizer]:
         ) from None
 
 
+def _saved_pieces(out: Path) -> dict | None:
+    """The piece statistics a saved run printed when it trained its tokenizers."""
+    try:
+        return json.loads((out / METADATA).read_text())["corpus"]["pieces"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _corpus_pairs(opts, log: Callable[[str], None]) -> tuple[list, list]:
     """Training and dev pairs: from the files, else the Python pairs; a held-out dev slice
     when no dev set is given."""
@@ -344,8 +363,10 @@ def make_feed(
     log(
         f"read {len(pairs):,} training and {len(dev):,} dev pairs ({time.perf_counter() - t0:.1f}s)"
     )
+    piece_report = None  # rank 0 reports the pieces of tokenizers it trains
     if saved and out is not None:
         src_tok, tgt_tok = _saved_tokenizers(out)
+        piece_report = _saved_pieces(out)
     elif tokenizers is not None:
         src_tok, tgt_tok = tokenizers
     else:
@@ -364,11 +385,15 @@ def make_feed(
             docs = [src_tok.to_dict(), tgt_tok.to_dict()]
             sample = f" on {SUBWORD_SAMPLE:,} of {len(pairs):,} pairs" if (
                 kind in ("bpe", "unigram") and len(pairs) > SUBWORD_SAMPLE) else ""  # fmt: skip
+            how = ("" if kind not in ("bpe", "unigram") else
+                   f", --vocab-size {pick('vocab_size', None)}" if pick("vocab_size", None) else
+                   ", sizes chosen from the corpus")  # fmt: skip
             log(
                 f"trained {kind} tokenizers{sample}: {len(src_tok):,} source and {len(tgt_tok):,} target "
-                f"tokens{' (shared)' if src_tok is tgt_tok else ''} "
+                f"tokens{' (shared)' if src_tok is tgt_tok else ''}{how} "
                 f"({time.perf_counter() - t0:.1f}s)"
             )
+            piece_report = _report_pieces(pairs, dev, src_tok, tgt_tok, log)
         if world > 1:  # one vocabulary for every rank: rank 0's
             box = [docs]
             dist.broadcast_object_list(box, 0)
@@ -383,5 +408,20 @@ def make_feed(
         shared_vocab=bool(pick("shared_vocab", False)),
         byte_fallback=bool(pick("byte_fallback", False)),
     )
+    feed.pieces = piece_report
     log(f"encoded {len(feed):,} training pairs ({time.perf_counter() - t0:.1f}s)")
     return feed
+
+
+def _report_pieces(pairs, dev, src_tok, tgt_tok, log: Callable[[str], None]) -> dict:
+    """Log :class:`PieceStats` of both sides and what looks bad; returns them as dicts."""
+    every = -(-len(pairs) // SUBWORD_SAMPLE)  # the texts the tokenizers learnt from
+    sides = {"source": (src_tok, 0), "target": (tgt_tok, 1)}
+    out = {}
+    for side, (tok, k) in sides.items():
+        stats = piece_stats(tok, [p[k] for p in pairs[::every]], [p[k] for p in dev])
+        log(f"{side} pieces: {stats.line()}")
+        for warning in stats.warnings(side):
+            log(warning)
+        out[side] = dataclasses.asdict(stats)
+    return out

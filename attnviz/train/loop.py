@@ -36,6 +36,7 @@ The options and how unset ones are filled live in :mod:`attnviz.train.options`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -169,10 +170,16 @@ def _dist_setup(device: torch.device) -> tuple[int, int, torch.device]:
 
 
 def _save_train_state(
-    path: Path, model: Transformer, opt: torch.optim.Optimizer, info: dict
+    path: Path,
+    model: Transformer,
+    opt: torch.optim.Optimizer,
+    info: dict,
+    best: Transformer | None = None,
 ) -> None:
     # tied parameters stored once, as in a checkpoint
     tensors = {f"model.{k}": v for k, v in unique_state_dict(model).items()}
+    if best is not None:  # the kept weights, when they are an earlier step's
+        tensors.update({f"best.{k}": v for k, v in unique_state_dict(best).items()})
     for i, st in opt.state_dict()["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
             tensors[f"opt.{i}.{name}"] = torch.as_tensor(st[name]).float()
@@ -184,12 +191,20 @@ def _save_train_state(
 
 
 def _load_train_state(
-    tensors: dict, path: Path, model: Transformer, opt: torch.optim.Optimizer
+    tensors: dict,
+    path: Path,
+    model: Transformer,
+    opt: torch.optim.Optimizer,
+    best: Transformer | None = None,
 ) -> None:
     try:
         with torch.no_grad():  # copying into the tied parameter fills every name it has
             for k, t in unique_state_dict(model).items():
                 t.copy_(tensors[f"model.{k}"])
+            if best is not None:  # the kept weights: an earlier step's, else the model's
+                prefix = "best." if any(k.startswith("best.") for k in tensors) else "model."
+                for k, t in unique_state_dict(best).items():
+                    t.copy_(tensors[f"{prefix}{k}"])
         state = opt.state_dict()
         for i in (i for group in state["param_groups"] for i in group["params"]):
             if f"opt.{i}.step" in tensors:
@@ -316,10 +331,14 @@ def train(
     probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
     snaps = Snapshots(src_tok.encode(probe.src).pieces, tgt_tok.encode(probe.tgt).pieces)
     step, elapsed, history = 0, 0.0, []
+    keeper = Keeper(opts, model, feed.task is not None, hold=rank == 0)
     if state is not None:
-        _load_train_state(state[0], out / TRAIN_STATE, model, opt)
+        _load_train_state(state[0], out / TRAIN_STATE, model, opt, keeper.model)
         info = state[1]
         step, elapsed, history = info["step"], info["elapsed"], info["history"]
+        # the kept weights are the state's best.* (an earlier step's), else its model's
+        earlier = any(k.startswith("best.") for k in state[0])
+        keeper.resume(history, info.get("kept_step", step) if earlier else step)
         if step >= opts.steps:
             raise InputError(f"the saved run is at step {step}; ask for more --steps to go on")
         if (out / SNAPSHOTS).is_file():
@@ -361,6 +380,8 @@ def train(
             "dropped": feed.dropped,
             "dev_pairs": len(feed.all_dev()),
         }
+        if feed.pieces:  # how the trained tokenizers cut the corpus (not on --resume)
+            meta["corpus"]["pieces"] = feed.pieces
     last: dict = {}
 
     @torch.no_grad()
@@ -371,25 +392,31 @@ def train(
         snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
         model.train()
 
-    def save(step: int) -> tuple[dict, list[str]]:
+    def save(step: int) -> tuple[dict, list[str], str | None]:
+        """Validate and save; returns the metrics, the dev outputs and why to stop (or None)."""
         nonlocal last
         metrics, outputs = validate(model, val, src_tok, tgt_tok)
         last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
         history.append(last)
+        keeper.add(last, model)
+        stopped = _reached(last, opts) or keeper.out_of_patience()
         if out is not None:
             info = {"step": step, "elapsed": last["elapsed_s"], "history": history,
-                    "options": meta["options"],
+                    "options": meta["options"], "kept_step": keeper.best["step"],
                     **{k: meta[k] for k in ("init", *_HF_META) if k in meta}}  # fmt: skip
-            _save_train_state(out / TRAIN_STATE, model, opt, info)
+            earlier = keeper.model if keeper.best["step"] != step else None
+            _save_train_state(out / TRAIN_STATE, model, opt, info, earlier)
+            kept = keeper.best if opts.keep == "best" else last
+            record = keeper.record(step, stopped)
             save_checkpoint(
                 out,
-                model,
+                keeper.model if opts.keep == "best" else model,
                 src_tok,
                 tgt_tok,
-                {**meta, "step": step, "metrics": last, "history": history},
+                {**meta, "step": kept["step"], "metrics": kept, "history": history, "kept": record},
             )
             snaps.save(out / SNAPSHOTS)
-        return last, outputs
+        return last, outputs, stopped
 
     model.train()
     bar = Progress(opts.steps, step, f"train {what}", progress and rank == 0, progress_every)
@@ -430,11 +457,11 @@ def train(
         stop = False
         if step % opts.eval_every == 0 or done:
             if rank == 0:
-                m, outputs = save(step)
-                bar.write(_eval_line(m, elapsed))
+                m, outputs, reason = save(step)
+                best = " (best)" if keeper.best["step"] == step and len(history) > 1 else ""
+                bar.write(_eval_line(m, elapsed) + best)
                 for e, o in list(zip(val, outputs, strict=True))[:3]:
                     bar.write(f"  src: {e.src}\n  ref: {e.tgt}\n  out: {o}")
-                reason = _reached(m, opts)
                 stop = reason is not None
             if world > 1:
                 flag = torch.tensor([float(stop)], device=device)
@@ -446,11 +473,76 @@ def train(
                 break
         if interrupted:
             break
+    if rank == 0 and history:
+        bar.write(keeper.summary(step))
     bar.close()
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return last
+    return {**last, "kept_step": keeper.best["step"]} if last else last
+
+
+class Keeper:
+    """Which validation's weights the checkpoint keeps, and when patience runs out.
+
+    Better means a higher exact match (a task) or chrF (a corpus), then a lower loss. With
+    ``keep="best"`` a CPU copy of the best weights is held, saved as the checkpoint at every
+    validation and kept in the training state, so ``--resume`` carries on with the same best.
+    """
+
+    def __init__(self, opts: TrainOptions, model: Transformer, task: bool, hold: bool = True):
+        self.keep, self.patience = opts.keep, opts.patience
+        self.metric, self.name = ("val_exact_match", "exact match") if task else (
+            "val_chrf", "chrF")  # fmt: skip
+        self.model = None  # a copy (no random draws: a resumed run's noise stays the same)
+        if opts.keep == "best" and hold:  # rank 0 alone validates and saves
+            self.model = copy.deepcopy(model).cpu().eval().requires_grad_(False)
+        self.best: dict = {}
+        self.since = 0  # validations since the best
+
+    def _score(self, m: dict) -> tuple[float, float]:
+        return m[self.metric], -m["val_loss"]
+
+    def add(self, m: dict, model: Transformer) -> bool:
+        """Count a validation; True (and the weights copied) when it is the best so far."""
+        if self.best and self._score(m) <= self._score(self.best):
+            self.since += 1
+            return False
+        self.best, self.since = m, 0
+        if self.model is not None:
+            self.model.load_state_dict(model.state_dict())
+        return True
+
+    def resume(self, history: list[dict], kept_step: int) -> None:
+        """The best (the validation at ``kept_step``, whose weights the training state holds)
+        and the validations since it, from a saved run's history."""
+        at = max((i for i, m in enumerate(history) if m["step"] == kept_step),
+                 default=len(history) - 1)  # fmt: skip
+        self.best, self.since = history[at], len(history) - 1 - at
+
+    def out_of_patience(self) -> str | None:
+        if self.patience is None or self.since < self.patience:
+            return None
+        return (
+            f"no better {self.name} in {self.patience} validations "
+            f"(best {self.best[self.metric]:.4g} at step {self.best['step']})"
+        )
+
+    def record(self, step: int, stopped: str | None) -> dict:
+        """What the checkpoint's metadata says about the kept weights."""
+        return {"keep": self.keep, "by": self.name, "step": self.best["step"],
+                "value": self.best[self.metric], "last_step": step,
+                "patience": self.patience, "stopped": stopped}  # fmt: skip
+
+    def summary(self, step: int) -> str:
+        """One line for the end of a run: which step's weights the checkpoint holds."""
+        b = self.best
+        best = f"step {b['step']} ({self.name} {b[self.metric]:.4g}, val loss {b['val_loss']:.4f})"
+        if self.keep == "last":
+            return f"kept the last step, {step}; the best validation was {best}"
+        if b["step"] == step:
+            return f"kept step {step}, the last, also the best validation: {best}"
+        return f"kept the best validation, {best}; the last step, {step}, was not better"
 
 
 def _eval_line(m: dict, elapsed: float) -> str:

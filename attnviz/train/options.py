@@ -34,7 +34,10 @@ _DEFAULTS = dict(
     eval_size=500,
     snapshot_every=100,
     seed=0,
+    keep="best",
 )
+#: What ``--keep`` takes: the checkpoint holds the best validation's weights, or the last's.
+KEEP = ("best", "last")
 
 
 def _model_options(cls):
@@ -63,7 +66,12 @@ class TrainOptions:
     ``None`` means: on ``--resume``, the saved run's value; else the ``preset``'s model size;
     else the task's or the corpus's defaults (:class:`~attnviz.train.feeds.Feed`); else a global
     default (weight decay 0.01, no label smoothing, clipping at 1.0, validation every 250
-    steps on 500 examples, a snapshot every 100 steps, seed 0).
+    steps on 500 examples, a snapshot every 100 steps, seed 0, keep the best validation's
+    weights, no early stopping).
+
+    ``keep`` is ``"best"`` (the checkpoint holds the weights of the best validation: exact
+    match for a task, chrF for a corpus, then the lower loss) or ``"last"``; ``patience``
+    stops the run after that many validations without a better one.
     """
 
     task: str | None = None
@@ -91,6 +99,8 @@ class TrainOptions:
     snapshot_every: int | None = None
     target_exact_match: float | None = None
     target_chrf: float | None = None
+    keep: str | None = None
+    patience: int | None = None
     seed: int | None = None
     device: str = "auto"
     resume: bool = False
@@ -152,6 +162,10 @@ class TrainOptions:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1")
         if out.lr is None or out.lr <= 0:
             raise InputError("--lr must be positive")
+        if out.keep not in KEEP:
+            raise InputError(f"--keep must be one of {', '.join(KEEP)}, got {out.keep!r}")
+        if out.patience is not None and out.patience < 1:
+            raise InputError("--patience must be at least 1")
         return out
 
 

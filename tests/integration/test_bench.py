@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 
 import pytest
+import torch
 
-from attnviz.bench.suite import HF_ROW
-from attnviz.cli import main
+from attnviz.bench.suite import HF_ROW, TRAIN_ROW, bench_training
+from attnviz.cli.commands import build_parser, main
 
 
 @pytest.mark.slow
@@ -20,11 +22,12 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
     names = [r["name"] for r in result["rows"]]
     for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
                      "forward with recording / without", "app step", "page payload per step",
-                     "beam search", "trace of 6+6 layers", "train reverse to 99%",
+                     "beam search", "trace of 6+6 layers",
                      "peak RSS after 10 app sessions", HF_ROW,
                      "greedy 64 tokens: naive loop / cached, module by module (before)",
                      "greedy 64 tokens: naive loop / cached, fused step (after)"):  # fmt: skip
         assert any(n.startswith(expected) for n in names), (expected, names)
+    assert TRAIN_ROW not in names  # measured only with --full (minutes), never read from disk
     hf = next(r for r in result["rows"] if r["name"] == HF_ROW)
     assert hf["unit"] == "ratio" and hf["target"] == "<= 1.2", hf
     browser = [r for r in result["rows"] if r["name"].startswith("browser")]
@@ -64,3 +67,14 @@ def test_cuda_bench_rows(tmp_path):
     for row in result["rows"]:
         assert set(row) == {"name", "value", "unit", "target", "met", "detail"}
         assert row["detail"].startswith("skipped") or math.isfinite(row["value"]), row
+
+
+def test_the_training_row_is_a_measurement_behind_full(tmp_path, monkeypatch):
+    """Without --full no training row; with it, a run measured now (cut short here)."""
+    assert bench_training(torch.device("cpu"), full=False) == []
+    tiny = dict(steps=4, eval_every=2, d_model=32, n_heads=2, d_ff=64, batch_size=8, eval_size=8)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's folder
+    (row,) = bench_training(torch.device("cpu"), full=True, **tiny)
+    assert row.name == TRAIN_ROW and row.unit == "s" and row.value > 0 and row.met is False
+    assert row.detail.startswith("did not reach 0.99 in 4 steps; measured: step 4")
+    assert build_parser().parse_args(["bench", "--full"]).full

@@ -93,7 +93,8 @@ def test_resume_carries_on_a_fine_tuning_run(models_dir, tmp_path):
                  "--device", "cpu"])  # fmt: skip
     assert code == 0
     ck = load_checkpoint(out)
-    assert ck.meta["step"] == 5 and ck.meta["init"]["path"] == str(models_dir / "reverse")
+    assert ck.meta["kept"]["last_step"] == 5
+    assert ck.meta["init"]["path"] == str(models_dir / "reverse")
 
 
 def test_a_bad_init_folder_is_one_line(tmp_path, capsys):
@@ -168,7 +169,7 @@ def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path,
                  "--device", "cpu"])  # fmt: skip
     assert code == 0
     again = load_checkpoint(out)
-    assert again.meta["step"] == 4 and again.tgt_tokenizer == after.tgt_tokenizer
+    assert again.meta["kept"]["last_step"] == 4 and again.tgt_tokenizer == after.tgt_tokenizer
     assert again.rules == after.rules and isinstance(again.predict(text), str)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.cli import main
+from attnviz.cli.commands import build_parser, main
 from attnviz.core.errors import InputError
 from attnviz.data.tasks import get_task
 from attnviz.train.loop import (
@@ -163,7 +163,7 @@ def test_two_process_gloo_ddp_run_saves_one_checkpoint(tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ckpt = attnviz.load_checkpoint(out)
-    assert ckpt.meta["world_size"] == 2 and ckpt.meta["step"] == 6
+    assert ckpt.meta["world_size"] == 2 and ckpt.meta["kept"]["last_step"] == 6
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json",
         "model.safetensors",
@@ -282,3 +282,55 @@ def test_training_state_round_trips_tied_weights(tmp_path):
     assert other.generator.weight is other.tgt_embed.weight is other.src_embed.weight
     for (name, a), b in zip(model.state_dict().items(), other.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_the_checkpoint_keeps_the_best_validation_and_resume_goes_on_with_it(tmp_path, capsys):
+    """A run that gets worse (resumed at a learning rate that wrecks it) keeps the best
+    validation's weights; train_state stays the latest state; --patience stops it."""
+    from attnviz.checkpoint import read_tensors
+
+    out = tmp_path / "run"
+    train(_tiny(out=str(out), steps=40, lr=3e-3, warmup=5), progress=False)
+    before = read_tensors(out / "model.safetensors")[0]
+    capsys.readouterr()
+    metrics = train(TrainOptions(task="copy", out=str(out), steps=100, lr=5.0, warmup=1,
+                                 patience=2, resume=True), progress=False)  # fmt: skip
+    printed = capsys.readouterr().out
+    meta = attnviz.load_checkpoint(out).meta
+    assert metrics["step"] == 60 and metrics["kept_step"] == 40  # two worse, then stopped
+    assert meta["step"] == 40 and meta["metrics"]["step"] == 40
+    assert [h["step"] for h in meta["history"]] == [10, 20, 30, 40, 50, 60]
+    kept = meta["kept"]
+    assert kept["keep"] == "best" and kept["by"] == "exact match" and kept["last_step"] == 60
+    assert kept["patience"] == 2 and kept["stopped"].startswith("no better exact match in 2")
+    assert "kept the best validation, step 40" in printed and "no better exact match" in printed
+    weights = read_tensors(out / "model.safetensors")[0]
+    state, info = read_tensors(out / TRAIN_STATE)
+    assert info["step"] == 60 and info["kept_step"] == 40
+    for name, w in weights.items():
+        assert torch.equal(w, before[name]) and torch.equal(w, state[f"best.{name}"]), name
+    assert any(not torch.equal(state[f"model.{n}"], w) for n, w in weights.items())
+    # resumed again, the run goes on from step 60 with step 40 still the one to beat
+    train(TrainOptions(task="copy", out=str(out), steps=70, resume=True, patience=5),
+          progress=False)  # fmt: skip
+    meta = attnviz.load_checkpoint(out).meta
+    assert meta["step"] == 40 and meta["kept"]["last_step"] == 70
+
+
+def test_keep_last_holds_the_last_step_and_bad_keep_options_are_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    train(_tiny(out=str(out), steps=20, keep="last"), progress=False)
+    assert "kept the last step, 20" in capsys.readouterr().out
+    meta = attnviz.load_checkpoint(out).meta
+    assert meta["step"] == 20 and meta["kept"]["keep"] == "last"
+    # resumed keeping the best: the state holds step 20's weights, so the best starts there
+    train(TrainOptions(task="copy", out=str(out), steps=30, keep="best", resume=True),
+          progress=False)  # fmt: skip
+    assert attnviz.load_checkpoint(out).meta["kept"]["step"] in (20, 30)
+    with pytest.raises(InputError, match="--keep must be one of best, last"):
+        train(_tiny(out=str(tmp_path / "x"), keep="first"), progress=False)
+    with pytest.raises(InputError, match="--patience must be at least 1"):
+        train(_tiny(out=str(tmp_path / "y"), patience=0), progress=False)
+    args = build_parser().parse_args(["train", "--task", "copy", "--keep", "last",
+                                      "--patience", "3"])  # fmt: skip
+    assert args.keep == "last" and args.patience == 3

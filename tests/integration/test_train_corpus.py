@@ -88,7 +88,8 @@ def test_each_corpus_format_trains_and_loads_back(tmp_path, capsys, fmt):
     assert "dev: " in printed and "held out" in printed  # no --dev: the slice, said so
     assert "saved " in printed and "chrF" in printed and "BLEU" in printed
     ckpt = attnviz.load_checkpoint(out)
-    assert ckpt.task is None and ckpt.meta["step"] == 4
+    assert ckpt.task is None and ckpt.meta["kept"]["last_step"] == 4
+    assert ckpt.meta["step"] == ckpt.meta["kept"]["step"] in (2, 4)  # the better validation's
     assert ckpt.src_tokenizer.kind == "bpe" and ckpt.meta["options"]["tokenizer"] == "bpe"
     assert ckpt.meta["corpus"]["train_pairs"] + ckpt.meta["corpus"]["dev_pairs"] == len(pairs)
     assert {"val_bleu", "val_chrf"} <= set(ckpt.meta["history"][-1])
@@ -152,6 +153,7 @@ def test_resume_with_data_reads_the_corpus_again(tmp_path):
     assert [h["step"] for h in ckpt.meta["history"]] == [3, 6]
     assert ckpt.src_tokenizer == first.src_tokenizer  # the saved vocabulary, not a new one
     assert ckpt.meta["options"]["data"] == data
+    assert ckpt.meta["corpus"]["pieces"] == first.meta["corpus"]["pieces"]  # as first printed
 
 
 def test_an_interrupted_corpus_run_resumes_to_the_same_weights(tmp_path):
@@ -344,5 +346,7 @@ def test_two_process_gloo_ddp_run_on_a_corpus(tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ckpt = attnviz.load_checkpoint(out)
-    assert ckpt.meta["world_size"] == 2 and ckpt.meta["step"] == 4 and ckpt.task is None
+    assert (
+        ckpt.meta["world_size"] == 2 and ckpt.meta["kept"]["last_step"] == 4 and ckpt.task is None
+    )
     assert done.stdout.count("saved ") == 1 and done.stdout.count("held out") == 1
