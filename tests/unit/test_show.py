@@ -145,8 +145,8 @@ def _notebook(models_dir: Path):
     nbformat = pytest.importorskip("nbformat")
     cells = [
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport attnviz",
-        f"attnviz.render.show({str(models_dir / 'reverse')!r}, 'hello')",
-        f"attnviz.render.show({str(models_dir / 'sort')!r}, 'dcba', kind='decoder_self', head=1)",
+        f"attnviz.show({str(models_dir / 'reverse')!r}, 'hello')",
+        f"attnviz.show({str(models_dir / 'sort')!r}, 'dcba', kind='decoder_self', head=1)",
     ]
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 
