@@ -71,7 +71,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from ..train.evaluate import evaluate_pairs, exact_match_by_length
 
     if args.data:
-        from ..data.batch import read_pairs
+        from ..data.corpus import read_pairs
 
         if len(args.data) > 2:
             raise AttnvizError("--data takes one file (.tsv, .jsonl) or two aligned files")

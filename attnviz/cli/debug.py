@@ -25,7 +25,7 @@ MAX_TEXTS = 200
 def _inputs(args: argparse.Namespace, a) -> tuple[list[str], list[str] | None]:
     """The texts (and references, from a corpus) to compare on."""
     if args.data:
-        from ..data.batch import read_pairs
+        from ..data.corpus import read_pairs
 
         pairs = read_pairs(*args.data)[: args.limit]
         return [s for s, _ in pairs], [t for _, t in pairs]

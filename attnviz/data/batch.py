@@ -1,5 +1,5 @@
-"""Corpora and batches: parallel text files -> pairs (:mod:`attnviz.data.corpus`, re-exported
-here), and token ids -> padded tensors and their padding masks, with the model's own ids.
+"""Batches: token ids -> padded tensors and their padding masks, with the model's own ids
+(parallel text files -> pairs: :mod:`attnviz.data.corpus`).
 
 One :class:`Batch` holds what a teacher-forced pass needs (source, decoder input, decoder
 target and their padding masks), like the Annotated Transformer's ``Batch``. Rows are padded
@@ -19,17 +19,6 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..core.errors import InputError
 from ..core.masks import length_mask
-from .corpus import (  # noqa: F401  (re-exported: attnviz.data.read_pairs, ...)
-    Corpus,
-    CorpusError,
-    EncodedCorpus,
-    encode_corpus,
-    filter_length,
-    read_corpus,
-    read_pairs,
-    split_dev,
-    split_indices,
-)
 from .tasks import Example
 from .tokenizer import Tokenizer
 

@@ -313,7 +313,7 @@ def _saved_pieces(out: Path) -> dict | None:
 def _corpus_pairs(opts, log: Callable[[str], None]) -> tuple[list, list]:
     """Training and dev pairs: from the files, else the Python pairs; a held-out dev slice
     when no dev set is given."""
-    from ..data.batch import read_pairs, split_dev
+    from ..data.corpus import read_pairs, split_dev
 
     def read(paths: list[str]) -> list[tuple[str, str]]:
         if not 1 <= len(paths) <= 2:
