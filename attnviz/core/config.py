@@ -247,8 +247,9 @@ class ModelConfig:
             if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
         # the start id may equal the end id (BART, FSMT); a decoder-only model may pad with its
-        # end id (GPT-2 has no pad token): its prompts are never padded by id
-        if self.eos_id == self.pad_id and self.arch != "decoder-only":
+        # end id (GPT-2 has no pad token): its prompts are never padded by id; an encoder-only
+        # model decodes nothing
+        if self.eos_id == self.pad_id and self.arch == "encoder-decoder":
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
         check_size(self)
 

@@ -186,6 +186,23 @@ def embeddings(src: Source, prefix: str, lm_keys: tuple[str, ...]) -> dict[str, 
     }
 
 
+def one_table(src: Source, embed_keys: tuple[str, ...], lm_keys: tuple[str, ...]) -> dict:
+    """A one-stack model's token table and output matrix (``tie_output`` where there is no
+    output matrix of its own), in the shape :func:`embeddings` returns."""
+    table = src.first(*embed_keys)
+    if table is None:
+        raise InteropError(f"{src.where}: no token embeddings ({' or '.join(embed_keys)})")
+    lm = src.first(*lm_keys)
+    tied = lm is None or (lm[1].shape == table[1].shape and torch.equal(lm[1], table[1]))
+    return {
+        "src": table[1],
+        "tgt": table[1],
+        "lm": None if tied else lm[1],
+        "share_embeddings": False,
+        "tie_output": tied,
+    }
+
+
 def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) -> dict:
     """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``."""
     q, k, v, o = (f"{hf_prefix}{n}" for n in names)
@@ -199,6 +216,7 @@ def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) ->
         out[f"{ours}in_proj_bias"] = torch.cat(
             [src.take(f"{q}.bias"), src.take(f"{k}.bias"), src.take(f"{v}.bias")]
         )
+    if src.has(f"{o}.bias"):  # Qwen2 has Q/K/V biases and none on the output
         out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
     return out
 
