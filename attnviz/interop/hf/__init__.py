@@ -15,7 +15,7 @@ here, or one fine-tuned from it) as a folder transformers loads, in :mod:`.expor
 """
 
 from ...checkpoint import register_folder_format
-from . import bart, fsmt, gpt2, llama, marian, pegasus, t5  # noqa: F401  (each registers)
+from . import bart, bert, fsmt, gpt2, llama, marian, pegasus, t5  # noqa: F401  (registering)
 from .common import is_hf_folder, read_generation_config, read_hf_weights
 from .export import export_hf
 from .finetuned import is_finetuned_hf, load_finetuned_hf
