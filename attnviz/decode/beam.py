@@ -381,7 +381,7 @@ def beam_predict(
         torch.tensor([enc.ids], device=ckpt.device),
         cfg.bos_id,
         cfg.eos_id,
-        max_len=max_len or ckpt.max_new_tokens,
+        max_len=ckpt.new_tokens(len(enc.ids), max_len),
         rules=ckpt.rules,
         return_tree=return_tree,
         return_attention=return_attention,

@@ -159,3 +159,53 @@ def test_mistral_sliding_window_bounds_the_length(folders):
     assert model.config.max_len == 24
     with pytest.raises(attnviz.InputError, match="max_len=24"):
         model(prompts(1, 25))
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_tokenizer(tmp_path_factory):
+    """A GPT-2 folder with a byte-level BPE tokenizer trained here (<|endoftext|> = 0)."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("gpt2_text")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        hf_families.CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"]
+    )
+    tok = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer)
+    tok.save_pretrained(folder)
+    config = transformers.GPT2Config(
+        vocab_size=len(tok), n_embd=40, n_layer=2, n_head=4, n_positions=64,
+        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(
+                (1.0 if "ln_" in name and name.endswith("weight") else 0.0)
+                + 0.3 * torch.randn_like(p)
+            )
+    model.save_pretrained(folder, safe_serialization=True)
+    return model, tok, folder
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_predict_continues_a_prompt_as_generate_does(gpt2_with_tokenizer, num_beams):
+    """``ckpt.predict(prompt, max_len=n)`` is the text of ``generate(max_new_tokens=n)``
+    after the prompt; without ``max_len``, 20 new tokens, as transformers' default."""
+    model, tok, folder = gpt2_with_tokenizer
+    ckpt = attnviz.load_checkpoint(folder)
+    for prompt in ("the cat sat on", "we read a"):
+        ids = tok(prompt, return_tensors="pt").input_ids
+        for n in (6, None):
+            limit = dict(max_new_tokens=n) if n else {}
+            with torch.no_grad():
+                out = model.generate(
+                    ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                    num_beams=num_beams, pad_token_id=0, **limit,
+                )[0, ids.shape[1]:]  # fmt: skip
+            assert len(out) <= (n or 20)
+            expected = tok.decode(out, skip_special_tokens=True)
+            assert ckpt.predict(prompt, max_len=n, num_beams=num_beams) == expected
