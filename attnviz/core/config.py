@@ -121,7 +121,7 @@ def _knobs(part: str) -> str:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape and behaviour of an encoder-decoder Transformer.
+    """Shape and behaviour of a Transformer: encoder-decoder, decoder-only or encoder-only.
 
     Args:
         src_vocab_size: number of source token ids.
