@@ -229,7 +229,7 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
         for rec in prompt.values():
             trace._add(rec)
         return trace
-    t_total = len(steps) + (next(iter(prompt.values())).weights.shape[2] if prompt else 0)
+    t_total = len(steps) + (_query_rows(next(iter(prompt.values()))) if prompt else 0)
     for kind, layer in steps[0]:
         name = steps[0][kind, layer].name
         rows = [s[kind, layer] for s in steps]
@@ -249,6 +249,11 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
             setattr(rec, f, torch.cat(parts, dim=2))  # [1, H|1, T, Tk]
         trace._add(rec)
     return trace
+
+
+def _query_rows(rec: AttentionRecord) -> int:
+    """Query rows Tq of a record, from whichever field was captured."""
+    return next(getattr(rec, f).shape[2] for f in STEP_FIELDS if getattr(rec, f) is not None)
 
 
 def step_records(trace: Trace) -> dict[tuple[str, int], AttentionRecord]:

@@ -255,3 +255,34 @@ def test_encoder_only_records_encoder_self_and_its_head_is_the_one_used():
         model(ids, token_type_ids=torch.full_like(ids, 2))
     with pytest.raises(InputError, match="no decoder"):
         model.decode(ids, None)
+
+
+def test_token_types_are_added_to_word_and_position_embeddings_before_the_norm():
+    model = encoder_only()
+    ids, types = prompts(), torch.randint(0, 2, (2, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        x = (
+            model.src_embed.weight[ids]
+            + model.encoder.pos_embed.weight[:7]
+            + model.type_embed.weight[types]
+        )
+        x = model.encoder.embed_norm(x)
+        for layer in model.encoder.layers:
+            x = layer(x, None)
+        assert torch.allclose(model.encode(ids, token_type_ids=types), x, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [decoder_only, encoder_only])
+def test_one_stack_checkpoints_round_trip(tmp_path, make):
+    from attnviz.data.tokenizer import Tokenizer
+
+    model = make()
+    tok = Tokenizer("word", [f"w{i}" for i in range(V - 4)])
+    folder = attnviz.save_checkpoint(tmp_path / "ck", model, tok, tok, {"task": None})
+    ckpt = attnviz.load_checkpoint(folder)
+    assert ckpt.config == model.config
+    ids = prompts()
+    with torch.no_grad():
+        torch.testing.assert_close(ckpt.model(ids), model(ids), rtol=0, atol=0)
+    if model.config.tie_output:
+        assert ckpt.model.generator.weight is ckpt.model.src_embed.weight
