@@ -359,9 +359,9 @@ def test_fused_and_module_paths_find_the_same_hypotheses(overrides, monkeypatch)
     calls = []
     import attnviz.core.step
 
-    real = attnviz.step.FusedStep.__call__
+    real = attnviz.core.step.FusedStep.__call__
     monkeypatch.setattr(
-        attnviz.step.FusedStep, "__call__", lambda self, t: calls.append(1) or real(self, t)
+        attnviz.core.step.FusedStep, "__call__", lambda self, t: calls.append(1) or real(self, t)
     )
     for settings in (
         {"beam_size": 4},

@@ -143,7 +143,7 @@ def test_options_change_the_structure():
 
 
 def test_positional_encoding_matches_the_paper():
-    pe = attnviz.model.sinusoidal_positions(50, 6)
+    pe = attnviz.core.model.sinusoidal_positions(50, 6)
     pos, i = 7, 1
     assert pe[pos, 2 * i].item() == pytest.approx(
         torch.sin(torch.tensor(pos / 10000 ** (2 * i / 6))).item(), abs=1e-6
