@@ -297,7 +297,7 @@ def test_a_pickle_payload_never_runs(tmp_path, save):
 
 _WRITER = """
 import sys, torch, attnviz
-from attnviz.tokenizer import Tokenizer
+from attnviz.data.tokenizer import Tokenizer
 config = attnviz.ModelConfig(
     src_vocab_size=23, tgt_vocab_size=19, d_model=64, n_heads=4, n_encoder_layers=2,
     n_decoder_layers=2, d_ff=256, dropout=0.0, max_len=200,
