@@ -209,3 +209,19 @@ def test_predict_continues_a_prompt_as_generate_does(gpt2_with_tokenizer, num_be
             assert len(out) <= (n or 20)
             expected = tok.decode(out, skip_special_tokens=True)
             assert ckpt.predict(prompt, max_len=n, num_beams=num_beams) == expected
+
+
+def test_older_rope_keys_read_as_rope_parameters(folders, tmp_path):
+    """Folders written before transformers 5 keep ``rope_theta`` and ``rope_scaling`` at the
+    top level; they give the same model as ``rope_parameters``."""
+    import shutil
+
+    folder = folders["llama-rope3"][1]
+    shutil.copytree(folder, tmp_path / "old", dirs_exist_ok=True)
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    params = config.pop("rope_parameters")
+    config["rope_theta"] = params.pop("rope_theta")
+    config["rope_scaling"] = {**params, "type": params.pop("rope_type")}
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    new, old = attnviz.load_checkpoint(folder), attnviz.load_checkpoint(tmp_path / "old")
+    assert old.config == new.config and new.config.rope_scaling == "llama3"

@@ -286,3 +286,11 @@ def test_one_stack_checkpoints_round_trip(tmp_path, make):
         torch.testing.assert_close(ckpt.model(ids), model(ids), rtol=0, atol=0)
     if model.config.tie_output:
         assert ckpt.model.generator.weight is ckpt.model.src_embed.weight
+
+
+def test_an_encoder_only_model_is_not_decoded():
+    model = encoder_only()
+    with pytest.raises(InputError, match="no decoder"):
+        greedy_decode(model, prompts(), 1, 2, max_len=3)
+    with pytest.raises(InputError, match="no decoder"):
+        GreedyStepper(model, prompts(1)[0], 1, 2, max_len=3)
