@@ -260,6 +260,11 @@ class Prediction:
     tokens: list[int]
 
 
+#: transformers' default number of new tokens for a decoder-only model (``max_length`` 20,
+#: counted on top of the prompt when a folder names no limit).
+DEFAULT_NEW_TOKENS = 20
+
+
 @dataclass
 class Checkpoint:
     """A loaded checkpoint: ``.model`` (eval mode), tokenizers, ``.config``, ``.meta``.
@@ -297,6 +302,22 @@ class Checkpoint:
 
             return log_mel(source, self.config.n_mels)[None].to(self.device)
         return torch.tensor([self.encode_source(source).ids], device=self.device)
+
+    def new_tokens(self, prompt_len: int, max_len: int | None = None) -> int | None:
+        """Most tokens to produce after an input of ``prompt_len`` ids: ``max_len`` when
+        given, else the folder's limit. A decoder-only folder's ``max_length`` counts the
+        prompt, as transformers counts it; with neither it nor ``max_new_tokens``,
+        transformers produces 20 new tokens (within the model's positions)."""
+        if max_len is not None:  # 0 is refused where it is used, never replaced
+            return max_len
+        gen = self.meta.get("generation_config") or {}
+        hf_prompt = self.config.arch == "decoder-only" and self.meta.get("format") == "huggingface"
+        if hf_prompt and gen.get("max_new_tokens") is None:
+            total = gen.get("max_length")
+            if isinstance(total, int) and not isinstance(total, bool):
+                return max(1, total - prompt_len)
+            return DEFAULT_NEW_TOKENS
+        return self.max_new_tokens
 
     def encode_source(self, text: str) -> Encoding:
         """Tokenize an input; empty or over-long input raises :class:`InputError`.
@@ -369,7 +390,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=self.max_new_tokens if max_len is None else max_len,
+            max_len=self.new_tokens(src.shape[-1], max_len),
             rules=self.rules,
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
@@ -379,12 +400,13 @@ class Checkpoint:
         """A :class:`~attnviz.GreedyStepper` on ``text`` with this checkpoint's special ids and
         generation rules (its ``run()`` gives :meth:`predict`'s tokens)."""
         cfg = self.config
+        src = self.source_tensor(text)  # [1, Ts] ids, or [1, n_mels, 3000] features
         return GreedyStepper(
             self.model,
-            self.source_tensor(text)[0],
+            src[0],
             cfg.bos_id,
             cfg.eos_id,
-            max_len=self.max_new_tokens if max_len is None else max_len,
+            max_len=self.new_tokens(src.shape[-1], max_len),
             edits=edits,
             rules=self.rules,
         )
@@ -422,7 +444,7 @@ class Checkpoint:
             return [self.predict(clip, num_beams=num_beams) for clip in texts]
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
-        if num_beams > 1:
+        if num_beams > 1 or self.config.arch == "decoder-only":  # prompts: one at a time
             return [self.predict_details(text, num_beams=num_beams).text for text in texts]
         return greedy_texts(
             self.model,

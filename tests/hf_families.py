@@ -285,3 +285,131 @@ def tokenized_folder(root: Path, family: str):
     hf_model.save_pretrained(root / "model", safe_serialization=True)
     tok.save_pretrained(root / "model")
     return tok, root / "model"
+
+
+_DECODER = dict(
+    vocab_size=V,
+    hidden_size=40,
+    intermediate_size=56,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    bos_token_id=1,
+    eos_token_id=2,
+    attention_dropout=0.0,
+)
+
+#: decoder-only families: family -> (config class name, model class name, config kwargs)
+DECODER_ONLY = {
+    "gpt2": (
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        dict(
+            vocab_size=V,
+            n_embd=40,
+            n_layer=3,
+            n_head=4,
+            n_positions=64,
+            n_inner=56,
+            bos_token_id=V - 1,
+            eos_token_id=V - 1,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        ),  # fmt: skip
+    ),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(_DECODER)),
+    "llama-rope3": (  # Llama 3.1's rotary scaling, one key/value head (multi-query)
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(
+            _DECODER,
+            num_key_value_heads=1,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=10000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        ),  # fmt: skip
+    ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(_DECODER, sliding_window=24)),
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(_DECODER, tie_word_embeddings=True, rope_parameters=dict(rope_theta=500.0)),
+    ),
+}
+
+#: encoder-only families with a masked-LM head
+ENCODER_ONLY = {
+    "bert": (
+        "BertConfig",
+        "BertForMaskedLM",
+        dict(
+            vocab_size=V,
+            hidden_size=40,
+            intermediate_size=56,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            type_vocab_size=2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pad_token_id=0,
+        ),  # fmt: skip
+    ),
+    "roberta": (
+        "RobertaConfig",
+        "RobertaForMaskedLM",
+        dict(
+            vocab_size=V,
+            hidden_size=40,
+            intermediate_size=56,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=66,
+            type_vocab_size=1,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),  # fmt: skip
+    ),
+    "distilbert": (
+        "DistilBertConfig",
+        "DistilBertForMaskedLM",
+        dict(
+            vocab_size=V,
+            dim=40,
+            hidden_dim=56,
+            n_layers=2,
+            n_heads=4,
+            max_position_embeddings=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            pad_token_id=0,
+        ),  # fmt: skip
+    ),
+}
+
+
+def build_one_stack(family: str, seed: int = 0):
+    """A random decoder-only or encoder-only transformers model, eval mode, eager attention;
+    every parameter random (norm weights around 1)."""
+    import transformers
+
+    config_cls, model_cls, kwargs = {**DECODER_ONLY, **ENCODER_ONLY}[family]
+    config = getattr(transformers, config_cls)(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            norm = any(s in name.lower() for s in ("norm", "ln_")) and name.endswith("weight")
+            p.copy_((1.0 if norm else 0.0) + 0.3 * torch.randn_like(p))
+    return model

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from . import masks
 from .cache import KVBuffer
+from .positions import apply_rotary
 
 
 class AttentionHook(Protocol):
@@ -84,6 +85,12 @@ class MultiHeadAttention(nn.Module):
     unless Dh is set apart, as T5 does), so self-attention is one matmul and imported
     ``nn.Transformer`` weights copy over unchanged. ``bias=False`` drops every bias (T5);
     ``scale=False`` leaves the scores unscaled (T5) instead of dividing them by sqrt(Dh).
+
+    Grouped-query attention (``n_kv_heads < n_heads``): K and V have ``n_kv_heads`` heads
+    (``in_proj_weight`` is ``[(H + 2 * Hkv) * Dh, D]``, the cache holds Hkv heads) and query
+    head ``h`` attends with key/value head ``h // (H / Hkv)``; the weights recorded stay one
+    matrix per query head. ``qkv_bias`` (None: ``bias``) sets the Q/K/V biases apart from the
+    output's (Qwen2).
     """
 
     def __init__(
@@ -96,22 +103,36 @@ class MultiHeadAttention(nn.Module):
         head_dim: int | None = None,
         bias: bool = True,
         scale: bool = True,
+        n_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
     ):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
         self.head_dim = head_dim or d_model // n_heads
         inner = self.inner = n_heads * self.head_dim  # H * Dh, D unless Dh is set apart (T5)
+        self.kv_inner = self.n_kv_heads * self.head_dim  # Hkv * Dh
         self.kind, self.layer = kind, layer
         self.dropout = dropout
         self.scale = None if scale else 1.0  # None: SDPA's and the paper's 1 / sqrt(Dh)
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * inner, d_model))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * inner)) if bias else None
+        rows = inner + 2 * self.kv_inner
+        self.in_proj_weight = nn.Parameter(torch.empty(rows, d_model))
+        has_qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.in_proj_bias = nn.Parameter(torch.zeros(rows)) if has_qkv_bias else None
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
+        b, t, width = x.shape
+        return x.view(b, t, width // self.head_dim, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
+
+    def _share_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Grouped-query attention: each key/value head repeated for its query heads."""
+        group = self.n_heads // self.n_kv_heads
+        if group == 1:
+            return k, v
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return k, v  # [B, H, Tk, Dh]
 
     def _project(self, x: Tensor, part: slice) -> Tensor:
         bias = self.in_proj_bias[part] if self.in_proj_bias is not None else None
@@ -119,7 +140,7 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``context`` ``[B, Tk, D]`` -> two ``[B, H, Tk, Dh]``."""
-        kv = self._project(context, slice(self.inner, None))  # [B, Tk, 2 * H * Dh]
+        kv = self._project(context, slice(self.inner, None))  # [B, Tk, 2 * Hkv * Dh]
         k, v = kv.chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
@@ -132,6 +153,7 @@ class MultiHeadAttention(nn.Module):
         kv: tuple[Tensor, Tensor] | None = None,
         cache: KVBuffer | None = None,
         position_bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
 
@@ -143,15 +165,21 @@ class MultiHeadAttention(nn.Module):
             kv: precomputed keys/values ``[B, H, Tk, Dh]`` (cross-attention while decoding).
             cache: self-attention buffer; new keys/values are appended and all are attended.
             position_bias: ``[1, H, Tq, Tk]`` added to the scores before the mask (T5).
+            rotary: ``(cos, sin)`` ``[Tq, R]`` of the queries' positions: queries and the new
+                keys are rotated before the keys are cached (self-attention only).
         Returns:
             ``[B, Tq, D]``.
         """
         b, tq, _ = x.shape
         if context is None and kv is None:
-            q, k, v = self._project(x, slice(None)).chunk(3, dim=-1)
-            q, k, v = self._split(q), self._split(k), self._split(v)  # [B, H, T, Dh]
+            qkv = self._project(x, slice(None))  # [B, T, (H + 2 * Hkv) * Dh]
+            q, k, v = qkv.split([self.inner, self.kv_inner, self.kv_inner], dim=-1)
+            q, k, v = self._split(q), self._split(k), self._split(v)  # [B, H|Hkv, T, Dh]
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:
-                k, v = cache.append(k, v)  # [B, H, Tk, Dh]
+                k, v = cache.append(k, v)  # [B, Hkv, Tk, Dh]
+            k, v = self._share_kv(k, v)  # [B, H, Tk, Dh]
         else:
             q = self._split(self._project(x, slice(0, self.inner)))  # [B, H, Tq, Dh]
             k, v = kv if kv is not None else self.project_kv(context)

@@ -15,15 +15,24 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 #: Pegasus); fairseq's sinusoids (FSMT); a learned table per stack (BART, mBART); none, with a
 #: relative position bias added to the self-attention scores instead (T5).
 #: Whisper's encoder sinusoids: sin-half/cos-half at rates exp(-log(10000) * i / (D / 2 - 1)).
-POSITIONS = ("sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative", "whisper")
+#: rotary: no table, queries and keys rotated by position in every self-attention (Llama).
+POSITIONS = (
+    "sinusoidal", "sinusoidal_split", "fairseq", "learned", "relative", "whisper", "rotary",
+)  # fmt: skip
 #: What the encoder reads: token ids, or log-mel features through a convolutional front-end.
 SOURCES = ("text", "audio")
 NORMS = ("layer", "rms")
+#: Model kinds: both stacks; one decoder stack without cross-attention (GPT-2, Llama); one
+#: encoder stack with a language-model head over its output (BERT).
+ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
+#: Rotary frequency scalings: none, Llama 3's per-frequency rescaling, plain interpolation.
+ROPE_SCALINGS = ("none", "llama3", "linear")
 #: Most layers a stack may have (the deepest published encoder-decoders have a few hundred).
 MAX_LAYERS = 1024
 BOOL_FIELDS = (
     "norm_first", "final_norm", "share_embeddings", "tie_output", "gated_ff", "scale_embeddings",
     "embed_norm", "bias", "scale_attention", "output_bias", "scale_decoder_output",
+    "head_transform",
 )  # fmt: skip
 #: Bytes of one number (float32).
 BYTES_PER_NUMBER = 4
@@ -118,7 +127,7 @@ def _knobs(part: str) -> str:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape and behaviour of an encoder-decoder Transformer.
+    """Shape and behaviour of a Transformer: encoder-decoder, decoder-only or encoder-only.
 
     Args:
         src_vocab_size: number of source token ids.
@@ -166,6 +175,28 @@ class ModelConfig:
             decoder); None = ``positions`` for both stacks.
         max_source_len: positions the encoder covers when they differ from ``max_len``
             (Whisper: 1500 audio frames, 448 text positions); None = ``max_len``.
+
+        The kind of model and the parts decoder-only and encoder-only families bring:
+
+        arch: one of :data:`ARCHS`. ``"decoder-only"`` has one decoder stack without
+            cross-attention (records ``"decoder_self"`` only; ``n_encoder_layers`` unused);
+            ``"encoder-only"`` one encoder stack whose output goes through the output
+            projection (records ``"encoder_self"`` only; ``n_decoder_layers`` unused). Both
+            use one vocabulary (``src_vocab_size == tgt_vocab_size``).
+        n_kv_heads: key/value heads of grouped-query attention (each serves
+            ``n_heads / n_kv_heads`` query heads); None = ``n_heads``. Self-attention only.
+        qkv_bias: biases on the query/key/value projections alone (Qwen2); None = ``bias``.
+        rotary_dim: leading dims of each head that ``positions="rotary"`` rotates (partial
+            rotary, GPT-NeoX); None = all of Dh. Even.
+        rope_theta: base of the rotary frequencies.
+        rope_scaling: one of :data:`ROPE_SCALINGS`; ``"llama3"`` rescales low frequencies by
+            ``rope_factor`` with a smooth band between ``rope_low_freq_factor`` and
+            ``rope_high_freq_factor`` of ``rope_original_max_len``; ``"linear"`` divides
+            every position by ``rope_factor``.
+        type_vocab_size: rows of a token-type (segment) embedding added to the encoder's
+            input (BERT); 0 = none.
+        head_transform: a dense layer, the activation and a norm between the last encoder
+            layer and the output projection (BERT's masked-LM head).
     """
 
     src_vocab_size: int
@@ -204,6 +235,19 @@ class ModelConfig:
     n_mels: int = 80
     encoder_positions: str | None = None
     max_source_len: int | None = None
+    # -- model kinds, and the parts decoder-only / encoder-only families bring -------------
+    arch: str = "encoder-decoder"
+    n_kv_heads: int | None = None
+    qkv_bias: bool | None = None
+    rotary_dim: int | None = None
+    rope_theta: float = 10000.0
+    rope_scaling: str = "none"
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_len: int = 8192
+    type_vocab_size: int = 0
+    head_transform: bool = False
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -216,6 +260,7 @@ class ModelConfig:
             raise ConfigError(
                 "share_embeddings needs a text source; an audio model has no source table"
             )
+        self._check_kind()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -226,8 +271,10 @@ class ModelConfig:
             if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
         # the start id may equal the end id (BART, FSMT); an audio model's pad id pads only
-        # targets, and Whisper pads them with its end id
-        if self.eos_id == self.pad_id and self.source != "audio":
+        # targets, and Whisper pads them with its end id; a decoder-only model may pad with its
+        # end id (GPT-2 has no pad token): its prompts are never padded by id; an encoder-only
+        # model decodes nothing
+        if self.eos_id == self.pad_id and self.arch == "encoder-decoder" and self.source != "audio":
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
         check_size(self)
 
@@ -246,8 +293,8 @@ class ModelConfig:
 
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             integer(name, 1)
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            integer(name, 1, MAX_LAYERS)
+        for name in ("n_encoder_layers", "n_decoder_layers"):  # a kind's absent stack: 0
+            integer(name, 0, MAX_LAYERS)
         for name in ("relative_buckets", "relative_max_distance"):
             integer(name, 1)
         for name in ("position_offset", "pad_id", "bos_id", "eos_id", "unk_id"):
@@ -257,6 +304,13 @@ class ModelConfig:
         integer("n_mels", 1)
         if self.max_source_len is not None:
             integer("max_source_len", 1)
+        for name in ("n_kv_heads", "rotary_dim"):
+            if getattr(self, name) is not None:
+                integer(name, 1)
+        integer("type_vocab_size", 0)
+        integer("rope_original_max_len", 1)
+        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
+            raise ConfigError(f"qkv_bias must be true, false or null, got {_show(self.qkv_bias)}")
         for name in BOOL_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -266,6 +320,8 @@ class ModelConfig:
             ("positions", POSITIONS),
             ("norm", NORMS),
             ("source", SOURCES),
+            ("arch", ARCHS),
+            ("rope_scaling", ROPE_SCALINGS),
         ):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
@@ -280,6 +336,76 @@ class ModelConfig:
             raise ConfigError(f"dropout must be a number in [0, 1), got {_show(dropout)}")
         if not _real(eps) or not 0.0 < eps < 1.0:
             raise ConfigError(f"layer_norm_eps must be a number in (0, 1), got {_show(eps)}")
+        for name in ("rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
+            value = getattr(self, name)
+            if not _real(value) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number, got {_show(value)}")
+        if (
+            self.rope_scaling == "llama3"
+            and not self.rope_high_freq_factor > self.rope_low_freq_factor
+        ):
+            raise ConfigError(
+                "rope_high_freq_factor must be above rope_low_freq_factor for llama3 scaling, "
+                f"got {self.rope_high_freq_factor} and {self.rope_low_freq_factor}"
+            )
+
+    def _check_kind(self) -> None:
+        """The kind's fields agree: stacks it has, one vocabulary, heads, rotary sizes."""
+        if self.arch != "encoder-decoder" and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                f"a {self.arch} model has one vocabulary: src_vocab_size={self.src_vocab_size} "
+                f"and tgt_vocab_size={self.tgt_vocab_size} must be equal"
+            )
+        stacks = (("n_encoder_layers", self.has_encoder), ("n_decoder_layers", self.has_decoder))
+        for name, used in stacks:
+            if used and getattr(self, name) < 1:
+                raise ConfigError(
+                    f"{name} must be a positive integer for this {self.arch} model, "
+                    f"got {getattr(self, name)}"
+                )
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(
+                f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
+                "(each key/value head serves the same number of query heads)"
+            )
+        if self.rotary_dim is not None and (self.rotary_dim % 2 or self.rotary_dim > self.head_dim):
+            raise ConfigError(
+                f"rotary_dim={self.rotary_dim} must be even and at most the head width "
+                f"{self.head_dim}"
+            )
+        if self.positions == "rotary" and self.has_encoder and self.has_decoder:
+            raise ConfigError(
+                "rotary positions are for decoder-only and encoder-only models here; an "
+                "encoder-decoder uses sinusoidal, learned or relative positions"
+            )
+        if self.type_vocab_size and not self.has_encoder:
+            raise ConfigError("type_vocab_size (token types) needs an encoder stack")
+
+    @property
+    def has_encoder(self) -> bool:
+        """The model has an encoder stack (encoder-decoder, encoder-only)."""
+        return self.arch != "decoder-only"
+
+    @property
+    def has_decoder(self) -> bool:
+        """The model has a decoder stack (encoder-decoder, decoder-only)."""
+        return self.arch != "encoder-only"
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads of self-attention (``n_kv_heads``, else ``n_heads``)."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def rotary_width(self) -> int:
+        """Dims of each head that rotary positions rotate (0 without rotary positions)."""
+        if self.positions != "rotary":
+            return 0
+        return self.rotary_dim if self.rotary_dim is not None else self.head_dim - self.head_dim % 2
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     def sizes(self) -> dict[str, int]:
         """How many numbers each part of the model holds (parameters, and the fixed position
@@ -292,13 +418,20 @@ class ModelConfig:
         """
         d, h = self.d_model, self.n_heads
         inner = h * self.head_dim
+        kv_inner = self.kv_heads * self.head_dim
         norm = d if self.norm == "rms" else 2 * d
-        attention = 4 * inner * d + (3 * inner + d if self.bias else 0)
+        qkv_bias = 3 * inner if self.has_qkv_bias else 0
+        out_bias = d if self.bias else 0
+        cross = 4 * inner * d + qkv_bias + out_bias
+        attention = 2 * (inner + kv_inner) * d + out_bias
+        attention += (inner + 2 * kv_inner) if self.has_qkv_bias else 0
         ff = (3 if self.gated_ff else 2) * d * self.d_ff
         ff += ((2 if self.gated_ff else 1) * self.d_ff + d) if self.bias else 0
         stack = (norm if self.final_norm else 0) + (norm if self.embed_norm else 0)
         learned = relative = buffers = 0
         for decoder in (False, True):
+            if not (self.has_decoder if decoder else self.has_encoder):
+                continue  # a one-stack model has no table for the other stack
             kind, length = self.stack_positions(decoder)
             rows = length + self.position_offset
             learned += rows * d if kind == "learned" else 0
@@ -306,15 +439,24 @@ class ModelConfig:
         for kind, length in self.fixed_tables():
             buffers += (length + (self.position_offset if kind == "fairseq" else 0)) * d
         audio = self.source == "audio"
-        front = 3 * self.n_mels * d + d + 3 * d * d + d if audio else 0
+        front = 3 * self.n_mels * d + d + 3 * d * d + d if audio and self.has_encoder else 0
+        embeddings = self.src_vocab_size * d if self.has_encoder and not audio else 0
+        if self.has_decoder and not (self.share_embeddings and self.has_encoder and not audio):
+            embeddings += self.tgt_vocab_size * d
+        with_cross = self.has_encoder and self.has_decoder
+        decoder_layer = attention + ff + 2 * norm + ((cross + norm) if with_cross else 0)
         parts = {
-            "embeddings": (0 if audio else self.src_vocab_size * d)
-            + (0 if self.share_embeddings else self.tgt_vocab_size * d),
-            "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack,
-            "decoder layers": self.n_decoder_layers * (2 * attention + ff + 3 * norm) + stack,
+            "embeddings": embeddings + self.type_vocab_size * d,
+            "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack
+            if self.has_encoder
+            else 0,
+            "decoder layers": self.n_decoder_layers * decoder_layer + stack
+            if self.has_decoder
+            else 0,
             "position tables": learned + relative + buffers,
             "output projection": (0 if self.tie_output else self.tgt_vocab_size * d)
-            + (self.tgt_vocab_size if self.output_bias else 0),
+            + (self.tgt_vocab_size if self.output_bias else 0)
+            + ((d * d + (d if self.bias else 0) + norm) if self.head_transform else 0),
             "audio front-end": front,
         }
         parts["parameters"] = sum(parts.values()) - buffers

@@ -149,3 +149,51 @@ def encoder_position_table(cfg: ModelConfig) -> Tensor | None:
     if enc == cfg.stack_positions(decoder=True):
         return None
     return fixed_table(cfg, *enc)
+
+
+# -- rotary position embeddings (Llama, GPT-NeoX) ----------------------------------------------
+def rotary_frequencies(cfg: ModelConfig, device=None) -> Tensor:
+    """Inverse frequencies of the rotated dims, ``[R / 2]`` float32 (R = ``cfg.rotary_width``).
+
+    ``theta ** (-2i / R)``, then the config's scaling: Llama 3 divides the low frequencies
+    (wavelength above ``original / low_freq_factor``) by ``rope_factor``, keeps the high ones
+    (wavelength below ``original / high_freq_factor``) and blends in between; ``"linear"``
+    divides every frequency by ``rope_factor`` (the same as dividing the positions).
+    """
+    dim = cfg.rotary_width
+    exponent = torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim
+    inv_freq = 1.0 / (cfg.rope_theta**exponent)  # [R / 2]
+    if cfg.rope_scaling == "linear":
+        return inv_freq / cfg.rope_factor
+    if cfg.rope_scaling == "llama3":
+        factor, old = cfg.rope_factor, cfg.rope_original_max_len
+        low, high = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)  # 0 at the low edge, 1 at the high
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        middle = ~(wavelen < old / high) & ~(wavelen > old / low)
+        inv_freq = torch.where(middle, blended, scaled)
+    return inv_freq
+
+
+def rotary_angles(inv_freq: Tensor, start: int, length: int, dtype: torch.dtype) -> tuple:
+    """``(cos, sin)`` of positions ``start .. start + length - 1``, each ``[Tq, R]`` (the
+    frequencies twice: the rotated dims pair ``i`` with ``i + R / 2``), in float32, cast to
+    ``dtype``."""
+    pos = torch.arange(start, start + length, device=inv_freq.device, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]  # [Tq, R / 2]
+    emb = torch.cat([freqs, freqs], dim=-1)  # [Tq, R]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate the first R dims of every head of ``x [B, H, T, Dh]`` by position (R =
+    ``cos.shape[-1]``; the rest pass through, as partial rotary does). Pairs are
+    ``(i, i + R / 2)``: the "rotate half" layout of GPT-NeoX and Llama."""
+    r = cos.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
+    first, second = rot[..., : r // 2], rot[..., r // 2 :]
+    rotated = torch.cat([-second, first], dim=-1)  # [B, H, T, R]
+    out = rot * cos + rotated * sin
+    return out if rest.shape[-1] == 0 else torch.cat([out, rest], dim=-1)

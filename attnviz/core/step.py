@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import masks
 from .model import ACTIVE_RECORDER, DecoderCache, RMSNorm, Transformer
+from .positions import apply_rotary, rotary_angles, rotary_frequencies
 
 
 def why_not_fused(model: Transformer) -> str | None:
@@ -29,7 +31,8 @@ def why_not_fused(model: Transformer) -> str | None:
     recorder = ACTIVE_RECORDER.get()
     if recorder is not None:
         for layer in model.decoder.layers:
-            if recorder.hook_for(layer.self_attn) or recorder.hook_for(layer.cross_attn):
+            watched = [layer.self_attn, layer.cross_attn]
+            if any(m is not None and recorder.hook_for(m) for m in watched):
                 return "a recorder watches or edits the decoder's attention"
     return None
 
@@ -67,7 +70,12 @@ class FusedStep:
         self.cache = cache
         self.norm_first = cfg.norm_first
         self.inner = cfg.n_heads * cfg.head_dim
+        self.kv_inner = cfg.kv_heads * cfg.head_dim
         self.heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.kv_heads = cfg.kv_heads
+        self.inv_freq = (
+            rotary_frequencies(cfg, model.tgt_embed.weight.device) if cfg.rotary_width else None
+        )
         stack = model.decoder
         self.table = model.tgt_embed.weight  # [V, D]
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else None
@@ -87,8 +95,10 @@ class FusedStep:
                 (
                     (sa.in_proj_weight, sa.in_proj_bias, sa.scale),
                     (sa.out_proj.weight, sa.out_proj.bias),
-                    (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
-                    (ca.out_proj.weight, ca.out_proj.bias, ca.scale),
+                    None
+                    if ca is None
+                    else (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
+                    None if ca is None else (ca.out_proj.weight, ca.out_proj.bias, ca.scale),
                     (ff.linear1.weight, ff.linear1.bias, ff.act),
                     None if ff.gate is None else (ff.gate.weight, ff.gate.bias),
                     (ff.linear2.weight, ff.linear2.bias),
@@ -97,6 +107,9 @@ class FusedStep:
             )
         # cross-attention mask in SDPA's convention, computed once for the whole decode
         mask = masks.combine(cache.src_pad_mask, None)  # [B, 1, 1, Ts] or None
+        self.cross_allowed, self.cross_dead = None, None
+        if model.encoder is None:
+            return
         self.cross_allowed, dead = masks.sdpa_mask(mask)
         self.cross_dead = dead if dead is not None and bool(dead.any()) else None
 
@@ -104,7 +117,8 @@ class FusedStep:
         """``tokens [B]`` at position ``cache.length`` -> next-token logits ``[B, V]``."""
         cache, b = self.cache, tokens.shape[0]
         pos = cache.length
-        h_, dh, inner = self.heads, self.head_dim, self.inner
+        h_, dh, inner, hkv = self.heads, self.head_dim, self.inner, self.kv_heads
+        group = h_ // hkv
         x = F.embedding(tokens, self.table)  # [B, D]
         if self.embed_scale is not None:
             x = x * self.embed_scale
@@ -116,31 +130,46 @@ class FusedStep:
         if self.bias is not None:  # T5: [1, H, 1, pos + 1], added to the scores
             bias = self.bias(1, pos + 1, pos)
         end = pos + 1
+        rotary = None
+        if self.inv_freq is not None:  # [1, R] twice
+            rotary = rotary_angles(self.inv_freq, pos, 1, x.dtype)
         for i, (sa, so, cq, co, f1, gate, f2, norms) in enumerate(self.layers):
             n1, n2, n3 = norms
             # -- masked self-attention over the cache (one query: nothing is in its future)
             h = n1(x) if self.norm_first else x
-            qkv = F.linear(h, sa[0], sa[1])  # [B, 3 * H * Dh]
+            qkv = F.linear(h, sa[0], sa[1])  # [B, (H + 2 * Hkv) * Dh]
             buf = cache.self_kv[i]
-            kv = buf.reserve(end, qkv)  # [2, B, H, room, Dh]
-            kv[:, :, :, pos].copy_(qkv[:, inner:].view(b, 2, h_, dh).transpose(0, 1))
-            buf.length = end
+            kv = buf.reserve(end, qkv)  # [2, B, Hkv, room, Dh]
+            new_kv = qkv[:, inner:].view(b, 2, hkv, dh).transpose(0, 1)  # [2, B, Hkv, Dh]
             q = qkv[:, :inner].view(b, h_, 1, dh)  # [B, H, 1, Dh]
+            if rotary is not None:
+                q = apply_rotary(q, *rotary)
+                new_kv = torch.stack(
+                    [apply_rotary(new_kv[0][:, :, None], *rotary)[:, :, 0], new_kv[1]]
+                )
+            kv[:, :, :, pos].copy_(new_kv)
+            buf.length = end
+            k, v = kv[0, :, :, :end], kv[1, :, :, :end]  # [B, Hkv, Tk, Dh]
+            if group > 1:
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             mask = None if bias is None else bias.to(q.dtype)
             z = F.scaled_dot_product_attention(
-                q, kv[0, :, :, :end], kv[1, :, :, :end], attn_mask=mask, scale=sa[2]
+                q, k, v, attn_mask=mask, scale=sa[2]
             )  # [B, H, 1, Dh]
             out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
             x = x + out if self.norm_first else n1(x + out)
-            # -- cross-attention to the cached encoder keys/values
-            h = n2(x) if self.norm_first else x
-            q = F.linear(h, cq[0], cq[1]).view(b, h_, 1, dh)  # [B, H, 1, Dh]
-            k, v = cache.cross_kv[i]
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.cross_allowed, scale=co[2])
-            if self.cross_dead is not None:
-                z = z.masked_fill(self.cross_dead, 0.0)
-            out = F.linear(z.reshape(b, inner), co[0], co[1])
-            x = x + out if self.norm_first else n2(x + out)
+            # -- cross-attention to the cached encoder keys/values (none in a decoder-only model)
+            if cq is not None:
+                h = n2(x) if self.norm_first else x
+                q = F.linear(h, cq[0], cq[1]).view(b, h_, 1, dh)  # [B, H, 1, Dh]
+                k, v = cache.cross_kv[i]
+                z = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=self.cross_allowed, scale=co[2]
+                )
+                if self.cross_dead is not None:
+                    z = z.masked_fill(self.cross_dead, 0.0)
+                out = F.linear(z.reshape(b, inner), co[0], co[1])
+                x = x + out if self.norm_first else n2(x + out)
             # -- feed-forward
             h = n3(x) if self.norm_first else x
             a = f1[2](F.linear(h, f1[0], f1[1]))  # [B, d_ff]

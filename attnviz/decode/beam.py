@@ -38,6 +38,7 @@ from .greedy import (
     default_max_len,
     eval_no_grad,
     source_pad_mask,
+    start_decoding,
     step_records,
 )
 from .rules import Constraints, beam_options, generation_settings
@@ -75,8 +76,12 @@ def beam_search(
     With ``beam_size=1`` this is greedy decoding (transformers switches to greedy there too).
 
     Args:
-        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
-        bos_id: the decoder start id; ``eos_id``: the end id (None: decode ``max_len``).
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``; for a
+            decoder-only model, prompts (one searched at a time; hypotheses are their
+            continuations, and the n-gram and repetition rules see the prompt too, as
+            transformers' do).
+        bos_id: the decoder start id (unused by a decoder-only model); ``eos_id``: the end
+            id (None: decode ``max_len``).
         beam_size: ``num_beams``.
         max_len: most tokens to produce (default ``2 * Ts + 16``, within the model's
             max_len); a hypothesis reaching it is finished.
@@ -233,19 +238,18 @@ class _Search:
         check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
         capture = STEP_FIELDS if self.return_attention else ()
         device = src.device
-        nodes = [BeamNode(0, None, self.bos_id, -1, 0.0, 0.0, False)]
         top_mask = torch.zeros(1, 2 * k, dtype=torch.bool, device=device)
         top_mask[:, :k] = True  # only the best k candidates may finish
         with eval_no_grad(model):
             with record(model, capture=capture) as enc_trace:
-                memory = model.encode(src, pad)  # [1, Ts, D]
-            cache = model.init_cache(memory, pad, capacity=n_max)
+                start = start_decoding(model, src, pad, self.bos_id, n_max)  # batch 1
+            cache = start.cache
+            first = int(start.first[0])
+            nodes = [BeamNode(0, None, first, -1, 0.0, 0.0, False)]
             step_fn = fused_step(model, cache) if self.fused else None
-            if step_fn is not None and not 0 <= self.bos_id < model.config.tgt_vocab_size:
+            if step_fn is not None and not 0 <= first < model.config.tgt_vocab_size:
                 vocab = model.config.tgt_vocab_size  # later ids come from the top-k
-                raise InputError(
-                    f"tgt holds id {self.bos_id}, outside the vocabulary 0..{vocab - 1}"
-                )
+                raise InputError(f"tgt holds id {first}, outside the vocabulary 0..{vocab - 1}")
             running = [_Slot([], [], 0 if i == 0 else None, []) for i in range(k)]
             run_scores = torch.zeros(1, k, device=device)  # [1, k], as transformers lays it out
             run_scores[:, 1:] = _PLACEHOLDER
@@ -253,7 +257,7 @@ class _Search:
             done_scores = torch.full((1, k), _PLACEHOLDER, device=device)  # normalized
             done_flags = torch.zeros(1, k, dtype=torch.bool, device=device)
             improvable = True
-            seqs = torch.full((k, 1), self.bos_id, dtype=torch.long, device=device)
+            seqs = start.prefix.expand(k, -1)  # [k, 1 + step] (or the prompt and step)
             for step in range(n_max):
                 if step == horizon:
                     horizon = min(2 * horizon, n_max)
@@ -431,12 +435,13 @@ def beam_predict(
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
     cfg = ckpt.config
+    src = ckpt.source_tensor(text)  # [1, Ts] ids, or [1, n_mels, 3000] features
     return beam_search(
         ckpt.model,
-        ckpt.source_tensor(text),
+        src,
         cfg.bos_id,
         cfg.eos_id,
-        max_len=ckpt.max_new_tokens if max_len is None else max_len,  # 0 is refused, not replaced
+        max_len=ckpt.new_tokens(src.shape[-1], max_len),  # 0 is refused, not replaced
         rules=ckpt.rules,
         return_tree=return_tree,
         return_attention=return_attention,

@@ -5,6 +5,12 @@ without gradients. Attention shown for a decoded sequence is recorded while the 
 produced, from the cached forward passes that produced them. Where nothing records or edits
 the decoder, ``greedy_decode`` and ``beam_search`` run each cached step as one fused function
 (:mod:`attnviz.core.step`, the same math without the module calls); the stepper always records.
+
+A decoder-only model (``ModelConfig.arch``) decodes a prompt: where an encoder-decoder takes
+source ids and starts its decoder from ``bos_id``, it takes the prompt's ids in their place
+(``bos_id`` is unused); the prompt but its last token runs once into the cache (recorded like
+an encoder pass), the last token is the first one fed, and what is returned is the
+continuation alone, as ``generate(max_new_tokens=n)`` produces it after the prompt.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..core import masks
+from ..core.cache import DecoderCache
 from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, Trace, record
@@ -61,7 +68,18 @@ def as_batch(src: Tensor, name: str = "src", model: Transformer | None = None) -
 
 def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None) -> Tensor | None:
     """The caller's mask, else PAD positions of ``src`` (None when there are none; always None
-    for audio features, which are padded to their fixed length as the model was trained)."""
+    for audio features, which are padded to their fixed length as the model was trained).
+
+    A decoder-only model's prompt is never padded by id (GPT-2 pads with its end id, which a
+    prompt may hold); a mask with padding is refused: decode prompts of one length together.
+    """
+    if model.config.arch == "decoder-only":
+        if src_pad_mask is not None and bool(torch.as_tensor(src_pad_mask).bool().any()):
+            raise InputError(
+                "a decoder-only model decodes unpadded prompts: give prompts of one length, "
+                "or decode them one at a time"
+            )
+        return None
     if model.config.source == "audio":
         return None
     if src_pad_mask is not None:
@@ -71,8 +89,17 @@ def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None
 
 
 def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
-    """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`."""
-    limit = model.config.max_len - 1  # BOS takes position 0
+    """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`,
+    within the positions the model has (after a decoder-only model's prompt)."""
+    if model.config.arch == "decoder-only":
+        limit = model.config.max_len - src_len
+        if limit < 1:
+            raise InputError(
+                f"the prompt holds {src_len} tokens, and this model's max_len="
+                f"{model.config.max_len} leaves no position to decode into"
+            )
+    else:
+        limit = model.config.max_len - 1  # BOS takes position 0
     if max_len is None:  # an audio source's length says nothing about its text's
         return limit if model.config.source == "audio" else min(limit, 2 * src_len + 16)
     if max_len < 1:
@@ -137,6 +164,52 @@ class LogitRules:
         return logits
 
 
+@dataclass
+class Start:
+    """What runs before the first decoder step, and the tokens that step feeds.
+
+    Attributes:
+        memory: encoder output ``[B, Ts, D]``; None for a decoder-only model.
+        cache: the decoder cache (cross K/V, or a decoder-only prompt but its last token),
+            None when decoding without one.
+        first: ``[B]`` ids fed at the first step: ``bos_id``, or each prompt's last token.
+        prefix: ``[B, 1 + P']`` what an uncached decode feeds in full at the first step
+            (the start id, or the whole prompt).
+    """
+
+    memory: Tensor | None
+    cache: DecoderCache | None
+    first: Tensor
+    prefix: Tensor
+
+
+def start_decoding(
+    model: Transformer,
+    src: Tensor,
+    pad: Tensor | None,
+    bos_id: int,
+    n_new: int,
+    cache: bool = True,
+) -> Start:
+    """Run the encoder (or a decoder-only model's prompt) for a decode of ``n_new`` tokens.
+
+    Call inside the caller's ``eval_no_grad`` and ``record`` blocks: the encoder's (or the
+    prompt's) attention is recorded where the caller records.
+    """
+    b = src.shape[0]
+    if model.config.arch == "decoder-only":
+        kv = None
+        if cache:
+            kv = model.init_cache(None, capacity=src.shape[1] + n_new, batch=b)
+            if src.shape[1] > 1:  # the prompt but its last token, into the cache
+                model.decode(src[:, :-1], None, cache=kv)
+        return Start(None, kv, src[:, -1], src)
+    memory = model.encode(src, pad)
+    kv = model.init_cache(memory, pad, capacity=n_new) if cache else None
+    first = torch.full((b,), bos_id, dtype=torch.long, device=src.device)
+    return Start(memory, kv, first, first[:, None])
+
+
 def _choose(
     logits: Tensor, rules: LogitRules | None, step: int, limit: int, seqs: Tensor | None = None
 ) -> Tensor:
@@ -151,23 +224,32 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
     """Full attention matrices of a decoded sequence from per-step records.
 
     Args:
-        encoder: trace of the encoder pass (``"encoder_self"`` records, batch 1).
+        encoder: trace of the encoder pass (``"encoder_self"`` records, batch 1), or of a
+            decoder-only model's prompt but its last token (``"decoder_self"``, P' rows).
         steps: one dict per decoding step of ``(kind, layer) -> record`` with ``Tq = 1``.
     Returns:
         A :class:`Trace` with batch 1 whose ``"decoder_self"`` matrices are ``[1, H, T, T]``
         (weights 0, mask True and scores NaN above the diagonal: those scores were never
-        computed) and ``"cross"`` matrices ``[1, H, T, Ts]``, T = ``len(steps)``.
+        computed) and ``"cross"`` matrices ``[1, H, T, Ts]``, T = ``len(steps)`` (plus the
+        prompt's P' rows for a decoder-only model: its rows come first).
     """
     trace = Trace()
+    prompt = {}
     for kind, layer in encoder.keys():
         if kind == "encoder_self":
             trace._add(encoder.get(kind, layer))
+        elif kind == "decoder_self":
+            prompt[kind, layer] = encoder.get(kind, layer)
     if not steps:
+        for rec in prompt.values():
+            trace._add(rec)
         return trace
-    t_total = len(steps)
+    t_total = len(steps) + (_query_rows(next(iter(prompt.values()))) if prompt else 0)
     for kind, layer in steps[0]:
         name = steps[0][kind, layer].name
         rows = [s[kind, layer] for s in steps]
+        if (kind, layer) in prompt:
+            rows = [prompt[kind, layer], *rows]
         rec = AttentionRecord(kind, layer, name)
         for f in STEP_FIELDS:
             parts = [getattr(r, f) for r in rows]
@@ -182,6 +264,11 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
             setattr(rec, f, torch.cat(parts, dim=2))  # [1, H|1, T, Tk]
         trace._add(rec)
     return trace
+
+
+def _query_rows(rec: AttentionRecord) -> int:
+    """Query rows Tq of a record, from whichever field was captured."""
+    return next(getattr(rec, f).shape[2] for f in STEP_FIELDS if getattr(rec, f) is not None)
 
 
 def step_records(trace: Trace) -> dict[tuple[str, int], AttentionRecord]:
@@ -224,7 +311,10 @@ class GreedyStepper:
     Args:
         model: the Transformer (not modified; run in eval mode).
         src_ids: source ids ``[Ts]`` or ``[1, Ts]``.
-        bos_id, eos_id: special ids; ``eos_id=None`` decodes until ``max_len``.
+        bos_id, eos_id: special ids; ``eos_id=None`` decodes until ``max_len``. A
+            decoder-only model takes the prompt as ``src_ids`` (``bos_id`` unused): the
+            prompt but its last token runs at once, and :attr:`encoder_trace` holds its
+            attention.
         max_len: most tokens to produce (default ``2 * Ts + 16``, within the model's max_len).
         src_pad_mask: ``[1, Ts]`` bool, default from ``config.pad_id``.
         edits: attention edits (``ZeroHeads``, ``DropMask``, ...) applied to every pass,
@@ -258,8 +348,9 @@ class GreedyStepper:
         self.max_len = default_max_len(model, src.shape[1], max_len)
         pad = source_pad_mask(model, self.src, src_pad_mask)
         with eval_no_grad(model), record(model, self.edits, capture=self.capture) as enc_trace:
-            memory = model.encode(self.src, pad)
-            self._cache = model.init_cache(memory, pad, capacity=self.max_len)
+            start = start_decoding(model, self.src, pad, bos_id, self.max_len)
+        self._cache, self._first = start.cache, int(start.first[0])
+        self._prompt = start.cache.length  # positions before the first step
         self.encoder_trace = enc_trace
         self._steps: list[StepResult] = []
         self._records: list[dict[tuple[str, int], AttentionRecord]] = []
@@ -299,12 +390,15 @@ class GreedyStepper:
         """
         if self.done:
             raise InputError("decoding is finished; call back() or reset() to step again")
-        prev = self.bos_id if not self._steps else self._steps[-1].token
+        prev = self._first if not self._steps else self._steps[-1].token
         ids = torch.tensor([[prev]], device=self.src.device)
         vocab = self.model.config.tgt_vocab_size
         if token is not None:  # checked before the model runs, so a refusal leaves no trace
             token = check_token_id(token, vocab)  # int, numpy or 0-d tensor ints
-        with eval_no_grad(self.model), record(self.model, self.edits, capture=self.capture) as trace:
+        with (
+            eval_no_grad(self.model),
+            record(self.model, self.edits, capture=self.capture) as trace,
+        ):
             logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
         probs = torch.softmax(logits, dim=-1)
         step = len(self._steps)
@@ -341,7 +435,7 @@ class GreedyStepper:
             raise InputError(f"position must be in 0..{len(self._steps)}, got {position}")
         del self._steps[position:]
         del self._records[position:]
-        self._cache.truncate(position)
+        self._cache.truncate(self._prompt + position)
 
     def reset(self) -> None:
         """Back to the start, keeping the encoder output and cross-attention keys/values."""
@@ -419,9 +513,10 @@ def greedy_decode(
     """Batched greedy decoding; each row stops at its own end id.
 
     Args:
-        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``.
-        bos_id: the decoder start id (it may equal the pad id); ``eos_id``: the end id, or
-            None to decode ``max_len`` tokens.
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``; for a
+            decoder-only model, prompts ``[B, P]`` of one length.
+        bos_id: the decoder start id (it may equal the pad id; unused by a decoder-only
+            model); ``eos_id``: the end id, or None to decode ``max_len`` tokens.
         max_len: most tokens per row (default ``2 * Ts + 16``).
         src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
         edits: attention edits applied to every pass (see :func:`attnviz.core.record`).
@@ -443,15 +538,16 @@ def greedy_decode(
     b = src.shape[0]
     with eval_no_grad(model), record(model, edits, capture=None):
         pad = source_pad_mask(model, src, src_pad_mask)
-        memory = model.encode(src, pad)
-        kv = model.init_cache(memory, pad, capacity=n_max) if cache else None
+        start = start_decoding(model, src, pad, bos_id, n_max, cache)
+        memory, kv = start.memory, start.cache
         step_fn = fused_step(model, kv) if kv is not None and fused else None
-        prefix = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1+t]
+        prefix = start.prefix  # [B, 1 + t] (or the prompt and t)
         vocab = model.config.tgt_vocab_size
-        if step_fn is not None and not 0 <= bos_id < vocab:  # later ids come from the argmax
-            raise InputError(f"tgt holds id {bos_id}, outside the vocabulary 0..{vocab - 1}")
+        last = start.first  # [B]
+        if step_fn is not None and not bool(((last >= 0) & (last < vocab)).all()):
+            bad = int(last[(last < 0) | (last >= vocab)][0])  # later ids come from the argmax
+            raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
-        last = prefix[:, 0]  # [B]
         out = []
         for step in range(n_max):
             if step_fn is not None:  # the same math as the next branch, without module calls

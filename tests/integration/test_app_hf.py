@@ -172,6 +172,7 @@ def test_the_served_app_start_run_equal_generate(marian):
 @pytest.mark.slow
 def test_the_page_steps_an_hf_folder(marian):
     from helpers import CHROMIUM as chromium
+
     if not chromium.exists():
         pytest.skip(f"{chromium} is not installed")
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -91,8 +91,10 @@ def test_every_registered_family_is_tested():
     """The parity tests below run over FAMILIES: it covers every registry entry."""
     from attnviz.interop.hf import REGISTRY, SUPPORTED_MODEL_TYPES
 
-    text = {name for name, family in REGISTRY.items() if not family.audio}
-    assert {hf_families.model_type(f) for f in FAMILIES} == text  # audio: tests/test_whisper.py
+    one_stack = {**hf_families.DECODER_ONLY, **hf_families.ENCODER_ONLY}
+    tested = {hf_families.model_type(f) for f in [*FAMILIES, *one_stack]}
+    audio = {name for name, family in REGISTRY.items() if family.audio}  # test_whisper.py
+    assert tested | audio == set(REGISTRY)  # one-stack families: test_hf_decoder_only, _encoder_only
     assert set(SUPPORTED_MODEL_TYPES) == set(REGISTRY)
     for family in FAMILIES:
         assert set(GENERATION) >= {family}
@@ -328,8 +330,8 @@ def _fake_folder(tmp_path: Path, model_type: str, **extra) -> Path:
 
 
 def test_unsupported_model_type_is_named(tmp_path):
-    with pytest.raises(InteropError, match=r"model_type 'gpt2' is not supported.*marian.*t5"):
-        attnviz.load_checkpoint(_fake_folder(tmp_path, "gpt2"))
+    with pytest.raises(InteropError, match=r"model_type 'gpt_neox' is not supported.*marian.*t5"):
+        attnviz.load_checkpoint(_fake_folder(tmp_path, "gpt_neox"))
 
 
 def test_custom_code_is_refused(tmp_path):

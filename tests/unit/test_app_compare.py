@@ -209,6 +209,7 @@ def test_plots_refuse_a_matching_of_another_shape():
 def test_browser_compare_tab_draws_the_grid_and_a_clicked_head(models_dir, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from helpers import CHROMIUM as chromium
+
     if not chromium.exists():
         pytest.skip(f"{chromium} is not installed")
     from attnviz.bench.suite import CHROMIUM_ARGS

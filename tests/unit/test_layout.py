@@ -25,10 +25,29 @@ LAYERS: dict[str, set[str]] = {
     "analysis": {"core", "data", "decode", "checkpoint", "train"},
     "render": {"core", "data", "decode", "checkpoint", "train", "analysis"},
     "app": {"core", "data", "decode", "checkpoint", "interop", "train", "analysis", "render"},
-    "cli": {"core", "data", "decode", "checkpoint", "interop", "train", "analysis", "render",
-            "app", "bench"},  # fmt: skip
-    "bench": {"core", "data", "decode", "checkpoint", "interop", "train", "analysis", "render",
-              "app"},  # fmt: skip
+    "cli": {
+        "core",
+        "data",
+        "decode",
+        "checkpoint",
+        "interop",
+        "train",
+        "analysis",
+        "render",
+        "app",
+        "bench",
+    },  # fmt: skip
+    "bench": {
+        "core",
+        "data",
+        "decode",
+        "checkpoint",
+        "interop",
+        "train",
+        "analysis",
+        "render",
+        "app",
+    },  # fmt: skip
 }
 #: The only modules at the package root; everything else lives in a layer's package.
 ROOT_MODULES = {"__init__.py", "checkpoint.py"}
@@ -150,7 +169,9 @@ def test_imports_go_one_way_between_layers():
         for target, _, line in imports:
             theirs = _layer(target)
             if theirs is not None and theirs != mine and theirs not in LAYERS[mine]:
-                wrong.append(f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} {mine} -> {theirs}")
+                wrong.append(
+                    f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} {mine} -> {theirs}"
+                )
     assert wrong == [], "imports against the layering:\n" + "\n".join(wrong)
 
 
@@ -171,7 +192,9 @@ def test_gradio_is_imported_only_by_the_app():
             continue
         for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                mods = (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                )
                 if any(m and m.split(".")[0] == "gradio" for m in mods):
                     outside.append(name)
     assert outside == []

@@ -60,10 +60,14 @@ def _dtw_brute(cost: np.ndarray) -> float:
     best = np.full((n, m), np.inf)
     for i in range(n):
         for j in range(m):
-            prev = 0.0 if i == j == 0 else min(
-                best[i - 1, j - 1] if i and j else np.inf,
-                best[i - 1, j] if i else np.inf,
-                best[i, j - 1] if j else np.inf,
+            prev = (
+                0.0
+                if i == j == 0
+                else min(
+                    best[i - 1, j - 1] if i and j else np.inf,
+                    best[i - 1, j] if i else np.inf,
+                    best[i, j - 1] if j else np.inf,
+                )
             )
             best[i, j] = cost[i, j] + prev
     return best[-1, -1]

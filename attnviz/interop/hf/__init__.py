@@ -1,4 +1,5 @@
-"""Open Hugging Face encoder-decoder folders in attnviz's own :class:`~attnviz.Transformer`.
+"""Open Hugging Face folders (encoder-decoder, decoder-only, encoder-only) in attnviz's own
+:class:`~attnviz.Transformer`.
 
 A folder written by ``save_pretrained`` (or downloaded with ``huggingface-cli``) holds
 ``config.json``, ``model.safetensors`` (or shards listed in ``model.safetensors.index.json``),
@@ -8,14 +9,26 @@ the tokenizer, when the folder has one, comes from ``transformers`` (the ``hf`` 
 
 Families are a registry (:data:`REGISTRY`, one :class:`Family` per ``model_type``), one
 file each: :mod:`.marian`, :mod:`.bart` (BART, mBART), :mod:`.pegasus`, :mod:`.fsmt`,
-:mod:`.t5` (v1.0 and v1.1 / Flan-T5), :mod:`.whisper` (audio in). Adding a family is one file and one import here.
+:mod:`.t5` (v1.0 and v1.1 / Flan-T5), :mod:`.whisper` (audio in); decoder-only :mod:`.gpt2`
+and :mod:`.llama` (Llama, Mistral, Qwen2); encoder-only :mod:`.bert` (BERT, RoBERTa,
+DistilBERT, masked-LM head). Adding a family is one file and one import here.
 
 The way back: :func:`export_hf` writes a checkpoint of one of these families (a folder opened
 here, or one fine-tuned from it) as a folder transformers loads, in :mod:`.export`.
 """
 
 from ...checkpoint import register_folder_format
-from . import bart, fsmt, marian, pegasus, t5, whisper  # noqa: F401  (each registers its family)
+from . import (  # noqa: F401  (each registers its family)
+    bart,
+    bert,
+    fsmt,
+    gpt2,
+    llama,
+    marian,
+    pegasus,
+    t5,
+    whisper,
+)
 from .common import is_hf_folder, read_generation_config, read_hf_weights
 from .export import export_hf
 from .finetuned import is_finetuned_hf, load_finetuned_hf

@@ -189,6 +189,23 @@ def embeddings(
     }
 
 
+def one_table(src: Source, embed_keys: tuple[str, ...], lm_keys: tuple[str, ...]) -> dict:
+    """A one-stack model's token table and output matrix (``tie_output`` where there is no
+    output matrix of its own), in the shape :func:`embeddings` returns."""
+    table = src.first(*embed_keys)
+    if table is None:
+        raise InteropError(f"{src.where}: no token embeddings ({' or '.join(embed_keys)})")
+    lm = src.first(*lm_keys)
+    tied = lm is None or (lm[1].shape == table[1].shape and torch.equal(lm[1], table[1]))
+    return {
+        "src": table[1],
+        "tgt": table[1],
+        "lm": None if tied else lm[1],
+        "share_embeddings": False,
+        "tie_output": tied,
+    }
+
+
 def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) -> dict:
     """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``."""
     q, k, v, o = (f"{hf_prefix}{n}" for n in names)
@@ -198,17 +215,22 @@ def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) ->
     }
     if src.has(f"{q}.bias"):
         out[f"{ours}in_proj_bias"] = _stacked(src, (q, k, v), "bias", 1)
+    if src.has(f"{o}.bias"):  # Qwen2 has Q/K/V biases and none on the output
         out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
     return out
 
 
 def _stacked(src: Source, linears: tuple[str, ...], part: str, dims: int) -> Tensor:
     """The ``part`` (weight or bias) of the q/k/v linears, one after another; their shapes
-    must agree (one width per projection) before they are joined."""
+    must agree before they are joined: one input width, keys and values of one shape, and as
+    many query rows or a multiple of them (grouped-query attention)."""
     keys = [f"{name}.{part}" for name in linears]
     tensors = [src.take(key) for key in keys]
     shapes = [list(t.shape) for t in tensors]
-    if any(t.dim() != dims for t in tensors) or any(s != shapes[0] for s in shapes):
+    q, k, v = shapes
+    agree = all(t.dim() == dims for t in tensors) and k == v and q[1:] == k[1:]
+    agree = agree and k[0] > 0 and q[0] % k[0] == 0
+    if not agree:
         listed = ", ".join(f"{shorten(key)} {s}" for key, s in zip(keys, shapes, strict=True))
         raise InteropError(
             f"{src.where}: the query/key/value {'weights' if dims == 2 else 'biases'} must "

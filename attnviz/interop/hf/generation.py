@@ -100,8 +100,13 @@ def generation_rules(
         forced_eos = min(forced_eos) if forced_eos else None
     # min_new_tokens takes precedence; min_length counts the start token
     min_new = gen_int(gen, "min_new_tokens", where)
-    if min_new is None:
-        min_new = max((gen_int(gen, "min_length", where) or 0) - 1, 0)
+    min_length = gen_int(gen, "min_length", where) or 0
+    if min_new is None and cfg.arch == "decoder-only":  # min_length counts each prompt
+        if min_length:
+            ignored.append(f"min_length={min_length} (it counts the prompt)")
+        min_new = 0
+    elif min_new is None:
+        min_new = max(min_length - 1, 0)
     rules = LogitRules(
         forced_bos_id=gen.get("forced_bos_token_id"),
         forced_eos_id=forced_eos,

@@ -15,7 +15,15 @@ from ...core.errors import AttnvizError, InteropError, one_line
 from ...core.model import Transformer
 from ...core.weights import build_model
 from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
-from .common import Source, embeddings, first, read_generation_config, read_hf_weights, read_json
+from .common import (
+    Source,
+    embeddings,
+    first,
+    one_table,
+    read_generation_config,
+    read_hf_weights,
+    read_json,
+)
 from .generation import check_generation, generation_rules
 from .registry import REGISTRY, Family
 from .whisper import check_encoder_table, set_encoder_table, take_encoder_table
@@ -44,11 +52,35 @@ def special_ids(hf: dict, gen: dict, unk_id: int | None = None) -> dict[str, int
     family = REGISTRY[hf["model_type"]]
     pad = gen.get("pad_token_id", hf.get("pad_token_id", family.pad_id))
     eos = first(gen.get("eos_token_id", hf.get("eos_token_id", family.eos_id)))
+    if family.arch != "encoder-decoder":
+        return one_stack_ids(family, hf, gen, pad, eos, unk_id)
     start = gen.get("decoder_start_token_id", hf.get("decoder_start_token_id"))
     if start is None:
         start = pad if family.start_is_pad else eos
     unk = family.unk_id if unk_id is None else unk_id
     return {"pad_id": pad, "bos_id": first(start), "eos_id": eos, "unk_id": unk}
+
+
+def one_stack_ids(family: Family, hf: dict, gen: dict, pad, eos, unk_id) -> dict[str, int]:
+    """Special ids of a decoder-only or encoder-only folder. A decoder-only model starts from
+    its prompt (``bos_id`` is the folder's, for tokenizers) and pads with its end id where the
+    folder names no pad; an encoder-only model decodes nothing: ids it lacks are its pad id."""
+    bos = first(gen.get("bos_token_id", hf.get("bos_token_id")))
+    if family.arch == "decoder-only":
+        pad = eos if pad is None else pad
+    else:
+        eos = pad if eos is None else eos
+    bos = eos if bos is None else bos
+    unk = family.unk_id if unk_id is None else unk_id
+    vocab = hf.get("vocab_size")
+    if (
+        isinstance(vocab, int)
+        and not isinstance(unk, bool)
+        and isinstance(unk, int)
+        and unk >= vocab
+    ):
+        unk = pad  # the family's usual unknown id is past this (small) vocabulary
+    return {"pad_id": pad, "bos_id": bos, "eos_id": eos, "unk_id": unk}
 
 
 _COMPUTED_POSITIONS = ("sinusoidal_split", "fairseq")
@@ -61,7 +93,10 @@ def convert(
     tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them)."""
     family: Family = REGISTRY[hf["model_type"]]
     src = Source(tensors, where)
-    emb = embeddings(src, family.embed_prefix, family.lm_keys, audio=family.audio)
+    if family.arch == "encoder-decoder":
+        emb = embeddings(src, family.embed_prefix, family.lm_keys, audio=family.audio)
+    else:
+        emb = one_table(src, family.embed_keys, family.lm_keys)
     fields = family.config(hf, where, tensors, ids)
     # position tables computed rather than loaded (sinusoids) may be in the file: not weights
     ignore = ("embed_positions",) if fields.get("positions") in _COMPUTED_POSITIONS else ()
@@ -72,6 +107,7 @@ def convert(
             dropout=0.0,
             share_embeddings=emb["share_embeddings"],
             tie_output=emb["tie_output"],
+            arch=family.arch,
             **ids,
             **fields,
         )
@@ -85,9 +121,9 @@ def convert(
         raise InteropError(
             f"{where}: the weights do not fit a {hf['model_type']} model ({one_line(exc, 200)})"
         ) from None
-    if not family.audio:
+    if cfg.has_encoder and not family.audio:
         ours["src_embed.weight"] = emb["src"]
-    if not cfg.share_embeddings:
+    if cfg.has_decoder and not (cfg.share_embeddings and cfg.has_encoder and not family.audio):
         ours["tgt_embed.weight"] = emb["tgt"]
     if not cfg.tie_output:
         ours["generator.weight"] = emb["lm"]
@@ -131,8 +167,13 @@ def _build(
 def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int, int]:
     """Source and target vocabulary sizes, read from the embedding tables' shapes; a
     config.json whose vocab_size says otherwise is refused before anything is sized by it."""
-    if REGISTRY[hf["model_type"]].audio:  # no source table: the source side is features
-        for key in ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+    family = REGISTRY[hf["model_type"]]
+    one_stack = family.arch != "encoder-decoder"
+    if family.audio or one_stack:  # one token table (audio: the source side is features)
+        keys = family.embed_keys if one_stack else (
+            "model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"
+        )  # fmt: skip
+        for key in keys:
             t = tensors.get(key)
             if t is not None and t.dim() == 2:
                 said = hf.get("vocab_size")
@@ -142,7 +183,7 @@ def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int,
                         f"have {t.shape[0]} embedding rows"
                     )
                 return int(t.shape[0]), int(t.shape[0])
-        raise InteropError(f"{where}: no decoder token embeddings (decoder.embed_tokens)")
+        raise InteropError(f"{where}: no token embeddings ({' or '.join(keys)})")
     rows = {}
     for side, keys in (
         ("src", ("model.encoder.embed_tokens.weight", "encoder.embed_tokens.weight")),

@@ -40,6 +40,10 @@ class Family:
         export: the reverse of ``weights``: ``(our state dict, ModelConfig) -> the family's
             tensors`` (layers, norms, learned positions; embeddings are common), or None for
             a family that is not exported.
+        arch: the kind of model (``ModelConfig.arch``); a decoder-only or encoder-only family
+            has one token table, found under one of ``embed_keys``; its ``pad_id`` None
+            means "pad with the end id", as ``generate()`` does where a folder names none.
+        embed_keys: names a one-stack family's token table may have.
     """
 
     model_type: str
@@ -54,6 +58,8 @@ class Family:
     export: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] | None = None
     audio: bool = False
     generation: Callable[..., tuple[Any, int, list[str]]] | None = None
+    arch: str = "encoder-decoder"
+    embed_keys: tuple[str, ...] = ()
 
 
 #: model_type -> Family, in the order families were registered.

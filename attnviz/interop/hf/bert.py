@@ -1,0 +1,192 @@
+"""The BERT family with its masked-LM head: BERT, RoBERTa, DistilBERT, one loader with their
+tensor names and position rules as data.
+
+Encoder-only, post-norm LayerNorms, a LayerNorm on the embeddings, learned positions (from
+row ``pad_id + 1`` in RoBERTa), token types (BERT, RoBERTa), and the head: dense, GELU,
+LayerNorm, then the output matrix tied to the token table, with its own bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ...core.config import ModelConfig
+from ...core.errors import InteropError
+from .common import Source, activation, attention, int_of, linear, opt_float, opt_int
+from .registry import Family, register
+
+
+@dataclass(frozen=True)
+class Names:
+    """Where one member keeps its tensors, and how its config.json names sizes."""
+
+    prefix: str  # "bert."
+    embeddings: str  # "embeddings." under the prefix
+    layers: str  # "encoder.layer."
+    attention: tuple[str, str, str, str]  # q, k, v, out under a layer
+    norm1: str
+    linear1: str
+    linear2: str
+    norm2: str
+    head: tuple[str, str, str, str]  # dense, norm, bias, output matrix
+    sizes: dict[str, str]  # our field -> config.json key
+    act_key: str = "hidden_act"
+    eps_key: str = "layer_norm_eps"
+    offset_from_pad: bool = False  # positions start at row pad_id + 1 (RoBERTa)
+    pad_id: int = 0
+    unk_id: int = 100
+
+
+BERT_SIZES = dict(
+    d_model="hidden_size",
+    n_heads="num_attention_heads",
+    n_encoder_layers="num_hidden_layers",
+    d_ff="intermediate_size",
+)
+BERT_LAYER = dict(
+    layers="encoder.layer.",
+    attention=(
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+        "attention.output.dense",
+    ),
+    norm1="attention.output.LayerNorm",
+    linear1="intermediate.dense",
+    linear2="output.dense",
+    norm2="output.LayerNorm",
+)
+
+NAMES = {
+    "bert": Names(
+        prefix="bert.",
+        embeddings="embeddings.",
+        head=(
+            "cls.predictions.transform.dense",
+            "cls.predictions.transform.LayerNorm",
+            "cls.predictions.bias",
+            "cls.predictions.decoder.weight",
+        ),
+        sizes=BERT_SIZES,
+        **BERT_LAYER,
+    ),
+    "roberta": Names(
+        prefix="roberta.",
+        embeddings="embeddings.",
+        head=("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "lm_head.decoder.weight"),
+        sizes=BERT_SIZES,
+        offset_from_pad=True,
+        pad_id=1,
+        unk_id=3,
+        **BERT_LAYER,
+    ),
+    "distilbert": Names(
+        prefix="distilbert.",
+        embeddings="embeddings.",
+        layers="transformer.layer.",
+        attention=("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"),
+        norm1="sa_layer_norm",
+        linear1="ffn.lin1",
+        linear2="ffn.lin2",
+        norm2="output_layer_norm",
+        head=(
+            "vocab_transform",
+            "vocab_layer_norm",
+            "vocab_projector.bias",
+            "vocab_projector.weight",
+        ),
+        sizes=dict(
+            d_model="dim", n_heads="n_heads", n_encoder_layers="n_layers", d_ff="hidden_dim"
+        ),
+        act_key="activation",
+        eps_key="",  # DistilBERT's LayerNorms use 1e-12, written nowhere
+    ),
+}
+
+
+def config(
+    hf: dict, where: Path, tensors: dict[str, Tensor], ids: dict[str, int]
+) -> dict[str, Any]:
+    """config.json -> :class:`ModelConfig` fields of a BERT, RoBERTa or DistilBERT folder."""
+    names = NAMES[hf["model_type"]]
+    kind = hf.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise InteropError(f"{where}: position_embedding_type {str(kind)[:40]!r} is not supported")
+    if hf.get("is_decoder"):
+        raise InteropError(f"{where}: a BERT used as a decoder (is_decoder) is not supported")
+    fields: dict[str, Any] = {ours: int_of(hf, key, where) for ours, key in names.sizes.items()}
+    rows = opt_int(hf, "max_position_embeddings", 512, where)
+    offset = ids["pad_id"] + 1 if names.offset_from_pad else 0
+    if rows <= offset:
+        raise InteropError(f"{where}: max_position_embeddings={rows} leaves no position")
+    types = f"{names.prefix}{names.embeddings}token_type_embeddings.weight"
+    return dict(
+        fields,
+        n_decoder_layers=0,
+        activation=activation(hf.get(names.act_key, "gelu"), where),
+        layer_norm_eps=opt_float(hf, names.eps_key, 1e-12, where) if names.eps_key else 1e-12,
+        positions="learned",
+        position_offset=offset,
+        max_len=rows - offset,
+        embed_norm=True,
+        scale_embeddings=False,
+        type_vocab_size=int(tensors[types].shape[0]) if types in tensors else 0,
+        head_transform=True,
+        output_bias=True,
+    )
+
+
+def _norm(src: Source, theirs: str, ours: str) -> dict[str, Tensor]:
+    return {
+        f"{ours}.weight": src.take(f"{theirs}.weight"),
+        f"{ours}.bias": src.take(f"{theirs}.bias"),
+    }
+
+
+def weights(n: Names, src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
+    """One member's tensors -> our state dict (the token table and output matrix are
+    common; the output bias and the head's dense layer and norm are here)."""
+    emb = f"{n.prefix}{n.embeddings}"
+    out = {"encoder.pos_embed.weight": src.take(f"{emb}position_embeddings.weight")}
+    out |= _norm(src, f"{emb}LayerNorm", "encoder.embed_norm")
+    if cfg.type_vocab_size:
+        out["type_embed.weight"] = src.take(f"{emb}token_type_embeddings.weight")
+    if src.has(f"{emb}position_ids"):  # a buffer older folders keep
+        src.take(f"{emb}position_ids")
+    for i in range(cfg.n_encoder_layers):
+        h, o = f"{n.prefix}{n.layers}{i}.", f"encoder.layers.{i}."
+        out |= attention(src, h, f"{o}self_attn.", n.attention)
+        out |= _norm(src, f"{h}{n.norm1}", f"{o}norm1")
+        out |= linear(src, f"{h}{n.linear1}", f"{o}ff.linear1")
+        out |= linear(src, f"{h}{n.linear2}", f"{o}ff.linear2")
+        out |= _norm(src, f"{h}{n.norm2}", f"{o}norm2")
+    dense, norm, bias, _ = n.head
+    out |= linear(src, dense, "head.dense")
+    out |= _norm(src, norm, "head.norm")
+    out["generator.bias"] = src.take(bias)
+    copy = n.head[3].removesuffix("weight") + "bias"  # older folders: the bias twice
+    if copy != bias and src.has(copy):
+        src.take(copy)
+    return out
+
+
+for _model_type, _names in NAMES.items():
+    register(
+        Family(
+            model_type=_model_type,
+            pad_id=_names.pad_id,
+            eos_id=_names.pad_id,  # nothing is decoded: the end id is only a placeholder
+            unk_id=_names.unk_id,
+            start_is_pad=False,
+            config=config,
+            weights=partial(weights, _names),
+            lm_keys=(_names.head[3],),
+            arch="encoder-only",
+            embed_keys=(f"{_names.prefix}{_names.embeddings}word_embeddings.weight",),
+        )
+    )

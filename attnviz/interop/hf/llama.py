@@ -1,0 +1,154 @@
+"""The Llama family: Llama, Mistral and Qwen2, one loader with their differences as data.
+
+Decoder-only, pre-norm RMS norms with a final one, rotary positions (Llama 3's scaling where
+the folder says so), grouped-query attention, a gated SiLU feed-forward (``gate_proj`` is our
+``linear1``, ``up_proj`` our ``gate``), no biases but Qwen2's on Q/K/V. Sliding-window
+attention (Mistral, Qwen2) changes nothing on sequences no longer than the window, so the
+model's length limit is cut to the window instead of refusing the folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ...core.config import ModelConfig
+from ...core.errors import InteropError
+from .common import Source, activation, attention, int_of, opt_float, opt_int
+from .registry import Family, register
+
+ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What sets one member of the family apart.
+
+    Attributes:
+        qkv_bias: Q/K/V projections carry biases (Qwen2) whatever config.json says.
+        sliding: the family has a sliding window (``sliding_window``); ``use_sliding_window``
+            names the switch where there is one (Qwen2).
+    """
+
+    qkv_bias: bool = False
+    sliding: bool = False
+    sliding_switch: str | None = None
+
+
+VARIANTS = {
+    "llama": Variant(),
+    "mistral": Variant(sliding=True),
+    "qwen2": Variant(qkv_bias=True, sliding=True, sliding_switch="use_sliding_window"),
+}
+
+ROPE_TYPES = {"default": "none", "llama3": "llama3", "linear": "linear"}
+
+
+def rope_fields(hf: dict, head_dim: int, where: Path) -> dict[str, Any]:
+    """Rotary settings from ``rope_parameters`` (transformers 5) or ``rope_theta`` and
+    ``rope_scaling`` (older folders); a scaling attnviz does not compute is refused."""
+    params = dict(hf.get("rope_parameters") or {})
+    legacy = hf.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(legacy, dict):
+        raise InteropError(f"{where}/config.json: rope_parameters must be an object")
+    params = {**legacy, **params}
+    theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise InteropError(
+            f"{where}: rotary scaling {str(kind)[:40]!r} is not supported "
+            f"(attnviz computes {', '.join(ROPE_TYPES)})"
+        )
+    fields: dict[str, Any] = dict(positions="rotary", rope_theta=float(theta))
+    fields["rope_scaling"] = ROPE_TYPES[kind]
+    if kind != "default":
+        fields["rope_factor"] = float(params.get("factor", 1.0))
+    if kind == "llama3":
+        fields["rope_low_freq_factor"] = float(params.get("low_freq_factor", 1.0))
+        fields["rope_high_freq_factor"] = float(params.get("high_freq_factor", 4.0))
+        fields["rope_original_max_len"] = int(params.get("original_max_position_embeddings", 8192))
+    partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        fields["rotary_dim"] = int(head_dim * float(partial))
+    return fields
+
+
+def config(
+    hf: dict, where: Path, tensors: dict[str, Tensor], ids: dict[str, int]
+) -> dict[str, Any]:
+    """config.json -> :class:`ModelConfig` fields of a Llama, Mistral or Qwen2 folder."""
+    variant = VARIANTS[hf["model_type"]]
+    d, heads = int_of(hf, "hidden_size", where), int_of(hf, "num_attention_heads", where)
+    head_dim = opt_int(hf, "head_dim", d // heads, where)
+    attention_bias, mlp_bias = bool(hf.get("attention_bias")), bool(hf.get("mlp_bias"))
+    if attention_bias != mlp_bias:
+        raise InteropError(
+            f"{where}: attention_bias={attention_bias} with mlp_bias={mlp_bias} is not supported"
+        )
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if hf.get(key) is not None:
+            raise InteropError(f"{where}: soft-capping ({key}) is not supported")
+    max_len = opt_int(hf, "max_position_embeddings", 2048, where)
+    window = hf.get("sliding_window")
+    switched_on = variant.sliding_switch is None or bool(hf.get(variant.sliding_switch))
+    if variant.sliding and window is not None and switched_on:
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise InteropError(f"{where}/config.json: sliding_window must be a positive integer")
+        max_len = min(max_len, window)  # within the window, sliding changes nothing
+    return dict(
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=opt_int(hf, "num_key_value_heads", heads, where),
+        d_head=head_dim,
+        n_encoder_layers=0,
+        n_decoder_layers=int_of(hf, "num_hidden_layers", where),
+        d_ff=int_of(hf, "intermediate_size", where),
+        activation=activation(hf.get("hidden_act", "silu"), where),
+        gated_ff=True,
+        norm="rms",
+        norm_first=True,
+        final_norm=True,
+        layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, where),
+        bias=attention_bias,
+        qkv_bias=True if variant.qkv_bias else None,
+        output_bias=False,
+        scale_embeddings=False,
+        max_len=max_len,
+        **rope_fields(hf, head_dim, where),
+    )
+
+
+def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
+    """The family's tensors -> our state dict (token table and output matrix are common)."""
+    out = {"decoder.norm.weight": src.take("model.norm.weight")}
+    for i in range(cfg.n_decoder_layers):
+        h, o = f"model.layers.{i}.", f"decoder.layers.{i}."
+        out |= attention(src, h, f"{o}self_attn.", ATTENTION)
+        for theirs, ours in (("mlp.gate_proj", "ff.linear1"), ("mlp.up_proj", "ff.gate"),
+                             ("mlp.down_proj", "ff.linear2")):  # fmt: skip
+            out[f"{o}{ours}.weight"] = src.take(f"{h}{theirs}.weight")
+            if src.has(f"{h}{theirs}.bias"):
+                out[f"{o}{ours}.bias"] = src.take(f"{h}{theirs}.bias")
+        out[f"{o}norm1.weight"] = src.take(f"{h}input_layernorm.weight")
+        out[f"{o}norm3.weight"] = src.take(f"{h}post_attention_layernorm.weight")
+    return out
+
+
+for _model_type in VARIANTS:
+    register(
+        Family(
+            model_type=_model_type,
+            pad_id=None,
+            eos_id=2,
+            unk_id=0,
+            start_is_pad=False,
+            config=config,
+            weights=weights,
+            lm_keys=("lm_head.weight",),
+            arch="decoder-only",
+            embed_keys=("model.embed_tokens.weight",),
+        )
+    )
