@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import figures
+from .speech import NOT_FOR_AUDIO
 from .state import SessionState, checkpoint_of
 
 
@@ -37,4 +38,7 @@ def started_checkpoint(state: SessionState) -> Checkpoint:
     """The checkpoint of a state with an input started (else a message to start one)."""
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
-    return checkpoint_of(state)
+    ckpt = checkpoint_of(state)
+    if ckpt.is_audio:
+        raise InputError(NOT_FOR_AUDIO)
+    return ckpt

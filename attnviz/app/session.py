@@ -25,7 +25,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..decode.greedy import GreedyStepper, default_max_len
-from . import beamview, encview, lensview, store, views
+from . import beamview, encview, lensview, speech, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
@@ -126,6 +126,7 @@ def _render(
                 encoder, rows = stepper.encoder_trace, stepper.rows(*missing)
             steps = stepper.steps
     view = _view(views.render(state, ckpt, encoder, rows, steps, message))
+    speech.extend(view.payload, view.state, ckpt)
     if message == RESTARTED:
         view.payload["restarted"] = True
     return view
@@ -146,6 +147,8 @@ def render(state: SessionState, message: str = "") -> DecodeView:
 def _start_state(
     state: SessionState, ckpt: Checkpoint, text: str, version: int | None = None
 ) -> SessionState:
+    if ckpt.is_audio:  # the input is a clip (a path the page gave)
+        return speech.start_state(state, ckpt, text, version)
     if not (text or "").strip():
         raise InputError("the input is empty: type something (or pick an example) first")
     enc = ckpt.encode_source(text)  # InputError: empty or too long
