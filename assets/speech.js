@@ -50,6 +50,14 @@
         spec: u8(s.spec), audio: s.audio, words: s.words, note: s.words_note };
       const a = audioEl();
       if (a && a.src !== s.audio) a.src = s.audio;
+      const src = document.getElementById("source-tokens");
+      if (src) { // the source is the clip: its frames label the heatmaps' time axes
+        src.textContent = "";
+        const t = document.createElement("span");
+        t.className = "tok-none";
+        t.textContent = `a ${s.seconds.toFixed(2)} s clip, read as ${s.frames} encoder frames of ${1000 / s.fps} ms (Whisper pads it with silence to 30 s); the heatmaps' keys are these frames, labelled in seconds`;
+        src.appendChild(t);
+      }
     } else if (SP.data && SP.data.epoch === s.epoch) {
       SP.data.words = s.words; SP.data.note = s.words_note;
     }
@@ -157,7 +165,8 @@
       const row = (d.mels - 1 - m) * d.frames;
       for (let k = 0; k < d.frames; k++) {
         const v = d.spec[m * d.frames + k], j = (row + k) * 4;
-        px[j] = v; px[j + 1] = Math.round(v * 0.85); px[j + 2] = Math.round(255 - v * 0.6); px[j + 3] = 255;
+        const g = dark ? v : 255 - v; // more energy: darker (lighter in dark mode)
+        px[j] = g; px[j + 1] = g; px[j + 2] = g; px[j + 3] = 255;
       }
     }
     OFF.width = d.frames; OFF.height = d.mels;
@@ -180,6 +189,7 @@
     const every = Math.max(1, Math.ceil(40 / (d.fps * g.cell)));
     for (let s = Math.ceil(g.k0 / d.fps / every) * every; xOf(s) <= g.x + g.w; s += every) {
       ctx.fillRect(xOf(s), WORDS_H + SPEC_H, 1, 4);
+      ctx.textAlign = xOf(s) < g.x + 8 ? "left" : "center";
       ctx.fillText(`${s}s`, xOf(s), WORDS_H + SPEC_H + 10);
     }
     ctx.restore();

@@ -37,6 +37,15 @@ CLICK = """async ([step]) => {
 }"""
 
 
+# the page area from the output box to the end of the cross-attention panel (page coordinates)
+BOX = """() => {
+  const y = (sel, end) => { const r = document.querySelector(sel).getBoundingClientRect();
+    return (end ? r.bottom : r.top) + window.scrollY; };
+  const top = y('#output-text', false) - 8, bottom = y('#heatmap-cross', true) + 8;
+  return {x: 0, y: top, width: document.documentElement.clientWidth, height: bottom - top};
+}"""
+
+
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -90,11 +99,8 @@ def main() -> None:
             page.locator("#run-btn").click()
             page.wait_for_function("() => window.AVSpeech.drawn && window.AVSpeech.drawn.words > 0")
             time.sleep(0.5)
-            page.locator("#heatmap-cross").scroll_into_view_if_needed()
-            top = page.locator("#output-text").bounding_box()["y"] - 10
-            cross = page.locator("#heatmap-cross").bounding_box()
-            clip = {"x": 0, "y": top, "width": 1400, "height": cross["y"] + cross["height"] - top}
-            page.screenshot(path=args.out, clip=clip, full_page=True)
+            box = page.evaluate(BOX)
+            page.screenshot(path=args.out, clip=box, full_page=True)
             print(f"wrote {args.out}")
         browser.close()
 

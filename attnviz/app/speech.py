@@ -271,6 +271,8 @@ def extend(payload: dict[str, Any], state: SessionState, ckpt: Checkpoint) -> No
     """
     if ckpt.is_audio and state.started and state.audio:
         payload.pop("enc_block", None)
+        if payload.get("full"):  # the source line names the clip, not 1500 frame chips
+            payload["pieces"] = []
         payload["speech"] = part(state, ckpt, bool(payload.get("full")))
 
 
