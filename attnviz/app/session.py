@@ -459,7 +459,7 @@ def encoder_view(state: SessionState, want: str) -> dict:
             encoder = stepper.encoder_trace
             if what in ("thumbs", "thumbs words"):
                 words = None
-                if what == "thumbs words":
+                if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
                     words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
                 return {"enc": encview.encoder_thumbs(state, encoder, words)}
             layer, _, head = what.partition(" ")
@@ -477,7 +477,7 @@ def _encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -
     if what in ("thumbs", "thumbs words"):
         words = (
             word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-            if what == "thumbs words"
+            if what == "thumbs words" and ckpt.src_tokenizer is not None
             else None
         )
         return lensview.encoder_lens_thumbs(state, name, words)
