@@ -14,11 +14,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
-from . import speech
 from .state import SessionState
 
 MAX_STEPPERS = 64
@@ -95,7 +96,8 @@ def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
     generation rules, as its ``predict()`` uses them."""
     cfg = ckpt.config
     if state.audio:  # a speech model: the clip's log-mel features [n_mels, 3000]
-        src = speech.features(state, ckpt)
+        samples = np.load(state.audio, allow_pickle=False)  # kept by attnviz.app.speech
+        src = log_mel(samples, cfg.n_mels).to(ckpt.device)
     else:
         src = torch.tensor(state.src_ids, dtype=torch.long, device=ckpt.device)
     return GreedyStepper(

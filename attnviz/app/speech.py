@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
@@ -135,11 +134,6 @@ def samples_of(state: SessionState) -> np.ndarray:
         return np.load(state.audio, allow_pickle=False)
     except (OSError, ValueError):
         raise InputError("the clip is gone from the server: give it again") from None
-
-
-def features(state: SessionState, ckpt: Checkpoint) -> torch.Tensor:
-    """The encoder's input of the state's clip: log-mel ``[n_mels, 3000]`` on the device."""
-    return log_mel(samples_of(state), ckpt.config.n_mels).to(ckpt.device)
 
 
 def start_state(
