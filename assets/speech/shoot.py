@@ -6,6 +6,7 @@ click to the redrawn page), Runs to the end and writes ``assets/screenshot-speec
 mode); ``--rss`` prints the server's RSS after the Steps. Run from the repository root:
 
     PYTHONPATH=$PWD .venv/bin/python assets/speech/shoot.py [--steps 20] [--no-shot] [--rss]
+        [--clip FILE]   # e.g. a 28 s espeak-ng clip for 100 Steps
 """
 
 from __future__ import annotations
@@ -41,9 +42,13 @@ CLICK = """async ([step]) => {
 BOX = """() => {
   const y = (sel, end) => { const r = document.querySelector(sel).getBoundingClientRect();
     return (end ? r.bottom : r.top) + window.scrollY; };
-  const top = y('#output-text', false) - 8, bottom = y('#heatmap-cross', true) + 8;
+  const top = y('#speech-input', false) - 8, bottom = y('#heatmap-cross', true) + 8;
   return {x: 0, y: top, width: document.documentElement.clientWidth, height: bottom - top};
 }"""
+
+
+HIDE = """() => { for (const id of ['heatmap-encoder_self', 'heatmap-decoder_self', 'model-view'])
+  document.getElementById(id).style.display = 'none'; }"""
 
 
 def rss_mb() -> float:
@@ -53,14 +58,18 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def open_speech(page, clip: str = "weather report") -> None:
-    """On a loaded app page: pick the speech model and the example clip ``clip``."""
+def open_speech(page, clip: str = "weather report", upload: str | None = None) -> None:
+    """On a loaded app page: pick the speech model and the example clip ``clip`` (or upload
+    the file ``upload``)."""
     page.locator("#model-picker input").click()
     page.get_by_role("option", name="whisper-tiny.en (speech)").click()
     page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('whisper')")  # fmt: skip
     page.wait_for_selector("#speech-examples", state="visible")
-    page.locator("#speech-examples input").click()
-    page.get_by_role("option", name=clip).click()
+    if upload:
+        page.locator("#input-audio input[type=file]").set_input_files(upload)
+    else:
+        page.locator("#speech-examples input").click()
+        page.get_by_role("option", name=clip).click()
     page.wait_for_timeout(1500)  # the clip's path reaches the (hidden) input box
 
 
@@ -69,6 +78,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--no-shot", action="store_true")
     ap.add_argument("--rss", action="store_true")
+    ap.add_argument("--clip", help="upload this clip instead of the ~10 s example")
     ap.add_argument("--out", default=str(ROOT / "assets" / "screenshot-speech.png"))
     args = ap.parse_args()
     from helpers import launched_app
@@ -84,7 +94,7 @@ def main() -> None:
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
         page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')")  # fmt: skip
-        open_speech(page)
+        open_speech(page, upload=args.clip)
         base = rss_mb()
         times = [page.evaluate(CLICK, [i]) for i in range(1, args.steps + 1)]
         print(f"first Step (encoder + first token): {times[0]:.0f} ms")
@@ -98,6 +108,10 @@ def main() -> None:
         if not args.no_shot:
             page.locator("#run-btn").click()
             page.wait_for_function("() => window.AVSpeech.drawn && window.AVSpeech.drawn.words > 0")
+            time.sleep(0.5)
+            # the picture: the input, the output and the cross-attention with its time strip
+            # (the 1500 x 1500 encoder and the decoder's panels are left out of it)
+            page.evaluate(HIDE)
             time.sleep(0.5)
             box = page.evaluate(BOX)
             page.screenshot(path=args.out, clip=box, full_page=True)
