@@ -14,9 +14,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
 from .state import SessionState
 
@@ -52,7 +54,7 @@ class DecoderCache:
             state: a started state (``sid`` and ``src_ids`` set).
             ckpt: its checkpoint; version: the checkpoint file's version (a new one rebuilds).
         """
-        sig = (state.model, version, state.device, tuple(state.src_ids))
+        sig = (state.model, version, state.device, tuple(state.src_ids), state.audio)
         with self._lock(state.sid), self._slots:
             with self._guard:
                 hit = self._items.get(state.sid)
@@ -93,7 +95,11 @@ def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
     started: never re-encoded from the text), with the checkpoint's special ids and
     generation rules, as its ``predict()`` uses them."""
     cfg = ckpt.config
-    src = torch.tensor(state.src_ids, dtype=torch.long, device=ckpt.device)
+    if state.audio:  # a speech model: the clip's log-mel features [n_mels, 3000]
+        samples = np.load(state.audio, allow_pickle=False)  # kept by attnviz.app.speech
+        src = log_mel(samples, cfg.n_mels).to(ckpt.device)
+    else:
+        src = torch.tensor(state.src_ids, dtype=torch.long, device=ckpt.device)
     return GreedyStepper(
         ckpt.model,
         src,

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import figures
+from .speech import NOT_FOR_AUDIO
 from .state import SessionState, checkpoint_of, warning
 
 
@@ -36,4 +37,7 @@ def started_checkpoint(state: SessionState) -> Checkpoint:
     """The checkpoint of a state with an input started (else a message to start one)."""
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
-    return checkpoint_of(state)
+    ckpt = checkpoint_of(state)
+    if ckpt.is_audio:
+        raise InputError(NOT_FOR_AUDIO)
+    return ckpt

@@ -25,7 +25,7 @@ from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
-from . import beamview, encview, lensview, store, views
+from . import beamview, encview, lensview, speech, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
@@ -123,6 +123,7 @@ def _render(
                 encoder, rows = stepper.encoder_trace, stepper.rows(*missing)
             steps = stepper.steps
     view = _view(views.render(state, ckpt, encoder, rows, steps, message))
+    speech.extend(view.payload, view.state, ckpt)
     if message == RESTARTED:
         view.payload["restarted"] = True
     return view
@@ -143,6 +144,8 @@ def render(state: SessionState, message: str = "") -> DecodeView:
 def _start_state(
     state: SessionState, ckpt: Checkpoint, text: str, version: int | None = None
 ) -> SessionState:
+    if ckpt.is_audio:  # the input is a clip (a path the page gave)
+        return speech.start_state(state, ckpt, text, version)
     if not (text or "").strip():
         raise InputError("the input is empty: type something (or pick an example) first")
     enc = ckpt.encode_source(text)  # InputError: empty or too long
@@ -448,7 +451,7 @@ def encoder_view(state: SessionState, want: str) -> dict:
             encoder = stepper.encoder_trace
             if what in ("thumbs", "thumbs words"):
                 words = None
-                if what == "thumbs words":
+                if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
                     words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
                 return {"enc": encview.encoder_thumbs(state, encoder, words)}
             layer, _, head = what.partition(" ")
@@ -466,7 +469,7 @@ def _encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -
     if what in ("thumbs", "thumbs words"):
         words = (
             word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-            if what == "thumbs words"
+            if what == "thumbs words" and ckpt.src_tokenizer is not None
             else None
         )
         return lensview.encoder_lens_thumbs(state, name, words)

@@ -72,6 +72,9 @@ class SessionState:
         top_k: bars in the next-token chart.
         forced: positions in ``tokens`` that the user forced instead of the argmax (sorted);
             the stepper replays them like any other token, the page marks them.
+        audio: a speech model's clip, as this process keeps it (16 kHz samples, ``.npy``);
+            then ``src_ids`` are the encoder's frames and ``src_pieces`` their times
+            (:mod:`attnviz.app.speech`). ``""`` for a text input.
     """
 
     model: str = ""
@@ -92,6 +95,7 @@ class SessionState:
     model_kind: str = "cross"
     top_k: int = 10
     forced: list[int] = field(default_factory=list)
+    audio: str = ""
 
     @property
     def started(self) -> bool:

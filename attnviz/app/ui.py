@@ -24,7 +24,18 @@ from ..analysis import LENSES
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from ..render import plots
-from . import alignment, compare_lab, labs, lensview, panels, reference, session, store, whatif_view
+from . import (
+    alignment,
+    compare_lab,
+    labs,
+    lensview,
+    panels,
+    reference,
+    session,
+    speech,
+    store,
+    whatif_view,
+)
 from .decoders import DECODERS
 from .pagetext import (  # the page's texts and in-page scripts
     ALIGN_INTRO,
@@ -50,6 +61,7 @@ from .views import input_placeholder, stale_panels
 from .views import panel_stamps as stamp
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
+SPEECH_JS_FILE = store.ASSETS_DIR / "speech.js"  # a speech model's time axis, words, audio
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
 CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
 # Decoding events skip gradio's queue (a queued event costs ~50 ms more round trip); each
@@ -74,7 +86,8 @@ class Page:
                     value=None,
                     html_template=VIZ_TEMPLATE,
                     js_on_load=VIZ_ON_LOAD,
-                    head=f"<script>{JS_FILE.read_text()}</script>",
+                    head=f"<script>{JS_FILE.read_text()}</script>"
+                    f"<script>{SPEECH_JS_FILE.read_text()}</script>",
                     elem_id="viz",
                     padding=False,
                 )
@@ -102,6 +115,7 @@ class Page:
                 label="Input", placeholder="type an input", elem_id="input-text", scale=3
             )
             self.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
+        self._speech_input()
         self.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
         with gr.Row():
             self.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
@@ -131,6 +145,20 @@ class Page:
             label="Output so far", interactive=False, elem_id="output-text"
         )
         self.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
+
+    def _speech_input(self) -> None:
+        """A speech model's input: a clip (upload or microphone) and example clips, shown
+        instead of the text box; the clip's path goes into the (hidden) text box, so Step,
+        Run and the API take it as the input."""
+        with gr.Row(visible=False, elem_id="speech-input") as self.speech_row:
+            self.audio_in = gr.Audio(
+                sources=["upload", "microphone"], type="filepath", label="Input clip (≤ 30 s)",
+                elem_id="input-audio", scale=3,
+            )  # fmt: skip
+            self.speech_examples = gr.Dropdown(
+                label="Example clips (espeak-ng)", choices=speech_example_choices(),
+                elem_id="speech-examples", scale=1,
+            )  # fmt: skip
 
     def _whatif_box(self, state: SessionState) -> None:
         layers, heads = decoder_menus(state)
@@ -390,13 +418,19 @@ class Page:
         heads = [h for h in head_choices(ckpt) if h != "all heads"]
         dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
         steps = panels.playback_steps(state)
+        audio = ckpt.is_audio
         return {
+            self.input_text: gr.Textbox(visible=not audio, placeholder=input_placeholder(ckpt)),
+            self.examples: gr.Dropdown(
+                choices=[] if audio else store.examples_of(ckpt),
+                value=None,
+                visible=not audio,
+            ),
+            self.speech_row: gr.Row(visible=audio),
             self.model_info: describe(state),
             self.model_pick: gr.Dropdown(
                 choices=store.menu(state.model), value=store.model_name(state.model)
             ),
-            self.examples: gr.Dropdown(choices=store.examples_of(ckpt), value=None),
-            self.input_text: gr.Textbox(placeholder=input_placeholder(ckpt)),
             self.ablate_sites: gr.CheckboxGroup(
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
@@ -423,7 +457,7 @@ class Page:
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
-            self.wi_heads, self.input_text,
+            self.wi_heads, self.input_text, self.speech_row,
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------
@@ -582,6 +616,19 @@ def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = 
     return fig, view.message, stamps, menu
 
 
+def speech_example_choices() -> list[str]:
+    return [speech.example_name(p) for p in speech.examples()]
+
+
+def speech_example_path(name: str | None) -> str | None:
+    """An example clip's menu name -> a copy in this process's temporary folder (gradio
+    serves files from there, and the session reads clips only from there or the examples)."""
+    for path in speech.examples():
+        if speech.example_name(path) == name:
+            return speech.example_copy(path)
+    return None
+
+
 def forget_session(state: SessionState) -> None:
     """Free the server-side decoder of a session whose state gradio deletes.
 
@@ -629,6 +676,11 @@ def _wire_decoding(p: Page) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
+    # a speech model: the clip chosen, uploaded or recorded is the input (its path)
+    p.speech_examples.input(
+        lambda e: speech_example_path(e) or gr.skip(), [p.speech_examples], [p.audio_in], **HIDDEN
+    )
+    p.audio_in.change(lambda a: a or gr.skip(), [p.audio_in], [p.input_text], **HIDDEN, **FAST)
     p.input_text.change(  # the input edited but not run: say the panels show another
         labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
     )
@@ -990,6 +1042,7 @@ def build_app(
     title = "attnviz — attention inspector"
     if model:
         store.model_name(model)  # a --model folder gets its name in the menu
+    speech.register_models()  # Whisper tiny.en when its package is installed
     # analytics off: a local inspection tool sends nothing anywhere
     with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
         p = Page(session.new_state(model, device), session_ttl_s)

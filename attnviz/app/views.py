@@ -235,7 +235,9 @@ def payload(
             expected=expected_output(ckpt, state.text),
             max_steps=state.max_steps,
             titles=KIND_TITLES,
-            src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind),
+            src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind)
+            if ckpt.src_tokenizer is not None  # a speech model's keys are times, not words
+            else None,
         )
         if encoder_inline(ckpt, len(state.src_ids)):
             out["encoder"] = [
@@ -314,7 +316,7 @@ def render(
         last = steps[state.step - 1]
         info.update(newest=tok.token(last.token), prob=round(float(last.prob), 6))
         rules = ckpt.rules
-        if (rules and rules.forced_eos_id == last.token and state.step >= state.max_steps
+        if (rules and getattr(rules, "forced_eos_id", None) == last.token and state.step >= state.max_steps
                 and int(last.probs.argmax()) != last.token):  # fmt: skip
             forced = float(last.probs[last.token])
     data, held = payload(state, ckpt, encoder, rows, steps)

