@@ -63,8 +63,11 @@ def exported(tmp_path_factory):
 
 
 def test_every_registered_family_is_exported():
-    assert {hf_families.model_type(f) for f in FAMILIES} == set(REGISTRY)
-    assert all(family.export is not None for family in REGISTRY.values())
+    seq2seq = {t for t, f in REGISTRY.items() if f.arch == "encoder-decoder"}
+    assert {hf_families.model_type(f) for f in FAMILIES} == seq2seq
+    assert all(REGISTRY[t].export is not None for t in seq2seq)
+    # decoder-only and encoder-only families are imported, not yet exported
+    assert all(f.export is None for t, f in REGISTRY.items() if t not in seq2seq)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -110,7 +113,7 @@ def test_an_attnviz_model_is_refused_in_one_line(models_dir, tmp_path, capsys):
 
 
 def test_an_nn_transformer_import_is_refused(tmp_path):
-    from tests.test_interop import Seq2SeqTransformer
+    from tests.unit.test_interop import Seq2SeqTransformer
 
     torch.manual_seed(0)
     state = Seq2SeqTransformer(1, 1, 16, 2, 11, 13, dim_feedforward=20).state_dict()

@@ -85,7 +85,7 @@ def test_hooks_are_gone_after_the_block_even_after_an_exception(model):
     assert n == 1
     assert torch.equal(model(src, tgt, sp, tp), plain)
     assert len(calls) == n
-    assert attnviz.model.ACTIVE_RECORDER.get() is None
+    assert attnviz.core.model.ACTIVE_RECORDER.get() is None
 
 
 def test_a_new_edit_is_a_subclass_not_a_recorder_change(model):
