@@ -12,7 +12,7 @@ gradio may delete.
 :func:`extend` adds ``payload["speech"]`` for the page (``assets/speech.js``): the log-mel
 spectrogram on the encoder's time axis, the clip as a WAV data URL (played in the page), and
 the word timeline of the transcript once it is complete
-(:func:`attnviz.analysis.timestamps.align` on the tokens the step view decoded).
+(:func:`attnviz.analysis.timestamps.speech_alignment` on the tokens the step view decoded).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ _WORDS_LOCK = threading.Lock()
 def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
     """The words of the shown transcript with their times, once it is complete (None before).
 
-    :func:`attnviz.analysis.timestamps.align` on the tokens the step view decoded (its text
+    :func:`attnviz.analysis.timestamps.speech_alignment` on the tokens the step view decoded (its text
     tokens: no prompt, timestamp or end token), so the timeline is of the transcript shown,
     forced tokens included. Cached per clip and tokens.
     """
@@ -210,9 +210,9 @@ def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
     if not text:
         words: list[dict] = []
     else:
-        from ..analysis.timestamps import align
+        from ..analysis.timestamps import speech_alignment
 
-        found = align(ckpt, samples_of(state), text_tokens=list(text)).words
+        found = speech_alignment(ckpt, samples_of(state), text_tokens=list(text)).words
         words = [
             {"text": w.text, "start": round(float(w.start), 3), "end": round(float(w.end), 3),
              "p": round(float(w.probability), 4)}

@@ -217,3 +217,20 @@ def test_every_internal_import_names_a_module_that_exists():
             if target not in MODULES:
                 missing.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {target}")
     assert missing == [], "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_name_imported_from_attnviz_exists():
+    """``from .module import name`` inside a function fails only when it runs: every name taken
+    from an attnviz module must be there (or be a submodule)."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for name, imports in GRAPH.items():
+        for target, what, line in imports:
+            if what is None or what == "*":
+                continue
+            module = importlib.import_module(target)
+            if not hasattr(module, what) and importlib.util.find_spec(f"{target}.{what}") is None:
+                missing.append(f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} {target}.{what}")
+    assert missing == [], "names imported that do not exist:\n" + "\n".join(missing)
