@@ -88,7 +88,7 @@ def bench_speech(quick: bool) -> list[Row]:
             stepper.step()
             laters.append(time.perf_counter() - start)
     first, later = float(np.median(firsts)), float(np.median(laters))
-    rows.append(Row("Whisper tiny.en recorded stepper: first Step (encoder + token), server",
+    rows.append(Row("Whisper tiny.en recorded stepper: first Step (features + encoder + token), server",
                     first, "s", "<= 1.5", first <= 1.5, "every attention weight recorded"))  # fmt: skip
     rows.append(Row("Whisper tiny.en recorded stepper: a later Step, server", later, "s",
                     "<= 0.15", later <= 0.15, "median of 10 steps per clip"))  # fmt: skip
