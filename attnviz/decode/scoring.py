@@ -1,13 +1,14 @@
 """Score a reference: how likely the model finds a given target, token by token.
 
 The target is teacher-forced through the model once, inside :func:`~attnviz.record`, so the
-attention that comes back with the scores is the attention of that very pass.
+attention that comes back with the scores is the attention of that very pass. ``ckpt`` is a
+loaded :class:`attnviz.Checkpoint` (which calls in here); this layer does not import it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -15,9 +16,6 @@ from ..core.errors import InputError, shorten
 from ..core.record import Trace, record
 from ..data.batch import make_batch, with_eos
 from ..data.tokenizer import check_text, check_token_id
-
-if TYPE_CHECKING:
-    from ..checkpoint import Checkpoint
 
 
 @dataclass
@@ -49,7 +47,7 @@ class Scored:
         return float(sum(torch.tensor(self.probs, dtype=torch.float64).log()))
 
 
-def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
+def target_ids(ckpt: Any, target: str | list[int]) -> list[int]:
     """A reference -> target ids ending with the model's EOS (added where the tokenizer does not)."""
     cfg = ckpt.config
     if isinstance(target, str):
@@ -80,7 +78,7 @@ def target_ids(ckpt: Checkpoint, target: str | list[int]) -> list[int]:
     return ids
 
 
-def score_reference(ckpt: Checkpoint, source: str, target: str | list[int]) -> Scored:
+def score_reference(ckpt: Any, source: str, target: str | list[int]) -> Scored:
     """Teacher-force ``target`` on ``source``: per-token probability, rank and attention.
 
     Args:

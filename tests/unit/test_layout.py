@@ -1,6 +1,6 @@
 """The package's layout: layers as packages, imports one way, no cycle, no private name taken
-from another module. The graph is read with ``ast`` from every import statement, module-level
-and function-level alike (only ``if TYPE_CHECKING:`` blocks, which never run, are left out).
+from another module. The graph is read with ``ast`` from every import statement, module-level,
+function-level and typing-only alike.
 """
 
 from __future__ import annotations
@@ -67,11 +67,7 @@ MODULES = _modules()
 
 
 def _tree(path: Path) -> ast.Module:
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = []  # typing-only imports never run
-    return tree
+    return ast.parse(path.read_text())
 
 
 def _imports(name: str) -> list[tuple[str, str | None, int]]:
