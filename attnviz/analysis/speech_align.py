@@ -31,7 +31,9 @@ from .timestamps import (
     align_pass,
     alignment_heads,
     forced_pass,
+    frame_softmax,
     split_words,
+    token_start_times,
 )
 
 #: Largest word-times file read, and most clips in it.
@@ -194,18 +196,14 @@ def score_heads(ckpt, clips: Sequence[TimedClip]) -> HeadTiming:
 
 def _word_times(found, bounds: np.ndarray) -> np.ndarray:
     """``[W, 2]`` start and end of each word (token groups by ``bounds``) from a DTW path."""
-    jumps = np.pad(np.diff(found.rows), (1, 0), constant_values=1).astype(bool)
-    times = found.cols[jumps] / FRAMES_PER_SECOND  # the frame where each token row starts
+    times = token_start_times(found.rows, found.cols)
     return np.stack([times[bounds[:-1]], times[bounds[1:]]], axis=1)
 
 
 def _peaks_inside(run, layer, head, bounds, true_start, true_end) -> float:
     """How many words' mean attention (over their tokens, softmax over the audio frames)
     peaks inside their true span."""
-    frames = max(1, min(run.num_frames // 2, run.scores[layer].shape[-1]))
-    x = run.scores[layer][head][:, :frames].astype(np.float64)
-    x = np.exp(x - x.max(-1, keepdims=True))
-    x /= x.sum(-1, keepdims=True)
+    x = frame_softmax(run.scores[layer][head].astype(np.float64), run.num_frames)
     inside = 0
     for k in range(len(true_start)):
         peak = int(np.argmax(x[bounds[k] : bounds[k + 1]].mean(0))) / FRAMES_PER_SECOND

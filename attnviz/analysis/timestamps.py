@@ -68,6 +68,22 @@ def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
     return np.median(windows, axis=-1).astype(np.float32)
 
 
+def frame_softmax(scores: np.ndarray, num_frames: int) -> np.ndarray:
+    """Raw cross-attention scores ``[..., Tk]`` -> a softmax over the frames that hold audio
+    (``num_frames // 2`` of them: the front-end halves the 100 feature frames a second), in
+    the scores' own float dtype: ``[..., F]``."""
+    frames = max(1, min(int(num_frames) // 2, scores.shape[-1]))
+    x = scores[..., :frames]
+    x = np.exp(x - x.max(axis=-1, keepdims=True))
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+def token_start_times(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Seconds at which a DTW path (:func:`dtw`) first reaches each token row: ``[N]``."""
+    jumps = np.pad(np.diff(rows), (1, 0), constant_values=1).astype(bool)
+    return cols[jumps] / FRAMES_PER_SECOND
+
+
 def alignment_matrix(
     scores: np.ndarray, num_frames: int, width: int = MEDIAN_WIDTH
 ) -> np.ndarray:
@@ -81,11 +97,7 @@ def alignment_matrix(
     Returns:
         ``[Tt, F]`` float32 with ``F = min(num_frames // 2, Tk)``.
     """
-    scores = np.asarray(scores, dtype=np.float32)
-    frames = max(1, min(int(num_frames) // 2, scores.shape[-1]))
-    x = scores[..., :frames]
-    x = np.exp(x - x.max(axis=-1, keepdims=True))
-    x = x / x.sum(axis=-1, keepdims=True)  # softmax over the audio frames, per head and token
+    x = frame_softmax(np.asarray(scores, dtype=np.float32), num_frames)  # per head and token
     mean = x.mean(axis=-2, keepdims=True)
     std = x.std(axis=-2, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -215,8 +227,7 @@ def words_from_path(
     if len(word_tokens) <= 1:
         return []
     bounds = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))
-    jumps = np.pad(np.diff(rows), (1, 0), constant_values=1).astype(bool)
-    jump_times = cols[jumps] / FRAMES_PER_SECOND
+    jump_times = token_start_times(rows, cols)
     starts, ends = jump_times[bounds[:-1]], jump_times[bounds[1:]]
     probs = np.asarray(token_probs, dtype=np.float64)
     found = [
