@@ -64,23 +64,34 @@ def config(
     )
 
 
+def layer_weights(src: Source, stack: str, n: int, zero_key: bool = False) -> dict[str, Tensor]:
+    """The ``n`` layers of ``stack`` (``"encoder"`` / ``"decoder"``) in this layout: self- and
+    (decoder) cross-attention, their norms, the feed-forward and its norm (Whisper's too;
+    ``zero_key``: its key projections have no bias)."""
+    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
+    ours: dict[str, Tensor] = {}
+    for i in range(n):
+        p, o = f"model.{stack}.layers.{i}.", f"{stack}.layers.{i}."
+        ours |= attention_weights(src, f"{p}self_attn.", f"{o}self_attn.", qkvo, zero_key)
+        ours |= linear(src, f"{p}self_attn_layer_norm", f"{o}norm1")
+        if stack == "decoder":
+            ours |= attention_weights(
+                src, f"{p}encoder_attn.", f"{o}cross_attn.", qkvo, zero_key
+            )
+            ours |= linear(src, f"{p}encoder_attn_layer_norm", f"{o}norm2")
+        ours |= linear(src, f"{p}fc1", f"{o}ff.linear1")
+        ours |= linear(src, f"{p}fc2", f"{o}ff.linear2")
+        last = "norm3" if stack == "decoder" else "norm2"
+        ours |= linear(src, f"{p}final_layer_norm", f"{o}{last}")
+    return ours
+
+
 def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
     """Layers, norms, learned positions and the logits bias -> our state dict."""
-    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
     ours: dict[str, Tensor] = {}
     for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
         hf_stack = f"model.{stack}."
-        for i in range(n):
-            p, o = f"{hf_stack}layers.{i}.", f"{stack}.layers.{i}."
-            ours |= attention_weights(src, f"{p}self_attn.", f"{o}self_attn.", qkvo)
-            ours |= linear(src, f"{p}self_attn_layer_norm", f"{o}norm1")
-            if stack == "decoder":
-                ours |= attention_weights(src, f"{p}encoder_attn.", f"{o}cross_attn.", qkvo)
-                ours |= linear(src, f"{p}encoder_attn_layer_norm", f"{o}norm2")
-            ours |= linear(src, f"{p}fc1", f"{o}ff.linear1")
-            ours |= linear(src, f"{p}fc2", f"{o}ff.linear2")
-            last = "norm3" if stack == "decoder" else "norm2"
-            ours |= linear(src, f"{p}final_layer_norm", f"{o}{last}")
+        ours |= layer_weights(src, stack, n)
         if cfg.embed_norm:
             ours |= linear(src, f"{hf_stack}layernorm_embedding", f"{stack}.embed_norm")
         if cfg.final_norm:

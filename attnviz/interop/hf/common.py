@@ -206,26 +206,36 @@ def one_table(src: Source, embed_keys: tuple[str, ...], lm_keys: tuple[str, ...]
     }
 
 
-def attention(src: Source, hf_prefix: str, ours: str, names: tuple[str, ...]) -> dict:
-    """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``."""
+def attention(
+    src: Source, hf_prefix: str, ours: str, names: tuple[str, ...], zero_key: bool = False
+) -> dict:
+    """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``;
+    ``zero_key``: the family's key projection has no bias (Whisper), zeros stand in."""
     q, k, v, o = (f"{hf_prefix}{n}" for n in names)
     out = {
         f"{ours}in_proj_weight": _stacked(src, (q, k, v), "weight", 2),
         f"{ours}out_proj.weight": src.take(f"{o}.weight"),
     }
     if src.has(f"{q}.bias"):
-        out[f"{ours}in_proj_bias"] = _stacked(src, (q, k, v), "bias", 1)
+        out[f"{ours}in_proj_bias"] = _stacked(src, (q, k, v), "bias", 1, zero_key)
     if src.has(f"{o}.bias"):  # Qwen2 has Q/K/V biases and none on the output
         out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
     return out
 
 
-def _stacked(src: Source, linears: tuple[str, ...], part: str, dims: int) -> Tensor:
+def _stacked(
+    src: Source, linears: tuple[str, ...], part: str, dims: int, zero_key: bool = False
+) -> Tensor:
     """The ``part`` (weight or bias) of the q/k/v linears, one after another; their shapes
     must agree before they are joined: one input width, keys and values of one shape, and as
-    many query rows or a multiple of them (grouped-query attention)."""
+    many query rows or a multiple of them (grouped-query attention). ``zero_key``: a key
+    projection without this part (Whisper's key has no bias) gets zeros shaped as the value's."""
     keys = [f"{name}.{part}" for name in linears]
-    tensors = [src.take(key) for key in keys]
+    if zero_key and not src.has(keys[1]):
+        value = src.take(keys[2])
+        tensors = [src.take(keys[0]), torch.zeros_like(value), value]
+    else:
+        tensors = [src.take(key) for key in keys]
     shapes = [list(t.shape) for t in tensors]
     q, k, v = shapes
     agree = all(t.dim() == dims for t in tensors) and k == v and q[1:] == k[1:]

@@ -20,6 +20,7 @@ from ...core.errors import InteropError
 from ...core.model import Transformer
 from ...core.positions import whisper_positions
 from ...decode.rules import WhisperRules
+from .bart_like import layer_weights
 from .common import Source, activation, int_of, linear
 from .generation import check_generation, max_new_tokens, token_ids
 from .registry import Family, register
@@ -58,42 +59,15 @@ def config(hf: dict, where: Path, tensors: dict[str, Tensor], ids: dict[str, int
     )
 
 
-def attention(src: Source, prefix: str, ours: str, inner: int) -> dict[str, Tensor]:
-    """q/k/v/out linears (k without a bias: a zero bias stands in) -> our attention."""
-    q, k, v, o = (f"{prefix}{n}_proj" for n in ("q", "k", "v", "out"))
-    weight = torch.cat([src.take(f"{x}.weight") for x in (q, k, v)])  # [3 * H * Dh, D]
-    q_bias = src.take(f"{q}.bias")
-    k_bias = src.take(f"{k}.bias") if src.has(f"{k}.bias") else torch.zeros_like(q_bias)
-    return {
-        f"{ours}in_proj_weight": weight,
-        f"{ours}in_proj_bias": torch.cat([q_bias, k_bias, src.take(f"{v}.bias")]),
-        f"{ours}out_proj.weight": src.take(f"{o}.weight"),
-        f"{ours}out_proj.bias": src.take(f"{o}.bias"),
-    }
-
-
 def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
     """Front-end, layers, norms and positions -> our state dict; the encoder's fixed table
     travels as ``"encoder_pe"`` (see :func:`check_encoder_table`)."""
-    inner = cfg.n_heads * cfg.head_dim
     ours: dict[str, Tensor] = {}
     for i in (1, 2):
         ours |= linear(src, f"model.encoder.conv{i}", f"frontend.conv{i}")
     for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        hf_stack = f"model.{stack}."
-        for i in range(n):
-            p, o = f"{hf_stack}layers.{i}.", f"{stack}.layers.{i}."
-            ours |= attention(src, f"{p}self_attn.", f"{o}self_attn.", inner)
-            ours |= linear(src, f"{p}self_attn_layer_norm", f"{o}norm1")
-            if stack == "decoder":
-                ours |= attention(src, f"{p}encoder_attn.", f"{o}cross_attn.", inner)
-                ours |= linear(src, f"{p}encoder_attn_layer_norm", f"{o}norm2")
-            ours |= linear(src, f"{p}fc1", f"{o}ff.linear1")
-            ours |= linear(src, f"{p}fc2", f"{o}ff.linear2")
-            ours |= linear(
-                src, f"{p}final_layer_norm", f"{o}{'norm3' if stack == 'decoder' else 'norm2'}"
-            )
-        ours |= linear(src, f"{hf_stack}layer_norm", f"{stack}.norm")
+        ours |= layer_weights(src, stack, n, zero_key=True)  # k_proj has no bias
+        ours |= linear(src, f"model.{stack}.layer_norm", f"{stack}.norm")
     ours["decoder.pos_embed.weight"] = src.take("model.decoder.embed_positions.weight")
     ours[_ENCODER_TABLE] = src.take("model.encoder.embed_positions.weight")
     return ours
