@@ -31,7 +31,7 @@ from .core.errors import AttnvizError, CheckpointError, InputError, one_line, sh
 from .core.model import Transformer
 from .core.version import __version__
 from .core.weights import build_model, unique_state_dict
-from .data.batch import source_batch
+from .data.batch import Prompt, source_batch
 from .data.tokenizer import Encoding, Tokenizer, check_text
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
 from .decode.greedy import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
@@ -234,6 +234,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         config = ModelConfig.from_dict(meta["config"])
         src_tok = Tokenizer.from_dict(meta.get("src_tokenizer"))
         tgt_tok = Tokenizer.from_dict(meta.get("tgt_tokenizer"))
+        prompt = None
+        if config.arch == "decoder-only" and meta.get("prompt") is not None:
+            prompt = Prompt.from_dict(meta["prompt"], config.tgt_vocab_size)
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
     except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
@@ -241,7 +244,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise CheckpointError(f"{weights}: unusable metadata ({one_line(exc, 200)})") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
     model = build_model(config, tensors, weights)  # shapes on the meta device first
-    return Checkpoint(model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent)
+    return Checkpoint(
+        model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent, prompt=prompt
+    )
 
 
 # -- using a checkpoint ---------------------------------------------------------------------
@@ -283,6 +288,8 @@ class Checkpoint:
     path: Path
     rules: LogitRules | None = None
     max_new_tokens: int | None = None
+    #: how a decoder-only model trained by attnviz reads a source (``<bos> source <sep>``)
+    prompt: Prompt | None = None
 
     @property
     def task(self) -> str | None:
@@ -333,6 +340,12 @@ class Checkpoint:
         enc = self.src_tokenizer.encode(text)
         if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")
+        if self.prompt is not None:  # the prompt a decoder-only model was trained to continue
+            ids = self.prompt.ids(enc.ids)
+            pieces = [self.src_tokenizer.token(ids[0]), *enc.pieces]
+            if self.prompt.sep_id is not None:
+                pieces.append(self.src_tokenizer.token(self.prompt.sep_id))
+            enc = Encoding(ids, pieces, enc.unknown)
         limit = self.config.max_len
         if len(enc.ids) > limit:
             raise InputError(
@@ -444,7 +457,8 @@ class Checkpoint:
             return [self.predict(clip, num_beams=num_beams) for clip in texts]
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
-        if num_beams > 1 or self.config.arch == "decoder-only":  # prompts: one at a time
+        hf_prompts = self.config.arch == "decoder-only" and self.prompt is None
+        if num_beams > 1 or hf_prompts:  # one at a time
             return [self.predict_details(text, num_beams=num_beams).text for text in texts]
         return greedy_texts(
             self.model,
@@ -454,6 +468,7 @@ class Checkpoint:
             batch_size,
             rules=self.rules,
             max_len=self.max_new_tokens,
+            prompt=self.prompt,
         )
 
     def score(self, source: str, target: str | Sequence[int]) -> Scored:
@@ -482,10 +497,13 @@ def greedy_texts(
     batch_size: int = 512,
     rules: LogitRules | None = None,
     max_len: int | None = None,
+    prompt: Prompt | None = None,
 ) -> list[str]:
     """Batched greedy decoding of texts to texts; the same outputs as one at a time.
 
-    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.greedy.greedy_decode`.
+    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.greedy.greedy_decode`;
+    ``prompt``: how a decoder-only model trained by attnviz reads a source (its prompts are
+    never padded, so they are batched by length).
 
     Inputs are sorted by length to waste less padding; each row is cut at its own length
     limit (:func:`~attnviz.decode.greedy.default_max_len`), not the padded batch's.
@@ -493,9 +511,16 @@ def greedy_texts(
     device, cfg = next(model.parameters()).device, model.config
     order = sorted(range(len(texts)), key=lambda i: len(src_tokenizer.split(texts[i])))
     out: list[str] = [""] * len(texts)
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if cfg.arch == "decoder-only":  # one prompt length a batch
+        size = {i: len(src_tokenizer.split(texts[i])) for i in order}
+        groups = [
+            g[s : s + batch_size] for g in _runs(order, size) for s in range(0, len(g), batch_size)
+        ]
+    for idx in groups:
         ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
+        if prompt is not None:
+            ids = [prompt.ids(row) for row in ids]
         batch = source_batch(ids, cfg, device)
         decoded = greedy_decode(
             model,
@@ -509,3 +534,14 @@ def greedy_texts(
         for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
             out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own), max_len)])
     return out
+
+
+def _runs(order: list[int], size: dict[int, int]) -> list[list[int]]:
+    """``order`` (sorted by ``size``) cut into runs of equal size."""
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and size[runs[-1][0]] == size[i]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

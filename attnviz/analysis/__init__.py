@@ -13,6 +13,7 @@ from .export import Inspection, inspect_text, write_json, write_npz
 from .faithful import METHODS as FAITHFULNESS_METHODS
 from .faithful import FaithfulnessReport, faithfulness
 from .health import Finding, HealthReport, check
+from .induction import InductionScores, induction_scores
 from .lenses import LENSES, lens
 from .masking import (
     MaskExperiment,
@@ -30,6 +31,8 @@ from .timestamps import Alignment, Word, alignment_heads, speech_alignment, word
 from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
+    "InductionScores",
+    "induction_scores",
     "LENSES",
     "Alignment",
     "HeadTiming",

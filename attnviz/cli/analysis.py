@@ -1,6 +1,6 @@
 """Commands that measure a checkpoint: ``attnviz align`` (each cross-attention head as a word
 aligner, AER), ``attnviz faithfulness`` (comprehensiveness and sufficiency of attention and
-its alternatives) and ``attnviz bench`` (speed and memory against the reference paths).
+its alternatives), ``attnviz induction`` (induction heads) and ``attnviz bench`` (speed and memory against the reference paths).
 
 :func:`task_inputs` is the fallback input of every command that takes ``--text``.
 """
@@ -97,6 +97,17 @@ def _faithfulness(args: argparse.Namespace) -> int:
     return 0
 
 
+def _induction(args: argparse.Namespace) -> int:
+    from ..analysis.induction import induction_scores, table
+
+    scores = induction_scores(args.checkpoint, n=args.n, length=args.length, seed=args.seed)
+    print(table(scores))
+    if args.json:
+        Path(args.json).write_text(json.dumps(scores.to_dict(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..bench import suite as bench
 
@@ -140,6 +151,18 @@ def add_analysis_parsers(sub) -> None:
     f.add_argument("--step", type=int, help="decoding step (default: the middle of the output)")
     f.add_argument("--json", help="also write the curves as JSON here")
     f.set_defaults(func=_faithfulness)
+
+    d = sub.add_parser("induction", help="previous-token and induction score of every head of "
+                       "a decoder-only model, and its in-context loss",
+                       description="On n sequences <bos> r r (r: --length distinct random "
+                       "tokens): each head's mean attention to the previous position, and to "
+                       "the token after the earlier occurrence of the current one.")  # fmt: skip
+    d.add_argument("checkpoint")
+    d.add_argument("--n", type=int, default=100, help="sequences (default 100)")
+    d.add_argument("--length", type=int, default=20, help="tokens in each run (default 20)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--json", help="also write the scores as JSON here")
+    d.set_defaults(func=_induction)
 
     b = sub.add_parser("bench", help="benchmarks: ratios against nn.Transformer and the naive "
                        "decode loop, app step latency, trace memory")  # fmt: skip

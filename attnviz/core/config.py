@@ -32,7 +32,7 @@ MAX_LAYERS = 1024
 BOOL_FIELDS = (
     "norm_first", "final_norm", "share_embeddings", "tie_output", "gated_ff", "scale_embeddings",
     "embed_norm", "bias", "scale_attention", "output_bias", "scale_decoder_output",
-    "head_transform",
+    "head_transform", "attn_only",
 )  # fmt: skip
 #: Bytes of one number (float32).
 BYTES_PER_NUMBER = 4
@@ -197,6 +197,9 @@ class ModelConfig:
             input (BERT); 0 = none.
         head_transform: a dense layer, the activation and a norm between the last encoder
             layer and the output projection (BERT's masked-LM head).
+        attn_only: layers without feed-forward blocks (attention and residual stream only,
+            as in the two-layer models where induction heads were described); ``d_ff``,
+            ``activation`` and ``gated_ff`` are unused.
     """
 
     src_vocab_size: int
@@ -248,6 +251,7 @@ class ModelConfig:
     rope_original_max_len: int = 8192
     type_vocab_size: int = 0
     head_transform: bool = False
+    attn_only: bool = False
 
     def __post_init__(self) -> None:
         self._check_types()

@@ -117,9 +117,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = cfg.norm_first
         self.self_attn = _attention(cfg, "encoder_self", layer)
-        self.ff = FeedForward(cfg)
+        self.ff = None if cfg.attn_only else FeedForward(cfg)
         self.norm1 = make_norm(cfg)
-        self.norm2 = make_norm(cfg)
+        self.norm2 = None if cfg.attn_only else make_norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
 
@@ -140,16 +140,17 @@ class EncoderLayer(nn.Module):
 
         if self.norm_first:
             x = x + attend(self.norm1(x))
-            return x + self.dropout2(self.ff(self.norm2(x)))
+            return x if self.ff is None else x + self.dropout2(self.ff(self.norm2(x)))
         x = self.norm1(x + attend(x))
-        return self.norm2(x + self.dropout2(self.ff(x)))
+        return x if self.ff is None else self.norm2(x + self.dropout2(self.ff(x)))
 
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention, feed-forward; each a residual block.
 
     A decoder-only model's layers have no cross-attention (``cross_attn`` and ``norm2`` are
-    None): masked self-attention, then feed-forward (``norm3``).
+    None): masked self-attention, then feed-forward (``norm3``). An attention-only model's
+    layers have no feed-forward (``ff`` and its norm are None).
     """
 
     def __init__(self, cfg: ModelConfig, layer: int, cross: bool = True):
@@ -157,10 +158,10 @@ class DecoderLayer(nn.Module):
         self.norm_first = cfg.norm_first
         self.self_attn = _attention(cfg, "decoder_self", layer)
         self.cross_attn = _attention(cfg, "cross", layer) if cross else None
-        self.ff = FeedForward(cfg)
+        self.ff = None if cfg.attn_only else FeedForward(cfg)
         self.norm1 = make_norm(cfg)
         self.norm2 = make_norm(cfg) if cross else None
-        self.norm3 = make_norm(cfg)
+        self.norm3 = None if cfg.attn_only else make_norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
         self.dropout3 = nn.Dropout(cfg.dropout)
@@ -200,11 +201,11 @@ class DecoderLayer(nn.Module):
             x = x + self_block(self.norm1(x))
             if cross:
                 x = x + cross_block(self.norm2(x))
-            return x + self.dropout3(self.ff(self.norm3(x)))
+            return x if self.ff is None else x + self.dropout3(self.ff(self.norm3(x)))
         x = self.norm1(x + self_block(x))
         if cross:
             x = self.norm2(x + cross_block(x))
-        return self.norm3(x + self.dropout3(self.ff(x)))
+        return x if self.ff is None else self.norm3(x + self.dropout3(self.ff(x)))
 
 
 class Stack(nn.Module):

@@ -99,9 +99,9 @@ class FusedStep:
                     if ca is None
                     else (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
                     None if ca is None else (ca.out_proj.weight, ca.out_proj.bias, ca.scale),
-                    (ff.linear1.weight, ff.linear1.bias, ff.act),
-                    None if ff.gate is None else (ff.gate.weight, ff.gate.bias),
-                    (ff.linear2.weight, ff.linear2.bias),
+                    None if ff is None else (ff.linear1.weight, ff.linear1.bias, ff.act),
+                    None if ff is None or ff.gate is None else (ff.gate.weight, ff.gate.bias),
+                    None if ff is None else (ff.linear2.weight, ff.linear2.bias),
                     (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3)),
                 )
             )
@@ -170,7 +170,9 @@ class FusedStep:
                     z = z.masked_fill(self.cross_dead, 0.0)
                 out = F.linear(z.reshape(b, inner), co[0], co[1])
                 x = x + out if self.norm_first else n2(x + out)
-            # -- feed-forward
+            # -- feed-forward (none in an attention-only model)
+            if f1 is None:
+                continue
             h = n3(x) if self.norm_first else x
             a = f1[2](F.linear(h, f1[0], f1[1]))  # [B, d_ff]
             if gate is not None:

@@ -54,6 +54,9 @@ class Batch:
     tgt_in: Tensor | None = None
     tgt_out: Tensor | None = None
     tgt_pad: Tensor | None = None
+    #: a decoder-only batch (:func:`make_lm_batch`): ``src`` is the whole input sequence,
+    #: ``tgt_out`` the next token at each position, ``tgt_pad`` True where nothing is learned.
+    lm: bool = False
 
     @property
     def real(self) -> Tensor:
@@ -64,6 +67,8 @@ class Batch:
 
     def forward(self, model: torch.nn.Module) -> Tensor:
         """Teacher-forced logits ``[B, Tt, V]`` of ``model`` on this batch."""
+        if self.lm:  # padding sits after every real token: the causal mask keeps it out
+            return model(self.src)
         if self.tgt_in is None:
             raise InputError("this batch has no targets to teacher-force")
         return model(self.src, self.tgt_in, self.src_pad, self.tgt_pad)
@@ -133,3 +138,81 @@ def tensorize(
         config,
         device,
     )
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """How a decoder-only model trained by attnviz reads a (source, target) pair:
+    ``<bos> source <sep> target <eos>`` (a prefix LM), or without ``<sep>`` when the target
+    continues the source. The prompt is ``<bos> source [<sep>]``; decoding continues it.
+
+    Attributes:
+        bos_id: the id that starts every sequence.
+        sep_id: the separator's id, or None for a continuation.
+        loss: ``"target"`` (learn the target and its end) or ``"all"`` (every token after
+            ``<bos>``).
+    """
+
+    bos_id: int
+    sep_id: int | None = None
+    loss: str = "target"
+
+    def ids(self, source: Sequence[int]) -> list[int]:
+        """Source ids -> the prompt's ids ``[bos, *source, (sep)]``."""
+        return [self.bos_id, *source, *([] if self.sep_id is None else [self.sep_id])]
+
+    def to_dict(self) -> dict:
+        return {"bos_id": self.bos_id, "sep_id": self.sep_id, "loss": self.loss}
+
+    @classmethod
+    def from_dict(cls, data: object, vocab: int) -> Prompt:
+        """Rebuild from :meth:`to_dict`, checking every value (a file's contents are data)."""
+        if not isinstance(data, dict) or set(data) != {"bos_id", "sep_id", "loss"}:
+            raise InputError("a decoder-only prompt layout needs exactly bos_id, sep_id, loss")
+        for name in ("bos_id", "sep_id"):
+            value = data[name]
+            if value is None and name == "sep_id":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
+                raise InputError(f"prompt {name} must be an id below {vocab}, got {value!r}")
+        if data["loss"] not in ("target", "all"):
+            raise InputError(f"prompt loss must be 'target' or 'all', got {data['loss']!r}")
+        return cls(data["bos_id"], data["sep_id"], data["loss"])
+
+
+def make_lm_batch(
+    src_rows: Sequence[Sequence[int]],
+    tgt_rows: Sequence[Sequence[int]],
+    config: ModelConfig,
+    prompt: Prompt,
+    device: torch.device | str = "cpu",
+) -> Batch:
+    """Pairs of id lists -> a decoder-only teacher-forcing :class:`Batch`.
+
+    Each row is ``prompt.ids(source) + target + [eos]`` (the end id added where missing);
+    the model reads all but its last token and predicts all but its first.
+
+    Returns:
+        ``src [B, T]`` the inputs, ``tgt_out [B, T]`` the next tokens, ``tgt_pad [B, T]``
+        True at the prompt (with ``loss="target"``, but its last position, which predicts
+        the target's first token) and at padding; ``src_pad`` True at padding.
+    """
+    if len(src_rows) != len(tgt_rows):
+        raise InputError(f"{len(src_rows)} sources but {len(tgt_rows)} targets")
+    seqs, starts = [], []
+    for src, tgt in zip(src_rows, tgt_rows, strict=True):
+        head = prompt.ids(src)
+        seqs.append(head + with_eos(tgt, config.eos_id))
+        starts.append(len(head) - 1 if prompt.loss == "target" else 0)
+    if max(len(s) for s in seqs) - 1 > config.max_len:
+        raise InputError(f"a sequence is longer than this model's max_len={config.max_len}")
+    inputs = pad_batch([s[:-1] for s in seqs], config.pad_id, device)
+    outputs = pad_batch([s[1:] for s in seqs], config.pad_id, device)
+    dev = inputs.device
+    lengths = [len(s) - 1 for s in seqs]
+    pad = length_mask(lengths, inputs.shape[1], dev)
+    ahead = (
+        torch.arange(inputs.shape[1], device=dev)[None, :]
+        < torch.tensor(starts, device=dev)[:, None]
+    )
+    return Batch(inputs, pad, None, outputs, pad | ahead, lm=True)

@@ -43,6 +43,13 @@ class Task:
         lengths: the source lengths (in tokens) the task draws from.
         model: defaults for :class:`attnviz.ModelConfig` (sizes, dropout).
         training: defaults for training (steps, batch size, learning rate, ...).
+        separator: a decoder-only model reads the pair as ``<bos> source <sep> target
+            <eos>`` (a prefix LM); without it as ``<bos> source target <eos>`` (the target
+            continues the source).
+        lm_loss: what a decoder-only model learns to predict: ``"target"`` (the target and
+            its end; the source is given) or ``"all"`` (every token after ``<bos>``).
+        induction: training snapshots also measure induction and previous-token scores and
+            the loss on each half of repeated random tokens (:mod:`attnviz.train.induction`).
     """
 
     name: str = ""
@@ -52,6 +59,9 @@ class Task:
     lengths: range = range(1, 21)
     model: dict = field(default_factory=dict)
     training: dict = field(default_factory=dict)
+    separator: bool = True
+    lm_loss: str = "target"
+    induction: bool = False
 
     # -- what a task defines ---------------------------------------------------------------
     def sample(self, rng: random.Random, length: int) -> str:
@@ -178,6 +188,53 @@ class Sort(_LetterTask):
         """Each output letter to the source position it came from (equal letters in order)."""
         order = sorted(range(len(src)), key=lambda i: src[i])  # a stable sort
         return [(i, j) for j, i in enumerate(order)]
+
+
+#: Symbols of the ``repeat`` task: 62 distinct one-character tokens.
+_REPEAT_SYMBOLS = list(string.ascii_lowercase + string.ascii_uppercase + string.digits)
+
+
+@dataclass
+class Repeat(Task):
+    """Random tokens, then the same tokens again: the sequences on which induction heads form.
+
+    A source is drawn without repeats (each token once), so in ``<bos> r r`` the earlier
+    occurrence of every token of the second half is unique. A decoder-only model learns the
+    whole sequence (``lm_loss="all"``): the first half cannot be predicted (about ln 62 =
+    4.13 nats a token), the second half can, by looking back at what followed the same token
+    before. Trained with ``--arch decoder-only --attn-only`` (the task's defaults).
+    """
+
+    name: str = "repeat"
+    kind: str = "char"
+    description: str = "random tokens (a-z A-Z 0-9, each once) -> the same tokens again"
+    probe: str = "qXb3LmZ7tRw2Kp9"
+    lengths: range = range(6, 26)
+    separator: bool = False
+    lm_loss: str = "all"
+    induction: bool = True
+    model: dict = field(
+        default_factory=lambda: dict(
+            arch="decoder-only", attn_only=True, d_model=64, n_heads=4, n_decoder_layers=2,
+            n_encoder_layers=0, dropout=0.0, positions="learned", norm_first=True,
+            final_norm=True,
+        )
+    )  # fmt: skip
+    training: dict = field(
+        default_factory=lambda: dict(steps=3000, batch_size=64, lr=1e-3, warmup=100)
+    )
+
+    def sample(self, rng: random.Random, length: int) -> str:
+        return "".join(rng.sample(_REPEAT_SYMBOLS, k=min(length, len(_REPEAT_SYMBOLS))))
+
+    def target(self, src: str) -> str:
+        return src
+
+    def links(self, src: str) -> list[tuple[int, int]]:
+        return [(j, j) for j in range(len(src))]
+
+    def source_symbols(self) -> list[str]:
+        return list(_REPEAT_SYMBOLS)
 
 
 # -- toy translation ------------------------------------------------------------------------
@@ -439,5 +496,5 @@ def get_task(name: str) -> Task:
         ) from None
 
 
-for _task in (Reverse(), Copy(), Sort(), Translate()):
+for _task in (Reverse(), Copy(), Sort(), Translate(), Repeat()):
     register(_task)

@@ -22,7 +22,7 @@ from torch import Tensor
 from ..checkpoint import Checkpoint, greedy_texts, load_checkpoint
 from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
-from ..data.batch import Batch, tensorize
+from ..data.batch import Batch, Prompt, make_lm_batch, tensorize
 from ..data.tasks import Example, Task, get_task
 from ..data.tokenizer import Tokenizer
 
@@ -89,13 +89,37 @@ def evaluate(
     src_tok: Tokenizer,
     tgt_tok: Tokenizer,
     batch_size: int = 500,
+    prompt: Prompt | None = None,
 ) -> dict:
     """Teacher-forced loss and token accuracy, greedy exact match, BLEU and chrF.
+
+    ``prompt``: how a decoder-only model reads each pair (:class:`~attnviz.data.batch.Prompt`).
 
     Returns:
         ``{"val_loss", "val_token_acc", "val_exact_match", "val_bleu", "val_chrf", "n"}``.
     """
-    return validate(model, examples, src_tok, tgt_tok, batch_size)[0]
+    return validate(model, examples, src_tok, tgt_tok, batch_size, prompt)[0]
+
+
+def teacher_batch(
+    examples: Sequence[Example],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    model: Transformer,
+    prompt: Prompt | None = None,
+) -> Batch:
+    """Examples -> the teacher-forcing batch of the model's kind (a decoder-only model's
+    pairs read through its ``prompt``)."""
+    device = next(model.parameters()).device
+    if prompt is None:
+        return tensorize(examples, src_tok, tgt_tok, model.config, device)
+    return make_lm_batch(
+        [src_tok.encode(e.src).ids for e in examples],
+        [tgt_tok.encode(e.tgt).ids for e in examples],
+        model.config,
+        prompt,
+        device,
+    )
 
 
 @torch.no_grad()
@@ -105,18 +129,20 @@ def validate(
     src_tok: Tokenizer,
     tgt_tok: Tokenizer,
     batch_size: int = 500,
+    prompt: Prompt | None = None,
 ) -> tuple[dict, list[str]]:
     """:func:`evaluate`'s metrics and the greedy outputs, one per example."""
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     loss_sum = hits = total = 0
     for i in range(0, len(examples), batch_size):
         part = examples[i : i + batch_size]
-        batch = tensorize(part, src_tok, tgt_tok, model.config, device)
+        batch = teacher_batch(part, src_tok, tgt_tok, model, prompt)
         loss, h, n = loss_and_hits(model, batch)
         loss_sum, hits, total = loss_sum + float(loss) * n, hits + h, total + n
-    outputs = greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size)
+    outputs = greedy_texts(
+        model, src_tok, tgt_tok, [e.src for e in examples], batch_size, prompt=prompt
+    )
     exact = sum(same_text(o, e.tgt) for o, e in zip(outputs, examples, strict=True))
     scores = corpus_scores(outputs, [e.tgt for e in examples])
     model.train(was_training)

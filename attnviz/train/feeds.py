@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from ..checkpoint import METADATA
 from ..core.errors import CheckpointError, InputError
+from ..data.batch import Prompt
 from ..data.corpus import EncodedCorpus, encode_corpus
 from ..data.pieces import choose_subword, piece_stats
 from ..data.tasks import Example, Task, get_task
@@ -100,6 +101,40 @@ class TaskFeed(Feed):
 
     def default_max_len(self) -> int:
         return 2 * max(self.task.lengths) + 24
+
+
+#: The token between a decoder-only model's source and target (``<bos> source <sep> target``).
+SEPARATOR = "<sep>"
+
+
+def one_stack(feed: Feed, arch: str) -> Prompt | None:
+    """Fit ``feed`` to the model kind: an encoder-decoder keeps its two tokenizers (None is
+    returned); a decoder-only model gets one vocabulary over both sides (with ``<sep>``
+    where the task's prompt has one) and the :class:`Prompt` its pairs are read with.
+
+    Raises:
+        InputError: a kind or a data source attnviz does not train yet, in one line.
+    """
+    if arch == "encoder-decoder":
+        return None
+    if arch != "decoder-only":
+        raise InputError(
+            f"--arch {arch}: attnviz trains encoder-decoder and decoder-only models; an "
+            "encoder-only model can be opened (BERT, RoBERTa, DistilBERT) but not trained yet"
+        )
+    task = feed.task
+    if task is None:
+        raise InputError(
+            "--arch decoder-only trains on a built-in --task (reverse, copy, sort, translate, "
+            "repeat); a corpus (--data) trains encoder-decoder models"
+        )
+    symbols = list(dict.fromkeys([*task.source_symbols(), *task.target_symbols()]))
+    if task.separator:
+        symbols.append(SEPARATOR)
+    tok = Tokenizer(task.kind, symbols)
+    feed.src_tok = feed.tgt_tok = tok
+    sep = tok.tokens.index(SEPARATOR) if task.separator else None
+    return Prompt(tok.bos_id, sep, task.lm_loss)
 
 
 def batch_at(task: Task, step: int, opts, rank: int) -> list[Example]:

@@ -64,9 +64,9 @@ from ..core.devices import resolve_device
 from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..core.record import record
-from ..data.batch import make_batch, tensorize
+from ..data.batch import make_batch, make_lm_batch
 from ..data.tokenizer import Tokenizer
-from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, validate
+from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, teacher_batch, validate
 from .feeds import (
     CORPUS_ONLY,
     CorpusFeed,
@@ -74,14 +74,18 @@ from .feeds import (
     batch_at,
     hf_training_tokenizers,
     make_feed,
+    one_stack,
 )
+from .induction import measure, repeated_tokens
 from .options import MODEL_FIELDS, TrainOptions, same_source
 from .snapshots import SNAPSHOTS, Snapshots
 
 __all__ = ["MODEL_FIELDS", "TRAIN_STATE", "TrainOptions", "batch_at", "lr_at", "train"]
 
 TRAIN_STATE = "train_state.safetensors"
-DEV_PAIRS_KEPT = 2000  # dev pairs stored beside a corpus checkpoint for the app
+DEV_PAIRS_KEPT = 2000
+#: Repeated random sequences on which the ``repeat`` task's snapshots measure induction.
+INDUCTION_N, INDUCTION_LENGTH = 64, 20  # dev pairs stored beside a corpus checkpoint for the app
 
 #: Files of a fine-tuned folder copied beside the new checkpoint (its generation rules).
 KEPT_FILES = ("generation_config.json",)
@@ -317,6 +321,7 @@ def train(
             toks = hf_training_tokenizers(*toks)
     feed = make_feed(opts, saved, out, rank, world, say, tokenizers=toks)
     opts = opts.resolved(feed, saved)
+    prompt = one_stack(feed, opts.arch)  # a decoder-only model: one vocabulary, its prompt
     src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
     cfg = model_config(feed, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
@@ -328,8 +333,16 @@ def train(
         what = f"fine-tune {opts.init} on {what}"
     opt = optimizer(model, opts)
     probe = feed.probe
-    probe_batch = tensorize([probe], src_tok, tgt_tok, cfg, device)
-    snaps = Snapshots(src_tok.encode(probe.src).pieces, tgt_tok.encode(probe.tgt).pieces)
+    probe_batch = teacher_batch([probe], src_tok, tgt_tok, model, prompt)
+    if prompt is None:
+        snaps = Snapshots(src_tok.encode(probe.src).pieces, tgt_tok.encode(probe.tgt).pieces)
+    else:  # one sequence on both axes of the decoder's self-attention
+        seq = [src_tok.token(i) for i in probe_batch.src[0].tolist()]
+        snaps = Snapshots(seq, seq)
+    induction = None
+    if feed.task is not None and feed.task.induction and prompt is not None:
+        symbols = [i for i, t in enumerate(src_tok.tokens) if t in set(feed.task.source_symbols())]
+        induction = repeated_tokens(symbols, src_tok.bos_id, INDUCTION_N, INDUCTION_LENGTH)
     step, elapsed, history = 0, 0.0, []
     keeper = Keeper(opts, model, feed.task is not None, hold=rank == 0)
     if state is not None:
@@ -365,6 +378,8 @@ def train(
         "world_size": world,
         "options": opts.saved(),
     }
+    if prompt is not None:
+        meta["prompt"] = prompt.to_dict()
     if opts.init is not None:  # on --resume, the saved run's record of it
         if init is not None:
             meta["init"] = {"path": str(opts.init), "task": init.task,
@@ -389,13 +404,15 @@ def train(
         model.eval()
         with record(model, capture=("weights",)) as trace:
             loss, _, _ = loss_and_hits(model, probe_batch, 0.0)
-        snaps.add(step, trace, greedy_texts(model, src_tok, tgt_tok, [probe.src])[0], loss)
+        output = greedy_texts(model, src_tok, tgt_tok, [probe.src], prompt=prompt)[0]
+        scores = None if induction is None else measure(model, induction, INDUCTION_LENGTH)
+        snaps.add(step, trace, output, loss, None if scores is None else scores.to_dict())
         model.train()
 
     def save(step: int) -> tuple[dict, list[str], str | None]:
         """Validate and save; returns the metrics, the dev outputs and why to stop (or None)."""
         nonlocal last
-        metrics, outputs = validate(model, val, src_tok, tgt_tok)
+        metrics, outputs = validate(model, val, src_tok, tgt_tok, prompt=prompt)
         last = {"step": step, "elapsed_s": round(time.perf_counter() - start, 1), **metrics}
         history.append(last)
         keeper.add(last, model)
@@ -422,8 +439,8 @@ def train(
     bar = Progress(opts.steps, step, f"train {what}", progress and rank == 0, progress_every)
     if rank == 0:
         bar.write(
-            f"{what}: {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model "
-            f"{cfg.d_model}, {cfg.n_heads} heads, d_ff {cfg.d_ff}; "
+            f"{what}: {_layers(cfg)}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+            f"{'no feed-forward' if cfg.attn_only else f'd_ff {cfg.d_ff}'}; "
             f"{model.num_parameters():,} parameters; {opts.steps} steps of {opts.batch_size}"
         )
         bar.write(f"metrics: {metric_signatures()}")
@@ -435,7 +452,10 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr_at(step, opts)
         src_rows, tgt_rows = feed.batch(step, opts, rank, world)
-        batch = make_batch(src_rows, tgt_rows, cfg, device)
+        if prompt is None:
+            batch = make_batch(src_rows, tgt_rows, cfg, device)
+        else:
+            batch = make_lm_batch(src_rows, tgt_rows, cfg, prompt, device)
         with autocast:
             loss, hits, n = loss_and_hits(net, batch, opts.label_smoothing)
         opt.zero_grad(set_to_none=True)
@@ -543,6 +563,14 @@ class Keeper:
         if b["step"] == step:
             return f"kept step {step}, the last, also the best validation: {best}"
         return f"kept the best validation, {best}; the last step, {step}, was not better"
+
+
+def _layers(cfg: ModelConfig) -> str:
+    """The stacks in words: ``"2+2 layers"``, ``"decoder-only, 2 layers"``."""
+    if cfg.arch == "encoder-decoder":
+        return f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
+    n = cfg.n_decoder_layers if cfg.has_decoder else cfg.n_encoder_layers
+    return f"{cfg.arch}, {n} layers"
 
 
 def _eval_line(m: dict, elapsed: float) -> str:

@@ -33,15 +33,23 @@ class Snapshots:
         self.outputs: list[str] = []
         self.losses: list[float] = []
         self.weights: dict[tuple[str, int], list[Tensor]] = {}
+        #: per snapshot, induction and previous-token scores and the two halves' losses
+        #: (:meth:`attnviz.train.induction.InductionScores.to_dict`), for the repeat task
+        self.scores: list[dict] | None = None
 
-    def add(self, step: int, trace: Trace, output: str, loss: float) -> None:
-        """Keep one snapshot: the probe's attention (batch row 0 of ``trace``), output, loss."""
+    def add(
+        self, step: int, trace: Trace, output: str, loss: float, scores: dict | None = None
+    ) -> None:
+        """Keep one snapshot: the probe's attention (batch row 0 of ``trace``), output, loss,
+        and the run's per-head ``scores`` where it measures them."""
         for kind, layer in trace.keys():
             w = trace.weights(kind, layer)[0]  # [H, Tq, Tk]
             self.weights.setdefault((kind, layer), []).append(w.detach().half().cpu())
         self.steps.append(step)
         self.outputs.append(output)
         self.losses.append(round(float(loss), 5))
+        if scores is not None:
+            self.scores = [*(self.scores or []), scores]
 
     def truncate(self, step: int) -> None:
         """Forget snapshots taken after ``step`` (a resumed run takes them again)."""
@@ -52,6 +60,8 @@ class Snapshots:
             self.losses[:keep],
         )
         self.weights = {k: v[:keep] for k, v in self.weights.items()}
+        if self.scores is not None:
+            self.scores = self.scores[:keep]
 
     def save(self, path: Path) -> None:
         tensors = {f"{k}.{layer}": torch.stack(v) for (k, layer), v in self.weights.items()}
@@ -62,6 +72,8 @@ class Snapshots:
             "outputs": self.outputs,
             "losses": self.losses,
         }
+        if self.scores is not None:
+            meta["scores"] = self.scores
         write_tensors(path, tensors, meta)
 
     @classmethod
@@ -80,9 +92,38 @@ class Snapshots:
             raise CheckpointError(f"{path}: snapshot steps, outputs and losses do not line up")
         snaps = cls(meta["probe_src"], meta["probe_tgt"])
         snaps.steps, snaps.outputs, snaps.losses = meta["steps"], meta["outputs"], meta["losses"]
+        if meta.get("scores") is not None:
+            snaps.scores = _checked_scores(meta["scores"], n, path)
         for name, t in tensors.items():
             kind, _, layer = name.rpartition(".")
             if kind not in KINDS or not layer.isdigit() or t.dim() != 4 or t.shape[0] != n:
                 raise CheckpointError(f"{path}: unexpected snapshot tensor {name} {list(t.shape)}")
             snaps.weights[(kind, int(layer))] = list(t.float())
         return snaps
+
+
+def _checked_scores(scores: object, n: int, path: Path) -> list[dict]:
+    """The stored per-snapshot scores, each checked to be numbers in the expected shapes."""
+
+    def number(v: object) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    def table(v: object) -> bool:
+        return isinstance(v, list) and all(
+            isinstance(r, list) and all(number(x) for x in r) for r in v
+        )
+
+    ok = (
+        isinstance(scores, list)
+        and len(scores) == n
+        and all(
+            isinstance(s, dict)
+            and table(s.get("prev_token"))
+            and table(s.get("induction"))
+            and all(number(s.get(k)) for k in ("loss_first", "loss_second", "n", "length"))
+            for s in scores
+        )
+    )
+    if not ok:
+        raise CheckpointError(f"{path}: the snapshot scores are not one table set per step")
+    return scores
