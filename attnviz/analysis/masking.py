@@ -32,7 +32,7 @@ from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
 from ..core.record import DropMask, Edit, Trace, record
-from ..data.batch import Batch, make_batch, source_batch, with_eos
+from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
 from ..decode.greedy import default_max_len, until_eos
 
@@ -134,8 +134,11 @@ def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
     """The model's greedy outputs as ids (end id included), as :meth:`Checkpoint.predict`
     decodes them: each row cut at its own length limit, not the padded batch's."""
     ids = [ckpt.encode_source(t).ids for t in texts]
-    batch = source_batch(ids, ckpt.config, ckpt.device)
-    out = ckpt.greedy(batch.src, batch.src_pad).tolist()
+    if ckpt.config.arch == "decoder-only":  # prompts are never padded: one at a time
+        out = [ckpt.greedy(torch.tensor([row], device=ckpt.device))[0].tolist() for row in ids]
+    else:
+        batch = source_batch(ids, ckpt.config, ckpt.device)
+        out = ckpt.greedy(batch.src, batch.src_pad).tolist()
     cfg, limit = ckpt.config, ckpt.max_new_tokens
     return [
         until_eos(row[: default_max_len(ckpt.model, len(own), limit)], cfg.eos_id, cfg.pad_id)
@@ -168,16 +171,33 @@ def _references(
     return [str(r) for r in refs], kind, own
 
 
-def _run(ckpt: Checkpoint, batch: Batch, src_pad, edits: Sequence[Edit], recompute: bool) -> Run:
+def _run(
+    ckpt: Checkpoint,
+    batch: Batch,
+    src_pad,
+    edits: Sequence[Edit],
+    recompute: bool,
+    prompts: Sequence[Sequence[int]] = (),
+) -> Run:
+    """One teacher-forced pass and the greedy decodes; a decoder-only model reads each
+    prompt + reference as one sequence (``prompts``: each row's prompt, decoded alone)."""
     model, tok = ckpt.model, ckpt.tgt_tokenizer
     with torch.no_grad(), record(model, edits) as trace:
-        logits = model(batch.src, batch.tgt_in, src_pad, batch.tgt_pad)  # [B, Tt, V]
+        if batch.lm:  # [B, T, V]; the padding mask matters once the causal mask is off
+            logits = model(batch.src, pad_mask=src_pad)
+        else:
+            logits = model(batch.src, batch.tgt_in, src_pad, batch.tgt_pad)  # [B, Tt, V]
     real = batch.real
     acc = float(((logits.argmax(-1) == batch.tgt_out) & real).sum() / real.sum())
-    out = ckpt.greedy(batch.src, src_pad, edits, cache=not recompute)
-    return Run(
-        trace, as_numpy(logits.float().softmax(-1)), acc, [tok.decode(r) for r in out.tolist()]
-    )
+    if batch.lm:
+        out = [
+            ckpt.greedy(torch.tensor([list(p)], device=ckpt.device), None, edits,
+                        cache=not recompute)[0].tolist()
+            for p in prompts
+        ]  # fmt: skip
+    else:
+        out = ckpt.greedy(batch.src, src_pad, edits, cache=not recompute).tolist()
+    return Run(trace, as_numpy(logits.float().softmax(-1)), acc, [tok.decode(r) for r in out])
 
 
 def experiment(
@@ -209,6 +229,11 @@ def experiment(
             "blocked source tokens are blocked through the padding mask, so they cannot be "
             "combined with the padding mask switched off: choose one"
         )
+    if blocked is not None and ckpt.config.arch == "decoder-only":
+        raise InputError(
+            "blocking prompt tokens is for encoder-decoder models; a decoder-only model's "
+            "mask lab switches its causal or padding mask off"
+        )
     for text in texts:
         ckpt.encode_source(text)  # empty or too long: refused here, with the limit
     refs, reference, own = _references(ckpt, texts, targets)
@@ -217,11 +242,16 @@ def experiment(
         own[i] if i in own else with_eos(tgt_tok.encode(r).ids, cfg.eos_id)
         for i, r in enumerate(refs)
     ]  # the model's own output as decoded; a reference text encoded (its end id once)
-    src = [ckpt.src_tokenizer.encode(t).ids for t in texts]
-    batch = make_batch(src, rows, cfg, ckpt.device, add_eos=False)
-    before = _run(ckpt, batch, batch.src_pad, (), recompute)
+    prompts: list[list[int]] = []
+    if cfg.arch == "decoder-only":  # prompt + reference, one sequence a row
+        prompts = [ckpt.encode_source(t).ids for t in texts]
+        batch = make_lm_batch(prompts, rows, cfg, "target", ckpt.device)
+    else:
+        src = [ckpt.src_tokenizer.encode(t).ids for t in texts]
+        batch = make_batch(src, rows, cfg, ckpt.device, add_eos=False)
+    before = _run(ckpt, batch, batch.src_pad, (), recompute, prompts)
     after_pad = batch.src_pad if blocked is None else batch.src_pad | blocked
-    after = _run(ckpt, batch, after_pad, edits, recompute)
+    after = _run(ckpt, batch, after_pad, edits, recompute, prompts)
     return MaskExperiment(name, texts, before, after, refs, reference, rows)
 
 
@@ -308,6 +338,10 @@ class MaskLab:
     def labels(self, kind: str) -> tuple[list[str], list[str]]:
         """(key labels, query labels) of :attr:`row` for ``kind``, padded with ``<pad>``."""
         trace = self.experiment.before.trace
+        if ("cross", 0) not in trace.keys():  # decoder-only: prompt + reference on both axes
+            tt = trace.weights("decoder_self", 0).shape[-1]
+            seq = self.tgt_pieces[self.row] + ["<pad>"] * (tt - len(self.tgt_pieces[self.row]))
+            return seq, seq
         ts, tt = trace.weights("cross", 0).shape[-1], trace.weights("cross", 0).shape[-2]
         src = self.src_pieces[self.row] + ["<pad>"] * (ts - len(self.src_pieces[self.row]))
         tgt = self.tgt_pieces[self.row] + ["<pad>"] * (tt - len(self.tgt_pieces[self.row]))
@@ -335,7 +369,10 @@ class MaskLab:
     @property
     def padded_rows(self) -> bool:
         """Whether the shown row is shorter than the batch (it has filler rows and columns)."""
-        w = self.experiment.before.trace.weights("cross", 0)  # [B, H, Tt, Ts]
+        trace = self.experiment.before.trace
+        if ("cross", 0) not in trace.keys():  # decoder-only: [B, H, T, T]
+            return len(self.tgt_pieces[self.row]) != trace.weights("decoder_self", 0).shape[-1]
+        w = trace.weights("cross", 0)  # [B, H, Tt, Ts]
         return (len(self.tgt_pieces[self.row]), len(self.src_pieces[self.row])) != tuple(
             w.shape[2:]
         )
@@ -380,7 +417,13 @@ def mask_lab(
     name = "mask lab: " + ("; ".join(parts) if parts else "no change")
     exp = experiment(name, ckpt, texts, targets, edits, blocked=blocked, recompute=causal_off)
     tok = ckpt.tgt_tokenizer
-    start = tok.token(ckpt.config.bos_id)
-    tgt_pieces = [[start, *(tok.token(i) for i in tok.encode(t).ids)] for t in exp.targets]
+    if ckpt.config.arch == "decoder-only":  # the sequence read: prompt, then the reference
+        tgt_pieces = [
+            [*src, *(tok.token(i) for i in with_eos(row, ckpt.config.eos_id)[:-1])]
+            for src, row in zip(src_pieces, exp.target_ids, strict=True)
+        ]
+    else:
+        start = tok.token(ckpt.config.bos_id)
+        tgt_pieces = [[start, *(tok.token(i) for i in tok.encode(t).ids)] for t in exp.targets]
     row = 1 if padding_off and len(src_pieces[0]) == width and len(src_pieces[1]) < width else 0
     return MaskLab(texts, causal_off, padding_off, positions, exp, row, src_pieces, tgt_pieces)

@@ -181,38 +181,39 @@ class Prompt:
 
 
 def make_lm_batch(
-    src_rows: Sequence[Sequence[int]],
+    prompt_rows: Sequence[Sequence[int]],
     tgt_rows: Sequence[Sequence[int]],
     config: ModelConfig,
-    prompt: Prompt,
+    loss: str = "target",
     device: torch.device | str = "cpu",
 ) -> Batch:
-    """Pairs of id lists -> a decoder-only teacher-forcing :class:`Batch`.
+    """Prompts and continuations -> a decoder-only teacher-forcing :class:`Batch`.
 
-    Each row is ``prompt.ids(source) + target + [eos]`` (the end id added where missing);
-    the model reads all but its last token and predicts all but its first.
+    Each row is ``prompt + target + [eos]`` (the end id added where missing); the model
+    reads all but its last token and predicts all but its first.
 
+    Args:
+        prompt_rows: each row's prompt ids (:meth:`Prompt.ids` of a source, or a Hugging Face
+            model's prompt as its tokenizer encodes it).
+        loss: ``"target"`` (the continuation and its end are learned) or ``"all"``.
     Returns:
         ``src [B, T]`` the inputs, ``tgt_out [B, T]`` the next tokens, ``tgt_pad [B, T]``
-        True at the prompt (with ``loss="target"``, but its last position, which predicts
-        the target's first token) and at padding; ``src_pad`` True at padding.
+        True where nothing is learned (the prompt but its last position, which predicts the
+        continuation's first token, with ``loss="target"``; padding); ``src_pad`` True at
+        padding.
     """
-    if len(src_rows) != len(tgt_rows):
-        raise InputError(f"{len(src_rows)} sources but {len(tgt_rows)} targets")
-    seqs, starts = [], []
-    for src, tgt in zip(src_rows, tgt_rows, strict=True):
-        head = prompt.ids(src)
-        seqs.append(head + with_eos(tgt, config.eos_id))
-        starts.append(len(head) - 1 if prompt.loss == "target" else 0)
+    if len(prompt_rows) != len(tgt_rows):
+        raise InputError(f"{len(prompt_rows)} prompts but {len(tgt_rows)} targets")
+    if any(not p for p in prompt_rows):
+        raise InputError("a prompt is empty")
+    seqs = [[*p, *with_eos(t, config.eos_id)] for p, t in zip(prompt_rows, tgt_rows, strict=True)]
+    starts = [len(p) - 1 if loss == "target" else 0 for p in prompt_rows]
     if max(len(s) for s in seqs) - 1 > config.max_len:
         raise InputError(f"a sequence is longer than this model's max_len={config.max_len}")
     inputs = pad_batch([s[:-1] for s in seqs], config.pad_id, device)
     outputs = pad_batch([s[1:] for s in seqs], config.pad_id, device)
     dev = inputs.device
-    lengths = [len(s) - 1 for s in seqs]
-    pad = length_mask(lengths, inputs.shape[1], dev)
-    ahead = (
-        torch.arange(inputs.shape[1], device=dev)[None, :]
-        < torch.tensor(starts, device=dev)[:, None]
-    )
+    pad = length_mask([len(s) - 1 for s in seqs], inputs.shape[1], dev)
+    cols = torch.arange(inputs.shape[1], device=dev)[None, :]
+    ahead = cols < torch.tensor(starts, device=dev)[:, None]
     return Batch(inputs, pad, None, outputs, pad | ahead, lm=True)

@@ -114,10 +114,10 @@ def teacher_batch(
     if prompt is None:
         return tensorize(examples, src_tok, tgt_tok, model.config, device)
     return make_lm_batch(
-        [src_tok.encode(e.src).ids for e in examples],
+        [prompt.ids(src_tok.encode(e.src).ids) for e in examples],
         [tgt_tok.encode(e.tgt).ids for e in examples],
         model.config,
-        prompt,
+        prompt.loss,
         device,
     )
 

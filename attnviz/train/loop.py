@@ -455,7 +455,8 @@ def train(
         if prompt is None:
             batch = make_batch(src_rows, tgt_rows, cfg, device)
         else:
-            batch = make_lm_batch(src_rows, tgt_rows, cfg, prompt, device)
+            prompts = [prompt.ids(row) for row in src_rows]
+            batch = make_lm_batch(prompts, tgt_rows, cfg, prompt.loss, device)
         with autocast:
             loss, hits, n = loss_and_hits(net, batch, opts.label_smoothing)
         opt.zero_grad(set_to_none=True)

@@ -27,7 +27,7 @@ def lm(**over) -> attnviz.Transformer:
 def test_a_prefix_lm_learns_the_target_and_its_end_only():
     cfg = lm().config
     prompt = Prompt(bos_id=1, sep_id=19, loss="target")
-    batch = make_lm_batch([[5, 6, 7], [8]], [[7, 6, 5], [8]], cfg, prompt)
+    batch = make_lm_batch([prompt.ids([5, 6, 7]), prompt.ids([8])], [[7, 6, 5], [8]], cfg)
     # rows: <bos> 5 6 7 <sep> 7 6 5 <eos>  and  <bos> 8 <sep> 8 <eos>
     assert batch.src[0].tolist() == [1, 5, 6, 7, 19, 7, 6, 5]
     assert batch.tgt_out[0].tolist() == [5, 6, 7, 19, 7, 6, 5, 2]
@@ -42,7 +42,7 @@ def test_a_prefix_lm_learns_the_target_and_its_end_only():
 
 def test_a_continuation_learns_every_token_after_bos():
     cfg = lm().config
-    batch = make_lm_batch([[5, 6]], [[5, 6]], cfg, Prompt(1, None, "all"))
+    batch = make_lm_batch([Prompt(1, None).ids([5, 6])], [[5, 6]], cfg, "all")
     assert batch.src[0].tolist() == [1, 5, 6, 5, 6] and batch.tgt_out[0].tolist() == [5, 6, 5, 6, 2]
     assert bool(batch.real.all())
 
@@ -50,7 +50,7 @@ def test_a_continuation_learns_every_token_after_bos():
 def test_a_too_long_pair_and_a_bad_stored_prompt_are_refused():
     cfg = lm(max_len=6).config
     with pytest.raises(InputError, match="max_len=6"):
-        make_lm_batch([[5, 6, 7, 8]], [[5]], cfg, Prompt(1, 19))
+        make_lm_batch([Prompt(1, 19).ids([5, 6, 7, 8])], [[5]], cfg)
     assert Prompt.from_dict(Prompt(1, 19).to_dict(), V) == Prompt(1, 19)
     for bad in ({"bos_id": 1}, {"bos_id": 1, "sep_id": 99, "loss": "target"},
                 {"bos_id": True, "sep_id": None, "loss": "all"},
