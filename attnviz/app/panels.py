@@ -121,29 +121,58 @@ def playback_steps(state: SessionState) -> list[int]:
 def playback(
     state: SessionState, index: int = 0, layer: int | str | None = None, head: str = "mean"
 ) -> LabView:
-    """The probe input's cross-attention at snapshot ``index`` (with loss and output then)."""
+    """The probe input's cross-attention at snapshot ``index`` (with loss and output then);
+    a decoder-only model's self-attention over its probe sequence. Where the run measured
+    induction (the repeat task), a second figure: the scores and each half's loss over
+    training, the snapshot shown marked."""
     try:
         snaps = snapshots(state)
-        layers = sorted(layer for kind, layer in snaps.weights if kind == "cross")
+        kind = playback_kind(snaps)
+        layers = sorted(layer for k, layer in snaps.weights if k == kind)
         layer = layer_index(layer, layers)
     except AttnvizError as exc:
         return error_view(exc)
     i = int(np.clip(int(index or 0), 0, len(snaps.steps) - 1))
-    w = head_weights(as_numpy(snaps.weights["cross", layer][i]), head)  # [Tq, Tk]
+    w = head_weights(as_numpy(snaps.weights[kind, layer][i]), head)  # [Tq, Tk]
     tok = checkpoint_of(state).tgt_tokenizer
-    y = [tok.token(checkpoint_of(state).config.bos_id), *snaps.probe_tgt][: w.shape[0]]
     which = head_label(head)
     title = (
-        f"cross-attention L{layer} ({which})<br>"
+        f"{'cross' if kind == 'cross' else 'self'}-attention L{layer} ({which})<br>"
         f"<sup>at training step {snaps.steps[i]} · loss {snaps.losses[i]:.4f}</sup>"
     )
-    fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
+    if kind == "cross":
+        y = [tok.token(checkpoint_of(state).config.bos_id), *snaps.probe_tgt][: w.shape[0]]
+        fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
+    else:  # one sequence on both axes, the causal mask grey
+        seq = list(snaps.probe_src)[: w.shape[0]]
+        blocked = np.triu(np.ones(w.shape, dtype=bool), 1)
+        fig = plots.heatmap(w, seq, seq, title=title, zmax=1.0, mask=blocked)
+    figs = [fig]
+    if snaps.scores:
+        figs.append(plots.induction_curves(snaps.steps, snaps.scores, at=i))
     msg = (
         f"Probe input “{html.escape(pieces_text(snaps.probe_src, getattr(tok, 'kind', None)))}” "
         f"at step {snaps.steps[i]} of {snaps.steps[-1]}: loss {snaps.losses[i]:.4f}, "
         f"greedy output “{html.escape(snaps.outputs[i])}”."
     )
-    return LabView([fig], msg)
+    if snaps.scores:
+        s = snaps.scores[i]
+        best = max(max(row) for row in s["induction"][1:] or s["induction"])
+        msg += (
+            f" Best induction score {best:.2f}, previous-token score "
+            f"{max(s['prev_token'][0]):.2f}; loss {s['loss_first']:.2f} on the first run of "
+            f"random tokens, {s['loss_second']:.2f} on its repeat."
+        )
+    return LabView(figs, msg)
+
+
+def playback_kind(snaps: Snapshots) -> str:
+    """The attention the playback shows: cross-attention, else a one-stack model's own."""
+    kinds = {kind for kind, _ in snaps.weights}
+    for kind in ("cross", "decoder_self", "encoder_self"):
+        if kind in kinds:
+            return kind
+    raise InputError("the snapshots hold no attention")
 
 
 # -- export -------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ repeats, so the ratio carries between machines even where absolute times do not.
    exact match, measured in the run (a number read from a saved history is not a measurement);
 9. a Hugging Face opus-mt-shaped Marian model (random weights, ``save_pretrained``, opened
    with :func:`attnviz.load_checkpoint`): one recorded ``GreedyStepper`` step vs one step of
-   transformers' cached greedy ``generate`` on the same model and input: <= 1.2.
+   transformers' cached greedy ``generate`` on the same model and input: <= 1.2;
+10. a GPT-2-shaped decoder-only model (:mod:`attnviz.bench.kinds`) on a 200-token prompt:
+   the recording stepper per token vs transformers' cached greedy ``generate``: <= 1.0.
 """
 
 from __future__ import annotations
@@ -371,6 +373,7 @@ def run(
     from ..core.devices import resolve_device
     from . import (
         app,  # the app's rows (Step on the server, the browser)
+        kinds,  # a GPT-2-shaped decoder-only model against transformers
         speech,  # Whisper tiny.en against ctranslate2
     )
     from .report import bench_report  # the offline report: canvas page vs Plotly page
@@ -385,6 +388,7 @@ def run(
         ("report", lambda: bench_report(quick)),
         ("memory", lambda: bench_memory(dev, quick)),
         ("hf marian", lambda: bench_hf_marian(quick)),
+        ("hf gpt-2", lambda: kinds.bench_hf_gpt2(quick)),
         ("speech", lambda: speech.bench_speech(quick)),
         ("training", lambda: bench_training(dev, full)),
     ]

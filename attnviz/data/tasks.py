@@ -216,12 +216,15 @@ class Repeat(Task):
     model: dict = field(
         default_factory=lambda: dict(
             arch="decoder-only", attn_only=True, d_model=64, n_heads=4, n_decoder_layers=2,
-            n_encoder_layers=0, dropout=0.0, positions="learned", norm_first=True,
+            n_encoder_layers=0, dropout=0.0, positions="rotary", norm_first=True,
             final_norm=True,
         )
     )  # fmt: skip
+    # the phase change comes a few hundred steps in: a snapshot every 25 steps catches it
     training: dict = field(
-        default_factory=lambda: dict(steps=3000, batch_size=64, lr=1e-3, warmup=100)
+        default_factory=lambda: dict(
+            steps=1000, batch_size=64, lr=3e-3, warmup=100, snapshot_every=25
+        )
     )
 
     def sample(self, rng: random.Random, length: int) -> str:

@@ -30,6 +30,7 @@ from .plots_analysis import (  # noqa: F401
     head_divergence,
     head_stats_figure,
     head_stats_table,
+    induction_curves,
     player_controls,
     share,
     snapshot_timeline,

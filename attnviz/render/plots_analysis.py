@@ -247,7 +247,9 @@ def snapshot_timeline(
         raise InputError(f"head must be in 0..{stack.shape[1] - 1}, got {head}")
     z = stack.mean(axis=1) if head is None else stack[:, head]  # [S, Tq, Tk]
     tq, tk = z.shape[1:]
-    tgt_in = [bos, *snaps.probe_tgt]
+    # decoder rows are BOS + target; a decoder-only probe is one sequence that starts with it
+    one_stack = not any(k == "cross" for k, _ in snaps.weights)
+    tgt_in = list(snaps.probe_tgt) if one_stack else [bos, *snaps.probe_tgt]
     x = axis_labels(tgt_in if kind == "decoder_self" else snaps.probe_src, tk, "tokens", "keys")
     y = axis_labels(snaps.probe_src if kind == "encoder_self" else tgt_in, tq, "tokens", "queries")
     m = as_numpy(causal_mask(tq, tk)) if kind == "decoder_self" else None
@@ -279,6 +281,56 @@ def snapshot_timeline(
         for i in range(len(snaps.steps))
     ]
     return fig
+
+
+def induction_curves(
+    steps: Sequence[int], scores: Sequence[Mapping[str, Any]], at: int | None = None
+) -> go.Figure:
+    """Induction heads forming, on one time axis: the loss on each half of repeated random
+    tokens (left axis, nats a token) and the best induction and previous-token scores (right
+    axis, 0-1) at every training snapshot.
+
+    Args:
+        steps: ``S`` training steps; ``scores``: ``S`` dicts with ``induction`` and
+            ``prev_token`` ``[L, H]`` tables and ``loss_first`` / ``loss_second``
+            (:meth:`attnviz.train.induction.InductionScores.to_dict`).
+        at: the snapshot to mark with a vertical line (the one the playback shows).
+    Returns:
+        Four line traces named ``"loss on the repeat"``, ``"loss on the first run"``,
+        ``"induction score"`` (best head of layers 1 and up) and ``"previous-token score"``
+        (best head of layer 0).
+    """
+    if len(steps) != len(scores) or not steps:
+        raise InputError("one score set per snapshot step is needed")
+    ind = [max(max(row) for row in s["induction"][1:] or s["induction"]) for s in scores]
+    prev = [max(s["prev_token"][0]) for s in scores]
+    x = list(steps)
+    lines = [
+        ("loss on the repeat", [s["loss_second"] for s in scores], "y", "#d62728", "solid"),
+        ("loss on the first run", [s["loss_first"] for s in scores], "y", "#d62728", "dot"),
+        ("induction score", ind, "y2", "#1f77b4", "solid"),
+        ("previous-token score", prev, "y2", "#2ca02c", "solid"),
+    ]
+    data = [
+        dict(type="scatter", mode="lines+markers", name=name, x=x, y=y, yaxis=axis,
+             line=dict(color=color, dash=dash), marker=dict(size=4),
+             hovertemplate=f"step %{{x}}<br>{name} %{{y:.3f}}<extra></extra>")
+        for name, y, axis, color, dash in lines
+    ]  # fmt: skip
+    shapes = []
+    if at is not None and 0 <= at < len(x):
+        shapes.append(dict(type="line", x0=x[at], x1=x[at], yref="paper", y0=0, y1=1,
+                           line=dict(color="#888888", dash="dash", width=1)))  # fmt: skip
+    return new_figure(
+        data,
+        title="induction heads forming: loss on each half and the best heads' scores",
+        height=360,
+        xaxis=dict(title="training step"),
+        yaxis=dict(title="loss (nats a token)", rangemode="tozero"),
+        yaxis2=dict(title="score", overlaying="y", side="right", range=[0, 1.05]),
+        legend=dict(orientation="h", y=-0.25),
+        shapes=shapes,
+    )
 
 
 # -- two checkpoints -----------------------------------------------------------------------------
