@@ -16,8 +16,11 @@ A Step click goes ui -> session -> views -> the page, one way:
   the chosen heads attend only to it at the step shown, the output re-decoded).
 - :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;
   the model menu's names.
-- :mod:`~attnviz.app.ui`: the Gradio layout and wiring (the only module importing gradio).
-  ``assets/viz.js`` draws the heatmaps in the page.
+- :mod:`~attnviz.app.ui`: the Gradio page assembled (:func:`~attnviz.app.ui.build_app`), laid
+  out and wired by one module per tab or panel group: :mod:`~attnviz.app.ui_step` (the top
+  and the Step-through tab), :mod:`~attnviz.app.ui_labs`, :mod:`~attnviz.app.ui_align`,
+  :mod:`~attnviz.app.ui_compare` (and :mod:`~attnviz.app.ui_common`, what they share); the
+  only modules importing gradio. ``assets/viz.js`` draws the heatmaps in the page.
 - :mod:`~attnviz.app.server`: ``attnviz app`` (:func:`attnviz.app.server.main`) and the
   launch options; :mod:`~attnviz.app.bench`: the app's rows of ``attnviz bench``.
 

@@ -1,0 +1,116 @@
+"""The Compare tab: the checkpoint shown (A) against another (B, from the menu or uploaded),
+head by head on the current input, and its events. Computed when model B, a head (menus or
+a click on the grid) or the button asks, never on a Step."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..core.errors import AttnvizError
+from ..core.model import KINDS
+from . import compare_lab, store
+from .pagetext import COMPARE_ON_LOAD, PICK_JS, THEME_JS
+from .ui_common import HIDDEN, INTERNAL, dark
+from .views import panel_stamps as stamp
+
+
+def compare_tab(p) -> None:
+    """The Compare tab: model B (menu or upload), the head grid, one head drawn A | B."""
+    with gr.Tab("Compare", elem_id="tab-compare") as p.compare_tab:
+        gr.Markdown(compare_lab.INTRO, elem_classes="explain")
+        with gr.Row(equal_height=True):
+            p.compare_model = gr.Dropdown(
+                choices=store.menu(), value=None, label="model B", elem_id="compare-model",
+                scale=2,
+            )  # fmt: skip
+            p.compare_upload = gr.File(
+                label="…or upload model B", file_count="multiple", elem_id="compare-upload",
+                scale=1, height=110,
+            )  # fmt: skip
+            p.compare_files = gr.State([])  # the box's files: a new upload replaces them
+            p.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=0)
+        p.compare_msg = gr.Markdown(elem_id="compare-message")
+        # a grid cell clicked: the page puts "kind layer head" here and presses the button
+        p.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
+        p.compare_pick_btn = gr.Button("pick", elem_id="compare-pick-btn", elem_classes="av-hidden")
+        p.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
+        with gr.Row():
+            p.compare_kind = gr.Radio(
+                list(KINDS), value="cross", label="head drawn (or click a cell above)",
+                elem_id="compare-kind",
+            )  # fmt: skip
+            p.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
+            p.compare_head = gr.Dropdown(
+                ["H0"], value="H0", label="head", elem_id="compare-head-menu"
+            )
+        p.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
+        p.compare_tokens = gr.HTML(elem_id="compare-tokens")
+
+
+def wire(p) -> None:
+    """The Compare tab: computed when model B (menu or upload), the head (menus or a click on
+    the grid) or the button asks, never on a Step."""
+    outs = [p.compare_grid, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
+            p.compare_layer, p.compare_head]  # fmt: skip
+
+    def run(state, stamps, model_b, kind, layer, head, theme):
+        layers, heads = compare_lab.head_menus(state, kind)
+        layer = layer if layer in layers else (layers or [None])[0]
+        head = head if head in heads else (heads or [None])[0]
+        view = compare_lab.compare(state, model_b, kind, layer, head)
+        head_fig = dark([view.head], theme)[0]
+        stamps = {**stamps, "compare": stamp(state)["compare"]}
+        menus = (gr.Dropdown(choices=layers, value=layer), gr.Dropdown(choices=heads, value=head))
+        return (view.grid_html, head_fig, view.tokens_html, view.message, stamps, *menus)
+
+    gr.on(
+        [p.compare_model.input, p.compare_btn.click, p.compare_kind.input,
+         p.compare_layer.input, p.compare_head.input],
+        run, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+              p.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def pick(state, stamps, model_b, value, theme):
+        try:
+            kind, layer, head = compare_lab.parse_pick(value)
+        except AttnvizError as exc:
+            return (*[gr.skip()] * 3, f"⚠ {exc}", *[gr.skip()] * 4)
+        return (*run(state, stamps, model_b, kind, layer, head, theme), kind)
+
+    p.compare_pick_btn.click(
+        pick, [p.state, p.stamps, p.compare_model, p.compare_pick, p.theme],
+        [*outs, p.compare_kind], js=PICK_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def upload(state, stamps, files, held, model_b, kind, layer, head, theme):
+        # the box adds each upload to the files it holds: keep only the new ones
+        files = [f for f in files or [] if f]
+        new = [f for f in files if f not in (held or [])] or files
+        box = gr.File(value=new)
+        name, why = compare_lab.upload_b(new, state.device)
+        if name is None:  # the grid below (labelled A vs B) still shows the last comparison
+            shown = f" (the grid below still compares A with B = {model_b})" if model_b else ""
+            return (*[gr.skip()] * 3, why.rstrip(". ") + shown, *[gr.skip()] * 4, box, new)
+        menu = gr.Dropdown(choices=compare_lab.model_choices(state), value=name)
+        return (*run(state, stamps, name, kind, layer, head, theme), menu, box, new)
+
+    p.compare_upload.upload(
+        upload, [p.state, p.stamps, p.compare_upload, p.compare_files, p.compare_model,
+                 p.compare_kind, p.compare_layer, p.compare_head, p.theme],
+        [*outs, p.compare_model, p.compare_upload, p.compare_files], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+
+    def cleared(state, stamps, model_b, kind, layer, head, theme):
+        """The upload box cleared: its warning goes; the comparison with B shown again."""
+        if not model_b:
+            return (*[gr.skip()] * 3, "", *[gr.skip()] * 3, [])
+        return (*run(state, stamps, model_b, kind, layer, head, theme), [])
+
+    p.compare_upload.clear(
+        cleared, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
+                  p.compare_head, p.theme], [*outs, p.compare_files], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.compare_tab.select(
+        lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
+        [p.state, p.compare_model], [p.compare_model], **HIDDEN,
+    )  # fmt: skip

@@ -1,0 +1,274 @@
+"""The labs' tabs: mask lab, head ablation, attribution ("why this token and not that one"),
+checkpoint health, training playback and export, and their events. Each panel is computed when
+its button or control asks (stamped with the state it shows), never on a Step."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..core.errors import AttnvizError
+from ..core.model import KINDS
+from . import labs, panels
+from .pagetext import THEME_JS, UNIT_JS
+from .state import SessionState
+from .ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, dark, decoder_menus
+from .views import display_token
+from .views import panel_stamps as stamp
+
+
+def mask_tab(p) -> None:
+    with gr.Tab("Mask lab", elem_id="tab-mask") as p.mask_tab:
+        gr.Markdown(
+            "Switch a mask off or hide source tokens, and compare the attention and the "
+            "output with the masks as trained. Your input runs in a batch with a companion "
+            "input of another length, so there is padding to unmask.",
+            elem_classes="explain",
+        )
+        with gr.Row():
+            p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
+            p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
+            p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
+        with gr.Row():
+            p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
+            p.mask_layer = gr.Dropdown(label="layer")
+            p.mask_head = gr.Dropdown(["mean"], value="mean", label="head")
+        p.mask_msg = gr.Markdown(elem_id="mask-message")
+        p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
+        p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
+
+
+def other_tabs(p, state: SessionState) -> None:
+    """Head ablation, attribution, checkpoint health, training playback, export."""
+    layers, heads = decoder_menus(state)
+    with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
+        p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
+        with gr.Row():
+            p.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
+            p.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
+        p.ablate_msg = gr.Markdown(elem_id="ablate-message")
+        p.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
+        p.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
+            headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
+            elem_id="rank-table", visible=False,
+        )  # fmt: skip
+    with gr.Tab("Attribution", elem_id="tab-attribution") as p.attr_tab:
+        with gr.Row():
+            p.attr_layer = gr.Dropdown(
+                layers, value=(layers or [None])[-1], label="cross-attention layer to compare"
+            )
+            p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
+        p.attr_msg = gr.Markdown(elem_id="attr-message")
+        p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
+        p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
+        gr.Markdown("### Why this token and not that one")
+        with gr.Row():
+            p.attr_alt = gr.Dropdown(
+                label="…and not this candidate (default: the runner-up; for a forced "
+                "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
+                scale=3,
+            )  # fmt: skip
+            p.attr_head = gr.Dropdown(
+                ["mean", *heads], value="mean", label="head of the attention rows", scale=1
+            )
+            p.attr_vs_btn = gr.Button(
+                "Why this token and not that one", elem_id="attr-vs-btn", scale=1
+            )
+        p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
+        p.attr_vs_plot = gr.Plot(
+            label="contrastive attribution and next-step attention",
+            elem_id="attribution-contrast",
+        )
+    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
+        p.health_extra = gr.Textbox(
+            label="for a model without a task: the current input is checked, and these "
+            "inputs too (one per line)", lines=2, elem_id="health-inputs",
+        )  # fmt: skip
+        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
+        p.health_html = gr.HTML(elem_id="health-report")
+        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
+    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
+        with gr.Row():
+            p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
+            p.play_layer = gr.Dropdown(label="layer", scale=1)
+            p.play_head = gr.Dropdown(["mean"], value="mean", label="head", scale=1)
+            p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
+        p.play_timer = gr.Timer(0.6, active=False)
+        p.play_msg = gr.Markdown(elem_id="play-message")
+        p.play_plot = gr.Plot(label="cross-attention on the probe", elem_id="playback-plot")
+    with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
+        gr.Markdown(
+            "Every heatmap has a PNG button; every lab figure a camera button. "
+            "Files of the state shown (their attention follows the step view's "
+            "**show: pieces | words** switch):"
+        )
+        with gr.Row():
+            p.exp_html = gr.Button("HTML report", elem_id="export-html")
+            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
+            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+        # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
+        p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
+        p.exp_msg = gr.Markdown(elem_id="export-message")
+        p.exp_file = gr.File(label="download", elem_id="export-file")
+
+
+def mask_panels(p, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:
+    """The mask lab's panels computed for ``state`` with these switches."""
+    v = labs.mask_lab(
+        state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head
+    )
+    figs = dark((v.figures + [None, None])[:2], theme)
+    return {
+        p.mask_plot: figs[0],
+        p.mask_probs: figs[1],
+        p.mask_msg: v.message,
+        p.blocked: block_choices(state, blocked),
+    }
+
+
+def block_choices(state: SessionState, chosen: list[str] | None):
+    """Source tokens of the current input as "position: token" choices."""
+    choices = [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
+    return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
+
+
+def alt_choices(state: SessionState, value: str | None = None):
+    """The Attribution tab's alternatives: the step shown's other candidates, ``value`` or
+    else the default (runner-up, or the model's argmax for a forced token) selected."""
+    try:
+        choices, default = labs.alternatives(state)
+    except AttnvizError:
+        choices, default = [], None
+    return gr.Dropdown(choices=choices, value=value or default)
+
+
+def wire(p) -> None:
+    """The labs' events (each computes its panel when asked, never on a Step) and the
+    selected tab."""
+    lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head]
+    mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
+
+    def mask(s, stamps, *args):
+        *args, theme = args
+        out = mask_panels(p, s, *args, theme=theme)
+        return (*out.values(), {**stamps, "mask": stamp(s)["mask"]})
+
+    gr.on(
+        [p.causal.input, p.padding.input, p.blocked.input, p.mask_kind.input,
+         p.mask_layer.input, p.mask_head.input, p.mask_tab.select],
+        mask, [p.state, p.stamps, *lab_in, p.theme], mask_out, js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    _track_tab(p)
+
+    def lab(fn, key: str, n: int):
+        def run(s, stamps, *args):
+            *args, theme = args
+            view = fn(s, *args)
+            figs = dark((view.figures + [None] * n)[:n], theme)
+            return (*figs, view.message, {**stamps, key: stamp(s)[key]})
+
+        return run
+
+    p.ablate_btn.click(
+        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites, p.theme],
+        [p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.rank_btn.click(
+        _rank, [p.state, p.stamps, p.theme],
+        [p.rank_table, p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.attr_btn.click(
+        lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer, p.theme],
+        [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.attr_vs_btn.click(
+        _contrast, [p.state, p.stamps, p.attr_alt, p.attr_layer, p.attr_head, p.theme],
+        [p.attr_vs_plot, p.attr_vs_msg, p.stamps, p.attr_alt], js=THEME_JS, api_name="contrast",
+        **MODEL_EVENTS,
+    )  # fmt: skip
+    p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
+    p.health_btn.click(
+        _health, [p.state, p.stamps, p.health_extra, p.theme],
+        [p.health_html, p.health_plot, p.stamps],
+        js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
+    gr.on(
+        [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
+        _play, play_in, [p.play_plot, p.play_msg], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.play_btn.click(_play_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
+    p.play_timer.tick(
+        _play_tick, play_in, [p.play_slider, p.play_plot, p.play_msg, p.play_btn, p.play_timer],
+        js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
+        btn.click(
+            lambda s, stamps, unit, what=what: _file(panels.export(s, what, unit), s, stamps),
+            [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
+            **INTERNAL,
+        )  # fmt: skip
+
+
+def _track_tab(p) -> None:
+    """The selected tab, kept in ``p.active``: a Step reruns the lab shown, clears the rest."""
+    tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
+            p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
+            p.export_tab: "export", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
+    for tab, name in tabs.items():
+        tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
+
+
+def _alt_menu(state: SessionState, stamps: dict) -> tuple:
+    """The alternatives menu filled for the step shown, stamped so that it follows the step."""
+    return alt_choices(state), {**stamps, "attr_alt": stamp(state)["attr_alt"]}
+
+
+def _contrast(state: SessionState, stamps: dict, alt, layer, head, theme: str = "light") -> tuple:
+    """Why this token and not that one; the menu then names the alternative explained."""
+    view = labs.contrast(state, alt, layer, head)
+    fig = dark(view.figures[:1], theme)[0] if view.figures else None
+    used = str(view.versus) if view.versus is not None else None
+    menu = alt_choices(state, used) if used else gr.skip()
+    now = stamp(state)
+    stamps = {
+        **stamps,
+        "attr_vs": now["attr_vs"],
+        **({"attr_alt": now["attr_alt"]} if used else {}),
+    }
+    return fig, view.message, stamps, menu
+
+
+def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
+    view = labs.rank_heads(state)
+    fig = dark(view.figures[:1], theme)[0] if view.figures else None
+    table = gr.Dataframe(value=view.rows or None, visible=bool(view.rows))
+    return table, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
+
+
+def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
+    view = panels.health(state, extra)
+    fig = dark(view.figures[:1], theme)[0] if view.figures else None
+    return view.message, fig, stamps
+
+
+def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
+    view = panels.playback(state, index, layer, head)
+    return (dark(view.figures[:1], theme)[0] if view.figures else None), view.message
+
+
+def _play_toggle(label: str) -> tuple:
+    playing = str(label).startswith("Pause")
+    return gr.Button("Play ▶" if playing else "Pause ⏸"), gr.Timer(active=not playing)
+
+
+def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
+    steps = panels.playback_steps(state)
+    nxt = int(index or 0) + 1
+    if nxt >= len(steps):  # the end: stop
+        return gr.skip(), gr.skip(), gr.skip(), gr.Button("Play ▶"), gr.Timer(active=False)
+    fig, msg = _play(state, nxt, layer, head, theme)
+    return nxt, fig, msg, gr.skip(), gr.skip()
+
+
+def _file(view: labs.LabView, state: SessionState, stamps: dict) -> tuple:
+    return view.path, view.message, {**stamps, "export": stamp(state)["export"]}
