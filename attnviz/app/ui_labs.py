@@ -94,7 +94,10 @@ def other_tabs(p, state: SessionState) -> None:
             p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
         p.play_timer = gr.Timer(0.6, active=False)
         p.play_msg = gr.Markdown(elem_id="play-message")
-        p.play_plot = gr.Plot(label="cross-attention on the probe", elem_id="playback-plot")
+        p.play_plot = gr.Plot(label="attention on the probe", elem_id="playback-plot")
+        p.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
+            label="induction heads forming", elem_id="playback-curves", visible=False
+        )
     with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
         gr.Markdown(
             "Every heatmap has a PNG button; every lab figure a camera button. "
@@ -194,11 +197,12 @@ def wire(p) -> None:
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
     gr.on(
         [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
-        _play, play_in, [p.play_plot, p.play_msg], js=THEME_JS, **INTERNAL,
+        _play, play_in, [p.play_plot, p.play_curves, p.play_msg], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     p.play_btn.click(_play_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
     p.play_timer.tick(
-        _play_tick, play_in, [p.play_slider, p.play_plot, p.play_msg, p.play_btn, p.play_timer],
+        _play_tick, play_in,
+        [p.play_slider, p.play_plot, p.play_curves, p.play_msg, p.play_btn, p.play_timer],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
@@ -252,8 +256,12 @@ def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
 
 
 def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
+    """The attention at one snapshot, and (where the run measured them) the induction
+    scores and losses over training with that snapshot marked."""
     view = panels.playback(state, index, layer, head)
-    return (dark(view.figures[:1], theme)[0] if view.figures else None), view.message
+    figs = dark(view.figures, theme) if view.figures else []
+    curves = gr.Plot(value=figs[1], visible=True) if len(figs) > 1 else gr.Plot(visible=False)
+    return (figs[0] if figs else None), curves, view.message
 
 
 def _play_toggle(label: str) -> tuple:
@@ -265,9 +273,9 @@ def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
     steps = panels.playback_steps(state)
     nxt = int(index or 0) + 1
     if nxt >= len(steps):  # the end: stop
-        return gr.skip(), gr.skip(), gr.skip(), gr.Button("Play ▶"), gr.Timer(active=False)
-    fig, msg = _play(state, nxt, layer, head, theme)
-    return nxt, fig, msg, gr.skip(), gr.skip()
+        return (gr.skip(),) * 4 + (gr.Button("Play ▶"), gr.Timer(active=False))
+    fig, curves, msg = _play(state, nxt, layer, head, theme)
+    return nxt, fig, curves, msg, gr.skip(), gr.skip()
 
 
 def _file(view: labs.LabView, state: SessionState, stamps: dict) -> tuple:

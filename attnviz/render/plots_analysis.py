@@ -324,11 +324,11 @@ def induction_curves(
     return new_figure(
         data,
         title="induction heads forming: loss on each half and the best heads' scores",
-        height=360,
+        height=400,
         xaxis=dict(title="training step"),
         yaxis=dict(title="loss (nats a token)", rangemode="tozero"),
         yaxis2=dict(title="score", overlaying="y", side="right", range=[0, 1.05]),
-        legend=dict(orientation="h", y=-0.25),
+        legend=dict(orientation="h", y=-0.32),
         shapes=shapes,
     )
 
