@@ -193,14 +193,15 @@ def add_beam_parser(sub) -> None:
 
 def _export_hf(args: argparse.Namespace) -> int:
     """Write a checkpoint of a Hugging Face family as a folder transformers loads."""
-    from ..interop.hf.export import export_hf
+    from ..interop.hf.export import AUTO_CLASSES, export_hf
 
     ckpt = load_checkpoint(args.run)
     out = export_hf(ckpt, args.out)
     kind = ckpt.meta.get("model_type")
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({kind}): {files}")
-    print(f"load it with transformers: AutoModelForSeq2SeqLM.from_pretrained({str(out)!r})")
+    auto = AUTO_CLASSES[ckpt.config.arch]
+    print(f"load it with transformers: {auto}.from_pretrained({str(out)!r})")
     return 0
 
 

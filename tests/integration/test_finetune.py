@@ -116,61 +116,110 @@ def test_model_and_tokenizer_options_are_refused(models_dir, tmp_path, capsys):
     assert "--data" in capsys.readouterr().err
 
 
-def test_a_hugging_face_folder_fine_tunes_with_its_tokenizer_and_rules(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def hf_tuned(tmp_path_factory):
+    """(transformers tokenizer, Marian folder, run): a tiny random Marian folder with its own
+    tokenizer (target side too), fine-tuned for 3 steps on a corpus written here."""
     pytest.importorskip("transformers")
     pytest.importorskip("sentencepiece")
     from tests import hf_families
 
-    tok = hf_families.marian_tokenizer(tmp_path / "tok", target=True)
+    tmp = tmp_path_factory.mktemp("hf_finetune")
+    tok = hf_families.marian_tokenizer(tmp / "tok", target=True)
     ids = {"pad_token_id": tok.pad_token_id, "decoder_start_token_id": tok.pad_token_id,
            "eos_token_id": tok.eos_token_id}  # fmt: skip
     hf_model = hf_families.build("marian", vocab_size=len(tok), **ids)
     hf_model.generation_config.max_new_tokens = 6
-    folder = tmp_path / "marian"
+    folder = tmp / "marian"
     hf_model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     pairs = zip(hf_families.CORPUS, hf_families.TARGET_CORPUS, strict=True)
-    data = tmp_path / "train.tsv"
+    data = tmp / "train.tsv"
     data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
-    out = tmp_path / "run"
+    out = tmp / "run"
     assert _finetune(folder, data, out, "--lr", "1e-3") == 0
+    return tok, folder, out
+
+
+def _hf_text() -> str:
+    from tests import hf_families
+
+    return hf_families.CORPUS[0]
+
+
+def test_a_fine_tuned_hf_folder_keeps_its_config_files_and_rules(hf_tuned):
+    _, folder, out = hf_tuned
     before, after = load_checkpoint(folder), load_checkpoint(out)
     assert after.config == before.config and after.meta["model_type"] == "marian"
     assert (out / "generation_config.json").is_file() and (out / "target.spm").is_file()
-    text = hf_families.CORPUS[0]
-    assert after.src_tokenizer == before.src_tokenizer
-    assert after.tgt_tokenizer == before.tgt_tokenizer
-    assert after.src_tokenizer.encode(text).ids == tok(text).input_ids
     assert after.max_new_tokens == before.max_new_tokens == 6
     assert after.rules == before.rules
-    assert isinstance(after.predict(text), str)
-    old, new = before.model.state_dict(), after.model.state_dict()
+    assert isinstance(after.predict(_hf_text()), str)
+
+
+def test_a_fine_tuned_hf_folder_moved_its_weights(hf_tuned):
+    _, folder, out = hf_tuned
+    old, new = load_checkpoint(folder).model.state_dict(), load_checkpoint(out).model.state_dict()
+    assert old.keys() == new.keys()
     assert any(not torch.equal(old[k], new[k]) for k in old)
-    # training reads the target without transformers' end id (a batch appends the model's),
-    # the source with it (as predict reads it)
+
+
+def test_a_fine_tuned_hf_folder_keeps_its_tokenizers(hf_tuned):
+    tok, folder, out = hf_tuned
+    before, after = load_checkpoint(folder), load_checkpoint(out)
+    assert after.src_tokenizer == before.src_tokenizer
+    assert after.tgt_tokenizer == before.tgt_tokenizer
+    assert after.src_tokenizer.encode(_hf_text()).ids == tok(_hf_text()).input_ids
+
+
+def test_training_reads_an_hf_target_without_its_end_id(hf_tuned):
+    """The target without transformers' end id (a batch appends the model's), the source
+    with it (as predict reads it)."""
+    from tests import hf_families
+
+    tok, folder, _ = hf_tuned
+    before = load_checkpoint(folder)
     src, tgt = hf_training_tokenizers(before.src_tokenizer, before.tgt_tokenizer)
     german = hf_families.TARGET_CORPUS[0]
     assert tgt.encode(german).ids == tok(text_target=german).input_ids[:-1]
-    assert src.encode(text).ids == tok(text).input_ids
+    assert src.encode(_hf_text()).ids == tok(_hf_text()).input_ids
     flat, lengths = tgt.encode_flat([german, german])
     assert flat.tolist() == 2 * tok(text_target=german).input_ids[:-1]
     assert lengths.tolist() == [len(tok(text_target=german).input_ids) - 1] * 2
+
+
+def test_compare_shows_what_fine_tuning_an_hf_folder_changed(hf_tuned, capsys):
+    _, folder, out = hf_tuned
     capsys.readouterr()
-    assert main(["compare", str(folder), str(out), "--text", text]) == 0
+    assert main(["compare", str(folder), str(out), "--text", _hf_text()]) == 0
     assert "agree on" in capsys.readouterr().out
+
+
+def test_a_fine_tuned_hf_folder_opens_in_the_app_with_its_playback(hf_tuned):
     from attnviz.app import panels, session
 
-    done = session.run(session.new_state(str(out)), text)
-    assert done.state.done and done.output == after.predict_details(text).text
+    _, _, out = hf_tuned
+    done = session.run(session.new_state(str(out)), _hf_text())
+    assert done.state.done and done.output == load_checkpoint(out).predict_details(_hf_text()).text
     assert panels.playback_steps(done.state) == [0, 1, 2, 3]
-    # it carries on with --resume, and needs nothing from the original folder
-    shutil.rmtree(folder)
-    code = main(["train", "--resume", "--out", str(out), "--steps", "4", "--quiet",
-                 "--device", "cpu"])  # fmt: skip
+
+
+def test_a_fine_tuned_hf_run_resumes_without_the_original_folder(hf_tuned, tmp_path):
+    _, folder, out = hf_tuned
+    after = load_checkpoint(out)
+    run = tmp_path / "run"
+    shutil.copytree(out, run)  # the module's run stays at step 3 for the tests above
+    aside = tmp_path / "aside"
+    shutil.move(folder, aside)  # it needs nothing from the original folder
+    try:
+        code = main(["train", "--resume", "--out", str(run), "--steps", "4", "--quiet",
+                     "--device", "cpu"])  # fmt: skip
+    finally:
+        shutil.move(aside, folder)
     assert code == 0
-    again = load_checkpoint(out)
+    again = load_checkpoint(run)
     assert again.meta["kept"]["last_step"] == 4 and again.tgt_tokenizer == after.tgt_tokenizer
-    assert again.rules == after.rules and isinstance(again.predict(text), str)
+    assert again.rules == after.rules and isinstance(again.predict(_hf_text()), str)
 
 
 def test_only_a_fine_tuned_folders_metadata_is_taken_for_one(tmp_path, models_dir):

@@ -11,10 +11,12 @@ Families are a registry (:data:`REGISTRY`, one :class:`Family` per ``model_type`
 file each: :mod:`.marian`, :mod:`.bart` (BART, mBART), :mod:`.pegasus`, :mod:`.fsmt`,
 :mod:`.t5` (v1.0 and v1.1 / Flan-T5), :mod:`.whisper` (audio in); decoder-only :mod:`.gpt2`
 and :mod:`.llama` (Llama, Mistral, Qwen2); encoder-only :mod:`.bert` (BERT, RoBERTa,
-DistilBERT, masked-LM head). Adding a family is one file and one import here.
+DistilBERT, masked-LM head). Adding a family is one file and one import here; its name
+table (:mod:`.mapping`) is read by the import and by the export alike.
 
 The way back: :func:`export_hf` writes a checkpoint of one of these families (a folder opened
-here, or one fine-tuned from it) as a folder transformers loads, in :mod:`.export`.
+here, or one fine-tuned from it; all but Whisper) as a folder transformers loads, in
+:mod:`.export`.
 """
 
 from ...checkpoint import register_folder_format

@@ -25,9 +25,8 @@ BART = register(
         unk_id=3,
         start_is_pad=False,
         config=_config(pre_norm=False),
-        weights=bart_like.weights,
+        table=bart_like.table,
         lm_keys=bart_like.LM_KEYS,
-        export=bart_like.export_weights,
     )  # fmt: skip
 )
 MBART = register(
@@ -38,8 +37,7 @@ MBART = register(
         unk_id=3,
         start_is_pad=False,
         config=_config(pre_norm=True),
-        weights=bart_like.weights,
+        table=bart_like.table,
         lm_keys=bart_like.LM_KEYS,
-        export=bart_like.export_weights,
     )  # fmt: skip
 )

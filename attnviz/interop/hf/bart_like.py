@@ -1,8 +1,11 @@
 """The layout BART, mBART, Marian, Pegasus and FSMT share (``model.encoder.layers.N.fc1`` ...):
-one config mapping and one weight mapping, with each family's norm and position flags."""
+one config mapping and one weight table (import and export), with each family's norm and
+position flags."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,8 @@ from torch import Tensor
 from ...core.config import ModelConfig
 from ...core.errors import InteropError
 from ...core.positions import position_table
-from .common import Source, activation, int_of, linear, unattention, unlinear
-from .common import attention as attention_weights
+from .common import activation, int_of
+from .mapping import Attention, Computed, Linear, One, Rule, layers
 
 #: the names of the output matrix in this layout
 LM_KEYS = ("lm_head.weight", "model.decoder.output_projection.weight")
@@ -64,72 +67,58 @@ def config(
     )
 
 
-def layer_weights(src: Source, stack: str, n: int, zero_key: bool = False) -> dict[str, Tensor]:
-    """The ``n`` layers of ``stack`` (``"encoder"`` / ``"decoder"``) in this layout: self- and
-    (decoder) cross-attention, their norms, the feed-forward and its norm (Whisper's too;
-    ``zero_key``: its key projections have no bias)."""
-    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
-    ours: dict[str, Tensor] = {}
-    for i in range(n):
-        p, o = f"model.{stack}.layers.{i}.", f"{stack}.layers.{i}."
-        ours |= attention_weights(src, f"{p}self_attn.", f"{o}self_attn.", qkvo, zero_key)
-        ours |= linear(src, f"{p}self_attn_layer_norm", f"{o}norm1")
-        if stack == "decoder":
-            ours |= attention_weights(
-                src, f"{p}encoder_attn.", f"{o}cross_attn.", qkvo, zero_key
+#: one encoder layer of this layout: ours <-> theirs, under ``encoder.layers.N.`` /
+#: ``model.encoder.layers.N.``
+ENCODER_LAYER = (
+    Attention("self_attn.", "self_attn."),
+    Linear("norm1", "self_attn_layer_norm"),
+    Linear("ff.linear1", "fc1"),
+    Linear("ff.linear2", "fc2"),
+    Linear("norm2", "final_layer_norm"),
+)
+#: one decoder layer: the same, with cross-attention and its norm
+DECODER_LAYER = (
+    Attention("self_attn.", "self_attn."),
+    Linear("norm1", "self_attn_layer_norm"),
+    Attention("cross_attn.", "encoder_attn."),
+    Linear("norm2", "encoder_attn_layer_norm"),
+    Linear("ff.linear1", "fc1"),
+    Linear("ff.linear2", "fc2"),
+    Linear("norm3", "final_layer_norm"),
+)
+
+
+def stack_layers(cfg: ModelConfig, zero_key: bool = False) -> list[Rule]:
+    """Both stacks' layers in this layout (Whisper's too; ``zero_key``: its key projections
+    have no bias)."""
+    rules: list[Rule] = []
+    for stack, layer, n in (("encoder", ENCODER_LAYER, cfg.n_encoder_layers),
+                            ("decoder", DECODER_LAYER, cfg.n_decoder_layers)):  # fmt: skip
+        if zero_key:
+            layer = tuple(
+                replace(r, zero_key=True) if isinstance(r, Attention) else r for r in layer
             )
-            ours |= linear(src, f"{p}encoder_attn_layer_norm", f"{o}norm2")
-        ours |= linear(src, f"{p}fc1", f"{o}ff.linear1")
-        ours |= linear(src, f"{p}fc2", f"{o}ff.linear2")
-        last = "norm3" if stack == "decoder" else "norm2"
-        ours |= linear(src, f"{p}final_layer_norm", f"{o}{last}")
-    return ours
+        rules += layers(layer, n, f"{stack}.layers.", f"model.{stack}.layers.")
+    return rules
 
 
-def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """Layers, norms, learned positions and the logits bias -> our state dict."""
-    ours: dict[str, Tensor] = {}
-    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        hf_stack = f"model.{stack}."
-        ours |= layer_weights(src, stack, n)
+def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """Layers, norms, positions (learned, or computed: written on export so transformers does
+    not initialise them) and the logits bias ``[1, V]`` (ours ``[V]``)."""
+    rules = stack_layers(cfg)
+    for stack in ("encoder", "decoder"):
+        theirs = f"model.{stack}."
         if cfg.embed_norm:
-            ours |= linear(src, f"{hf_stack}layernorm_embedding", f"{stack}.embed_norm")
+            rules.append(Linear(f"{stack}.embed_norm", f"{theirs}layernorm_embedding"))
         if cfg.final_norm:
-            ours |= linear(src, f"{hf_stack}layer_norm", f"{stack}.norm")
+            rules.append(Linear(f"{stack}.norm", f"{theirs}layer_norm"))
         if cfg.positions == "learned":
-            ours[f"{stack}.pos_embed.weight"] = src.take(f"{hf_stack}embed_positions.weight")
+            rules.append(One(f"{stack}.pos_embed.weight", f"{theirs}embed_positions.weight"))
+        else:  # [positions, D]: sinusoids, computed as the model does
+            rules.append(
+                Computed("", f"{theirs}embed_positions.weight", partial(position_table, cfg))
+            )
     if cfg.output_bias:
-        ours["generator.bias"] = src.take("final_logits_bias").reshape(-1)
-    return ours
-
-
-def export_weights(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The reverse of :func:`weights`: our state dict -> this layout's tensors, with the
-    computed position tables the model uses (transformers would otherwise initialise them)."""
-    qkvo = ("q_proj", "k_proj", "v_proj", "out_proj")
-    table = position_table(cfg)  # [positions, D]: sinusoids, computed as the model does
-    hf: dict[str, Tensor] = {}
-    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        hf_stack = f"model.{stack}."
-        for i in range(n):
-            p, o = f"{hf_stack}layers.{i}.", f"{stack}.layers.{i}."
-            hf |= unattention(ours, f"{o}self_attn.", f"{p}self_attn.", qkvo)
-            hf |= unlinear(ours, f"{o}norm1", f"{p}self_attn_layer_norm")
-            if stack == "decoder":
-                hf |= unattention(ours, f"{o}cross_attn.", f"{p}encoder_attn.", qkvo)
-                hf |= unlinear(ours, f"{o}norm2", f"{p}encoder_attn_layer_norm")
-            hf |= unlinear(ours, f"{o}ff.linear1", f"{p}fc1")
-            hf |= unlinear(ours, f"{o}ff.linear2", f"{p}fc2")
-            last = "norm3" if stack == "decoder" else "norm2"
-            hf |= unlinear(ours, f"{o}{last}", f"{p}final_layer_norm")
-        if cfg.embed_norm:
-            hf |= unlinear(ours, f"{stack}.embed_norm", f"{hf_stack}layernorm_embedding")
-        if cfg.final_norm:
-            hf |= unlinear(ours, f"{stack}.norm", f"{hf_stack}layer_norm")
-        if cfg.positions == "learned":
-            hf[f"{hf_stack}embed_positions.weight"] = ours[f"{stack}.pos_embed.weight"]
-        elif table is not None:
-            hf[f"{hf_stack}embed_positions.weight"] = table
-    if cfg.output_bias:
-        hf["final_logits_bias"] = ours["generator.bias"].reshape(1, -1)
-    return hf
+        rules.append(One("generator.bias", "final_logits_bias",
+                         load=lambda t: t.reshape(-1), save=lambda t: t.reshape(1, -1)))  # fmt: skip
+    return rules

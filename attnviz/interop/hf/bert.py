@@ -17,7 +17,8 @@ from torch import Tensor
 
 from ...core.config import ModelConfig
 from ...core.errors import InteropError
-from .common import Source, activation, attention, int_of, linear, opt_float, opt_int
+from .common import activation, int_of, opt_float, opt_int
+from .mapping import Attention, Dropped, Linear, One, Rule, layers
 from .registry import Family, register
 
 
@@ -141,38 +142,31 @@ def config(
     )
 
 
-def _norm(src: Source, theirs: str, ours: str) -> dict[str, Tensor]:
-    return {
-        f"{ours}.weight": src.take(f"{theirs}.weight"),
-        f"{ours}.bias": src.take(f"{theirs}.bias"),
-    }
-
-
-def weights(n: Names, src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """One member's tensors -> our state dict (the token table and output matrix are
-    common; the output bias and the head's dense layer and norm are here)."""
+def table(n: Names, cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """One member's table: embeddings' positions, types and norm, the layers, and the head
+    (dense, norm, output bias; the token table and output matrix are common)."""
     emb = f"{n.prefix}{n.embeddings}"
-    out = {"encoder.pos_embed.weight": src.take(f"{emb}position_embeddings.weight")}
-    out |= _norm(src, f"{emb}LayerNorm", "encoder.embed_norm")
+    rules: list[Rule] = [
+        One("encoder.pos_embed.weight", f"{emb}position_embeddings.weight"),
+        Linear("encoder.embed_norm", f"{emb}LayerNorm"),
+        Dropped("", f"{emb}position_ids"),  # a buffer older folders keep
+    ]
     if cfg.type_vocab_size:
-        out["type_embed.weight"] = src.take(f"{emb}token_type_embeddings.weight")
-    if src.has(f"{emb}position_ids"):  # a buffer older folders keep
-        src.take(f"{emb}position_ids")
-    for i in range(cfg.n_encoder_layers):
-        h, o = f"{n.prefix}{n.layers}{i}.", f"encoder.layers.{i}."
-        out |= attention(src, h, f"{o}self_attn.", n.attention)
-        out |= _norm(src, f"{h}{n.norm1}", f"{o}norm1")
-        out |= linear(src, f"{h}{n.linear1}", f"{o}ff.linear1")
-        out |= linear(src, f"{h}{n.linear2}", f"{o}ff.linear2")
-        out |= _norm(src, f"{h}{n.norm2}", f"{o}norm2")
-    dense, norm, bias, _ = n.head
-    out |= linear(src, dense, "head.dense")
-    out |= _norm(src, norm, "head.norm")
-    out["generator.bias"] = src.take(bias)
-    copy = n.head[3].removesuffix("weight") + "bias"  # older folders: the bias twice
-    if copy != bias and src.has(copy):
-        src.take(copy)
-    return out
+        rules.append(One("type_embed.weight", f"{emb}token_type_embeddings.weight"))
+    layer = (
+        Attention("self_attn.", "", n.attention),
+        Linear("norm1", n.norm1),
+        Linear("ff.linear1", n.linear1),
+        Linear("ff.linear2", n.linear2),
+        Linear("norm2", n.norm2),
+    )
+    rules += layers(layer, cfg.n_encoder_layers, "encoder.layers.", f"{n.prefix}{n.layers}")
+    dense, norm, bias, matrix = n.head
+    rules += [Linear("head.dense", dense), Linear("head.norm", norm), One("generator.bias", bias)]
+    copy = matrix.removesuffix("weight") + "bias"  # older folders: the bias twice
+    if copy != bias:
+        rules.append(Dropped("", copy))
+    return rules
 
 
 for _model_type, _names in NAMES.items():
@@ -184,7 +178,7 @@ for _model_type, _names in NAMES.items():
             unk_id=_names.unk_id,
             start_is_pad=False,
             config=config,
-            weights=partial(weights, _names),
+            table=partial(table, _names),
             lm_keys=(_names.head[3],),
             arch="encoder-only",
             embed_keys=(f"{_names.prefix}{_names.embeddings}word_embeddings.weight",),

@@ -1,6 +1,6 @@
 """What every Hugging Face family shares: reading a folder (config, safetensors, generation
-settings; never a pickle), typed reading of config.json values, and the tensor helpers the
-family files map weights with."""
+settings; never a pickle), typed reading of config.json values, the tensors taken one by one
+and the token tables (the families' other weights go through :mod:`.mapping`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ...checkpoint import read_tensors
-from ...core.errors import CheckpointError, InteropError, shorten
+from ...core.errors import CheckpointError, InteropError
 
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"
@@ -204,90 +204,3 @@ def one_table(src: Source, embed_keys: tuple[str, ...], lm_keys: tuple[str, ...]
         "share_embeddings": False,
         "tie_output": tied,
     }
-
-
-def attention(
-    src: Source, hf_prefix: str, ours: str, names: tuple[str, ...], zero_key: bool = False
-) -> dict:
-    """q/k/v/out linears -> ``in_proj_weight`` (``[3 * H * Dh, D]``), ``out_proj``;
-    ``zero_key``: the family's key projection has no bias (Whisper), zeros stand in."""
-    q, k, v, o = (f"{hf_prefix}{n}" for n in names)
-    out = {
-        f"{ours}in_proj_weight": _stacked(src, (q, k, v), "weight", 2),
-        f"{ours}out_proj.weight": src.take(f"{o}.weight"),
-    }
-    if src.has(f"{q}.bias"):
-        out[f"{ours}in_proj_bias"] = _stacked(src, (q, k, v), "bias", 1, zero_key)
-    if src.has(f"{o}.bias"):  # Qwen2 has Q/K/V biases and none on the output
-        out[f"{ours}out_proj.bias"] = src.take(f"{o}.bias")
-    return out
-
-
-def _stacked(
-    src: Source, linears: tuple[str, ...], part: str, dims: int, zero_key: bool = False
-) -> Tensor:
-    """The ``part`` (weight or bias) of the q/k/v linears, one after another; their shapes
-    must agree before they are joined: one input width, keys and values of one shape, and as
-    many query rows or a multiple of them (grouped-query attention). ``zero_key``: a key
-    projection without this part (Whisper's key has no bias) gets zeros shaped as the value's."""
-    keys = [f"{name}.{part}" for name in linears]
-    if zero_key and not src.has(keys[1]):
-        value = src.take(keys[2])
-        tensors = [src.take(keys[0]), torch.zeros_like(value), value]
-    else:
-        tensors = [src.take(key) for key in keys]
-    shapes = [list(t.shape) for t in tensors]
-    q, k, v = shapes
-    agree = all(t.dim() == dims for t in tensors) and k == v and q[1:] == k[1:]
-    agree = agree and k[0] > 0 and q[0] % k[0] == 0
-    if not agree:
-        listed = ", ".join(f"{shorten(key)} {s}" for key, s in zip(keys, shapes, strict=True))
-        raise InteropError(
-            f"{src.where}: the query/key/value {'weights' if dims == 2 else 'biases'} must "
-            f"share one shape of {dims} dimension{'s' if dims > 1 else ''}; the file has {listed}"
-        )
-    return torch.cat(tensors)
-
-
-def linear(src: Source, hf_name: str, ours: str) -> dict:
-    out = {f"{ours}.weight": src.take(f"{hf_name}.weight")}
-    if src.has(f"{hf_name}.bias"):
-        out[f"{ours}.bias"] = src.take(f"{hf_name}.bias")
-    return out
-
-
-# -- the way back (export): our state dict -> a family's tensors ------------------------------
-def unattention(ours: dict[str, Tensor], prefix: str, hf_prefix: str, names: tuple[str, ...]):
-    """The reverse of :func:`attention`: ``in_proj_weight`` ``[3 * H * Dh, D]`` -> q/k/v/out."""
-    q, k, v, o = (f"{hf_prefix}{n}" for n in names)
-    out = dict(zip((f"{q}.weight", f"{k}.weight", f"{v}.weight"),
-                   ours[f"{prefix}in_proj_weight"].chunk(3), strict=True))  # fmt: skip
-    out[f"{o}.weight"] = ours[f"{prefix}out_proj.weight"]
-    if f"{prefix}in_proj_bias" in ours:
-        out |= dict(zip((f"{q}.bias", f"{k}.bias", f"{v}.bias"),
-                        ours[f"{prefix}in_proj_bias"].chunk(3), strict=True))  # fmt: skip
-        out[f"{o}.bias"] = ours[f"{prefix}out_proj.bias"]
-    return out
-
-
-def unlinear(ours: dict[str, Tensor], name: str, hf_name: str) -> dict[str, Tensor]:
-    """The reverse of :func:`linear` (a weight, and its bias where there is one)."""
-    out = {f"{hf_name}.weight": ours[f"{name}.weight"]}
-    if f"{name}.bias" in ours:
-        out[f"{hf_name}.bias"] = ours[f"{name}.bias"]
-    return out
-
-
-def unembeddings(ours: dict[str, Tensor], cfg, prefix: str, lm_key: str) -> dict[str, Tensor]:
-    """The reverse of :func:`embeddings`: one ``shared`` table where both sides share it (as
-    ``save_pretrained`` writes it), else one per side; the output matrix where it is its own."""
-    if cfg.share_embeddings:
-        out = {f"{prefix}shared.weight": ours["src_embed.weight"]}
-    else:
-        out = {
-            f"{prefix}encoder.embed_tokens.weight": ours["src_embed.weight"],
-            f"{prefix}decoder.embed_tokens.weight": ours["tgt_embed.weight"],
-        }
-    if not cfg.tie_output:
-        out[lm_key] = ours["generator.weight"]
-    return out

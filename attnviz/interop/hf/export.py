@@ -1,11 +1,14 @@
 """Back to the ecosystem: a checkpoint whose architecture is a Hugging Face family -> a folder
-that transformers' ``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load.
+that transformers loads with the Auto class of its kind (:data:`AUTO_CLASSES`:
+``AutoModelForSeq2SeqLM``, ``AutoModelForCausalLM``, ``AutoModelForMaskedLM``) and
+``AutoTokenizer``.
 
 Which checkpoints go back: a Hugging Face folder attnviz opened, and a checkpoint fine-tuned
 from one (``attnviz train --init FOLDER``), which keeps the folder's ``config.json`` (in its
 metadata), its generation config and its tokenizer files. The weights go through the family's
-reverse mapping (``Family.export``, next to its import mapping) and are checked by importing
-them again before anything is written: the folder holds exactly the model attnviz ran.
+table (``Family.table``, the one its import reads, :mod:`.mapping`) and are checked by
+importing them again before anything is written: the folder holds exactly the model attnviz
+ran.
 Written with safetensors, never a pickle; the folder appears whole or not at all.
 """
 
@@ -24,11 +27,18 @@ from ...checkpoint import Checkpoint, load_checkpoint
 from ...core.errors import InputError, InteropError
 from ...core.tempdirs import STALE_AFTER_S, clean_stale, make_temp_dir
 from ...core.weights import unique_state_dict
-from .common import WEIGHTS, unembeddings
+from .common import WEIGHTS
 from .load import convert
-from .registry import REGISTRY
+from .mapping import to_theirs, token_tables
+from .registry import REGISTRY, Family
 
 GENERATION = "generation_config.json"
+#: ModelConfig.arch -> the transformers class that loads an exported folder of that kind
+AUTO_CLASSES = {
+    "encoder-decoder": "AutoModelForSeq2SeqLM",
+    "decoder-only": "AutoModelForCausalLM",
+    "encoder-only": "AutoModelForMaskedLM",
+}
 #: The kind of the folder an export is written in before it is renamed into place.
 STAGING = "export"
 #: files of a checkpoint folder that are not its tokenizer's (weights, attnviz's own files)
@@ -42,8 +52,10 @@ _WEIGHT_SUFFIXES = (
 def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
     """Write ``ckpt_or_folder`` as a Hugging Face folder at ``out``.
 
-    ``AutoModelForSeq2SeqLM.from_pretrained(out)`` loads the same weights (``generate()``
-    gives :meth:`Checkpoint.predict`'s text, greedy and beam), and
+    The Auto class of the model's kind (:data:`AUTO_CLASSES`; ``AutoModelForSeq2SeqLM``,
+    ``AutoModelForCausalLM`` or ``AutoModelForMaskedLM``) loads the same weights with
+    ``from_pretrained(out)`` (the same logits; ``generate()`` gives
+    :meth:`Checkpoint.predict`'s text, greedy and beam), and
     ``AutoTokenizer.from_pretrained(out)`` the same tokenizer, where the checkpoint has one.
 
     Args:
@@ -85,6 +97,8 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
         gen = ckpt.path / GENERATION if ckpt.path is not None else None
         if gen is not None and gen.is_file():
             shutil.copyfile(gen, tmp / GENERATION)
+        elif ckpt.config.arch == "encoder-only":
+            pass  # nothing is generated: save_pretrained writes no generation config either
         elif ckpt.meta.get("generation_config"):
             (tmp / GENERATION).write_text(json.dumps(ckpt.meta["generation_config"], indent=2))
         for f in tokenizer_files(ckpt):
@@ -101,10 +115,10 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
     return out
 
 
-def _family(ckpt: Checkpoint):
+def _family(ckpt: Checkpoint) -> tuple[dict, Family]:
     """The Hugging Face config and family of ``ckpt``, or one line saying why it has none."""
     hf = ckpt.meta.get("hf_config")
-    supported = ", ".join(t for t, f in REGISTRY.items() if f.export is not None)
+    supported = ", ".join(t for t, f in REGISTRY.items() if f.exported)
     if ckpt.meta.get("format") != "huggingface" or not isinstance(hf, dict):
         raise InteropError(
             f"{ckpt.path} is not a Hugging Face architecture (attnviz's own model or an "
@@ -112,7 +126,7 @@ def _family(ckpt: Checkpoint):
             f"{supported} folders and checkpoints fine-tuned from one (attnviz train --init)"
         )
     family = REGISTRY.get(str(hf.get("model_type")))
-    if family is None or family.export is None:
+    if family is None or not family.exported:
         raise InteropError(
             f"{ckpt.path}: model_type {str(hf.get('model_type'))[:40]!r} is not exported; "
             f"export-hf writes {supported}"
@@ -132,8 +146,10 @@ def hf_tensors(ckpt: Checkpoint) -> dict[str, Tensor]:
     hf, family = _family(ckpt)
     cfg = ckpt.config
     ours = {k: v.detach().cpu() for k, v in ckpt.model.state_dict().items()}
-    tensors = family.export(ours, cfg) | unembeddings(
-        ours, cfg, family.embed_prefix, family.lm_keys[0]
+    # a folder that says its output matrix is its own gets one, even where it equals the table
+    own_lm = hf.get("tie_word_embeddings", True) is False
+    tensors = to_theirs(family.table(cfg, None), ours) | token_tables(
+        ours, cfg, family.embed_prefix, family.embed_keys, family.lm_keys[0], write_lm=own_lm
     )
     tensors = {k: v.contiguous().clone() for k, v in tensors.items()}
     # the import of what is about to be written must give back this very model

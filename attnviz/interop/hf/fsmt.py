@@ -23,9 +23,8 @@ FSMT = register(
             position_offset=ids["pad_id"] + 1,
             scale_embedding=True,
         ),  # fmt: skip
-        weights=bart_like.weights,
+        table=bart_like.table,
         # its own output matrix, written under FSMT's name on export
         lm_keys=tuple(reversed(bart_like.LM_KEYS)),
-        export=bart_like.export_weights,
     )
 )

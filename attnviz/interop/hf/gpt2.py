@@ -11,13 +11,15 @@ from torch import Tensor
 
 from ...core.config import ModelConfig
 from ...core.errors import InteropError
-from .common import Source, activation, int_of, opt_float, opt_int
+from .common import activation, int_of, opt_float, opt_int
+from .mapping import Dropped, Linear, One, Rule, layers
 from .registry import Family, register
 
 
-def _prefix(tensors: dict[str, Tensor]) -> str:
-    """``transformer.`` (GPT2LMHeadModel, as save_pretrained writes it) or none (GPT2Model)."""
-    return "transformer." if "transformer.wte.weight" in tensors else ""
+def prefix(names: set[str] | None) -> str:
+    """``transformer.`` (GPT2LMHeadModel, as save_pretrained writes it, and what export
+    writes) or none (a GPT2Model folder)."""
+    return "" if names is not None and "transformer.wte.weight" not in names else "transformer."
 
 
 def config(
@@ -50,28 +52,29 @@ def config(
     )
 
 
-def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """GPT-2's tensors -> our state dict (token table and output matrix are common)."""
-    p = _prefix(src.tensors)
-    out = {"decoder.pos_embed.weight": src.take(f"{p}wpe.weight")}
-    for name, ours in (("ln_f", "decoder.norm"),):
-        out[f"{ours}.weight"] = src.take(f"{p}{name}.weight")
-        out[f"{ours}.bias"] = src.take(f"{p}{name}.bias")
-    for i in range(cfg.n_decoder_layers):
-        h, o = f"{p}h.{i}.", f"decoder.layers.{i}."
-        for theirs, ours in (("attn.c_attn", "self_attn.in_proj"), ("attn.c_proj", "self_attn.out_proj"),
-                             ("mlp.c_fc", "ff.linear1"), ("mlp.c_proj", "ff.linear2")):  # fmt: skip
-            weight = src.take(f"{h}{theirs}.weight").T.contiguous()  # Conv1D [in, out] -> [out, in]
-            sep = "_" if ours.endswith("in_proj") else "."
-            out[f"{o}{ours}{sep}weight"] = weight
-            out[f"{o}{ours}{sep}bias"] = src.take(f"{h}{theirs}.bias")
-        for theirs, ours in (("ln_1", "norm1"), ("ln_2", "norm3")):
-            out[f"{o}{ours}.weight"] = src.take(f"{h}{theirs}.weight")
-            out[f"{o}{ours}.bias"] = src.take(f"{h}{theirs}.bias")
-        for buffer in ("attn.bias", "attn.masked_bias"):  # older folders keep the causal mask
-            if src.has(f"{h}{buffer}"):  # a buffer, not a weight (the biases are c_*.bias)
-                src.take(f"{h}{buffer}")
-    return out
+#: one block: ours under ``decoder.layers.N.``, theirs under ``h.N.``; every matrix is a
+#: ``Conv1D`` (transposed both ways), ``c_attn`` is q, k, v stacked as our ``in_proj``
+LAYER = (
+    Linear("self_attn.in_proj", "attn.c_attn", conv1d=True),
+    Linear("self_attn.out_proj", "attn.c_proj", conv1d=True),
+    Linear("ff.linear1", "mlp.c_fc", conv1d=True),
+    Linear("ff.linear2", "mlp.c_proj", conv1d=True),
+    Linear("norm1", "ln_1"),
+    Linear("norm3", "ln_2"),
+    Dropped("", "attn.bias"),  # older folders keep the causal mask (a buffer, not a weight)
+    Dropped("", "attn.masked_bias"),
+)
+
+
+def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """Blocks, the final norm and the learned positions (token table and output matrix are
+    common)."""
+    p = prefix(names)
+    return [
+        One("decoder.pos_embed.weight", f"{p}wpe.weight"),
+        Linear("decoder.norm", f"{p}ln_f"),
+        *layers(LAYER, cfg.n_decoder_layers, "decoder.layers.", f"{p}h."),
+    ]
 
 
 GPT2 = register(
@@ -82,7 +85,7 @@ GPT2 = register(
         unk_id=50256,
         start_is_pad=False,
         config=config,
-        weights=weights,
+        table=table,
         lm_keys=("lm_head.weight",),
         arch="decoder-only",
         embed_keys=("transformer.wte.weight", "wte.weight"),

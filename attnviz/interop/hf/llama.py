@@ -17,10 +17,19 @@ from torch import Tensor
 
 from ...core.config import ModelConfig
 from ...core.errors import InteropError
-from .common import Source, activation, attention, int_of, opt_float, opt_int
+from .common import activation, int_of, opt_float, opt_int
+from .mapping import Attention, Linear, One, Rule, layers
 from .registry import Family, register
 
-ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+#: one layer: ours under ``decoder.layers.N.``, theirs under ``model.layers.N.``
+LAYER = (
+    Attention("self_attn.", "self_attn.", ("q_proj", "k_proj", "v_proj", "o_proj")),
+    Linear("ff.linear1", "mlp.gate_proj"),
+    Linear("ff.gate", "mlp.up_proj"),
+    Linear("ff.linear2", "mlp.down_proj"),
+    One("norm1.weight", "input_layernorm.weight"),
+    One("norm3.weight", "post_attention_layernorm.weight"),
+)
 
 
 @dataclass(frozen=True)
@@ -121,20 +130,10 @@ def config(
     )
 
 
-def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """The family's tensors -> our state dict (token table and output matrix are common)."""
-    out = {"decoder.norm.weight": src.take("model.norm.weight")}
-    for i in range(cfg.n_decoder_layers):
-        h, o = f"model.layers.{i}.", f"decoder.layers.{i}."
-        out |= attention(src, h, f"{o}self_attn.", ATTENTION)
-        for theirs, ours in (("mlp.gate_proj", "ff.linear1"), ("mlp.up_proj", "ff.gate"),
-                             ("mlp.down_proj", "ff.linear2")):  # fmt: skip
-            out[f"{o}{ours}.weight"] = src.take(f"{h}{theirs}.weight")
-            if src.has(f"{h}{theirs}.bias"):
-                out[f"{o}{ours}.bias"] = src.take(f"{h}{theirs}.bias")
-        out[f"{o}norm1.weight"] = src.take(f"{h}input_layernorm.weight")
-        out[f"{o}norm3.weight"] = src.take(f"{h}post_attention_layernorm.weight")
-    return out
+def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """Layers and the final norm (token table and output matrix are common)."""
+    return [One("decoder.norm.weight", "model.norm.weight"),
+            *layers(LAYER, cfg.n_decoder_layers, "decoder.layers.", "model.layers.")]  # fmt: skip
 
 
 for _model_type in VARIANTS:
@@ -146,7 +145,7 @@ for _model_type in VARIANTS:
             unk_id=0,
             start_is_pad=False,
             config=config,
-            weights=weights,
+            table=table,
             lm_keys=("lm_head.weight",),
             arch="decoder-only",
             embed_keys=("model.embed_tokens.weight",),

@@ -25,6 +25,7 @@ from .common import (
     read_json,
 )
 from .generation import check_generation, generation_rules
+from .mapping import to_ours
 from .registry import REGISTRY, Family
 from .whisper import check_encoder_table, set_encoder_table, take_encoder_table
 
@@ -116,7 +117,7 @@ def convert(
             f"{where}: config.json does not give a model attnviz can build: {exc}"
         ) from None
     try:
-        ours = family.weights(src, cfg)
+        ours = to_ours(family.table(cfg, set(tensors)), src)
     except RuntimeError as exc:  # tensors torch cannot join or reshape: one line, not a trace
         raise InteropError(
             f"{where}: the weights do not fit a {hf['model_type']} model ({one_line(exc, 200)})"

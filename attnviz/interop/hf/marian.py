@@ -22,8 +22,7 @@ MARIAN = register(
             position_offset=0,
             scale_embedding=False,
         ),  # fmt: skip
-        weights=bart_like.weights,
+        table=bart_like.table,
         lm_keys=bart_like.LM_KEYS,
-        export=bart_like.export_weights,
     )
 )

@@ -13,8 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ...core.config import ModelConfig
-from .common import Source
+from .mapping import Table
 
 
 @dataclass(frozen=True)
@@ -29,17 +28,17 @@ class Family:
             folder names no ``decoder_start_token_id``; otherwise from the end id.
         config: ``(config.json, folder, tensors, special ids) -> ModelConfig fields``: sizes,
             norms (pre/post, final, embedding, RMS), positions, scales, biases.
-        weights: ``(tensors, ModelConfig) -> our state dict`` (layers, norms, positions;
-            token embeddings and the output matrix are common to all families).
+        table: the family's name mapping, read both ways (:mod:`.mapping`):
+            ``(ModelConfig, the folder's tensor names or None on export) -> rules`` for
+            layers, norms, positions, head (token tables and the output matrix are common to
+            all families, named by ``embed_prefix`` / ``embed_keys`` and ``lm_keys``).
         embed_prefix: where the shared / per-side token embeddings live (``"model."``).
         lm_keys: names the output matrix may have (the first is the one export writes).
         audio: the encoder reads audio features: no source token table.
         generation: ``(generation config, ModelConfig, config.json, folder) -> (rules, most
             new tokens, settings not followed)`` where the family's rules are its own
             (Whisper); None = :func:`~attnviz.interop.hf.generation.generation_rules`.
-        export: the reverse of ``weights``: ``(our state dict, ModelConfig) -> the family's
-            tensors`` (layers, norms, learned positions; embeddings are common), or None for
-            a family that is not exported.
+        exported: ``export-hf`` writes this family (Whisper's is not written yet).
         arch: the kind of model (``ModelConfig.arch``); a decoder-only or encoder-only family
             has one token table, found under one of ``embed_keys``; its ``pad_id`` None
             means "pad with the end id", as ``generate()`` does where a folder names none.
@@ -52,10 +51,10 @@ class Family:
     unk_id: int
     start_is_pad: bool
     config: Callable[[dict, Path, dict[str, Tensor], dict[str, int]], dict[str, Any]]
-    weights: Callable[[Source, ModelConfig], dict[str, Tensor]]
+    table: Table
     embed_prefix: str = "model."
     lm_keys: tuple[str, ...] = ("lm_head.weight",)
-    export: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] | None = None
+    exported: bool = True
     audio: bool = False
     generation: Callable[..., tuple[Any, int, list[str]]] | None = None
     arch: str = "encoder-decoder"

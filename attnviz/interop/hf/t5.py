@@ -10,17 +10,8 @@ from typing import Any
 from torch import Tensor
 
 from ...core.config import ModelConfig
-from .common import (
-    Source,
-    activation,
-    attention,
-    int_of,
-    linear,
-    opt_float,
-    opt_int,
-    unattention,
-    unlinear,
-)
+from .common import activation, int_of, opt_float, opt_int
+from .mapping import Attention, Linear, One, Rule, layers
 from .registry import Family, register
 
 
@@ -64,60 +55,48 @@ def config(
     )
 
 
-def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """Blocks, RMS norms and each stack's relative position bias -> our state dict."""
-    qkvo = ("q", "k", "v", "o")
-    ours: dict[str, Tensor] = {}
-    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        for i in range(n):
-            p, o = f"{stack}.block.{i}.layer.", f"{stack}.layers.{i}."
-            ours |= attention(src, f"{p}0.SelfAttention.", f"{o}self_attn.", qkvo)
-            ours |= linear(src, f"{p}0.layer_norm", f"{o}norm1")
-            ff = 1
-            if stack == "decoder":
-                ours |= attention(src, f"{p}1.EncDecAttention.", f"{o}cross_attn.", qkvo)
-                ours |= linear(src, f"{p}1.layer_norm", f"{o}norm2")
-                ff = 2
-            dense = f"{p}{ff}.DenseReluDense."
-            if cfg.gated_ff:
-                ours |= linear(src, f"{dense}wi_0", f"{o}ff.linear1")
-                ours |= linear(src, f"{dense}wi_1", f"{o}ff.gate")
-            else:
-                ours |= linear(src, f"{dense}wi", f"{o}ff.linear1")
-            ours |= linear(src, f"{dense}wo", f"{o}ff.linear2")
-            ours |= linear(src, f"{p}{ff}.layer_norm", f"{o}norm{ff + 1}")
-        ours |= linear(src, f"{stack}.final_layer_norm", f"{stack}.norm")
-        bias = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        ours[f"{stack}.position_bias.embedding.weight"] = src.take(bias)
-    return ours
+T5_QKVO = ("q", "k", "v", "o")
 
 
-def export_weights(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The reverse of :func:`weights`: our state dict -> T5's blocks, norms and biases."""
-    qkvo = ("q", "k", "v", "o")
-    hf: dict[str, Tensor] = {}
+def layer_rules(decoder: bool, gated: bool) -> tuple[Rule, ...]:
+    """One T5 block: ours <-> theirs under ``<stack>.layers.N.`` / ``<stack>.block.N.``
+    (sublayer 0 self-attention, 1 cross-attention in the decoder, then the feed-forward)."""
+    rules: tuple[Rule, ...] = (
+        Attention("self_attn.", "layer.0.SelfAttention.", T5_QKVO),
+        Linear("norm1", "layer.0.layer_norm"),
+    )
+    if decoder:
+        rules += (
+            Attention("cross_attn.", "layer.1.EncDecAttention.", T5_QKVO),
+            Linear("norm2", "layer.1.layer_norm"),
+        )
+    ff = 2 if decoder else 1
+    dense = f"layer.{ff}.DenseReluDense."
+    if gated:
+        rules += (Linear("ff.linear1", f"{dense}wi_0"), Linear("ff.gate", f"{dense}wi_1"))
+    else:
+        rules += (Linear("ff.linear1", f"{dense}wi"),)
+    return (
+        *rules,
+        Linear("ff.linear2", f"{dense}wo"),
+        Linear(f"norm{ff + 1}", f"layer.{ff}.layer_norm"),
+    )
+
+
+def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """Blocks, each stack's final RMS norm and its relative position bias (kept in block 0)."""
+    rules: list[Rule] = []
     for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        for i in range(n):
-            p, o = f"{stack}.block.{i}.layer.", f"{stack}.layers.{i}."
-            hf |= unattention(ours, f"{o}self_attn.", f"{p}0.SelfAttention.", qkvo)
-            hf |= unlinear(ours, f"{o}norm1", f"{p}0.layer_norm")
-            ff = 1
-            if stack == "decoder":
-                hf |= unattention(ours, f"{o}cross_attn.", f"{p}1.EncDecAttention.", qkvo)
-                hf |= unlinear(ours, f"{o}norm2", f"{p}1.layer_norm")
-                ff = 2
-            dense = f"{p}{ff}.DenseReluDense."
-            if cfg.gated_ff:
-                hf |= unlinear(ours, f"{o}ff.linear1", f"{dense}wi_0")
-                hf |= unlinear(ours, f"{o}ff.gate", f"{dense}wi_1")
-            else:
-                hf |= unlinear(ours, f"{o}ff.linear1", f"{dense}wi")
-            hf |= unlinear(ours, f"{o}ff.linear2", f"{dense}wo")
-            hf |= unlinear(ours, f"{o}norm{ff + 1}", f"{p}{ff}.layer_norm")
-        hf |= unlinear(ours, f"{stack}.norm", f"{stack}.final_layer_norm")
-        bias = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        hf[bias] = ours[f"{stack}.position_bias.embedding.weight"]
-    return hf
+        layer = layer_rules(stack == "decoder", cfg.gated_ff)
+        rules += layers(layer, n, f"{stack}.layers.", f"{stack}.block.")
+        rules += [
+            Linear(f"{stack}.norm", f"{stack}.final_layer_norm"),
+            One(
+                f"{stack}.position_bias.embedding.weight",
+                f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+            ),
+        ]
+    return rules
 
 
 T5 = register(
@@ -128,9 +107,8 @@ T5 = register(
         unk_id=2,
         start_is_pad=True,
         config=config,
-        weights=weights,
+        table=table,
         embed_prefix="",
         lm_keys=("lm_head.weight",),
-        export=export_weights,
     )
 )

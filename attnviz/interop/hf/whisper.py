@@ -20,9 +20,10 @@ from ...core.errors import InteropError
 from ...core.model import Transformer
 from ...core.positions import whisper_positions
 from ...decode.rules import WhisperRules
-from .bart_like import layer_weights
-from .common import Source, activation, int_of, linear
+from .bart_like import stack_layers
+from .common import activation, int_of
 from .generation import check_generation, max_new_tokens, token_ids
+from .mapping import Linear, One, Rule
 from .registry import Family, register
 
 #: how far a folder's encoder table may be from Whisper's formula (float16 rounds by 5e-4)
@@ -59,18 +60,18 @@ def config(hf: dict, where: Path, tensors: dict[str, Tensor], ids: dict[str, int
     )
 
 
-def weights(src: Source, cfg: ModelConfig) -> dict[str, Tensor]:
-    """Front-end, layers, norms and positions -> our state dict; the encoder's fixed table
-    travels as ``"encoder_pe"`` (see :func:`check_encoder_table`)."""
-    ours: dict[str, Tensor] = {}
-    for i in (1, 2):
-        ours |= linear(src, f"model.encoder.conv{i}", f"frontend.conv{i}")
-    for stack, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        ours |= layer_weights(src, stack, n, zero_key=True)  # k_proj has no bias
-        ours |= linear(src, f"model.{stack}.layer_norm", f"{stack}.norm")
-    ours["decoder.pos_embed.weight"] = src.take("model.decoder.embed_positions.weight")
-    ours[_ENCODER_TABLE] = src.take("model.encoder.embed_positions.weight")
-    return ours
+def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
+    """Front-end, layers (BART's layout, key projections without a bias), norms and positions;
+    the encoder's fixed table travels as ``"encoder_pe"`` (see :func:`check_encoder_table`)."""
+    return [
+        Linear("frontend.conv1", "model.encoder.conv1"),
+        Linear("frontend.conv2", "model.encoder.conv2"),
+        *stack_layers(cfg, zero_key=True),
+        Linear("encoder.norm", "model.encoder.layer_norm"),
+        Linear("decoder.norm", "model.decoder.layer_norm"),
+        One("decoder.pos_embed.weight", "model.decoder.embed_positions.weight"),
+        One(_ENCODER_TABLE, "model.encoder.embed_positions.weight"),
+    ]
 
 
 def check_encoder_table(table: Tensor, cfg: ModelConfig, where: Path) -> Tensor:
@@ -144,9 +145,10 @@ WHISPER = register(
         unk_id=50256,
         start_is_pad=False,
         config=config,
-        weights=weights,
+        table=table,
         lm_keys=("proj_out.weight",),
         audio=True,
+        exported=False,  # the audio front-end and Whisper's generation config are not written
         generation=generation,
     )
 )
