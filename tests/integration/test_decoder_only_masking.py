@@ -59,3 +59,15 @@ def test_causal_off_lets_each_position_read_the_answer_and_shows_the_weights_use
 def test_blocking_prompt_tokens_is_refused_in_one_line(gpt):
     with pytest.raises(InputError, match="decoder-only model's mask lab"):
         mask_lab(gpt, "abc", block=[1])
+
+
+def test_reference_scoring_reads_the_prompt_then_scores_the_continuation(gpt):
+    scored = gpt.score("abc", "cba")
+    assert scored.tokens == ["c", "b", "a", "<eos>"]
+    ids = gpt.encode_source("abc").ids + scored.ids  # <bos> a b c <sep> c b a <eos>
+    with torch.no_grad():
+        probs = gpt.model(torch.tensor([ids[:-1]]))[0].softmax(-1)  # [T, V]
+    start = len(gpt.encode_source("abc").ids) - 1
+    want = [float(probs[start + i, t]) for i, t in enumerate(scored.ids)]
+    assert scored.probs == pytest.approx(want, abs=1e-6)
+    assert {k for k, _ in scored.trace.keys()} == {"decoder_self"}
