@@ -12,7 +12,7 @@ from attnviz.core.errors import InputError
 from attnviz.data.tasks import TASKS, Task, get_task, register
 
 
-@pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate"])
+@pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate", "repeat"])
 def test_splits_never_overlap_and_are_deterministic(name):
     task = get_task(name)
     train = {e.src for e in task.examples("train", 3000, seed=1)}
@@ -24,7 +24,7 @@ def test_splits_never_overlap_and_are_deterministic(name):
     assert task.examples("test", 50, seed=3) != task.examples("test", 50, seed=4)
 
 
-@pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate"])
+@pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate", "repeat"])
 def test_every_length_occurs_and_tokenizers_cover_every_target(name):
     task = get_task(name)
     src_tok, tgt_tok = task.tokenizers()
@@ -85,7 +85,7 @@ def test_translate_lengths_are_exact():
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(InputError, match="known tasks: copy, reverse, sort, translate"):
+    with pytest.raises(InputError, match="known tasks: copy, repeat, reverse, sort, translate"):
         get_task("nope")
     with pytest.raises(InputError, match="split"):
         next(get_task("copy").stream("dev", 0))
@@ -107,3 +107,11 @@ def test_a_new_task_is_one_small_class():
         assert all(e.tgt == e.src * 2 for e in ex)
     finally:
         TASKS.pop("double-test", None)
+
+
+def test_repeat_draws_distinct_tokens_and_repeats_them():
+    task = get_task("repeat")
+    for e in task.examples("train", 200, seed=0):
+        assert e.tgt == e.src and len(set(e.src)) == len(e.src)
+    assert task.model["arch"] == "decoder-only" and task.model["attn_only"]
+    assert task.lm_loss == "all" and not task.separator and task.induction
