@@ -15,6 +15,7 @@ from .faithful import FaithfulnessReport, faithfulness
 from .health import Finding, HealthReport, check
 from .induction import InductionScores, induction_scores
 from .lenses import LENSES, lens
+from .masked_lm import MaskFill, fill_mask
 from .masking import (
     MaskExperiment,
     MaskLab,
@@ -31,6 +32,8 @@ from .timestamps import Alignment, Word, alignment_heads, speech_alignment, word
 from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
+    "MaskFill",
+    "fill_mask",
     "InductionScores",
     "induction_scores",
     "LENSES",

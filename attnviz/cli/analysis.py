@@ -108,6 +108,13 @@ def _induction(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fill_mask(args: argparse.Namespace) -> int:
+    from ..analysis.masked_lm import fill_mask
+
+    print(fill_mask(load_checkpoint(args.checkpoint), args.text, k=args.k).text())
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..bench import suite as bench
 
@@ -163,6 +170,14 @@ def add_analysis_parsers(sub) -> None:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--json", help="also write the scores as JSON here")
     d.set_defaults(func=_induction)
+
+    m = sub.add_parser("fill-mask", help="an encoder-only model's top fillers at each mask token",
+                       description="BERT, RoBERTa, DistilBERT: the k most likely tokens at every "
+                       "mask token of a text (a pair: first [SEP] second).")  # fmt: skip
+    m.add_argument("checkpoint")
+    m.add_argument("--text", required=True, help='e.g. "the cat sat on the [MASK] ."')
+    m.add_argument("--k", type=int, default=5, help="fillers per mask (default 5)")
+    m.set_defaults(func=_fill_mask)
 
     b = sub.add_parser("bench", help="benchmarks: ratios against nn.Transformer and the naive "
                        "decode loop, app step latency, trace memory")  # fmt: skip

@@ -82,6 +82,18 @@ class HFTokenizer:
         """The tokenizer's own end id (None when it has none)."""
         return self._tok.eos_token_id
 
+    @property
+    def mask_token(self) -> tuple[str, int] | None:
+        """The mask token and its id (BERT's ``[MASK]``, RoBERTa's ``<mask>``), or None."""
+        text, i = getattr(self._tok, "mask_token", None), getattr(self._tok, "mask_token_id", None)
+        return (str(text), int(i)) if text and isinstance(i, int) else None
+
+    @property
+    def sep_token(self) -> tuple[str, int] | None:
+        """The separator between the two texts of a pair (``[SEP]``, ``</s>``), or None."""
+        text, i = getattr(self._tok, "sep_token", None), getattr(self._tok, "sep_token_id", None)
+        return (str(text), int(i)) if text and isinstance(i, int) else None
+
     def for_target(self) -> HFTokenizer:
         """The same tokenizer for the target side: text is read as transformers'
         ``tok(text_target=...)`` reads it (Marian's ``target.spm``, mBART's target language)."""
