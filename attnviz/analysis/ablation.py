@@ -18,7 +18,7 @@ from ..core.devices import as_numpy
 from ..core.errors import EditError
 from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
-from ..data.batch import Batch, make_batch, source_batch
+from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
 from ..decode.greedy import until_eos
 
 Head = tuple[str, int, int]  # (kind, layer, head)
@@ -30,14 +30,33 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
     Returns:
         A :class:`~attnviz.data.Batch` teacher-forcing the model's own greedy outputs:
         ``tgt_out`` ``[B, Tt]`` is each output (its end id included), ``tgt_in`` the start id
-        then the output without its last token.
+        then the output without its last token; for a decoder-only model, each prompt then
+        its output as one sequence (:func:`~attnviz.data.batch.make_lm_batch`).
     """
     cfg = ckpt.config
     ids = [ckpt.encode_source(t).ids for t in texts]
+    if cfg.arch == "decoder-only":
+        rows = [_greedy_prompt(ckpt, p, edits) for p in ids]
+        return make_lm_batch(ids, rows, cfg, "target", ckpt.device)
     src = source_batch(ids, cfg, ckpt.device)
     out = ckpt.greedy(src.src, src.src_pad, edits)  # the checkpoint's generation rules
     rows = [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
     return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
+
+
+def _greedy_prompt(ckpt: Checkpoint, prompt: list[int], edits: Sequence[Edit]) -> list[int]:
+    """One decoder-only prompt's greedy output (prompts are never padded)."""
+    out = ckpt.greedy(torch.tensor([prompt], device=ckpt.device), None, edits)[0].tolist()
+    return until_eos(out, ckpt.config.eos_id, ckpt.config.pad_id)
+
+
+def decode_again(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit]) -> list[list[int]]:
+    """The greedy outputs (end id included) of ``batch``'s inputs under ``edits``."""
+    cfg = ckpt.config
+    if batch.lm:
+        return [_greedy_prompt(ckpt, p, edits) for p in batch.prompts()]
+    out = ckpt.greedy(batch.src, batch.src_pad, edits)
+    return [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
 
 
 @torch.no_grad()
@@ -63,8 +82,9 @@ def zero_heads(heads: Sequence[Head]) -> list[ZeroHeads]:
 def all_heads(ckpt: Checkpoint, kinds: Sequence[str] = KINDS) -> list[Head]:
     """Every (kind, layer, head) of the model, optionally for some kinds only."""
     cfg = ckpt.config
-    layers = {"encoder_self": cfg.n_encoder_layers, "decoder_self": cfg.n_decoder_layers,
-              "cross": cfg.n_decoder_layers}  # fmt: skip
+    layers = {"encoder_self": cfg.n_encoder_layers * cfg.has_encoder,
+              "decoder_self": cfg.n_decoder_layers * cfg.has_decoder,
+              "cross": cfg.n_decoder_layers * (cfg.arch == "encoder-decoder")}  # fmt: skip
     return [(k, layer, h) for k in kinds for layer in range(layers[k]) for h in range(cfg.n_heads)]
 
 
@@ -103,17 +123,18 @@ def ablate(
     """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
     ablation = [*edits, *zero_heads(heads)]
     base = greedy_batch(ckpt, [text], edits)
-    ablated = ckpt.greedy(base.src, edits=ablation)
-    n = int(base.real[0].sum())
+    ablated = decode_again(ckpt, base, ablation)
+    real = as_numpy(base.real[0])
+    baseline = base.targets()[0]
     tok = ckpt.tgt_tokenizer
     return AblationResult(
         heads=list(heads),
         text=text,
-        baseline=tok.decode(base.tgt_out[0].tolist()),
-        ablated=tok.decode(ablated[0].tolist()),
-        baseline_tokens=[tok.token(i) for i in base.tgt_out[0, :n].tolist()],
-        prob_baseline=token_probs(ckpt, base, edits)[0, :n],
-        prob_ablated=token_probs(ckpt, base, ablation)[0, :n],
+        baseline=tok.decode(baseline),
+        ablated=tok.decode(ablated[0]),
+        baseline_tokens=[tok.token(i) for i in baseline],
+        prob_baseline=token_probs(ckpt, base, edits)[0][real],
+        prob_ablated=token_probs(ckpt, base, ablation)[0][real],
     )
 
 
@@ -146,18 +167,15 @@ def head_effects(
         heads: heads to try (default: every head).
         edits: edits kept on for every run (the baseline included).
     """
-    cfg = ckpt.config
     base = greedy_batch(ckpt, texts, edits)
     p0 = token_probs(ckpt, base, edits)
     real = as_numpy(base.real)
+    baseline = base.targets()
     out = []
     for kind, layer, head in heads or all_heads(ckpt):
         ablation = [*edits, ZeroHeads(kind, layer, head)]
-        ablated = ckpt.greedy(base.src, base.src_pad, ablation)
-        changed = sum(
-            until_eos(a, cfg.eos_id, cfg.pad_id) != until_eos(b, cfg.eos_id, cfg.pad_id)
-            for a, b in zip(ablated.tolist(), base.tgt_out.tolist(), strict=True)
-        )
+        ablated = decode_again(ckpt, base, ablation)
+        changed = sum(a != b for a, b in zip(ablated, baseline, strict=True))
         delta = np.abs(token_probs(ckpt, base, ablation) - p0)[real]
         out.append(HeadEffect(kind, layer, head, changed, float(delta.max()), float(delta.mean())))
     return sorted(out, key=lambda e: (e.changed_outputs, e.mean_prob_change), reverse=True)

@@ -44,7 +44,8 @@ class Attribution:
         ig_src / ig_tgt: Integrated Gradients per source token ``[Ts]`` / prefix token ``[t+1]``.
         delta: IG convergence delta (small means the path integral converged).
         gxi_src / gxi_tgt: gradient x input per token.
-        cross: ``{layer: [Ts]}`` head-mean cross-attention of this step's query.
+        cross: ``{layer: [Ts]}`` head-mean cross-attention of this step's query (a
+            decoder-only model: its self-attention on the prompt; agreement keys ``~self``).
         rollout: ``[Ts]`` attention rollout to the source for this step.
         agreement: Spearman rank correlations, e.g. ``{"ig~cross L0": 0.9, "ig~rollout": ...}``.
         versus: the alternative token of a contrastive attribution (None: plain). Then the
@@ -128,12 +129,18 @@ def attribute(
     if versus is not None and index_in(versus, "versus", vocab, "a token id", other) == chosen:
         raise InputError(f"versus must be a token id in 0..{vocab - 1}{other}, got {versus}")
 
-    def prob(src_ids, tgt_ids, pad):
-        logits = model(src_ids, tgt_ids, pad)[:, -1].float()  # [B, V]
+    def explained(logits):  # [B, V] -> [B]
         if versus is None:
             return logits.softmax(-1)[:, chosen]
         logp = logits.log_softmax(-1)
         return logp[:, chosen] - logp[:, versus]
+
+    if cfg.arch == "decoder-only":  # one sequence through one embedding: the prompt, then
+        return _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_steps,
+                                    versus)  # fmt: skip
+
+    def prob(src_ids, tgt_ids, pad):
+        return explained(model(src_ids, tgt_ids, pad)[:, -1].float())
 
     with torch.enable_grad():
         with warnings.catch_warnings():  # two separate embedding layers: the case it allows
@@ -177,6 +184,71 @@ def attribute(
     for name, scores in (("ig", result.ig_src), ("gxi", result.gxi_src)):
         for layer, row in cross.items():
             result.agreement[f"{name}~cross L{layer}"] = spearman(scores, row)
+        result.agreement[f"{name}~rollout"] = spearman(scores, roll)
+    return result
+
+
+def _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_steps, versus):
+    """A decoder-only model: IG and gradient x input over prompt + output so far through its
+    one embedding, split into the prompt (``*_src``) and the output (``*_tgt``); the
+    attention compared is each layer's head-mean self-attention of the last position on the
+    prompt, and the self-attention rollout's."""
+    from captum.attr import LayerIntegratedGradients
+
+    cfg = ckpt.config
+    prompt = len(enc.ids)
+    seq = torch.tensor([[*enc.ids, *tokens[:step]]], device=ckpt.device)  # [1, T]
+    chosen = tokens[step]
+
+    def prob(ids):
+        return explained(model(ids)[:, -1].float())
+
+    outputs = []
+
+    def keep(_module, _inputs, output):
+        output.retain_grad()
+        outputs.append(output)
+
+    with torch.enable_grad():
+        lig = LayerIntegratedGradients(prob, model.tgt_embed)
+        ig, delta = lig.attribute(
+            seq, baselines=torch.full_like(seq, cfg.pad_id), n_steps=n_steps,
+            return_convergence_delta=True,
+        )  # fmt: skip
+        handle = model.tgt_embed.register_forward_hook(keep)
+        try:
+            with record(model, capture=("weights",)) as trace:
+                p = prob(seq)
+            p.sum().backward()
+        finally:
+            handle.remove()
+    emb = outputs[0]
+    gxi = as_numpy((emb.grad * emb).sum(-1)[0])  # [T]
+    ig = as_numpy(ig.sum(-1)[0])  # [T]
+    last = max(trace.layers("decoder_self"))
+    rows = {
+        layer: trace.numpy("decoder_self", layer)[0].mean(0)[-1][:prompt]
+        for layer in trace.layers("decoder_self")
+    }  # {layer: [P]}
+    roll = self_rollout(trace, "decoder_self", last)[0][-1][:prompt]
+    extra = {}
+    value = float(p.item())
+    if versus is not None:
+        with torch.no_grad():
+            probs = model(seq)[0, -1].float().softmax(-1)
+        extra = dict(versus=ckpt.tgt_tokenizer.token(versus), versus_prob=float(probs[versus]),
+                     contrast=value)  # fmt: skip
+        value = float(probs[chosen])
+    tok = ckpt.tgt_tokenizer
+    result = Attribution(
+        text=text, step=step, token=tok.token(chosen), prob=value, src_tokens=enc.pieces,
+        tgt_tokens=[tok.token(i) for i in tokens[:step]], ig_src=ig[:prompt],
+        ig_tgt=ig[prompt:], delta=float(delta.abs().max()), gxi_src=gxi[:prompt],
+        gxi_tgt=gxi[prompt:], cross=rows, rollout=roll, **extra,
+    )  # fmt: skip
+    for name, scores in (("ig", result.ig_src), ("gxi", result.gxi_src)):
+        for layer, row in rows.items():
+            result.agreement[f"{name}~self L{layer}"] = spearman(scores, row)
         result.agreement[f"{name}~rollout"] = spearman(scores, roll)
     return result
 

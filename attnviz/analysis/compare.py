@@ -182,8 +182,13 @@ def _pairwise(wa: torch.Tensor, wb: torch.Tensor) -> np.ndarray:
 
 
 def _layers(ckpt: Checkpoint, kind: str) -> int:
+    """Layers of ``kind`` the model has (0 for the kinds a one-stack model lacks)."""
     cfg = ckpt.config
-    return cfg.n_encoder_layers if kind == "encoder_self" else cfg.n_decoder_layers
+    if kind == "encoder_self":
+        return cfg.n_encoder_layers if cfg.has_encoder else 0
+    if kind == "cross":
+        return cfg.n_decoder_layers if cfg.arch == "encoder-decoder" else 0
+    return cfg.n_decoder_layers if cfg.has_decoder else 0
 
 
 def compare(

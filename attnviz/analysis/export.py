@@ -189,6 +189,12 @@ def from_stepper(
     tok = ckpt.tgt_tokenizer
     ids = [s.token for s in steps]
     out_tokens = [tok.token(i) for i in ids]
+    if ckpt.config.arch == "decoder-only":  # one sequence: the prompt, then the output read
+        keys = [*enc.ids, *ids[:-1]]
+        tgt_tokens = [*enc.pieces, *out_tokens[:-1]]
+    else:  # the decoder reads the start token, then the output
+        keys = [ckpt.config.bos_id, *ids[:-1]]
+        tgt_tokens = [tok.token(ckpt.config.bos_id), *out_tokens[:-1]]
     return Inspection(
         checkpoint=str(ckpt.path),
         text=text,
@@ -197,11 +203,11 @@ def from_stepper(
         unknown=list(enc.unknown),
         out_ids=ids,
         out_tokens=out_tokens,
-        tgt_tokens=[tok.token(ckpt.config.bos_id), *out_tokens[:-1]],
+        tgt_tokens=tgt_tokens,
         trace=trace,
         probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
-        stats=key_stats(ckpt, trace, [enc.ids], [[ckpt.config.bos_id, *ids[:-1]]]),
+        stats=key_stats(ckpt, trace, [enc.ids], [keys]),
         src_kind=ckpt.src_tokenizer.kind,
         tgt_kind=tok.kind,
     )

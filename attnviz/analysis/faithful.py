@@ -124,6 +124,11 @@ def faithfulness(
             of its output, clipped to the output's length).
         k_max: K, the most source tokens blocked or kept (clipped to each input's length).
     """
+    if ckpt.config.arch != "encoder-decoder":
+        raise InputError(
+            "faithfulness blocks source tokens from the cross-attention of an encoder-decoder "
+            f"model; this one is {ckpt.config.arch}"
+        )
     if not texts:
         raise InputError("give at least one input")
     if k_max < 1:

@@ -180,9 +180,11 @@ def check(
             b = greedy_batch(ckpt, texts[i : i + batch_size], edits)
             with record(model, edits, capture=("weights", "mask", "head_output")) as trace:
                 logits = b.forward(model)  # [B, Tt, V]
+            # a decoder-only batch is one sequence a row: its queries and keys are the inputs
+            tgt_in, tgt_pad = (b.src, b.src_pad) if b.lm else (b.tgt_in, b.tgt_pad)
             if not stats:  # statistics over the first batch (the trace keeps every head)
-                stats = key_stats(ckpt, trace, as_numpy(b.src), as_numpy(b.tgt_in),
-                                  b.src_pad, b.tgt_pad)  # fmt: skip
+                stats = key_stats(ckpt, trace, as_numpy(b.src), as_numpy(tgt_in),
+                                  b.src_pad, tgt_pad)  # fmt: skip
             if not torch.isfinite(logits).all():
                 nonfinite.append("logits")
             for kind, layer in trace.keys():
@@ -191,7 +193,7 @@ def check(
                         nonfinite.append(f"{kind} L{layer} {what}")
                 ho = trace.head_output(kind, layer)  # [B, H, Tq, Dh]
                 rms.setdefault((kind, layer), []).append(as_numpy(ho.pow(2).mean((0, 2, 3)).sqrt()))
-            for name, per_site in _leaks(trace, as_numpy(b.src_pad), as_numpy(b.tgt_pad)).items():
+            for name, per_site in _leaks(trace, as_numpy(b.src_pad), as_numpy(tgt_pad)).items():
                 for site, value in per_site.items():
                     worst[name][site] = max(worst[name].get(site, 0.0), value)
 
@@ -432,6 +434,12 @@ def _task_pattern(task: Task, stats: list[HeadStats]) -> Finding:
             "task pattern", "info", f"task {task.name!r} needs no fixed positional pattern"
         )
     kind, metric, where = TASK_PATTERNS[task.name]
+    if kind == "cross" and not any(s.kind == "cross" for s in stats):
+        return Finding(
+            "task pattern", "info",
+            f"{task.name}'s pattern is read from cross-attention, which this decoder-only "
+            "model does not have (its source and output are one sequence)",
+        )  # fmt: skip
     mine = [s for s in stats if s.kind == kind and np.isfinite(getattr(s, metric))]
     if not mine:
         return Finding("task pattern", "warning", f"no {kind} heads were measured")

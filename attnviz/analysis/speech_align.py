@@ -104,7 +104,9 @@ class HeadTiming:
 
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{where}: times are finite numbers of seconds, got {shorten(repr(value))}")
+        raise InputError(
+            f"{where}: times are finite numbers of seconds, got {shorten(repr(value))}"
+        )
     return float(value)
 
 
@@ -136,7 +138,9 @@ def read_word_times(path: str | Path) -> list[TimedClip]:
         timed = []
         for w in words:
             if not (isinstance(w, list) and len(w) == 3 and isinstance(w[0], str) and w[0].strip()):
-                raise InputError(f"{where}: each word is [word, start, end], got {shorten(repr(w))}")
+                raise InputError(
+                    f"{where}: each word is [word, start, end], got {shorten(repr(w))}"
+                )
             start, end = _number(w[1], where), _number(w[2], where)
             if not 0 <= start <= end:
                 raise InputError(f"{where}: {w[0]!r} must have 0 <= start <= end")

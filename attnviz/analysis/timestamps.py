@@ -84,9 +84,7 @@ def token_start_times(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return cols[jumps] / FRAMES_PER_SECOND
 
 
-def alignment_matrix(
-    scores: np.ndarray, num_frames: int, width: int = MEDIAN_WIDTH
-) -> np.ndarray:
+def alignment_matrix(scores: np.ndarray, num_frames: int, width: int = MEDIAN_WIDTH) -> np.ndarray:
     """Alignment heads' raw scores -> the token x frame matrix DTW reads.
 
     Args:
@@ -394,7 +392,9 @@ def align_pass(run: ForcedPass, heads: Sequence[tuple[int, int]]) -> Alignment:
     return Alignment(run.text_tokens, rows, cols, run.token_probs, matrix, list(heads), words)
 
 
-def speech_alignment(ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None) -> Alignment:
+def speech_alignment(
+    ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None
+) -> Alignment:
     """Align a transcript to a clip with the model's own cross-attention scores.
 
     Args:

@@ -57,6 +57,19 @@ class Batch:
     #: a decoder-only batch (:func:`make_lm_batch`): ``src`` is the whole input sequence,
     #: ``tgt_out`` the next token at each position, ``tgt_pad`` True where nothing is learned.
     lm: bool = False
+    #: a decoder-only batch's prompt length per row (its sources are ``src[i, :n]``)
+    prompt_lengths: list[int] | None = None
+
+    def prompts(self) -> list[list[int]]:
+        """A decoder-only batch's prompts, one id list per row."""
+        if self.prompt_lengths is None:
+            raise InputError("only a decoder-only batch has prompts")
+        return [self.src[i, :n].tolist() for i, n in enumerate(self.prompt_lengths)]
+
+    def targets(self) -> list[list[int]]:
+        """Each row's target ids as teacher-forced (the real ``tgt_out`` positions)."""
+        real = self.real
+        return [self.tgt_out[i][real[i]].tolist() for i in range(self.tgt_out.shape[0])]
 
     @property
     def real(self) -> Tensor:
@@ -216,4 +229,5 @@ def make_lm_batch(
     pad = length_mask([len(s) - 1 for s in seqs], inputs.shape[1], dev)
     cols = torch.arange(inputs.shape[1], device=dev)[None, :]
     ahead = cols < torch.tensor(starts, device=dev)[:, None]
-    return Batch(inputs, pad, None, outputs, pad | ahead, lm=True)
+    lengths = [len(p) for p in prompt_rows]
+    return Batch(inputs, pad, None, outputs, pad | ahead, lm=True, prompt_lengths=lengths)

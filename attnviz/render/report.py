@@ -304,7 +304,11 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
     after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
     tok = ckpt.tgt_tokenizer
     reference = exp.target_ids[0]  # the ids teacher-forced (no decode -> encode round trip)
-    tokens = [tok.token(i) for i in (ckpt.config.bos_id, *reference)][: before.shape[0]]
+    if ckpt.config.arch == "decoder-only":  # one sequence: the prompt, then the reference
+        head = list(ckpt.encode_source(ins.text).pieces)
+        tokens = [*head, *(tok.token(i) for i in reference)][: before.shape[0]]
+    else:
+        tokens = [tok.token(i) for i in (ckpt.config.bos_id, *reference)][: before.shape[0]]
     mb = recorded_mask(exp.before.trace, "decoder_self", last)
     ma = recorded_mask(exp.after.trace, "decoder_self", last)
     out.append((
@@ -330,8 +334,11 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
         f'<div class="av-head"><span class="av-export">{link}</span></div>{svg}',
     ))  # fmt: skip
     if (ckpt.path / SNAPSHOTS).is_file():
-        out.append((f"Training playback: cross-attention L{last} on the probe input",
-                    playback_spec(Snapshots.load(ckpt.path), "cross", last)))  # fmt: skip
+        snaps = Snapshots.load(ckpt.path)
+        kind = "cross" if any(k == "cross" for k, _ in snaps.weights) else "decoder_self"
+        what = "cross-attention" if kind == "cross" else "self-attention"
+        out.append((f"Training playback: {what} L{last} on the probe input",
+                    playback_spec(snaps, kind, last)))  # fmt: skip
     return out
 
 
@@ -343,7 +350,8 @@ def playback_spec(snaps: Snapshots, kind: str, layer: int, bos: str = "<bos>") -
         raise InputError(f"the snapshots hold no {kind!r} layer {layer}; they hold {held}")
     w = np.stack([as_numpy(x) for x in snaps.weights[kind, layer]]).astype(np.float32)
     _, n_heads, tq, tk = w.shape  # [S, H, Tq, Tk]
-    tgt_in = [bos, *snaps.probe_tgt]
+    one_stack = not any(k == "cross" for k, _ in snaps.weights)  # the probe is one sequence
+    tgt_in = list(snaps.probe_tgt) if one_stack else [bos, *snaps.probe_tgt]
     keys = tgt_in if kind == "decoder_self" else snaps.probe_src
     queries = snaps.probe_src if kind == "encoder_self" else tgt_in
     m = np.triu(np.ones((tq, tk), bool), 1) if kind == "decoder_self" else None

@@ -194,7 +194,7 @@ def show(
     text: str,
     *,
     steps: int | None = None,
-    kind: str = "cross",
+    kind: str | None = None,
     layer: int | None = None,
     head: int | str | None = None,
 ) -> View:
@@ -204,7 +204,8 @@ def show(
         ckpt_or_folder: a loaded :class:`~attnviz.Checkpoint`, or a checkpoint folder (an
             attnviz one or a Hugging Face one) to load on the CPU.
         steps: decode at most this many steps (default: until the end token or the limit).
-        kind: ``"cross"``, ``"decoder_self"`` or ``"encoder_self"``.
+        kind: ``"cross"``, ``"decoder_self"`` or ``"encoder_self"`` (default: cross-attention,
+            a decoder-only model's self-attention over prompt + output).
         layer / head: what the view shows first (default: the last layer, the mean of heads).
     Returns:
         A :class:`View`: ``Tq`` = the steps decoded (queries: BOS and the tokens fed back),
@@ -213,7 +214,7 @@ def show(
         CheckpointError / InputError: an unreadable checkpoint, an empty or over-long input,
             ``steps < 1``, or an unknown kind, layer or head.
     """
-    if kind not in KINDS:
+    if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise InputError(f"steps must be a whole number of at least 1, got {steps!r}")
@@ -229,7 +230,9 @@ def show(
     tok, cfg = ckpt.tgt_tokenizer, ckpt.config
     src = ["<unk>" if i == cfg.unk_id else p for p, i in zip(enc.pieces, enc.ids, strict=True)]
     out = [tok.token(t) for t in stepper.tokens]
-    tgt = [tok.token(cfg.bos_id), *out[:-1]]  # what each step fed the decoder
+    # what each step fed the decoder: the start token (a decoder-only model: the prompt)
+    head = src if cfg.arch == "decoder-only" else [tok.token(cfg.bos_id)]
+    tgt = [*head, *out[:-1]]
     return View.from_trace(
         stepper.trace(), src, tgt, kind=kind, layer=layer, head=head, out_tokens=out
     )
