@@ -321,7 +321,8 @@ def train(
             toks = hf_training_tokenizers(*toks)
     feed = make_feed(opts, saved, out, rank, world, say, tokenizers=toks)
     opts = opts.resolved(feed, saved)
-    prompt = one_stack(feed, opts.arch)  # a decoder-only model: one vocabulary, its prompt
+    arch = opts.arch or ModelConfig.arch  # unset: the config's default kind
+    prompt = one_stack(feed, arch)  # a decoder-only model: one vocabulary, its prompt
     src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
     cfg = model_config(feed, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
