@@ -32,6 +32,7 @@ from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from . import figures, store
 from .encview import encoder_block, encoder_inline
+from .kinds import is_decoder_only, note, prompt_part
 from .state import (
     SessionState,
     head_choices,
@@ -106,8 +107,11 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
 
 
 def input_placeholder(ckpt: Checkpoint) -> str:
-    """The input box's placeholder: one of the model's own example inputs."""
+    """The input box's placeholder: one of the model's own example inputs (a decoder-only
+    model's: a prompt to continue)."""
     examples = store.examples_of(ckpt, 1)
+    if is_decoder_only(ckpt):
+        return f"a prompt to continue, e.g. {examples[0]}" if examples else "type a prompt"
     return f"e.g. {examples[0]}" if examples else "type an input for this model"
 
 
@@ -204,12 +208,16 @@ def payload(
         "view": state.view,
         "model_kind": state.model_kind,
         "forced": [p for p in state.forced if p < n],
+        "arch": ckpt.config.arch,  # the page hides the kinds this model lacks, saying why
+        "layers": {k: layer_count(ckpt, k) for k in KINDS},
+        "kind_note": note(ckpt, "step"),
     }
     if not state.started:
         return {**base, "epoch": "", "full": True, "from": 0, "started": False}, -1
     full = state.page_rows < 0
     start = 0 if full else min(state.page_rows, n)
     tok = ckpt.tgt_tokenizer
+    prompt = state.src_pieces if is_decoder_only(ckpt) else []
     out: dict[str, Any] = {
         **base,
         "started": True,
@@ -218,9 +226,10 @@ def payload(
         "tokens": [display_token(tok.token(t)) for t in state.tokens],
         "prob": [round(float(s.prob), 6) for s in steps[start:n]],
         "topk": [_topk(s, tok, state.top_k) for s in steps[start:n]],
-        "tgt_words": _words(
-            [tok.token(ckpt.config.bos_id), *(tok.token(t) for t in state.tokens)], tok.kind
-        ),
+        "tgt_words": _words(  # a decoder-only model's sequence: the prompt, then its output
+            [*(state.src_pieces[:-1] if prompt else []), prompt[-1] if prompt else
+             tok.token(ckpt.config.bos_id), *(tok.token(t) for t in state.tokens)], tok.kind,
+        ),  # fmt: skip
         "rows": {},
     }
     if full:
@@ -234,12 +243,17 @@ def payload(
             bos=display_token(tok.token(ckpt.config.bos_id)),
             expected=expected_output(ckpt, state.text),
             max_steps=state.max_steps,
-            titles=KIND_TITLES,
+            titles={**KIND_TITLES, "decoder_self": "Causal self-attention: prompt + output"}
+            if prompt
+            else KIND_TITLES,
             src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind)
             if ckpt.src_tokenizer is not None  # a speech model's keys are times, not words
             else None,
         )
-        if encoder_inline(ckpt, len(state.src_ids)):
+        if prompt:  # no encoder: the prompt's own rows come first in the self-attention
+            out["encoder"] = []
+            out.update(prompt_part([display_token(p) for p in prompt], encoder))
+        elif encoder_inline(ckpt, len(state.src_ids)):
             out["encoder"] = [
                 {
                     "w": b64_f32(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
@@ -335,8 +349,8 @@ def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], l
     """(key tokens, query tokens) of each kind at the shown step."""
     src = _src_labels(state, ckpt)
     tok = ckpt.tgt_tokenizer
-    bos = ckpt.config.bos_id
-    tgt = [tok.token(bos), *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
+    start = src if is_decoder_only(ckpt) else [tok.token(ckpt.config.bos_id)]  # the prompt
+    tgt = [*start, *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
     return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}
 
 
@@ -385,12 +399,16 @@ def figures_of(
     axes = _axes(state, ckpt)
     figs: dict[str, go.Figure] = {}
     for kind in KINDS:
+        if not layer_count(ckpt, kind):  # a kind this model does not have
+            figs[kind] = figures.placeholder(note(ckpt, "step") or f"no {KIND_TITLES[kind]}")
+            continue
         if kind != "encoder_self" and state.step == 0:
             figs[kind] = figures.placeholder(f"{KIND_TITLES[kind]}: press Step to add rows")
             continue
         layer, head = view_of(state, ckpt, kind)
         figs[kind] = kind_figure(trace, kind, layer, head, *axes[kind], state.step)
-    kind = state.model_kind if state.step or state.model_kind == "encoder_self" else None
+    kind = state.model_kind if layer_count(ckpt, state.model_kind) else "decoder_self"
+    kind = kind if state.step or kind == "encoder_self" else None
     if kind is None:
         figs["model"] = figures.placeholder("model view: press Step (or pick encoder_self)")
     else:
@@ -407,7 +425,7 @@ def figures_of(
         return figs
     last = steps[state.step - 1]
     tok = ckpt.tgt_tokenizer
-    query = axes["cross"][1][-1]
+    query = axes["decoder_self"][1][-1]
     figs["topk"] = plots.topk_bar(
         as_numpy(last.probs),
         tok.tokens,
@@ -417,6 +435,9 @@ def figures_of(
         f"“{html.escape(tok.token(last.token))}” (p = {last.prob:.3f})",
     )
     for name, kind in (("rows_cross", "cross"), ("rows_decoder", "decoder_self")):
+        if not layer_count(ckpt, kind):
+            figs[name] = figures.placeholder(note(ckpt, "step") or f"no {KIND_TITLES[kind]}")
+            continue
         w = np.stack([trace.numpy(kind, i)[0, :, -1:] for i in trace.layers(kind)])
         fig = plots.heads_grid(w, axes[kind][0], [query])  # [L, H, 1, Tk]
         fig.update_layout(title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}")
