@@ -18,6 +18,7 @@ from ..checkpoint import Checkpoint
 from ..core.config import ModelConfig
 from ..core.errors import InputError
 from ..core.record import Trace
+from ..decode.scoring import Scored
 from ..render.arrays import b64_f32, mask_bits
 
 DECODER_ONLY = "decoder-only"
@@ -56,7 +57,7 @@ NOT_YET = {
     ),
     "health": (
         "The health check tests leaks on padded source batches; it does not run decoder-only "
-        "models yet (their Training playback shows the induction heads forming)."
+        "models yet."
     ),
     "export": (
         "The JSON, NPZ and HTML files are written for encoder-decoder traces; exporting a "
@@ -101,10 +102,12 @@ def note(ckpt: Checkpoint | None, place: str) -> str:
     return NOTES.get(place) or NOT_YET[place]
 
 
-def refuse(ckpt: Checkpoint, lab: str) -> None:
-    """Raise :class:`InputError` with the one sentence of a lab that does not run this model."""
-    if is_decoder_only(ckpt) and lab in NOT_YET:
-        raise InputError(NOT_YET[lab])
+def refuse(ckpt: Checkpoint, place: str) -> None:
+    """Raise :class:`InputError` with the one sentence of a place (a lab, what-if, AER) that
+    does not apply to this model; nothing where it applies."""
+    why = note(ckpt, place)
+    if why:
+        raise InputError(why)
 
 
 def prompt_part(pieces: list[str], encoder: Trace) -> dict[str, Any]:
@@ -134,16 +137,21 @@ def prompt_part(pieces: list[str], encoder: Trace) -> dict[str, Any]:
     return {"pre": pre, "pre_labels": pieces[:pre], "bos": pieces[pre], "prompt_rows": rows}
 
 
-def scored_rows(trace: Trace, prompt_len: int, n: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
-    """A decoder-only scored pass's rows that predict the ``n`` scored tokens.
+def scored_rows(
+    ckpt: Checkpoint, scored: Scored, text: str, n: int, layer: int
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A decoder-only scored pass's rows that predict its first ``n`` tokens.
 
     Args:
-        trace: :meth:`Checkpoint.score`'s trace (``"decoder_self"`` over prompt + reference).
-        prompt_len: ``P``; row ``P - 1 + i`` predicts token ``i``.
+        scored: :meth:`Checkpoint.score` of ``text`` (its ``"decoder_self"`` spans prompt +
+            reference; row ``P - 1 + i`` predicts token ``i``).
     Returns:
-        ``(weights [H, n, T], mask [n, T])`` over every key of the sequence.
+        ``(weights [H, n, T], mask [n, T], keys [T])``: every key of the sequence, labelled
+        by the prompt's pieces and then the reference's tokens.
     """
-    w = trace.numpy("decoder_self", layer)[0]  # [H, T, T]
-    rows = slice(prompt_len - 1, prompt_len - 1 + n)
-    m = np.broadcast_to(trace.numpy("decoder_self", layer, "mask")[0, 0], w.shape[1:])
-    return w[:, rows], m[rows].astype(bool)
+    prompt = ckpt.encode_source(text).pieces
+    w = scored.trace.numpy("decoder_self", layer)[0]  # [H, T, T]
+    rows = slice(len(prompt) - 1, len(prompt) - 1 + n)
+    m = np.broadcast_to(scored.trace.numpy("decoder_self", layer, "mask")[0, 0], w.shape[1:])
+    keys = [*prompt, *scored.tokens][: w.shape[-1]]
+    return w[:, rows], m[rows].astype(bool), keys
