@@ -29,7 +29,7 @@ from . import panels, reference, session, speech, store, ui_align, ui_compare, u
 from .decoders import DECODERS
 from .kinds import input_label, note
 from .pagetext import STALE
-from .state import SessionState, checkpoint_of, describe, head_choices
+from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
 from .views import follow as follow_plan
 from .views import input_placeholder, stale_panels
@@ -87,6 +87,7 @@ class Page:
         dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
         steps = panels.playback_steps(state)
         audio = ckpt.is_audio
+        attended = "causal self-attention" if note(ckpt, "step") else "cross-attention"
         hidden = {  # the parts this model's kind has no use for, and the sentence shown
             place: gr.Markdown(value=note(ckpt, place), visible=bool(note(ckpt, place)))
             for place in self.kind_notes
@@ -113,6 +114,12 @@ class Page:
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
             self.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+            self.mask_kind: gr.Radio(  # the kinds this model has
+                choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
+            ),
+            self.beam_attn: gr.Plot(label=f"the hypothesis's {attended}"),
+            self.ref_plot: gr.Plot(label=f"reference {attended}"),
+            self.reference: reference.default_reference(state),  # this model's answer
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
             self.attr_layer: gr.Dropdown(choices=dec, value=dec[-1]),
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
@@ -136,6 +143,7 @@ class Page:
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
             self.wi_heads, self.input_text, self.speech_row, self.wi_box, self.blocked,
+            self.mask_kind, self.beam_attn, self.ref_plot, self.reference,
             *self.kind_notes.values(), *self.kind_bodies.values(),
         ]  # fmt: skip
 
