@@ -36,7 +36,9 @@
     return { epoch, started: false, have: 0, n: 0, step: 0, tokens: [], prob: [], topk: [], forced: [],
       rows: { decoder_self: [], cross: [] }, enc: [], src: [], pieces: [], unk: [], H: 0,
       encBlocks: {}, encMask: {}, thumbs: {}, srcWords: null, tgtWords: null,
-      layers: {}, expected: null, bos: "<bos>", titles: {}, info: {}, done: false };
+      layers: {}, expected: null, bos: "<bos>", titles: {}, info: {}, done: false,
+      // a decoder-only model: its prompt but the last token (pre rows, labels) comes first
+      arch: "", kindNote: "", pre: 0, preLabels: [], preRows: [] };
   }
   function f32(b64) {
     const bin = atob(b64), u8 = new Uint8Array(bin.length);
@@ -63,6 +65,7 @@
     if (!p.started) {
       S = fresh(p.epoch || "");
       S.info = p.info || {};
+      setKinds(p);
       render();
       if (p.follow) document.querySelector("#follow-btn")?.click();
       return;
@@ -73,6 +76,14 @@
       S.started = true;
       S.H = p.heads; S.layers = p.layers; S.src = p.src; S.pieces = p.pieces; S.unk = p.unk;
       S.bos = p.bos; S.expected = p.expected; S.titles = p.titles;
+      setKinds(p);
+      S.pre = p.pre || 0; S.preLabels = p.pre_labels || [];
+      S.preRows = (p.prompt_rows || []).map((lay) => { // row r holds its r + 1 keys
+        const w = f32(lay.w), out = [];
+        let off = 0;
+        for (let r = 0; r < S.pre; r++) { out.push({ w: w.subarray(off * S.H, (off + r + 1) * S.H), m: bits(lay.m, off, r + 1) }); off += r + 1; }
+        return out;
+      });
       const ts = p.src.length;
       S.enc = p.encoder.map((e) => ({ w: f32(e.w), m: bits(e.m, 0, ts * ts) }));
       S.srcWords = p.src_words || null;
@@ -95,7 +106,7 @@
         const w = f32(lay.w);
         let off = 0, moff = 0;
         for (let pos = p.from; pos < p.n; pos++) {
-          const tk = k === "decoder_self" ? pos + 1 : ts;
+          const tk = k === "decoder_self" ? S.pre + pos + 1 : ts;
           S.rows[k][l][pos] = { w: w.subarray(off, off + H * tk), m: bits(lay.m, moff, tk) };
           off += H * tk; moff += tk;
         }
@@ -115,6 +126,15 @@
       if (b) requestAnimationFrame(() => setTimeout(() => b.click(), 0));
     }
   };
+  // the kinds this model has (a decoder-only model: no encoder, no cross-attention)
+  function setKinds(p) {
+    S.arch = p.arch || ""; S.kindNote = p.kind_note || "";
+    if (p.layers) S.layers = p.layers;
+    if (S.layers && S.layers[ui.modelKind] === 0) ui.modelKind = KINDS.find((k) => S.layers[k]) || ui.modelKind;
+  }
+  function hasKind(kind) { return !S.layers || S.layers[kind] === undefined || S.layers[kind] > 0; }
+  // the row of the newest query: a decoder-only model's prompt rows come first
+  function qOf(kind) { return S.step - 1 + (kind === "decoder_self" ? S.pre : 0); }
   AV.resync = function () {
     const b = document.querySelector("#resync-btn");
     if (b) b.click();
@@ -216,7 +236,7 @@
 
   // -- matrices as shown at the current step -------------------------------------------------
   function labels(kind) {
-    const tgt = [S.bos, ...S.tokens.slice(0, Math.max(S.step - 1, 0))];
+    const tgt = [...S.preLabels, S.bos, ...S.tokens.slice(0, Math.max(S.step - 1, 0))];
     return kind === "encoder_self" ? [S.src, S.src] : kind === "decoder_self" ? [tgt, tgt] : [S.src, tgt];
   }
   // value of head h (or the mean) at (q, k) and whether the recorded mask blocks it
@@ -237,7 +257,8 @@
       const at = (h) => w[h * ts * ts + base + k];
       return [head < 0 ? mean(at, H) : at(head), m];
     }
-    const row = S.rows[kind][layer][q];
+    const pre = kind === "decoder_self" ? S.pre : 0;
+    const row = q < pre ? S.preRows[layer][q] : S.rows[kind][layer][q - pre];
     tk = kind === "decoder_self" ? q + 1 : ts;
     if (k >= tk) return [0, 1]; // the future: blocked by the causal mask
     const at = (h) => row.w[h * tk + k];
@@ -623,7 +644,7 @@
     root.dataset.mounted = "1";
     if (!document.getElementById("av-force-style")) document.head.appendChild(el("style", { id: "av-force-style", text: FORCE_CSS }));
     const top = el("div", { class: "av-tokens" },
-      el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Source" }), el("div", { id: "source-tokens", class: "tokens" })),
+      el("div", { class: "av-line" }, el("span", { class: "av-label", id: "source-label", text: "Source" }), el("div", { id: "source-tokens", class: "tokens" })),
       el("div", { class: "av-line" }, el("span", { class: "av-label", text: "Output" }), el("div", { id: "output-tokens", class: "tokens" })),
       el("div", { class: "av-line av-expected-line" }, el("span", { class: "av-label", text: "Expected" }), el("div", { id: "expected-tokens", class: "tokens" })));
     const fixed = el("input", { type: "checkbox", id: "fixed-scale" });
@@ -654,6 +675,8 @@
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layer), h.querySelector(".av-png"));
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel), h.querySelector(".av-png"));
       root.appendChild(p);
+      // a model without an encoder: one sentence where its panels would be
+      if (k === "decoder_self") root.appendChild(el("div", { class: "av-kind-note", id: "kind-note" }));
     }
     const kindSel = el("select", { class: "av-modelkind", "aria-label": "attention kind" });
     for (const k of KINDS) kindSel.appendChild(el("option", { value: k, text: k }));
@@ -715,6 +738,8 @@
     const p = document.getElementById(`heatmap-${kind}`);
     if (!p) return;
     drew(p);
+    p.style.display = hasKind(kind) ? "" : "none"; // a kind this model lacks: the note says why
+    if (!hasKind(kind)) return;
     const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
     const name = S.titles[kind] || kind;
     if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
@@ -733,7 +758,7 @@
     const stepTxt = kind === "encoder_self" ? "" : ` · step ${S.step}`;
     const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}${lensSuffix()}${ui.words ? " · words" : ""}`;
     title.textContent = t;
-    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
+    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : qOf(kind);
     canvas._redraw = () => { measure(); drawKind(kind); };
     if (kind === "encoder_self") { // a long input: this layer/head (and its mask) comes when asked for
       const hs = head === "all heads" ? [...Array(S.H).keys()] : [head === "mean" ? -1 : +head.slice(1)];
@@ -760,6 +785,8 @@
   function drawModel() {
     const d = document.getElementById("model-view");
     if (!d || !d.open) return;
+    const sel = document.querySelector(".av-modelkind");
+    if (sel) { for (const o of sel.options) o.hidden = o.disabled = !hasKind(o.value); sel.value = ui.modelKind; }
     const p = document.getElementById("heatmap-model"), kind = ui.modelKind;
     drew(p);
     const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas");
@@ -767,7 +794,7 @@
       empty.textContent = "model view: press Step (or pick encoder_self)"; empty.style.display = "block"; canvas.style.display = "none"; return;
     }
     canvas._redraw = () => { measure(); drawModel(); };
-    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : S.step - 1;
+    const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : qOf(kind);
     let panels = [], blocks = [1, 1];
     let cols = S.H, what = "weight";
     if (kind === "encoder_self" && !S.enc.length) { // a long input: the server's thumbnails (of the lens shown)
@@ -796,19 +823,21 @@
     drawPanels(canvas, panels, { title: `Model view: ${S.titles[kind] || kind}, layers × heads${lensSuffix()}${ui.words ? " · words" : ""}${small}`, cols, tiny: true, vmax: vmaxOf(panels.map((x) => x.mat)) });
   }
   // the word row holding the newest query piece (words mode's outline)
-  function wordRow(kind) { const w = wordsOf(kind)[1]; return w.index[Math.max(S.step - 1, 0)] ?? S.step - 1; }
+  function wordRow(kind) { const w = wordsOf(kind)[1], q = Math.max(qOf(kind), 0); return w.index[q] ?? q; }
 
   function drawRows() {
     for (const [id, kind] of [["heatmap-rows-cross", "cross"], ["heatmap-rows-decoder", "decoder_self"]]) {
       const p = document.getElementById(id);
       if (!p) continue;
       drew(p);
+      p.style.display = hasKind(kind) ? "" : "none";
+      if (!hasKind(kind)) continue;
       const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
       if (!S.started || S.step === 0) {
         title.textContent = `Rows this step added: ${S.titles[kind] || kind}`;
         empty.textContent = "press Step: each step's new query rows appear here"; empty.style.display = "block"; canvas.style.display = "none"; continue;
       }
-      const q = S.step - 1, [xl, yl] = labels(kind), tk = xl.length;
+      const q = qOf(kind), [xl, yl] = labels(kind), tk = xl.length;
       const L = S.layers[kind], H = S.H, z = new Float32Array(L * H * tk), m = new Uint8Array(L * H * tk), names = [];
       const get = LENS ? lensCell : cell;
       for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
@@ -832,9 +861,9 @@
     const box = p.querySelector(".av-bars"), title = p.querySelector(".av-title");
     box.textContent = "";
     if (!S.started || S.step === 0) { title.textContent = "Next-token probabilities"; box.appendChild(el("div", { class: "av-empty", text: "press Step: each step's numbers appear here" })); return; }
-    const q = S.step - 1, top = S.topk[q] || [], [, yl] = labels("cross");
+    const q = S.step - 1, top = S.topk[q] || [], [, yl] = labels("decoder_self");
     const chosen = top.find((x) => x[2]) || ["?", 0], isForced = S.forced.includes(q);
-    title.textContent = `step ${S.step}: after “${yl[q]}”, ${isForced ? "forced" : "chose"} “${chosen[0]}” (p = ${chosen[1].toFixed(3)})`;
+    title.textContent = `step ${S.step}: after “${yl[qOf("decoder_self")]}”, ${isForced ? "forced" : "chose"} “${chosen[0]}” (p = ${chosen[1].toFixed(3)})`;
     for (const [tok, pr, isChosen, id] of top) {
       const row = el("div", { class: "av-barrow av-cand" + (isChosen ? " chosen" : "") + (isChosen && isForced ? " forced" : ""),
         "data-token-id": String(id), role: "button", tabindex: "0",
@@ -892,6 +921,8 @@
     const src = document.getElementById("source-tokens"), out = document.getElementById("output-tokens"), exp = document.getElementById("expected-tokens");
     if (!src) return;
     const unk = new Set(S.unk);
+    const label = document.getElementById("source-label");
+    if (label) label.textContent = S.arch === "decoder-only" ? "Prompt" : "Source";
     const key = (S.started ? S.epoch : "") + (ui.words ? "|words" : "");
     if (src._key !== key || !S.started) { // a long input's chips are built once per input and unit
       const ws = ui.words ? wordGroups(S.srcWords, 0, S.pieces.length) : null;
@@ -904,7 +935,7 @@
     if (want) for (let i = 0; i < shown.length; i++) if (shown[i] !== want[i]) { bad = i; break; }
     const forced = new Set(S.forced);
     // words: the output's pieces (after the start token) grouped as the tgt words say
-    const groups = (ui.words && wordGroups(S.tgtWords, 1, shown.length)) || shown.map((t, i) => ({ label: t, pieces: [i] }));
+    const groups = (ui.words && wordGroups(S.tgtWords, 1 + S.pre, shown.length)) || shown.map((t, i) => ({ label: t, pieces: [i] }));
     const last = shown.length - 1;
     chips(out, groups.map((g) => g.label), groups.map((g) => [g.pieces.includes(last) ? "newest" : "", g.pieces.includes(bad) ? "mismatch" : "",
       g.pieces.some((i) => forced.has(i)) ? "forced" : ""].join(" ").trim()));
@@ -935,6 +966,8 @@
     drawTopk();
     drawRows();
     for (const k of KINDS) drawKind(k);
+    const note = document.getElementById("kind-note");
+    if (note) { note.textContent = S.kindNote; note.style.display = S.kindNote ? "" : "none"; }
     drawModel();
     root.dataset.epoch = S.epoch; root.dataset.step = String(S.step);
     AV.drawn = { epoch: S.epoch, step: S.step, t: performance.now() };

@@ -36,6 +36,7 @@ from ..data.batch import make_batch
 from ..data.tasks import TASKS, get_task
 from ..data.tokenizer import Encoding
 from . import figures, store
+from .kinds import refuse
 from .labs import started_checkpoint
 from .state import SessionState, checkpoint_of, warning
 
@@ -155,6 +156,7 @@ def report(
 ) -> tuple[analysis.AlignmentReport, Corpus]:
     """The grid's :class:`~attnviz.analysis.AlignmentReport` (cached)."""
     ckpt = checkpoint_of(state)
+    refuse(ckpt, "align")
     c = corpus(ckpt, sources_file, gold_file)
     digest = hashlib.sha256(
         repr(
@@ -191,7 +193,7 @@ def current(
     it); otherwise the model's greedy output is aligned. ``gold_line`` (Pharaoh) overrides
     the task's links.
     """
-    ckpt = started_checkpoint(state)
+    ckpt = started_checkpoint(state, "align")
     cfg = ckpt.config
     if not 0 <= layer < cfg.n_decoder_layers or not 0 <= head < cfg.n_heads:
         raise InputError(f"no cross-attention head L{layer} H{head} in this model")
@@ -422,7 +424,7 @@ def download(
 def faithfulness_view(state: SessionState, k_max: int = 5) -> AlignView:
     """Comprehensiveness and sufficiency curves per method at the shown step's newest token."""
     try:
-        ckpt = started_checkpoint(state)
+        ckpt = started_checkpoint(state, "faith")
         if state.step == 0:
             raise InputError("take at least one Step: faithfulness explains the newest token")
         rep = analysis.faithfulness(ckpt, [state.text], step=state.step - 1, k_max=k_max)

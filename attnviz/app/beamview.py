@@ -33,7 +33,9 @@ from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ..render import plots
+from ..render.plots import KIND_TITLES
 from . import store
+from .kinds import is_decoder_only, scored_rows
 from .state import SessionState, checkpoint_of, head_label, warning
 from .views import display_token, panel_stamps, view_of
 
@@ -336,16 +338,21 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     tokens = panel.tree.tokens(node)
     scored = ckpt.score(panel.text, tokens)  # EOS appended when the hypothesis has none
     n = len(tokens)
-    w = scored.trace.numpy("cross", layer)[0, :, :n]  # [H, n, Ts]
-    mask = scored.trace.numpy("cross", layer, "mask")[0, 0].astype(bool)  # [Tq or 1, Ts]
-    mask = mask[:n] if mask.shape[0] > 1 else mask
+    kind = "decoder_self" if is_decoder_only(ckpt) else "cross"
+    if kind == "cross":
+        w = scored.trace.numpy("cross", layer)[0, :, :n]  # [H, n, Ts]
+        mask = scored.trace.numpy("cross", layer, "mask")[0, 0].astype(bool)  # [Tq or 1, Ts]
+        mask = mask[:n] if mask.shape[0] > 1 else mask
+        keys = [display_token(p) for p in ckpt.encode_source(panel.text).pieces]
+    else:  # one sequence: the prompt, then the hypothesis
+        w, mask, keys = scored_rows(ckpt, scored, panel.text, n, layer)  # [H, n, P + n - 1]
+        keys = [display_token(k) for k in keys]
     z = w.mean(0) if head == "mean" else w[int(head[1:])]
-    keys = [display_token(p) for p in ckpt.encode_source(panel.text).pieces]
     path = panel.tree.path(node)
     # row i is labelled by the token fed to it (the start token, then the hypothesis so far),
     # as the step view labels its rows
     queries = [panel.labels[0], *(panel.labels[p.id] for p in path[:-1])]
-    title = f"Node {node}'s hypothesis: cross-attention · layer {layer} · {head_label(head)}"
+    title = f"Node {node}'s hypothesis: {KIND_TITLES[kind].lower()} · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
     fig.update_layout(height=min(max(280, 140 + 26 * n), 900))
     return fig
@@ -409,11 +416,10 @@ def beam_node(state: SessionState, panel: BeamPanel | None, node: int | str) -> 
     try:
         ckpt = current(state, panel)
         i = node_of(panel, node)
-        layer, head = view_of(state, ckpt, "cross")
+        layer, head = view_of(state, ckpt, "decoder_self" if is_decoder_only(ckpt) else "cross")
         fig = node_figure(ckpt, panel, i, layer, "mean" if head == "all heads" else head)
     except AttnvizError as exc:
         return BeamView(panel, "", warning(exc))
     chosen = dataclasses.replace(panel, selected=i)
     line = node_line(chosen, i, ckpt.tgt_tokenizer)
     return BeamView(chosen, panel_html(chosen), line, fig)
-

@@ -28,6 +28,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
+from .kinds import refuse
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 
@@ -103,7 +104,10 @@ def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpo
     if not model_b:
         raise InputError("pick model B to compare with")
     path_b = store.resolve_model(model_b)
-    return checkpoint_of(state), store.get_checkpoint(path_b, state.device), path_b
+    a, b = checkpoint_of(state), store.get_checkpoint(path_b, state.device)
+    refuse(a, "compare")
+    refuse(b, "compare")
+    return a, b, path_b
 
 
 def comparison_of(state: SessionState, model_b: str) -> tuple[Comparison, Scored, Scored]:

@@ -115,7 +115,7 @@ def contrast(
         One figure (attribution above, the two attention rows below) and its caption.
     """
     try:
-        ckpt = started_checkpoint(state)
+        ckpt = started_checkpoint(state, "attribution")
         if state.step == 0:
             raise InputError("take at least one Step: this explains the token of the step shown")
         chosen = state.tokens[state.step - 1]

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import figures
+from .kinds import refuse
 from .speech import NOT_FOR_AUDIO
 from .state import SessionState, checkpoint_of, warning
 
@@ -33,11 +34,14 @@ def error_view(exc: Exception, n_figures: int = 1) -> LabView:
     return LabView(figs, warning(exc))
 
 
-def started_checkpoint(state: SessionState) -> Checkpoint:
-    """The checkpoint of a state with an input started (else a message to start one)."""
+def started_checkpoint(state: SessionState, lab: str = "") -> Checkpoint:
+    """The checkpoint of a state with an input started (else a message to start one);
+    ``lab``: refused in one sentence where it does not apply to the model's kind."""
     if not state.started:
         raise InputError("type an input and press Step (or Run) first")
     ckpt = checkpoint_of(state)
     if ckpt.is_audio:
         raise InputError(NOT_FOR_AUDIO)
+    if lab:
+        refuse(ckpt, lab)
     return ckpt

@@ -20,6 +20,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures, store
 from .contrast_lab import ContrastView, alternatives, contrast  # noqa: F401
+from .kinds import is_decoder_only
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
@@ -114,7 +115,10 @@ def mask_lab(
     except AttnvizError as exc:
         return error_view(exc, 2)
     exp = lab.experiment
-    if kind == "auto":
+    prompt = len(lab.src_pieces[lab.row]) if is_decoder_only(ckpt) else 0
+    if prompt:  # one sequence, one kind: the causal self-attention over prompt + reference
+        kind = "decoder_self"
+    elif kind == "auto":
         kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
     layers = exp.before.trace.layers(kind)
     # a layer chosen for another kind may not exist here: clip rather than refuse
@@ -139,19 +143,21 @@ def mask_lab(
     )
     row = lab.row
     tgt_len = len(lab.tgt_pieces[row])
-    pos = int(np.clip(state.step - 1 if state.step else 0, 0, tgt_len - 1))
+    # the row that predicts the step shown (a decoder-only model's rows begin with its prompt)
+    pos = int(np.clip(max(prompt - 1, 0) + max(state.step - 1, 0), 0, tgt_len - 1))
     p0, p1 = exp.before.probs[row, pos], exp.after.probs[row, pos]  # [V] each
+    step = pos - max(prompt - 1, 0) + 1  # the decoding step that row predicts
     ids = figures.top_ids(p0, p1, k=8)
     tok = ckpt.tgt_tokenizer
     after = lab.tgt_pieces[row][pos]
     probs = figures.paired_bars(
         {"masks as trained": p0[ids], "after the change": p1[ids]},
         [tok.token(i) for i in ids],
-        title=f"next-token distribution at step {pos + 1} (after “{html.escape(after)}”, "
+        title=f"next-token distribution at step {step} (after “{html.escape(after)}”, "
         "teacher-forced)",
         horizontal=True,
     )
-    message = _mask_message(lab, causal_off, padding_off, positions, pos)
+    message = _mask_message(lab, causal_off, padding_off, positions, pos, step)
     if dropped:
         message = (
             f"Blocked tokens of an earlier input ({', '.join(map(str, dropped))}) are not "
@@ -194,7 +200,7 @@ def current_blocked(
     return sorted(positions), dropped
 
 
-def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:
+def _mask_message(lab, causal_off, padding_off, positions, pos, step: int) -> str:
     exp = lab.experiment
     lines = []
     if causal_off:
@@ -219,7 +225,7 @@ def _mask_message(lab, causal_off, padding_off, positions, pos) -> str:
         f"{exp.metric[0].upper()}{exp.metric[1:]}: {exp.before.token_acc:.3f} → "
         f"{exp.after.token_acc:.3f}; largest next-token probability change "
         f"{exp.max_prob_change:.3f} over all steps, {float(np.abs(p1 - p0).max()):.3f} at "
-        f"step {pos + 1}. The heatmaps show {'the padded companion' if lab.row else 'your input'}."
+        f"step {step}. The heatmaps show {'the padded companion' if lab.row else 'your input'}."
     )
     return "  \n".join(lines)
 
@@ -237,7 +243,7 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
         One figure: each baseline output token's probability with and without the heads.
     """
     try:
-        ckpt = started_checkpoint(state)
+        ckpt = started_checkpoint(state, "ablation")
         heads = parse_sites(sites)
         if not heads:
             raise InputError("tick at least one head to switch off")
@@ -267,7 +273,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
         ``rows``: ``[site, changed outputs, max |Δp|, mean |Δp|]`` per head.
     """
     try:
-        ckpt = started_checkpoint(state)
+        ckpt = started_checkpoint(state, "ablation")
         texts = [state.text, *store.examples_of(ckpt, n_inputs - 1)]
         texts = list(dict.fromkeys(texts))
         effects = analysis.head_effects(ckpt, texts)
@@ -309,7 +315,7 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         attribution over the previous target tokens; the message gives the agreement scores.
     """
     try:
-        ckpt = started_checkpoint(state)
+        ckpt = started_checkpoint(state, "attribution")
         if state.step == 0:
             raise InputError("take at least one Step: attribution explains the newest token")
         layer = layer_index(layer or 0, list(range(ckpt.config.n_decoder_layers)))

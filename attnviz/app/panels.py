@@ -23,6 +23,7 @@ from ..train.evaluate import dev_pairs
 from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
+from .kinds import refuse
 from .labs import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
@@ -52,6 +53,7 @@ def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
     """
     try:
         ckpt = checkpoint_of(state)
+        refuse(ckpt, "health")
         texts = None if ckpt.task else health_inputs(state, extra)
         key = (state.model, store.version_of(state.model), state.device, n, texts)
         rep = _HEALTH.get(key)
@@ -179,7 +181,7 @@ def playback_kind(snaps: Snapshots) -> str:
 def inspection(state: SessionState) -> Inspection:
     """The current view as an :class:`~attnviz.analysis.Inspection` (the steps shown so far;
     the whole greedy decode when nothing is decoded yet)."""
-    ckpt = started_checkpoint(state)
+    ckpt = started_checkpoint(state, "export")
     if state.step == 0:
         return analysis.inspect_text(ckpt, state.text)
     enc = ckpt.src_tokenizer.encode(state.text)

@@ -23,6 +23,7 @@ from ..data.tasks import TASKS, get_task
 from ..decode.scoring import Scored
 from ..render import plots
 from ..train.evaluate import dev_reference
+from .kinds import is_decoder_only, scored_rows
 from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, view_of
 
@@ -131,7 +132,10 @@ def _summary(scored: Scored, ckpt: Checkpoint) -> str:
 
 def figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
     """The reference's cross-attention at the step view's layer and head (``"all heads"``:
-    their mean), rows = the reference's positions (row ``i`` predicts token ``i``)."""
+    their mean), rows = the reference's positions (row ``i`` predicts token ``i``); a
+    decoder-only model's: its causal self-attention over prompt + reference."""
+    if is_decoder_only(ckpt):
+        return _self_figure(scored, state, ckpt)
     layer, head = view_of(state, ckpt, "cross")
     head = "mean" if head == "all heads" else head
     w = scored.trace.numpy("cross", layer)[0]  # [H, Tt, Ts]
@@ -141,6 +145,21 @@ def figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
     queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
     title = f"Reference: cross-attention · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, keys, queries, mask=np.broadcast_to(mask, z.shape), title=title)
+    i = scored.first_divergence
+    if i is not None:  # outline the row of the first divergence
+        fig.add_shape(type="rect", x0=-0.5, x1=len(keys) - 0.5, y0=i - 0.5, y1=i + 0.5,
+                      line=dict(color=plots.HIGHLIGHT, width=3))  # fmt: skip
+    return fig
+
+
+def _self_figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
+    layer, head = view_of(state, ckpt, "decoder_self")
+    head = "mean" if head == "all heads" else head
+    w, mask, keys = scored_rows(ckpt, scored, state.text, len(scored.ids), layer)
+    z = w.mean(0) if head == "mean" else w[int(head[1:])]  # [Tt, P + Tt - 1]
+    queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
+    title = f"Reference: causal self-attention over prompt + reference · layer {layer} · {head_label(head)}"
+    fig = plots.heatmap(z, [display_token(k) for k in keys], queries, mask=mask, title=title)
     i = scored.first_divergence
     if i is not None:  # outline the row of the first divergence
         fig.add_shape(type="rect", x0=-0.5, x1=len(keys) - 0.5, y0=i - 0.5, y1=i + 0.5,

@@ -25,7 +25,7 @@ from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
-from . import beamview, encview, lensview, speech, store, views
+from . import beamview, encview, lensview, speech, stepfigures, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
@@ -367,14 +367,14 @@ def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
 
 
 def figures(state: SessionState) -> dict[str, go.Figure]:
-    """Every view of ``state`` as a plotly figure (see :func:`attnviz.app.views.figures_of`)."""
+    """Every view of ``state`` as a plotly figure (see :func:`attnviz.app.stepfigures.figures_of`)."""
     if not state.started:
-        return {name: placeholder("type an input and press Step") for name in views.FIGURES}
+        return {name: placeholder("type an input and press Step") for name in stepfigures.FIGURES}
     ckpt = checkpoint_of(state)
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         trace = stepper.trace(upto=state.step)
         steps = stepper.steps
-    return views.figures_of(state, ckpt, trace, steps)
+    return stepfigures.figures_of(state, ckpt, trace, steps)
 
 
 def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:

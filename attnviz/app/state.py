@@ -16,6 +16,7 @@ from ..core.errors import InputError
 from ..data.tasks import TASKS
 from ..train.snapshots import SNAPSHOTS
 from . import store
+from .kinds import layers_text
 
 
 def warning(exc: Exception) -> str:
@@ -131,8 +132,14 @@ def checkpoint_of(state: SessionState) -> Checkpoint:
 
 
 def layer_count(ckpt: Checkpoint, kind: str) -> int:
+    """Layers of ``kind`` in this model (0 where it has none: a decoder-only model's
+    ``"encoder_self"`` and ``"cross"``)."""
     cfg = ckpt.config
-    return cfg.n_encoder_layers if kind == "encoder_self" else cfg.n_decoder_layers
+    if kind == "encoder_self":
+        return cfg.n_encoder_layers if cfg.has_encoder else 0
+    if kind == "cross" and not (cfg.has_encoder and cfg.has_decoder):
+        return 0
+    return cfg.n_decoder_layers if cfg.has_decoder else 0
 
 
 def head_choices(ckpt: Checkpoint) -> list[str]:
@@ -155,6 +162,6 @@ def describe(state: SessionState) -> str:
         f"**{html.escape(store.model_name(state.model))}** — "
         + (f"task `{task}`: " if task else "")
         + f"{html.escape(about)}{acc_text}  \n"
-        f"{cfg.n_encoder_layers} encoder + {cfg.n_decoder_layers} decoder layers, "
+        f"{layers_text(cfg)}, "
         f"{cfg.n_heads} heads, d_model {cfg.d_model} · running on **{ckpt.device}**"
     )

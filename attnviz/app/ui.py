@@ -27,8 +27,9 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import panels, reference, session, speech, store, ui_align, ui_compare, ui_labs, ui_step
 from .decoders import DECODERS
+from .kinds import input_label, note
 from .pagetext import STALE
-from .state import SessionState, checkpoint_of, describe, head_choices
+from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
 from .views import follow as follow_plan
 from .views import input_placeholder, stale_panels
@@ -46,6 +47,9 @@ class Page:
         self.state = gr.State(state, time_to_live=ttl_s, delete_callback=forget_session)
         self.stamps = gr.State({})  # panel -> the state it was computed for
         self.active = gr.State("step")  # the selected tab
+        # where a part does not apply to the model's kind: a sentence, and the part hidden
+        self.kind_notes: dict[str, gr.Markdown] = {}
+        self.kind_bodies: dict[str, gr.Column] = {}
         ui_step.top(self)
         with gr.Tabs(elem_id="tabs") as self.tabs:
             ui_step.step_tab(self, state)
@@ -83,8 +87,19 @@ class Page:
         dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
         steps = panels.playback_steps(state)
         audio = ckpt.is_audio
+        attended = "causal self-attention" if note(ckpt, "step") else "cross-attention"
+        hidden = {  # the parts this model's kind has no use for, and the sentence shown
+            place: gr.Markdown(value=note(ckpt, place), visible=bool(note(ckpt, place)))
+            for place in self.kind_notes
+        }
+        bodies = {place: {"whatif": self.wi_box, "mask": self.blocked}.get(place)
+                  or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
         return {
-            self.input_text: gr.Textbox(visible=not audio, placeholder=input_placeholder(ckpt)),
+            **{self.kind_notes[k]: v for k, v in hidden.items()},
+            **{b: type(b)(visible=not note(ckpt, k)) for k, b in bodies.items() if b},
+            self.input_text: gr.Textbox(
+                visible=not audio, label=input_label(ckpt), placeholder=input_placeholder(ckpt)
+            ),
             self.examples: gr.Dropdown(
                 choices=[] if audio else store.examples_of(ckpt),
                 value=None,
@@ -99,6 +114,12 @@ class Page:
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
             self.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+            self.mask_kind: gr.Radio(  # the kinds this model has
+                choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
+            ),
+            self.beam_attn: gr.Plot(label=f"the hypothesis's {attended}"),
+            self.ref_plot: gr.Plot(label=f"reference {attended}"),
+            self.reference: reference.default_reference(state),  # this model's answer
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
             self.attr_layer: gr.Dropdown(choices=dec, value=dec[-1]),
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
@@ -121,7 +142,9 @@ class Page:
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
-            self.wi_heads, self.input_text, self.speech_row,
+            self.wi_heads, self.input_text, self.speech_row, self.wi_box, self.blocked,
+            self.mask_kind, self.beam_attn, self.ref_plot, self.reference,
+            *self.kind_notes.values(), *self.kind_bodies.values(),
         ]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------

@@ -9,42 +9,44 @@ import gradio as gr
 from ..analysis import LENSES
 from . import alignment
 from .pagetext import ALIGN_INTRO, THEME_JS
-from .ui_common import INTERNAL, dark
+from .ui_common import INTERNAL, dark, kind_note
 from .views import panel_stamps as stamp
 
 
 def align_tab(p) -> None:
     """The Alignment tab: heads scored against gold links, and faithfulness at this step."""
     with gr.Tab("Alignment", elem_id="tab-align") as p.align_tab:
-        gr.Markdown(ALIGN_INTRO, elem_classes="explain")
-        with gr.Row():
-            p.align_lens = gr.Radio(list(LENSES), value="weights", label="lens")
-            p.align_setting = gr.Radio(["output", "input"], value="output", label="setting")
-            p.align_layer = gr.Dropdown(["best"], value="best", label="layer")
-            p.align_head = gr.Dropdown(["best"], value="best", label="head")
-        with gr.Row():
-            p.align_gold = gr.Textbox(
-                label="gold links of the current input (Pharaoh line, e.g. 0-2 1-1 2p0)",
-                elem_id="align-gold", scale=2,
-            )  # fmt: skip
-            p.align_sources = gr.File(label="grid: sources, one per line", scale=1)
-            p.align_gold_file = gr.File(
-                label="gold links (Pharaoh): one line per source line, or one line for "
-                "the current input", scale=1,
-            )  # fmt: skip
-        with gr.Row():
-            p.align_btn = gr.Button("Score every head", variant="primary", elem_id="align-btn")
-            p.align_dl = gr.Button("Download the head's links (Pharaoh)", elem_id="align-dl")
-        p.align_msg = gr.Markdown(elem_id="align-message")
-        p.align_grid = gr.HTML(elem_id="align-grid")
-        with gr.Row():
-            p.align_plot = gr.Plot(label="AER per head", elem_id="align-aer")
-            p.align_overlay = gr.Plot(label="links on the current input", elem_id="align-links")
-        p.align_file = gr.File(label="download", elem_id="align-file", height=90)
-        gr.Markdown("### Faithfulness at this step")
-        p.faith_btn = gr.Button("Measure faithfulness of the newest token", elem_id="faith-btn")
-        p.faith_msg = gr.Markdown(elem_id="faith-message")
-        p.faith_plot = gr.Plot(label="comprehensiveness / sufficiency", elem_id="faith-plot")
+        kind_note(p, "align")
+        with gr.Column() as p.kind_bodies["align"]:
+            gr.Markdown(ALIGN_INTRO, elem_classes="explain")
+            with gr.Row():
+                p.align_lens = gr.Radio(list(LENSES), value="weights", label="lens")
+                p.align_setting = gr.Radio(["output", "input"], value="output", label="setting")
+                p.align_layer = gr.Dropdown(["best"], value="best", label="layer")
+                p.align_head = gr.Dropdown(["best"], value="best", label="head")
+            with gr.Row():
+                p.align_gold = gr.Textbox(
+                    label="gold links of the current input (Pharaoh line, e.g. 0-2 1-1 2p0)",
+                    elem_id="align-gold", scale=2,
+                )  # fmt: skip
+                p.align_sources = gr.File(label="grid: sources, one per line", scale=1)
+                p.align_gold_file = gr.File(
+                    label="gold links (Pharaoh): one line per source line, or one line for "
+                    "the current input", scale=1,
+                )  # fmt: skip
+            with gr.Row():
+                p.align_btn = gr.Button("Score every head", variant="primary", elem_id="align-btn")
+                p.align_dl = gr.Button("Download the head's links (Pharaoh)", elem_id="align-dl")
+            p.align_msg = gr.Markdown(elem_id="align-message")
+            p.align_grid = gr.HTML(elem_id="align-grid")
+            with gr.Row():
+                p.align_plot = gr.Plot(label="AER per head", elem_id="align-aer")
+                p.align_overlay = gr.Plot(label="links on the current input", elem_id="align-links")
+            p.align_file = gr.File(label="download", elem_id="align-file", height=90)
+            gr.Markdown("### Faithfulness at this step")
+            p.faith_btn = gr.Button("Measure faithfulness of the newest token", elem_id="faith-btn")
+            p.faith_msg = gr.Markdown(elem_id="faith-message")
+            p.faith_plot = gr.Plot(label="comprehensiveness / sufficiency", elem_id="faith-plot")
 
 
 def align_inputs(p) -> list:

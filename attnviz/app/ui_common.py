@@ -30,6 +30,14 @@ def decoder_menus(state: SessionState) -> tuple[list[str], list[str]]:
     return [f"L{i}" for i in range(cfg.n_decoder_layers)], [f"H{h}" for h in range(cfg.n_heads)]
 
 
+def kind_note(p, place: str) -> None:
+    """Where a part of the page does not apply to the model's kind: one sentence saying why
+    (its body, ``p.kind_bodies[place]``, hidden; both set by ``Page.controls``)."""
+    p.kind_notes[place] = gr.Markdown(
+        visible=False, elem_id=f"kind-note-{place}", elem_classes="explain"
+    )
+
+
 def shown_plot(fig):
     """A plot that takes no room until it has a figure (an empty plot is a blank box)."""
     return gr.Plot(value=fig, visible=fig is not None)

@@ -31,7 +31,16 @@ from .pagetext import (
     WHATIF_ON_LOAD,
 )
 from .state import SessionState
-from .ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, dark, decoder_menus, shown_plot
+from .ui_common import (
+    FAST,
+    HIDDEN,
+    INTERNAL,
+    MODEL_EVENTS,
+    dark,
+    decoder_menus,
+    kind_note,
+    shown_plot,
+)
 from .views import panel_stamps as stamp
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
@@ -51,6 +60,7 @@ def step_tab(p, state: SessionState) -> None:
             padding=False,
         )
         whatif_box(p, state)
+        kind_note(p, "whatif")  # the what-if box hidden: no cross-attention to redirect
         reference_box(p)
 
 

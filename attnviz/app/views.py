@@ -2,7 +2,7 @@
 
 No lock, no decoding, no gradio: :mod:`attnviz.app.session` syncs the decoder once, then
 hands the state, the rows the page lacks (:meth:`~attnviz.GreedyStepper.rows`) and the steps'
-results here. The page draws heatmaps itself from :func:`payload`; :func:`figures_of` builds
+results here. The page draws heatmaps itself from :func:`payload`; :func:`attnviz.app.stepfigures.figures_of` builds
 the same views as plotly figures for Python users and exports; :func:`stale_panels` and
 :func:`follow` say which of the page's other panels an event left behind.
 """
@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import plotly.graph_objects as go
 import torch
 
 from ..analysis.health import count
@@ -27,20 +26,17 @@ from ..core.model import KINDS
 from ..core.record import Trace
 from ..data.tasks import TASKS, get_task
 from ..decode.greedy import StepResult
-from ..render import plots
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
-from . import figures, store
+from . import store
 from .encview import encoder_block, encoder_inline
+from .kinds import is_decoder_only, note, prompt_part
 from .state import (
     SessionState,
     head_choices,
-    head_label,
-    head_weights,
     layer_count,
 )
 
-FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
 
@@ -106,8 +102,11 @@ def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
 
 
 def input_placeholder(ckpt: Checkpoint) -> str:
-    """The input box's placeholder: one of the model's own example inputs."""
+    """The input box's placeholder: one of the model's own example inputs (a decoder-only
+    model's: a prompt to continue)."""
     examples = store.examples_of(ckpt, 1)
+    if is_decoder_only(ckpt):
+        return f"a prompt to continue, e.g. {examples[0]}" if examples else "type a prompt"
     return f"e.g. {examples[0]}" if examples else "type an input for this model"
 
 
@@ -156,7 +155,7 @@ def messages(
     return "<br>".join(out)
 
 
-def _src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
+def src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
     unk = ckpt.config.unk_id
     return [
         "<unk>" if i == unk else display_token(p)
@@ -204,12 +203,16 @@ def payload(
         "view": state.view,
         "model_kind": state.model_kind,
         "forced": [p for p in state.forced if p < n],
+        "arch": ckpt.config.arch,  # the page hides the kinds this model lacks, saying why
+        "layers": {k: layer_count(ckpt, k) for k in KINDS},
+        "kind_note": note(ckpt, "step"),
     }
     if not state.started:
         return {**base, "epoch": "", "full": True, "from": 0, "started": False}, -1
     full = state.page_rows < 0
     start = 0 if full else min(state.page_rows, n)
     tok = ckpt.tgt_tokenizer
+    prompt = state.src_pieces if is_decoder_only(ckpt) else []
     out: dict[str, Any] = {
         **base,
         "started": True,
@@ -218,9 +221,14 @@ def payload(
         "tokens": [display_token(tok.token(t)) for t in state.tokens],
         "prob": [round(float(s.prob), 6) for s in steps[start:n]],
         "topk": [_topk(s, tok, state.top_k) for s in steps[start:n]],
-        "tgt_words": _words(
-            [tok.token(ckpt.config.bos_id), *(tok.token(t) for t in state.tokens)], tok.kind
-        ),
+        "tgt_words": _words(  # a decoder-only model's sequence: the prompt, then its output
+            [
+                *(state.src_pieces[:-1] if prompt else []),
+                prompt[-1] if prompt else tok.token(ckpt.config.bos_id),
+                *(tok.token(t) for t in state.tokens),
+            ],
+            tok.kind,
+        ),  # fmt: skip
         "rows": {},
     }
     if full:
@@ -228,18 +236,23 @@ def payload(
         out.update(
             heads=cfg.n_heads,
             layers={k: layer_count(ckpt, k) for k in KINDS},
-            src=_src_labels(state, ckpt),
+            src=src_labels(state, ckpt),
             pieces=[display_token(p) for p in state.src_pieces],
             unk=[i for i, t in enumerate(state.src_ids) if t == ckpt.config.unk_id],
             bos=display_token(tok.token(ckpt.config.bos_id)),
             expected=expected_output(ckpt, state.text),
             max_steps=state.max_steps,
-            titles=KIND_TITLES,
+            titles={**KIND_TITLES, "decoder_self": "Causal self-attention: prompt + output"}
+            if prompt
+            else KIND_TITLES,
             src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind)
             if ckpt.src_tokenizer is not None  # a speech model's keys are times, not words
             else None,
         )
-        if encoder_inline(ckpt, len(state.src_ids)):
+        if prompt:  # no encoder: the prompt's own rows come first in the self-attention
+            out["encoder"] = []
+            out.update(prompt_part([display_token(p) for p in prompt], encoder))
+        elif encoder_inline(ckpt, len(state.src_ids)):
             out["encoder"] = [
                 {
                     "w": b64_f32(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
@@ -330,16 +343,6 @@ def _with_rows(state: SessionState, rows: int) -> SessionState:
     return dataclasses.replace(state, page_rows=rows)
 
 
-# -- the same views as plotly figures (Python users, exports, tests) ------------------------------
-def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], list[str]]]:
-    """(key tokens, query tokens) of each kind at the shown step."""
-    src = _src_labels(state, ckpt)
-    tok = ckpt.tgt_tokenizer
-    bos = ckpt.config.bos_id
-    tgt = [tok.token(bos), *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
-    return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}
-
-
 def view_of(state: SessionState, ckpt: Checkpoint, kind: str) -> tuple[int, str]:
     """The (layer, head) shown for ``kind``: the state's choice, clipped to this model."""
     layer, head = state.view.get(kind, [layer_count(ckpt, kind) - 1, "mean"])
@@ -347,81 +350,6 @@ def view_of(state: SessionState, ckpt: Checkpoint, kind: str) -> tuple[int, str]
     if head not in head_choices(ckpt):
         head = "mean"
     return layer, head
-
-
-def kind_figure(
-    trace: Trace, kind: str, layer: int, head: str, keys: list[str], queries: list[str], step: int
-) -> go.Figure:
-    """One kind's attention at one layer: a head ``"H<h>"``, the ``"mean"``, or ``"all heads"``.
-
-    Args:
-        trace: batch-1 trace holding ``kind`` (weights ``[1, H, Tq, Tk]``).
-        keys / queries: ``Tk`` / ``Tq`` token labels.
-        step: decoding step shown; its row is outlined for decoder kinds.
-    """
-    w = trace.numpy(kind, layer)[0]  # [H, Tq, Tk]
-    mask = trace.numpy(kind, layer, "mask")[0, 0].astype(bool)  # [Tq, Tk]
-    title = f"{KIND_TITLES[kind]} · layer {layer} · {head_label(head)}"
-    if kind != "encoder_self":
-        title += f" · step {step}"
-    if head == "all heads":
-        fig = plots.heads_grid(w, keys, queries, mask=np.broadcast_to(mask, w.shape))
-        return fig.update_layout(title=title)
-    z = head_weights(w, head)  # [Tq, Tk]
-    fig = plots.heatmap(z, keys, queries, mask=mask, title=title)
-    if kind != "encoder_self":
-        figures.mark_row(fig, w.shape[1] - 1, w.shape[2])
-    return fig
-
-
-def figures_of(
-    state: SessionState, ckpt: Checkpoint, trace: Trace, steps: Sequence[StepResult]
-) -> dict[str, go.Figure]:
-    """Every view of ``state`` as a plotly figure, by name (:data:`FIGURES`).
-
-    Args:
-        trace: the decoder's trace of the first ``state.step`` rows (batch 1).
-    """
-    axes = _axes(state, ckpt)
-    figs: dict[str, go.Figure] = {}
-    for kind in KINDS:
-        if kind != "encoder_self" and state.step == 0:
-            figs[kind] = figures.placeholder(f"{KIND_TITLES[kind]}: press Step to add rows")
-            continue
-        layer, head = view_of(state, ckpt, kind)
-        figs[kind] = kind_figure(trace, kind, layer, head, *axes[kind], state.step)
-    kind = state.model_kind if state.step or state.model_kind == "encoder_self" else None
-    if kind is None:
-        figs["model"] = figures.placeholder("model view: press Step (or pick encoder_self)")
-    else:
-        layers = trace.layers(kind)
-        w = np.stack([trace.numpy(kind, i)[0] for i in layers])  # [L, H, Tq, Tk]
-        m = np.stack([trace.numpy(kind, i, "mask")[0, 0] for i in layers]).astype(bool)
-        figs["model"] = plots.heads_grid(
-            w, *axes[kind], mask=np.broadcast_to(m[:, None], w.shape), token_hover=False
-        )
-        figs["model"].update_layout(title=f"Model view: {KIND_TITLES[kind]}, layers × heads")
-    if state.step == 0:
-        for name in ("topk", "rows_cross", "rows_decoder"):
-            figs[name] = figures.placeholder("press Step: each step's numbers appear here")
-        return figs
-    last = steps[state.step - 1]
-    tok = ckpt.tgt_tokenizer
-    query = axes["cross"][1][-1]
-    figs["topk"] = plots.topk_bar(
-        as_numpy(last.probs),
-        tok.tokens,
-        k=state.top_k,
-        chosen=last.token,
-        title=f"step {last.step + 1}: after “{html.escape(query)}”, chose "
-        f"“{html.escape(tok.token(last.token))}” (p = {last.prob:.3f})",
-    )
-    for name, kind in (("rows_cross", "cross"), ("rows_decoder", "decoder_self")):
-        w = np.stack([trace.numpy(kind, i)[0, :, -1:] for i in trace.layers(kind)])
-        fig = plots.heads_grid(w, axes[kind][0], [query])  # [L, H, 1, Tk]
-        fig.update_layout(title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}")
-        figs[name] = fig
-    return figs
 
 
 def panel_stamps(state: SessionState) -> dict[str, Any]:

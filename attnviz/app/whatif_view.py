@@ -23,6 +23,7 @@ from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import AttnvizError, InputError
 from .decoders import DECODERS
+from .kinds import refuse
 from .state import SessionState, checkpoint_of, layer_index, warning
 from .views import display_token
 
@@ -89,6 +90,7 @@ def _checked(state: SessionState, layer, heads) -> tuple[Checkpoint, int, list[i
     if state.step == 0:
         raise InputError("take at least one Step: a what-if overrides the step shown")
     ckpt = checkpoint_of(state)
+    refuse(ckpt, "whatif")
     layer_i = layer_index(layer, list(range(ckpt.config.n_decoder_layers)))
     hs = parse_heads(heads, ckpt.config.n_heads)
     return ckpt, layer_i, hs, state.step - 1

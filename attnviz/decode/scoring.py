@@ -29,7 +29,9 @@ class Scored:
             target prefix before it (softmax of the raw logits; generation rules not applied).
         ranks: ``[Tt]`` 1 = the model's argmax at that position; ties rank the target first.
         argmax: ``[Tt]`` the model's own top token at each position.
-        trace: the recorded teacher-forced pass (batch of one; ``Tt`` query rows per kind).
+        trace: the recorded teacher-forced pass (batch of one; ``Tt`` query rows per kind;
+            a decoder-only model's ``"decoder_self"`` holds prompt + reference, ``P + Tt - 1``
+            rows, row ``P - 1 + i`` predicting token ``i``).
         first_divergence: the first position whose argmax is not the target token, or None.
     """
 
@@ -99,6 +101,19 @@ def score_reference(ckpt: Any, source: str, target: str | list[int]) -> Scored:
         tgt_in = torch.tensor([[ckpt.config.bos_id, *ids[:-1]]], device=ckpt.device)
         with torch.no_grad(), record(ckpt.model) as trace:
             logits = ckpt.model(features, tgt_in)[0].float()  # [Tt, V]
+        gold = torch.tensor(ids, device=ckpt.device)  # [Tt]
+    elif ckpt.config.arch == "decoder-only":  # prompt + reference, one sequence
+        prompt = ckpt.encode_source(source).ids  # the input's refusals come first
+        ids = target_ids(ckpt, target)
+        if len(prompt) + len(ids) - 1 > ckpt.config.max_len:
+            raise InputError(
+                f"the prompt and the reference hold {len(prompt) + len(ids) - 1} tokens; "
+                f"this model takes at most {ckpt.config.max_len}"
+            )
+        seq = torch.tensor([[*prompt, *ids[:-1]]], device=ckpt.device)  # [1, P + Tt - 1]
+        with torch.no_grad(), record(ckpt.model) as trace:
+            # position P - 1 + i predicts reference token i
+            logits = ckpt.model(seq)[0, len(prompt) - 1 :].float()  # [Tt, V]
         gold = torch.tensor(ids, device=ckpt.device)  # [Tt]
     else:
         enc = ckpt.encode_source(source)  # the input's refusals come first

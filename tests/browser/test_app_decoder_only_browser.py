@@ -1,0 +1,152 @@
+"""A decoder-only model (models/induction) in a real headless Chromium.
+
+The causal self-attention the page draws over prompt + generated tokens is the attention the
+stepper recorded (read back from the drawn canvas, every layer and head), grey exactly above
+the diagonal; the encoder and cross-attention panels are hidden with one sentence saying why;
+switching to an encoder-decoder and back, while another tab is open, restores each panel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import browser_or_skip  # noqa: E402
+
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
+
+from helpers import launched_app, shots_folder  # noqa: E402
+
+import attnviz  # noqa: E402  (after the skips)
+from attnviz.app.kinds import NOT_YET, NOTES  # noqa: E402
+
+TIMEOUT = 30_000
+PROMPT = "qXb3LmZ7tRw2Kp9"
+STEPS = 4
+DRAWN = """(id) => { const b = document.querySelector('#' + id + ' canvas')._av[0];
+  return {z: Array.from(b.mat.z), m: Array.from(b.mat.m), tq: b.mat.tq, tk: b.mat.tk,
+          yl: b.mat.yl, xl: b.mat.xl}; }"""
+
+
+@pytest.fixture(scope="module")
+def url(models_dir):
+    with launched_app(models_dir / "induction") as (_, port):
+        yield f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def page(browser, url):
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    page.set_default_timeout(TIMEOUT)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function(
+        "() => document.querySelector('#model-info')?.innerText.includes('running on')"
+    )
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    yield page
+    assert errors == []
+    page.close()
+
+
+def wait_step(page, step: int) -> None:
+    page.wait_for_function(f"() => window.AttnViz.drawn.step === {step}")
+
+
+def pick_model(page, name: str) -> None:
+    page.locator("#model-picker input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+    page.wait_for_function(
+        "(n) => document.querySelector('#model-info').innerText.includes(n)", arg=name
+    )
+
+
+def test_prompt_steps_and_the_causal_heatmap_is_the_recorded_attention(page, models_dir, tmp_path):
+    ckpt = attnviz.load_checkpoint(models_dir / "induction")
+    info = page.locator("#model-info").inner_text()
+    assert "decoder-only, 2 layers" in info and "encoder +" not in info
+    assert page.locator("#input-text label, #input-text span").first.inner_text() == "Prompt"
+    page.locator("#input-text textarea").fill(PROMPT)
+    for n in range(1, STEPS + 1):
+        page.locator("#step-btn").click()
+        wait_step(page, n)
+    stepper = ckpt.stepper(PROMPT)
+    for _ in range(STEPS):
+        stepper.step()
+    trace = stepper.trace()
+    prompt = ckpt.encode_source(PROMPT).pieces
+    out = [ckpt.tgt_tokenizer.token(t) for t in stepper.tokens]
+    assert page.locator("#output-text textarea").input_value() == "".join(out)
+    for layer in (0, 1):
+        page.select_option("#heatmap-decoder_self .av-layer", str(layer))
+        for h in range(ckpt.config.n_heads):
+            page.select_option("#heatmap-decoder_self .av-headsel", f"H{h}")
+            drawn = page.evaluate(DRAWN, "heatmap-decoder_self")
+            want = trace.numpy("decoder_self", layer)[0, h]  # [T, T], T = P - 1 + STEPS
+            t = len(prompt) - 1 + STEPS
+            assert (drawn["tq"], drawn["tk"]) == want.shape == (t, t)
+            z = np.array(drawn["z"]).reshape(t, t)
+            m = np.array(drawn["m"]).reshape(t, t)
+            np.testing.assert_allclose(z, want, atol=1e-3)
+            upper = np.triu(np.ones((t, t), bool), 1)
+            assert m[upper].all() and not m[~upper].any()  # the future, and only it, is grey
+            assert (z[upper] == 0).all()
+            # rows: the prompt (its last piece fed at the first step), then the output
+            assert drawn["yl"] == [*prompt, *out[: STEPS - 1]] == drawn["xl"]
+    assert (
+        "layer 1 · head 3 · step 4" in page.locator("#heatmap-decoder_self .av-title").inner_text()
+    )
+    for kind in ("encoder_self", "cross"):
+        assert not page.locator(f"#heatmap-{kind}").is_visible()
+    assert not page.locator("#heatmap-rows-cross").is_visible()
+    assert page.locator("#kind-note").inner_text() == NOTES["step"]
+    assert page.locator("#source-label").inner_text() == "Prompt"
+    assert not page.locator("#whatif-box").is_visible()
+    assert page.locator("#kind-note-whatif").inner_text() == NOTES["whatif"]
+    page.screenshot(path=str(shots_folder(tmp_path) / "decoder-only.png"), full_page=True)
+
+
+def test_switching_kinds_with_another_tab_open_restores_every_panel(page, tmp_path):
+    page.get_by_role("tab", name="Mask lab").click()
+    page.wait_for_selector("#kind-note-mask", state="visible")
+    assert page.locator("#kind-note-mask").inner_text() == NOTES["mask"]
+    assert not page.locator("#block-tokens").is_visible()
+    pick_model(page, "reverse")  # an encoder-decoder, while the Mask lab is shown
+    page.wait_for_selector("#block-tokens", state="visible")
+    assert not page.locator("#kind-note-mask").is_visible()
+    page.get_by_role("tab", name="Alignment").click()
+    page.wait_for_selector("#align-btn", state="visible")
+    assert not page.locator("#kind-note-align").is_visible()
+    page.get_by_role("tab", name="Step through").click()
+    page.locator("#input-text textarea").fill("helloworld")
+    page.locator("#step-btn").click()
+    page.wait_for_function(
+        "() => window.AttnViz.drawn.step === 1 && document.querySelector('#source-label')"
+        ".innerText === 'Source'"
+    )
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        assert page.locator(f"#heatmap-{kind} canvas").is_visible()
+    assert not page.locator("#kind-note").is_visible()
+    assert page.locator("#whatif-box").is_visible()
+    assert "2 encoder + 2 decoder layers" in page.locator("#model-info").inner_text()
+    assert page.locator("#input-text label, #input-text span").first.inner_text() == "Input"
+    page.get_by_role("tab", name="Head ablation").click()
+    page.wait_for_selector("#ablate-btn", state="visible")
+    pick_model(page, "induction")  # back, while Head ablation is shown
+    page.wait_for_selector("#kind-note-ablation", state="visible")
+    assert page.locator("#kind-note-ablation").inner_text() == NOT_YET["ablation"]
+    assert not page.locator("#ablate-btn").is_visible()
+    for tab, place in (("Alignment", "align"), ("Compare", "compare"), ("Export", "export")):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_selector(f"#kind-note-{place}", state="visible")
+    page.get_by_role("tab", name="Step through").click()
+    page.locator("#step-btn").click()  # the kept input, on the decoder-only model
+    page.wait_for_function(
+        "() => window.AttnViz.drawn.step === 1 && document.querySelector('#source-label')"
+        ".innerText === 'Prompt'"
+    )
+    for kind in ("encoder_self", "cross"):
+        assert not page.locator(f"#heatmap-{kind}").is_visible()
+    assert page.locator("#heatmap-decoder_self canvas").is_visible()
+    assert page.locator("#kind-note").inner_text() == NOTES["step"]
+    page.screenshot(path=str(shots_folder(tmp_path) / "decoder-only-back.png"), full_page=True)
