@@ -14,7 +14,7 @@ import torch
 
 from ..core.errors import InputError, shorten
 from ..core.record import Trace, record
-from ..data.batch import make_batch, make_lm_batch, with_eos
+from ..data.batch import make_batch, with_eos
 from ..data.tokenizer import check_text, check_token_id
 
 
@@ -118,15 +118,10 @@ def score_reference(ckpt: Any, source: str, target: str | list[int]) -> Scored:
     else:
         enc = ckpt.encode_source(source)  # the input's refusals come first
         ids = target_ids(ckpt, target)
-        if ckpt.config.arch == "decoder-only":  # the prompt, then the continuation scored
-            batch = make_lm_batch([enc.ids], [ids], ckpt.config, "target", ckpt.device)
-            start = len(enc.ids) - 1  # the prompt's last position predicts the first token
-        else:
-            batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
-            start = 0
+        batch = make_batch([enc.ids], [ids], ckpt.config, ckpt.device, add_eos=False)
         with torch.no_grad(), record(ckpt.model) as trace:  # a checkpoint's model is in eval mode
-            logits = batch.forward(ckpt.model)[0, start:].float()  # [Tt, V]
-        gold = batch.tgt_out[0, start:]  # [Tt]
+            logits = batch.forward(ckpt.model)[0].float()  # [Tt, V]
+        gold = batch.tgt_out[0]  # [Tt]
     gold_logit = logits.gather(-1, gold[:, None])  # [Tt, 1]
     ranks = (logits > gold_logit).sum(-1) + 1  # [Tt]
     probs = logits.softmax(-1).gather(-1, gold[:, None])[:, 0]  # [Tt]
