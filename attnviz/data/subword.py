@@ -82,9 +82,7 @@ class SubwordTokenizer(Tokenizer):
                 raise InputError(f"the {kind} vocabulary has no special token at {role} id {i}")
         self.kind = kind
         self.tokens = tokens
-        self.specials = dict(specials)
-        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.set_specials(specials)
         self._hf = hf
         # ids text may never produce (an unk stays, as the unknown-piece report needs it)
         self._not_from_text = np.array(sorted({self.pad_id, self.bos_id, self.eos_id}))

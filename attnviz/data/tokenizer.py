@@ -22,11 +22,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.config import ModelConfig
 from ..core.errors import InputError, shorten
 
 #: The built-in layout: ids 0-3 are pad, decoder start, end and unknown. Models brought from
 #: elsewhere have their own (the model config's ``pad_id``/``bos_id``/``eos_id``/``unk_id``).
-DEFAULT_IDS = {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
+#: The four special roles, and their ids where nothing else says: the model config's
+#: defaults (``ModelConfig.pad_id`` ... ``unk_id``), written once there.
+ROLES = ("pad", "bos", "eos", "unk")
+DEFAULT_IDS = {role: getattr(ModelConfig, f"{role}_id") for role in ROLES}
+
+
+def config_ids(specials: dict[str, int]) -> dict[str, int]:
+    """Tokenizer roles -> the model config's field names: ``{"pad": 0, ...}`` ->
+    ``{"pad_id": 0, ...}`` (the one place the two namings meet)."""
+    return {f"{role}_id": specials[role] for role in ROLES}
+
+
+class SpecialIds:
+    """What every tokenizer kind holds of its special ids: ``specials`` by role and the
+    ``pad_id``, ``bos_id``, ``eos_id``, ``unk_id`` attributes."""
+
+    specials: dict[str, int]
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def set_specials(self, specials: dict[str, int]) -> None:
+        """Keep ``specials`` (by role) and set the four id attributes from it."""
+        self.specials = {role: specials[role] for role in ROLES}
+        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
+        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 SPECIAL_TOKENS = dict(zip(DEFAULT_IDS, SPECIALS, strict=True))
 SUBWORD_KINDS = ("bpe", "unigram")
@@ -61,7 +88,7 @@ class Encoding:
 SUBWORD: dict[str, Callable] = {}
 
 
-class Tokenizer:
+class Tokenizer(SpecialIds):
     """Maps text to ids and back at character (``"char"``) or word (``"word"``) level.
 
     Args:
@@ -121,9 +148,7 @@ class Tokenizer:
             raise InputError(f"invalid {kind} tokens: {bad[:5]}")
         self.kind = kind
         self.tokens: list[str] = tokens
-        self.specials = dict(specials)
-        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.set_specials(specials)
         self._index = {t: i for i, t in pieces}  # text never turns into a special id
 
     @classmethod
@@ -292,7 +317,7 @@ def check_specials(specials: dict[str, int] | None) -> dict[str, int]:
             raise InputError(f"special id {role} must be a non-negative integer, got {i!r}")
     if specials["eos"] == specials["pad"]:  # a start id equal to the end id is fine (BART)
         raise InputError("the end id must differ from the pad id")
-    return {role: specials[role] for role in DEFAULT_IDS}
+    return {role: specials[role] for role in ROLES}
 
 
 #: Largest vocabulary :func:`train_tokenizer` builds (the subword trainers size their tables

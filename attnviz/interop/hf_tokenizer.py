@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..core.errors import InputError, one_line
-from ..data.tokenizer import Encoding, content_ids
+from ..data.tokenizer import Encoding, SpecialIds, content_ids
 from ..data.tokenizer_checks import check_folder, rust_panics
 
 #: Files any one of which means the folder has a tokenizer.
@@ -35,7 +35,7 @@ def readable(piece: str) -> str:
     return piece.replace("Ġ", "▁").replace("Ċ", "\\n")
 
 
-class HFTokenizer:
+class HFTokenizer(SpecialIds):
     """Text <-> ids with a folder's transformers tokenizer; the :class:`attnviz.Tokenizer` API.
 
     ``encode`` adds the special tokens transformers adds (EOS; BOS for BART), so the ids are
@@ -65,9 +65,7 @@ class HFTokenizer:
         self._tok = tok
         self.side = side
         self.path = Path(path)
-        self.specials = dict(specials)
-        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.set_specials(specials)
         self._vocab_size = vocab_size
         self._size = len(tok)  # ids the tokenizer itself knows
         self.tokens: list[str] = [
@@ -200,7 +198,7 @@ def _id_pieces(tok, side: str, size: int) -> list[str | None]:
     return pieces
 
 
-class IdTokenizer:
+class IdTokenizer(SpecialIds):
     """Ids in, ids out: the tokenizer of a folder without a working one.
 
     Text is token ids separated by spaces or commas (``"12 7 33 0"``: taken as given, as
@@ -211,9 +209,7 @@ class IdTokenizer:
     kind = "ids"
 
     def __init__(self, specials: dict[str, int], vocab_size: int, why: str, side: str = "source"):
-        self.specials = dict(specials)
-        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.set_specials(specials)
         self.vocab_size, self.why, self.side = int(vocab_size), why, side
 
     @functools.cached_property

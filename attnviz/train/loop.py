@@ -65,7 +65,7 @@ from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..core.record import record
 from ..data.batch import make_batch, make_lm_batch
-from ..data.tokenizer import Tokenizer
+from ..data.tokenizer import Tokenizer, config_ids
 from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, teacher_batch, validate
 from .feeds import (
     CORPUS_ONLY,
@@ -138,7 +138,7 @@ def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer)
     sizes["max_len"] = sizes.get("max_len", feed.default_max_len()) + feed.extra_positions
     if src.specials != tgt.specials:
         raise InputError("the source and target tokenizers disagree on special ids")
-    ids = {f"{role}_id": i for role, i in src.specials.items()}
+    ids = config_ids(src.specials)
     return ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), **ids, **sizes)
 
 

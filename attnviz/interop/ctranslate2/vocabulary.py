@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...core.errors import CheckpointError, InputError, shorten
-from ...data.tokenizer import Encoding, content_ids
+from ...data.tokenizer import Encoding, SpecialIds, content_ids
 from ..hf_tokenizer import EXTRA, HFTokenizer
 
 #: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
@@ -52,7 +52,7 @@ def read_vocabulary(folder: Path, name: str) -> list[str] | None:
     return None
 
 
-class VocabTokenizer:
+class VocabTokenizer(SpecialIds):
     """Tokens in, tokens out: the tokenizer of a folder with only a token vocabulary.
 
     Args:
@@ -79,9 +79,7 @@ class VocabTokenizer:
         hidden: tuple[int, ...] = (),
     ):
         self.tokens = list(tokens)
-        self.specials = dict(specials)
-        self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+        self.set_specials(specials)
         self.prefix, self.suffix, self.why, self.side = tuple(prefix), tuple(suffix), why, side
         self.hidden = tuple(hidden)
 

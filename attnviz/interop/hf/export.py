@@ -27,6 +27,7 @@ from ...checkpoint import Checkpoint, load_checkpoint
 from ...core.errors import InputError, InteropError
 from ...core.tempdirs import STALE_AFTER_S, clean_stale, make_temp_dir
 from ...core.weights import unique_state_dict
+from ...data.tokenizer import config_ids
 from .common import WEIGHTS
 from .load import convert
 from .mapping import to_theirs, token_tables
@@ -153,7 +154,7 @@ def hf_tensors(ckpt: Checkpoint) -> dict[str, Tensor]:
     )
     tensors = {k: v.contiguous().clone() for k, v in tensors.items()}
     # the import of what is about to be written must give back this very model
-    ids = {f"{role}_id": i for role, i in cfg.special_ids.items()}
+    ids = config_ids(cfg.special_ids)
     where = ckpt.path if ckpt.path is not None else Path(".")
     again_cfg, again = convert(hf, tensors, where, ids)
     expected = unique_state_dict(ckpt.model)

@@ -17,6 +17,7 @@ from ...checkpoint import FORMAT, METADATA, WEIGHTS, Checkpoint, read_tensors
 from ...core.config import ModelConfig
 from ...core.errors import CheckpointError
 from ...core.weights import build_model
+from ...data.tokenizer import config_ids
 from ..hf_tokenizer import IdTokenizer, load_hf_tokenizer
 from .generation import generation_rules
 
@@ -52,7 +53,7 @@ def load_finetuned_hf(path: str | Path, device: str | torch.device = "cpu") -> C
         raise CheckpointError(f"{folder / METADATA}: no hf_config / generation_config to read")
     config = ModelConfig.from_dict(meta["config"])
     model = build_model(config, tensors, folder / WEIGHTS).to(device).eval()
-    ids = {f"{role}_id": i for role, i in config.special_ids.items()}
+    ids = config_ids(config.special_ids)
     sizes = (config.src_vocab_size, config.tgt_vocab_size)
     tokenizer, why = load_hf_tokenizer(folder, ids, config.tgt_vocab_size, max(sizes))
     if tokenizer is None:
