@@ -261,7 +261,38 @@ def long_text(n: int) -> str:
     return (base * (n // len(base) + 1))[:n].rstrip().ljust(n, "s")
 
 
-def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str, list[float]]:
+#: The layer/head menus a browser case changes, per kind of model (a decoder-only page
+#: draws its one causal self-attention only).
+MENUS = {
+    "encoder-decoder": (("#heatmap-cross .av-headsel", ["H0", "all heads", "mean", "H1"]),
+                        ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"]),
+                        ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])),
+    "decoder-only": (("#heatmap-decoder_self .av-headsel", ["H0", "all heads", "mean", "H1"]),
+                     ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"])),
+}  # fmt: skip
+
+
+def gpt2_shaped_checkpoint(folder: Path, max_len: int = 256, **shape) -> Path:
+    """A random decoder-only model of GPT-2's shape (12 layers, d_model 768, 12 heads, d_ff
+    3072, learned positions, pre-norm, GELU) with a character tokenizer, saved with
+    :func:`attnviz.save_checkpoint` in ``folder``; its prompt is the text's characters."""
+    import string
+
+    from ..checkpoint import save_checkpoint
+    from ..data.tokenizer import Tokenizer
+
+    tok = Tokenizer("char", list(string.ascii_lowercase + " .,"))
+    dims = dict(d_model=768, n_heads=12, n_decoder_layers=12, d_ff=3072)
+    cfg = ModelConfig(len(tok), len(tok), **{**dims, **shape}, arch="decoder-only",
+                      n_encoder_layers=0, positions="learned", norm_first=True, final_norm=True,
+                      activation="gelu", scale_embeddings=False, dropout=0.0, max_len=max_len)  # fmt: skip
+    torch.manual_seed(0)
+    return save_checkpoint(folder, Transformer(cfg).eval(), tok, tok, {"task": None})
+
+
+def _browser_case(
+    page, url: str, model: str, text: str, steps: int, kind: str = "encoder-decoder"
+) -> dict[str, list[float]]:
     """Step ``steps`` times, then Back, scrub and layer/head changes; ms per action."""
     page.goto(url)
     page.wait_for_function("() => document.querySelector('#model-info')?.innerText.includes('running on')", timeout=60_000)  # fmt: skip
@@ -287,9 +318,7 @@ def _browser_case(page, url: str, model: str, text: str, steps: int) -> dict[str
         if i != page.evaluate("() => window.AttnViz.drawn.step"):
             times["scrub"].append(page.evaluate(_CLICK, [None, i, outs[i], "scrub"]))
     here = page.evaluate("() => window.AttnViz.drawn.step")
-    for sel, values in (("#heatmap-cross .av-headsel", ["H0", "all heads", "mean", "H1"]),
-                        ("#heatmap-decoder_self .av-layer", ["0", "1", "0", "1"]),
-                        ("#heatmap-encoder_self .av-headsel", ["H0", "mean", "H1", "mean"])):  # fmt: skip
+    for sel, values in MENUS[kind]:
         for v in values:
             times["layer/head"].append(page.evaluate(_CLICK, [sel, here, outs[here], v]))
     heap = _heap(page)
@@ -334,7 +363,9 @@ def bench_browser(quick: bool) -> list[Row]:
                   opus_shaped_checkpoint(Path(tmp) / "opus-shaped"),
                   "the quick brown fox jumps over the lazy dog, then naps. again", 250, 500),
                  (LONG_CASE, opus_shaped_checkpoint(Path(tmp) / "opus-long", max_len=1040),
-                  long_text(LONG_TOKENS), 100, 200)]  # fmt: skip
+                  long_text(LONG_TOKENS), 100, 200),
+                 (GPT2_CASE, gpt2_shaped_checkpoint(Path(tmp) / "gpt2-shaped", max_len=256),
+                  long_text(200), 150, 300)]  # fmt: skip
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)  # fmt: skip
             for name, model, text, target, must in cases:
@@ -350,9 +381,9 @@ def bench_browser(quick: bool) -> list[Row]:
                 try:
                     ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
                     page = ctx.new_page()
-                    got = _browser_case(
-                        page, f"http://127.0.0.1:{port}/", str(model), text, 12 if quick else 40
-                    )
+                    kind = "decoder-only" if name == GPT2_CASE else "encoder-decoder"
+                    got = _browser_case(page, f"http://127.0.0.1:{port}/", str(model), text,
+                                        12 if quick else 40, kind)  # fmt: skip
                     if model == reverse:  # force a token (the step view's candidates)
                         got["force"] = _force_clicks(page, 6, got["outputs"], 10 if quick else 20)
                     ctx.close()
@@ -382,6 +413,7 @@ def bench_browser(quick: bool) -> list[Row]:
 
 LONG_TOKENS = 512
 LONG_CASE = f"opus-mt-shaped random model, {LONG_TOKENS} tokens"
+GPT2_CASE = "GPT-2-shaped decoder-only random model (12 x 768), 200-token prompt"
 
 
 def _long_rows(got: dict[str, list[float]]) -> list[Row]:

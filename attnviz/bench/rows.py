@@ -14,6 +14,7 @@ import torch
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
+
 @dataclass
 class Row:
     """One benchmark row: ``value`` compared with ``target`` (``ratio`` rows: ours / baseline)."""
@@ -37,7 +38,6 @@ def app_threads():
         yield
     finally:
         torch.set_num_threads(before)
-
 
 
 def paired_times(
