@@ -297,14 +297,14 @@ def test_model_switch_replaces_every_panel(page):
     page.locator("#run-btn").click()
     wait_step(page, 5, "abcd")
     page.locator("#model-picker input").click()
-    page.get_by_role("option", name="copy").click()
+    page.get_by_role("option", name="copy", exact=True).click()
     page.wait_for_function("() => document.querySelector('#model-info').innerText.includes('copy')")
     wait_step(page, 0, "")  # decoding restarts on the kept input, with the new model
     assert page.locator("#expected-tokens .tok").all_inner_texts() == ["d", "c", "b", "a", "<eos>"]
     page.locator("#step-btn").click()
     wait_step(page, 1, "d")
     page.locator("#model-picker input").click()
-    page.get_by_role("option", name="reverse").click()
+    page.get_by_role("option", name="reverse", exact=True).click()
     page.wait_for_function(
         "() => document.querySelector('#model-info').innerText.includes('reverse')"
     )
