@@ -231,8 +231,8 @@ def show(
     src = ["<unk>" if i == cfg.unk_id else p for p, i in zip(enc.pieces, enc.ids, strict=True)]
     out = [tok.token(t) for t in stepper.tokens]
     # what each step fed the decoder: the start token (a decoder-only model: the prompt)
-    head = src if cfg.arch == "decoder-only" else [tok.token(cfg.bos_id)]
-    tgt = [*head, *out[:-1]]
+    start = src if cfg.arch == "decoder-only" else [tok.token(cfg.bos_id)]
+    tgt = [*start, *out[:-1]]
     return View.from_trace(
         stepper.trace(), src, tgt, kind=kind, layer=layer, head=head, out_tokens=out
     )
