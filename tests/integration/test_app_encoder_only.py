@@ -88,3 +88,23 @@ def test_switching_back_to_an_encoder_decoder_restores_decoding(bert, models_dir
     assert stepped.state.step == 1 and not stepped.message.startswith("⚠")
     again = session.choose_model(stepped.state, bert, TEXT)
     assert again.payload["arch"] == "encoder-only" and again.payload["fillers"]
+
+
+def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
+    import gradio as gr
+
+    from attnviz.app import ui
+
+    with gr.Blocks():
+        page = ui.Page(session.new_state(None, "cpu"))
+    state = session.start(session.new_state(bert), TEXT).state
+    on_bert = page.controls(state)
+    on_rev = page.controls(session.choose_model(state, "reverse", "helloworld").state)
+    for part in page.decoding_parts():
+        assert on_bert[part].visible is False and on_rev[part].visible is True
+    assert on_bert[page.run_btn].value == "Read ▶" and on_rev[page.run_btn].value == "Run ▶▶"
+    for place, md in page.kind_notes.items():
+        assert on_bert[md].visible is True and on_bert[md].value == note(checkpoint_of(state), place)
+        assert on_rev[md].visible is False
+    assert on_bert[page.input_text].label.startswith("Sentence (or a pair")
+    assert on_rev[page.input_text].label == "Input"
