@@ -119,6 +119,7 @@
     S.have = p.n; S.n = p.n; S.step = p.step; S.tokens = p.tokens; S.done = p.done; S.forced = p.forced || [];
     S.info = p.info || {}; S.limit = p.limit;
     if (p.tgt_words) S.tgtWords = p.tgt_words;
+    S.fillers = p.fillers || []; S.noFill = p.no_fill || ""; // an encoder-only model's read
     render();
     if (ui.lens !== "weights" && !lensCovers()) requestLens(); // only off the weights path
     if (p.follow) { // other panels show an older state: let them follow, after this paint
@@ -860,6 +861,7 @@
     drew(p);
     const box = p.querySelector(".av-bars"), title = p.querySelector(".av-title");
     box.textContent = "";
+    if (S.arch === "encoder-only") return drawFillers(box, title);
     if (!S.started || S.step === 0) { title.textContent = "Next-token probabilities"; box.appendChild(el("div", { class: "av-empty", text: "press Step: each step's numbers appear here" })); return; }
     const q = S.step - 1, top = S.topk[q] || [], [, yl] = labels("decoder_self");
     const chosen = top.find((x) => x[2]) || ["?", 0], isForced = S.forced.includes(q);
@@ -876,6 +878,22 @@
         row.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); AV.force(id, S.step); } });
       }
       box.appendChild(row);
+    }
+  }
+  // an encoder-only model: the best fillers at each mask token of the sentence read
+  function drawFillers(box, title) {
+    title.textContent = "Fillers at each mask token";
+    if (!S.started) { box.appendChild(el("div", { class: "av-empty", text: "type a sentence and press Read" })); return; }
+    if (!(S.fillers || []).length) { box.appendChild(el("div", { class: "av-empty", id: "no-fill", text: S.noFill })); return; }
+    for (const f of S.fillers) {
+      const group = el("div", { class: "av-fillers", "data-position": String(f.position) },
+        el("div", { class: "av-keys", text: `position ${f.position} (${f.piece})` }));
+      for (const [tok, pr] of f.top)
+        group.appendChild(el("div", { class: "av-barrow av-filler" },
+          el("span", { class: "av-bartok", text: tok }),
+          el("span", { class: "av-bartrack" }, el("span", { class: "av-barfill", style: `width:${(pr * 100).toFixed(1)}%` })),
+          el("span", { class: "av-barval", text: pr.toFixed(3) })));
+      box.appendChild(group);
     }
   }
   // feed a candidate instead of the argmax: the hidden force button's event reads AV.pending
@@ -922,7 +940,11 @@
     if (!src) return;
     const unk = new Set(S.unk);
     const label = document.getElementById("source-label");
-    if (label) label.textContent = S.arch === "decoder-only" ? "Prompt" : "Source";
+    const reads = S.arch === "encoder-only"; // reads a sentence, outputs nothing
+    if (label) label.textContent = S.arch === "decoder-only" ? "Prompt" : reads ? "Sentence" : "Source";
+    out.parentElement.style.display = reads ? "none" : "";
+    const hint = document.getElementById("key-hint");
+    if (hint) hint.style.display = reads ? "none" : "";
     const key = (S.started ? S.epoch : "") + (ui.words ? "|words" : "");
     if (src._key !== key || !S.started) { // a long input's chips are built once per input and unit
       const ws = ui.words ? wordGroups(S.srcWords, 0, S.pieces.length) : null;

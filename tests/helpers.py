@@ -194,3 +194,41 @@ ALL_CONTRAST = """(sel) => {
 #: True once no event is running: Gradio shows a status tracker (``.wrap`` of the ``default``
 #: or ``center`` variant, not ``.hide``) on the outputs of an event in progress.
 SETTLED = "() => !document.querySelector('.wrap.default:not(.hide), .wrap.center:not(.hide)')"
+
+
+BERT_CORPUS = ["the cat sat on the mat", "a dog ran to the park", "the bird flew over the house",
+               "my friend reads a book", "the sun is warm today"] * 20  # fmt: skip
+
+
+def tiny_bert(folder: str | Path):
+    """A tiny random BertForMaskedLM with a WordPiece tokenizer trained here, saved into
+    ``folder`` as transformers saves them; returns ``(model, tokenizer)`` (skips without
+    transformers or tokenizers)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(
+        BERT_CORPUS, trainers.WordPieceTrainer(vocab_size=80, special_tokens=specials)
+    )
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )  # fmt: skip
+    fast = transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]",
+                                          sep_token="[SEP]", pad_token="[PAD]",
+                                          cls_token="[CLS]", mask_token="[MASK]")  # fmt: skip
+    config = transformers.BertConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=48,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     max_position_embeddings=64, pad_token_id=0)  # fmt: skip
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    fast.save_pretrained(folder)
+    return model, fast

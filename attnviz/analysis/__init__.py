@@ -15,7 +15,7 @@ from .faithful import FaithfulnessReport, faithfulness
 from .health import Finding, HealthReport, check
 from .induction import InductionScores, induction_scores
 from .lenses import LENSES, lens
-from .masked_lm import MaskFill, fill_mask
+from .masked_lm import MaskFill, fill_mask, read_sentence
 from .masking import (
     MaskExperiment,
     MaskLab,
@@ -34,6 +34,7 @@ from .whatif import Decode, WhatIf, what_if
 __all__ = [
     "MaskFill",
     "fill_mask",
+    "read_sentence",
     "InductionScores",
     "induction_scores",
     "LENSES",

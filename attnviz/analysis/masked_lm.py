@@ -52,7 +52,6 @@ def special_token(ckpt: Checkpoint, which: str) -> tuple[str, int] | None:
     return getattr(ckpt.src_tokenizer, f"{which}_token", None)
 
 
-@torch.no_grad()
 def fill_mask(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
     """The ``k`` most likely tokens at every mask token of ``text``.
 
@@ -60,20 +59,28 @@ def fill_mask(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
         InputError: not an encoder-only model, a tokenizer without a mask token, or no mask
             token in ``text`` (one line naming the token to write).
     """
-    if ckpt.config.arch != "encoder-only":
-        raise InputError(
-            f"mask filling needs an encoder-only model (BERT, RoBERTa); this one is "
-            f"{ckpt.config.arch}"
-        )
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
-        raise InputError(f"k must be 1 to 100, got {k!r}")
+    _check(ckpt, k)
     mask = special_token(ckpt, "mask")
     if mask is None:
         raise InputError("this model's tokenizer has no mask token: there is nothing to fill")
-    enc = ckpt.encode_source(text)
-    if mask[1] not in enc.ids:
+    if mask[1] not in ckpt.encode_source(text).ids:
         raise InputError(f"write {mask[0]} where a token should be filled in, e.g. "
                          f"“the cat sat on the {mask[0]} .”")  # fmt: skip
+    return read_sentence(ckpt, text, k)
+
+
+@torch.no_grad()
+def read_sentence(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
+    """One pass of an encoder-only model over ``text`` (a sentence or ``first [SEP] second``):
+    its attention, and the ``k`` best fillers at each mask token (none where there is none:
+    the attention of a sentence without a mask token is read all the same).
+
+    Raises:
+        InputError: not an encoder-only model, a bad ``k``, an empty or too long text.
+    """
+    _check(ckpt, k)
+    mask = special_token(ckpt, "mask")
+    enc = ckpt.encode_source(text)
     types = [0] * len(enc.ids)
     sep = special_token(ckpt, "sep")
     if ckpt.config.type_vocab_size > 1 and sep is not None and sep[1] in enc.ids[:-1]:
@@ -84,7 +91,7 @@ def fill_mask(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
     with record(ckpt.model) as trace:
         probs = ckpt.model(ids, token_type_ids=type_ids)[0].float().softmax(-1)  # [T, V]
     fillers = []
-    for pos in [i for i, t in enumerate(enc.ids) if t == mask[1]]:
+    for pos in [i for i, t in enumerate(enc.ids) if mask is not None and t == mask[1]]:
         p, top = probs[pos].topk(min(k, probs.shape[-1]))
         fillers.append(
             (
@@ -93,3 +100,13 @@ def fill_mask(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
             )
         )
     return MaskFill(list(enc.pieces), list(enc.ids), types, fillers, trace)
+
+
+def _check(ckpt: Checkpoint, k: int) -> None:
+    if ckpt.config.arch != "encoder-only":
+        raise InputError(
+            f"mask filling needs an encoder-only model (BERT, RoBERTa); this one is "
+            f"{ckpt.config.arch}"
+        )
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
+        raise InputError(f"k must be 1 to 100, got {k!r}")

@@ -35,7 +35,7 @@ from ..decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
-from .kinds import is_decoder_only, scored_rows
+from .kinds import is_decoder_only, refuse, scored_rows
 from .state import SessionState, checkpoint_of, head_label, warning
 from .views import display_token, panel_stamps, view_of
 
@@ -387,6 +387,7 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
     """
     try:
         ckpt = checkpoint_of(state)
+        refuse(ckpt, "beam")  # an encoder-only model generates nothing
         size = beam_size_of(beam_size)
         text = state.text if text is None else text
         if not (text or "").strip():

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.masked_lm import special_token
 from ..checkpoint import Checkpoint
 from ..core.config import ModelConfig
 from ..core.errors import InputError
@@ -22,6 +23,7 @@ from ..decode.scoring import Scored
 from ..render.arrays import b64_f32, mask_bits
 
 DECODER_ONLY = "decoder-only"
+ENCODER_ONLY = "encoder-only"
 
 #: One sentence for each place a decoder-only model hides, by place.
 NOTES = {
@@ -75,6 +77,58 @@ NOT_YET = {
 }
 
 
+#: One sentence for each place an encoder-only model hides or refuses, by place; every other
+#: place (a lab) says :data:`ENCODER_NOT_YET`.
+ENCODER_NOTES = {
+    "step": (
+        "An encoder-only model reads the whole sentence at once and generates nothing: above "
+        "is its self-attention over the sentence, and the bars are its fillers at each mask "
+        "token."
+    ),
+    "decode": (
+        "Step, Back, Reset and beam search do not apply: an encoder-only model reads the whole "
+        "sentence at once and generates nothing. Press Read (or Enter) to see its attention "
+        "and fillers."
+    ),
+    "reference": (
+        "There is no output to score a reference against: an encoder-only model reads the "
+        "whole sentence at once and generates nothing."
+    ),
+    "whatif": (
+        "What-if redirects a head's cross-attention to one source token; an encoder-only "
+        "model has no cross-attention (it reads the whole sentence at once and generates "
+        "nothing)."
+    ),
+    "align": (
+        "Alignment scores cross-attention heads against gold links between source and output "
+        "words; an encoder-only model has no cross-attention and generates nothing to align."
+    ),
+    "mask": (
+        "The mask lab switches a decoder's causal mask off and blocks source tokens; an "
+        "encoder-only model has no causal mask and no decoder, and this lab does not run one "
+        "yet."
+    ),
+    "faith": (
+        "Faithfulness removes source tokens the cross-attention points at; an encoder-only "
+        "model has no cross-attention."
+    ),
+    "lens": (
+        "The norms and rollout lenses are not yet drawn for encoder-only models: the heatmaps "
+        "show the attention weights."
+    ),
+    "beam": (
+        "Beam search decodes an output; an encoder-only model reads the whole sentence at "
+        "once and generates nothing."
+    ),
+}
+ENCODER_NOT_YET = "Not yet for encoder-only models: this lab runs models that decode."
+
+
+def is_encoder_only(ckpt: Checkpoint | ModelConfig) -> bool:
+    cfg = ckpt if isinstance(ckpt, ModelConfig) else ckpt.config
+    return cfg.arch == ENCODER_ONLY
+
+
 def is_decoder_only(ckpt: Checkpoint | ModelConfig) -> bool:
     cfg = ckpt if isinstance(ckpt, ModelConfig) else ckpt.config
     return cfg.arch == DECODER_ONLY
@@ -90,16 +144,28 @@ def layers_text(cfg: ModelConfig) -> str:
 
 
 def input_label(ckpt: Checkpoint | None) -> str:
-    """The input box's label: a decoder-only model continues a prompt."""
+    """The input box's label: a decoder-only model continues a prompt, an encoder-only one
+    reads a sentence or a pair (with its tokenizer's separator and mask tokens)."""
+    if ckpt is not None and is_encoder_only(ckpt):
+        sep, mask = (_special(ckpt, w) for w in ("sep", "mask"))
+        return f"Sentence (or a pair: first {sep} second; {mask} to fill)"
     return "Prompt" if ckpt is not None and is_decoder_only(ckpt) else "Input"
+
+
+def _special(ckpt: Checkpoint, which: str) -> str:
+    token = special_token(ckpt, which)
+    return token[0] if token else f"[{which.upper()}]"
 
 
 def note(ckpt: Checkpoint | None, place: str) -> str:
     """The sentence shown where ``place`` (a place of :data:`NOTES` or a lab of
-    :data:`NOT_YET`) is hidden for this model, or ``""`` where it is shown."""
+    :data:`NOT_YET`; for an encoder-only model, of :data:`ENCODER_NOTES`, any other place
+    saying :data:`ENCODER_NOT_YET`) is hidden for this model, or ``""`` where it is shown."""
+    if ckpt is not None and is_encoder_only(ckpt):
+        return ENCODER_NOTES.get(place, ENCODER_NOT_YET)
     if ckpt is None or not is_decoder_only(ckpt):
         return ""
-    return NOTES.get(place) or NOT_YET[place]
+    return NOTES.get(place) or NOT_YET.get(place, "")
 
 
 def refuse(ckpt: Checkpoint, place: str) -> None:

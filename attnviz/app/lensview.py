@@ -22,11 +22,14 @@ import numpy as np
 import torch
 
 from ..analysis import LENSES, lens
+from ..analysis.words import word_index
+from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..core.record import Trace, record
 from ..render.arrays import b64_f32
 from . import encview
+from .kinds import refuse
 from .state import SessionState, checkpoint_of, warning
 
 
@@ -45,6 +48,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
         if name == "weights" or not state.started:
             return {"lens": base}
         ckpt = checkpoint_of(state)
+        refuse(ckpt, "lens")  # an encoder-only model: weights only, for now
         cfg, model = ckpt.config, ckpt.model
         n = len(state.tokens)
         src = torch.tensor([state.src_ids], device=ckpt.device)
@@ -119,3 +123,22 @@ def encoder_lens_thumbs(
     w = np.stack([lens(ckpt.model, trace, "encoder_self", i, name)[0] for i in layers])
     m = trace.numpy("encoder_self", layers[0], "mask")[0, 0].astype(bool)
     return {**encview.thumbs_of(state, w, m, words, size), "lens": name}
+
+
+def encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:
+    """:func:`attnviz.app.session.encoder_view`'s ``"<epoch> <lens> thumbs[ words]"`` /
+    ``"<epoch> <lens> <layer> <head>"``: the part after the lens name, ``what``."""
+    refuse(ckpt, "lens")
+    if what in ("thumbs", "thumbs words"):
+        words = (
+            word_index(state.src_pieces, ckpt.src_tokenizer.kind)
+            if what == "thumbs words" and ckpt.src_tokenizer is not None
+            else None
+        )
+        return encoder_lens_thumbs(state, name, words)
+    layer, _, head = what.partition(" ")
+    try:
+        layer_i = int(layer.lstrip("L"))
+    except ValueError:
+        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+    return encoder_lens_block(state, name, layer_i, head)

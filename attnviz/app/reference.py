@@ -23,7 +23,7 @@ from ..data.tasks import TASKS, get_task
 from ..decode.scoring import Scored
 from ..render import plots
 from ..train.evaluate import dev_reference
-from .kinds import is_decoder_only, scored_rows
+from .kinds import is_decoder_only, refuse, scored_rows
 from .state import SessionState, checkpoint_of, head_label
 from .views import display_token, view_of
 
@@ -180,6 +180,7 @@ def score(state: SessionState, reference: str) -> ReferenceView:
         if not (reference or "").strip():
             raise InputError("the reference is empty: type the output you expect")
         ckpt = checkpoint_of(state)
+        refuse(ckpt, "reference")  # an encoder-only model has no output to score
         scored = ckpt.score(state.text, reference)
         leaves = output_divergence(scored.ids, state.tokens[: state.step])
         message = _summary(scored, ckpt)

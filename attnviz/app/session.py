@@ -23,12 +23,14 @@ from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
+from ..core.record import Trace
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
-from . import beamview, encview, lensview, speech, stepfigures, store, views
+from . import beamview, encview, lensview, readview, speech, stepfigures, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
+from .kinds import is_encoder_only, refuse
 from .state import SessionState, checkpoint_of, layer_count, new_state, warning
 
 __all__ = [
@@ -113,6 +115,8 @@ def _apply(
 def _render(
     state: SessionState, ckpt: Checkpoint, message: str = "", decode: Decode | None = None
 ) -> DecodeView:
+    if is_encoder_only(ckpt):  # reads the sentence at once: nothing to decode
+        return _view(readview.render(state, ckpt, message))
     encoder, rows, steps = None, {}, []
     if state.started:
         with DECODERS.hold(state, ckpt, state.version) as stepper:
@@ -146,6 +150,8 @@ def _start_state(
 ) -> SessionState:
     if ckpt.is_audio:  # the input is a clip (a path the page gave)
         return speech.start_state(state, ckpt, text, version)
+    if is_encoder_only(ckpt):
+        return readview.start_state(state, ckpt, text)
     if not (text or "").strip():
         raise InputError("the input is empty: type something (or pick an example) first")
     enc = ckpt.encode_source(text)  # InputError: empty or too long
@@ -195,6 +201,7 @@ def step(state: SessionState, text: str | None = None) -> DecodeView:
     """One greedy token further (replayed from history after Back, otherwise decoded)."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        refuse(ckpt, "decode")  # an encoder-only model generates nothing
         s = _ensure(s, ckpt, text)
         if s.done:
             raise InputError("the output is complete: press Back, Reset or scrub")
@@ -227,6 +234,7 @@ def back(state: SessionState) -> DecodeView:
     Step decodes greedily again."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        refuse(ckpt, "decode")
         to = max(0, s.step - 1)
         undone = [p for p in s.forced if p >= to]
         if not undone:
@@ -242,12 +250,11 @@ def back(state: SessionState) -> DecodeView:
 
 def reset(state: SessionState) -> DecodeView:
     """Back to the start of decoding this input (nothing decoded, nothing forced)."""
-    return _apply(
-        state,
-        lambda s, c: dataclasses.replace(
-            s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[]
-        ),
-    )
+    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        refuse(ckpt, "decode")
+        return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
+
+    return _apply(state, change)
 
 
 def force(state: SessionState, token: int | str, at: int | str | None = None) -> DecodeView:
@@ -261,6 +268,7 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
     """
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        refuse(ckpt, "decode")
         if not s.started:
             raise InputError("type an input and press Step first, then force a candidate")
         vocab = ckpt.config.tgt_vocab_size
@@ -286,6 +294,7 @@ def goto(state: SessionState, position: int) -> DecodeView:
     """Show the first ``position`` decoded tokens (the step slider)."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+        refuse(ckpt, "decode")
         try:
             pos = int(float(position or 0))
         except (TypeError, ValueError):
@@ -371,6 +380,8 @@ def figures(state: SessionState) -> dict[str, go.Figure]:
     if not state.started:
         return {name: placeholder("type an input and press Step") for name in stepfigures.FIGURES}
     ckpt = checkpoint_of(state)
+    if is_encoder_only(ckpt):  # the one pass over the sentence
+        return stepfigures.figures_of(state, ckpt, readview.read(state, ckpt).trace, [])
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         trace = stepper.trace(upto=state.step)
         steps = stepper.steps
@@ -446,39 +457,28 @@ def encoder_view(state: SessionState, want: str) -> dict:
         ckpt = checkpoint_of(state)
         name, _, rest = what.partition(" ")
         if name in ("norms", "rollout"):  # a long input's encoder through another lens
-            return {"enc": _encoder_lens(state, ckpt, name, rest)}
+            return {"enc": lensview.encoder_lens(state, ckpt, name, rest)}
+        if is_encoder_only(ckpt):  # a long sentence: its one pass holds every layer
+            return {"enc": _encoder_part(state, ckpt, readview.read(state, ckpt).trace, what)}
         with DECODERS.hold(state, ckpt, state.version) as stepper:
-            encoder = stepper.encoder_trace
-            if what in ("thumbs", "thumbs words"):
-                words = None
-                if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
-                    words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-                return {"enc": encview.encoder_thumbs(state, encoder, words)}
-            layer, _, head = what.partition(" ")
-            try:
-                layer_i = int(layer.lstrip("L"))
-            except ValueError:
-                raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
-            return {"enc": encview.encoder_block(state, encoder, layer_i, head)}
+            return {"enc": _encoder_part(state, ckpt, stepper.encoder_trace, what)}
     except AttnvizError as exc:
         return {"enc": {"epoch": epoch, "error": warning(exc)}}
 
 
-def _encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:
-    """``encoder_view``'s ``"<epoch> <lens> thumbs[ words]"`` / ``"<epoch> <lens> <layer> <head>"``."""
+def _encoder_part(state: SessionState, ckpt: Checkpoint, encoder: Trace, what: str) -> dict:
+    """``encoder_view``'s ``"thumbs[ words]"`` / ``"<layer> <head>"`` of a recorded encoder."""
     if what in ("thumbs", "thumbs words"):
-        words = (
-            word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-            if what == "thumbs words" and ckpt.src_tokenizer is not None
-            else None
-        )
-        return lensview.encoder_lens_thumbs(state, name, words)
+        words = None
+        if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
+            words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
+        return encview.encoder_thumbs(state, encoder, words)
     layer, _, head = what.partition(" ")
     try:
         layer_i = int(layer.lstrip("L"))
     except ValueError:
         raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
-    return lensview.encoder_lens_block(state, name, layer_i, head)
+    return encview.encoder_block(state, encoder, layer_i, head)
 
 
 def _raise(exc: Exception):

@@ -18,7 +18,7 @@ from ..decode.greedy import StepResult
 from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures
-from .kinds import is_decoder_only, note
+from .kinds import note
 from .state import SessionState, head_label, head_weights, layer_count
 from .views import src_labels, view_of
 
@@ -30,7 +30,8 @@ def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], l
     """(key tokens, query tokens) of each kind at the shown step."""
     src = src_labels(state, ckpt)
     tok = ckpt.tgt_tokenizer
-    start = src if is_decoder_only(ckpt) else [tok.token(ckpt.config.bos_id)]  # the prompt
+    one_stack = ckpt.config.arch != "encoder-decoder"  # a prompt, or (encoder-only) no output
+    start = src if one_stack else [tok.token(ckpt.config.bos_id)]
     tgt = [*start, *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
     return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}
 

@@ -94,7 +94,11 @@ class Page:
         }
         bodies = {place: {"whatif": self.wi_box, "mask": self.blocked}.get(place)
                   or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
+        decodes = not note(ckpt, "decode")  # an encoder-only model reads, nothing more
+        last = dec[-1] if dec else None
         return {
+            **{c: type(c)(visible=decodes) for c in self.decoding_parts()},
+            self.run_btn: gr.Button("Run ▶▶" if decodes else "Read ▶"),
             **{self.kind_notes[k]: v for k, v in hidden.items()},
             **{b: type(b)(visible=not note(ckpt, k)) for k, b in bodies.items() if b},
             self.input_text: gr.Textbox(
@@ -121,14 +125,14 @@ class Page:
             self.ref_plot: gr.Plot(label=f"reference {attended}"),
             self.reference: reference.default_reference(state),  # this model's answer
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
-            self.attr_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.attr_layer: gr.Dropdown(choices=dec, value=last),
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
-            self.wi_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.wi_layer: gr.Dropdown(choices=dec, value=last),
             self.wi_heads: gr.CheckboxGroup(
                 choices=[f"H{h}" for h in range(ckpt.config.n_heads)], value=[]
             ),
             self.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
-            self.play_layer: gr.Dropdown(choices=dec, value=dec[-1]),
+            self.play_layer: gr.Dropdown(choices=dec, value=last),
             self.play_head: gr.Dropdown(choices=heads, value="mean"),
             self.play_btn: gr.Button(interactive=bool(steps)),
             self.align_layer: gr.Dropdown(choices=["best", *dec], value="best"),
@@ -144,8 +148,15 @@ class Page:
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
             self.wi_heads, self.input_text, self.speech_row, self.wi_box, self.blocked,
             self.mask_kind, self.beam_attn, self.ref_plot, self.reference,
-            *self.kind_notes.values(), *self.kind_bodies.values(),
+            *self.kind_notes.values(), *self.kind_bodies.values(), *self.decoding_parts(),
+            self.run_btn,
         ]  # fmt: skip
+
+    def decoding_parts(self) -> list:
+        """What only a model that decodes uses (hidden for an encoder-only model, whose Run
+        button reads "Read")."""
+        return [self.step_btn, self.back_btn, self.reset_btn, self.beam_btn, self.beam_size,
+                self.slider, self.output_text]  # fmt: skip
 
     # -- keeping the other panels in step with the state --------------------------------------
     def lab_outputs(self) -> list:

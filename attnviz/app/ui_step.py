@@ -96,6 +96,7 @@ def top(p) -> None:
         p.beam_size = gr.Number(
             4, label="beams", elem_id="beam-size", scale=0, min_width=90
         )  # checked by the session: a bad value is one line, not a toast
+    kind_note(p, "decode")  # an encoder-only model: Read only, nothing to step through
     p.resync_btn = gr.Button("resync", elem_id="resync-btn", elem_classes="av-hidden")
     p.follow_btn = gr.Button("follow", elem_id="follow-btn", elem_classes="av-hidden")
     # a candidate clicked in the next-token panel: the page sets "step:id" and presses this
@@ -178,7 +179,8 @@ def beam_box(p) -> None:
 
 
 def reference_box(p) -> None:
-    with gr.Group(elem_id="reference-box"):
+    kind_note(p, "reference")  # an encoder-only model: no output to score a reference against
+    with gr.Group(elem_id="reference-box") as p.kind_bodies["reference"]:
         with gr.Row():
             p.reference = gr.Textbox(
                 label="Reference (the output you expect; pre-filled with the task's answer)",

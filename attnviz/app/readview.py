@@ -1,0 +1,158 @@
+"""What the step-through page shows for an encoder-only model (BERT, RoBERTa, DistilBERT).
+
+An encoder-only model reads the whole sentence (or pair, ``first [SEP] second``) at once and
+generates nothing: Read (the Run button, or Enter) runs one pass
+(:func:`attnviz.analysis.read_sentence`, which :func:`attnviz.analysis.fill_mask` runs too),
+and the page shows that pass's recorded self-attention (every layer and head, in the
+encoder's heatmap and the model view) and, for each mask token, its ``k`` best fillers.
+
+No gradio: :mod:`attnviz.app.session` routes an encoder-only model's actions here. The pass
+is kept per (model, file version, text) in a small process-wide cache, so redrawing a view
+does not run the model again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from ..analysis.masked_lm import MaskFill, read_sentence, special_token
+from ..checkpoint import Checkpoint
+from ..core.errors import InputError
+from ..core.model import KINDS
+from ..render.arrays import b64_f32, mask_bits
+from ..render.plots import KIND_TITLES
+from . import store
+from .encview import encoder_block, encoder_inline
+from .kinds import ENCODER_NOTES
+from .state import SessionState, layer_count
+from .views import Shown, display_token, view_of
+
+#: Fillers shown per mask token.
+TOP_K = 5
+NO_MASK = "no {mask} in the input: nothing to fill"
+TITLE = "Self-attention over the sentence"
+_CACHE: OrderedDict[tuple, MaskFill] = OrderedDict()
+_LOCK = threading.Lock()
+_CACHED = 8
+
+
+def start_state(state: SessionState, ckpt: Checkpoint, text: str) -> SessionState:
+    """``state`` on a new sentence: encoded (refused in one line when empty or too long)."""
+    if not (text or "").strip():
+        raise InputError("the input is empty: type a sentence (with [MASK] to fill) first")
+    enc = ckpt.encode_source(text)
+    return dataclasses.replace(
+        state, sid=state.sid or uuid.uuid4().hex, text=text, src_ids=list(enc.ids),
+        src_pieces=list(enc.pieces), unknown=list(enc.unknown), tokens=[], step=0,
+        max_steps=0, version=store.version_of(state.model), epoch=state.epoch + 1,
+        page_rows=-1, forced=[],
+    )  # fmt: skip
+
+
+def read(state: SessionState, ckpt: Checkpoint) -> MaskFill:
+    """The pass over the state's sentence (run once per model file version and text)."""
+    key = (state.model, state.device, state.version, state.text)
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    fill = read_sentence(ckpt, state.text, TOP_K)
+    with _LOCK:
+        _CACHE[key] = fill
+        while len(_CACHE) > _CACHED:
+            _CACHE.popitem(last=False)
+    return fill
+
+
+def mask_name(ckpt: Checkpoint) -> str:
+    token = special_token(ckpt, "mask")
+    return token[0] if token else "[MASK]"
+
+
+def render(state: SessionState, ckpt: Checkpoint, message: str = "") -> Shown:
+    """The page for ``state``: the encoder's heatmaps, the fillers, the status line."""
+    fill = read(state, ckpt) if state.started else None
+    fillers = fillers_of(fill) if fill else []
+    info: dict[str, Any] = {"step": 0, "done": False, "output": "", "fillers": fillers}
+    data = payload(state, ckpt, fill)
+    data["info"] = info
+    data["fillers"] = fillers
+    data["no_fill"] = NO_MASK.format(mask=mask_name(ckpt)) if fill and not fillers else ""
+    return Shown(state, "", status(state, ckpt, fill, message), info, data)
+
+
+def fillers_of(fill: MaskFill) -> list[dict[str, Any]]:
+    """``[{"position", "piece", "top": [[piece, probability], ...]}, ...]`` per mask token."""
+    return [
+        {"position": pos, "piece": display_token(fill.pieces[pos]),
+         "top": [[display_token(p), round(q, 6)] for p, q in top]}
+        for pos, top in fill.fillers
+    ]  # fmt: skip
+
+
+def status(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None, message: str) -> str:
+    """The status line as HTML (escaped)."""
+    out = [message] if message else []
+    mask = html.escape(mask_name(ckpt))
+    if fill is None:
+        if not message.startswith("⚠"):
+            out.append(
+                f"Type a sentence with <code>{mask}</code> where a token should be filled in "
+                "and press <b>Read</b> (or Enter)."
+            )
+        return "<br>".join(out)
+    if state.unknown:
+        pieces = ", ".join(f"<code>{html.escape(u)}</code>" for u in state.unknown)
+        out.append(f"⚠ Not in this model's vocabulary, read as its unknown token: {pieces}.")
+    n = len(fill.pieces)
+    if fill.fillers:
+        best = "; ".join(
+            f"position {pos}: <code>{html.escape(display_token(top[0][0]))}</code> "
+            f"(p = {top[0][1]:.3f})"
+            for pos, top in fill.fillers
+        )
+        out.append(f"✓ Read {n} tokens at once. Best fillers: {best}.")
+    else:
+        out.append(f"✓ Read {n} tokens at once; {html.escape(NO_MASK.format(mask=mask_name(ckpt)))}.")
+    return "<br>".join(out)
+
+
+def payload(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None) -> dict[str, Any]:
+    """What the page draws: as :func:`attnviz.app.views.payload` gives it for a decode with
+    nothing decoded (``n = 0``), the encoder's ``[H, T, T]`` weights and masks of each layer
+    as the pass recorded them (a long sentence: the layer and head shown, the page asking for
+    others through :func:`attnviz.app.session.encoder_view`)."""
+    base: dict[str, Any] = {
+        "epoch": f"{state.sid}:{state.epoch}", "step": 0, "n": 0, "done": False,
+        "view": state.view, "model_kind": "encoder_self", "forced": [],
+        "arch": ckpt.config.arch, "layers": {k: layer_count(ckpt, k) for k in KINDS},
+        "kind_note": ENCODER_NOTES["step"],
+    }  # fmt: skip
+    if fill is None:
+        return {**base, "epoch": "", "full": True, "from": 0, "started": False}
+    trace = fill.trace
+    out: dict[str, Any] = {
+        **base, "started": True, "full": True, "from": 0, "tokens": [], "prob": [], "topk": [],
+        "rows": {}, "heads": ckpt.config.n_heads, "src": [display_token(p) for p in fill.pieces],
+        "pieces": [display_token(p) for p in fill.pieces],
+        "unk": [i for i, t in enumerate(fill.ids) if t == ckpt.config.unk_id], "bos": "",
+        "expected": None, "max_steps": 0, "titles": {**KIND_TITLES, "encoder_self": TITLE},
+        "src_words": None, "types": fill.types,
+    }  # fmt: skip
+    if encoder_inline(ckpt, len(fill.ids)):
+        out["encoder"] = [
+            {
+                "w": b64_f32(trace.numpy("encoder_self", i)[0]),  # [H, T, T]
+                "m": mask_bits(trace.numpy("encoder_self", i, "mask")[0, 0]),  # [T, T]
+            }
+            for i in trace.layers("encoder_self")
+        ]
+    else:
+        out["encoder"] = []
+        out["enc_block"] = encoder_block(state, trace, *view_of(state, ckpt, "encoder_self"))
+    return out

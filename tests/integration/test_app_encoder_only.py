@@ -1,0 +1,110 @@
+"""The app on an encoder-only model (a tiny random BERT), without a browser: Read shows the
+self-attention and fillers of fill_mask's own pass, the places that decode refuse in their
+one sentence, and switching back to models/reverse restores the decoding view."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from helpers import tiny_bert
+
+from attnviz.analysis import fill_mask
+from attnviz.app import labs, session
+from attnviz.app.kinds import ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
+from attnviz.app.state import checkpoint_of, describe
+
+TEXT = "the [MASK] sat on the [MASK]"
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert")
+    tiny_bert(folder)
+    return str(folder)
+
+
+def f32(b64: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), dtype=np.float32)
+
+
+def test_read_shows_the_weights_and_fillers_of_fill_masks_pass(bert):
+    view = session.start(session.new_state(bert), TEXT)
+    ckpt = checkpoint_of(view.state)
+    fill = fill_mask(ckpt, TEXT, k=5)
+    p = view.payload
+    assert p["started"] and p["arch"] == "encoder-only" and p["pieces"] == fill.pieces
+    assert p["layers"] == {"encoder_self": 2, "decoder_self": 0, "cross": 0}
+    t = len(fill.ids)
+    for layer, enc in enumerate(p["encoder"]):
+        want = fill.trace.numpy("encoder_self", layer)[0]  # [H, T, T]
+        np.testing.assert_allclose(f32(enc["w"]).reshape(want.shape), want, atol=1e-6)
+        assert enc["m"] == "0" * t * t
+    assert [(f["position"], [tuple(x) for x in f["top"]]) for f in p["fillers"]] == [
+        (pos, [(tok, pytest.approx(q, abs=1e-5)) for tok, q in top]) for pos, top in fill.fillers
+    ]
+    assert "Read 8 tokens at once" in view.message and view.output == ""
+    assert session.run(view.state, TEXT).payload["fillers"] == p["fillers"]  # Read again
+    figs = session.figures(view.state)
+    np.testing.assert_allclose(
+        figs["encoder_self"].data[0].z, fill.trace.numpy("encoder_self", 1)[0].mean(0), atol=1e-6
+    )
+
+
+def test_no_mask_token_reads_the_sentence_with_nothing_to_fill(bert):
+    view = session.run(session.new_state(bert), "the cat sat [SEP] a dog ran")
+    assert view.payload["fillers"] == [] and len(view.payload["encoder"]) == 2
+    assert view.payload["no_fill"] == "no [MASK] in the input: nothing to fill"
+    assert "nothing to fill" in view.message and view.payload["types"][-1] == 1
+
+
+def test_what_does_not_apply_says_why_in_one_sentence(bert):
+    view = session.start(session.new_state(bert), TEXT)
+    ckpt = checkpoint_of(view.state)
+    assert input_label(ckpt) == "Sentence (or a pair: first [SEP] second; [MASK] to fill)"
+    assert "encoder-only, 2 layers, 4 heads, d_model 32" in describe(view.state)
+    for action in (session.step, session.back, session.reset):
+        out = action(view.state)
+        assert out.message.startswith("⚠ " + ENCODER_NOTES["decode"][:40])
+    assert session.beam(view.state).startswith("⚠ " + ENCODER_NOTES["beam"][:40])
+    assert session.force(view.state, 3).message.startswith("⚠ Step, Back")
+    for place in ("whatif", "align", "mask", "reference", "step"):
+        assert note(ckpt, place) == ENCODER_NOTES[place]
+    for lab in ("ablation", "attribution", "health", "export", "compare"):
+        assert note(ckpt, lab) == ENCODER_NOT_YET
+    v = labs.ablation(view.state, [])
+    assert v.message.startswith("⚠ Not yet for encoder-only models")
+    masklab = labs.mask_lab(view.state, True, False, [])
+    assert masklab.message.startswith("⚠ Not yet for encoder-only models")
+
+
+def test_switching_back_to_an_encoder_decoder_restores_decoding(bert, models_dir):
+    view = session.start(session.new_state(bert), TEXT)
+    back = session.choose_model(view.state, str(models_dir / "reverse"), "helloworld")
+    assert back.payload["arch"] == "encoder-decoder" and "fillers" not in back.payload
+    assert note(checkpoint_of(back.state), "decode") == ""
+    stepped = session.step(back.state)
+    assert stepped.state.step == 1 and not stepped.message.startswith("⚠")
+    again = session.choose_model(stepped.state, bert, TEXT)
+    assert again.payload["arch"] == "encoder-only" and again.payload["fillers"]
+
+
+def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
+    import gradio as gr
+
+    from attnviz.app import ui
+
+    with gr.Blocks():
+        page = ui.Page(session.new_state(None, "cpu"))
+    state = session.start(session.new_state(bert), TEXT).state
+    on_bert = page.controls(state)
+    on_rev = page.controls(session.choose_model(state, "reverse", "helloworld").state)
+    for part in page.decoding_parts():
+        assert on_bert[part].visible is False and on_rev[part].visible is True
+    assert on_bert[page.run_btn].value == "Read ▶" and on_rev[page.run_btn].value == "Run ▶▶"
+    for place, md in page.kind_notes.items():
+        assert on_bert[md].visible is True and on_bert[md].value == note(checkpoint_of(state), place)
+        assert on_rev[md].visible is False
+    assert on_bert[page.input_text].label.startswith("Sentence (or a pair")
+    assert on_rev[page.input_text].label == "Input"
