@@ -74,7 +74,7 @@ LEGEND = (
     "One column per step, hypotheses ranked by score (best at the top); each node shows its "
     "token, the log-probability it added and (Σ) its hypothesis's score, the sum so far. <b class='av-beam-red'>Red</b>: the winning "
     "path. <b class='av-beam-green'>Green ring</b>: a finished hypothesis (#1 is the "
-    "winner). Click a node to see its hypothesis's cross-attention and continue from it."
+    "winner). Click a node to see its hypothesis's {attended} and continue from it."
 )
 
 
@@ -92,6 +92,8 @@ class BeamPanel:
         score, normalized_score: the winner's log-probability and its length-normalised score.
         selected: the node the person clicked, or None.
         line: the one-line summary shown above the tree (HTML).
+        attended: what a clicked node draws: ``"cross-attention"``, or a decoder-only
+            model's ``"causal self-attention"``.
     """
 
     text: str
@@ -104,6 +106,7 @@ class BeamPanel:
     normalized_score: float = 0.0
     selected: int | None = None
     line: str = ""
+    attended: str = "cross-attention"
 
     @property
     def best_path(self) -> list[int]:
@@ -279,7 +282,8 @@ def panel_html(panel: BeamPanel) -> str:
     n = len(panel.tree.nodes)
     return (
         f'<div class="av-beam-panel" data-nodes="{n}" data-best="{panel.tree.best}">'
-        f"<p>{panel.line}</p><p class='explain' style='margin:4px 0'>{LEGEND}</p>"
+        f"<p>{panel.line}</p><p class='explain' style='margin:4px 0'>"
+        f"{LEGEND.format(attended=panel.attended)}</p>"
         '<div id="beam-tree" style="overflow-x:auto;overflow-y:hidden;max-width:100%;'
         f'padding:4px 0">{tree_svg(panel)}</div></div>'
     )
@@ -398,6 +402,7 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
     except AttnvizError as exc:
         return BeamView(None, warning(exc))
     panel.line = summary(panel, greedy, ckpt.tgt_tokenizer)
+    panel.attended = "causal self-attention" if is_decoder_only(ckpt) else "cross-attention"
     return BeamView(panel, panel_html(panel), files=write_files(panel))
 
 
@@ -411,8 +416,9 @@ def current(state: SessionState, panel: BeamPanel | None) -> Checkpoint:
 
 
 def beam_node(state: SessionState, panel: BeamPanel | None, node: int | str) -> BeamView:
-    """Select ``node`` of the tree: its hypothesis's cross-attention rows at the step view's
-    cross-attention layer and head (the mean for "all heads"). A bad node id is one line
+    """Select ``node`` of the tree: its hypothesis's cross-attention rows (a decoder-only
+    model's self-attention) at the step view's layer and head (the mean for "all heads").
+    A bad node id is one line
     and the panel is kept as it was."""
     try:
         ckpt = current(state, panel)

@@ -28,7 +28,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
-from .kinds import refuse
+from .kinds import is_decoder_only
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 
@@ -50,8 +50,9 @@ class CompareView:
     """What the tab shows.
 
     Attributes:
-        grids: one divergence grid per kind, in :data:`attnviz.core.model.KINDS` order (plotly
-            figures, for saving or a notebook).
+        grids: one divergence grid per kind the models have, in
+            :data:`attnviz.core.model.KINDS` order (a decoder-only model: ``"decoder_self"``
+            alone; plotly figures, for saving or a notebook).
         grid_html: the same grids as the page shows them: a button per head that draws it.
         head: A | B | A − B of the chosen head on the current input.
         tokens_html: the target tokens coloured by their probability change (B − A).
@@ -82,6 +83,28 @@ def head_menus(state: SessionState, kind: str = "cross") -> tuple[list[str], lis
     return layers, [f"H{h}" for h in range(ckpt.config.n_heads)]
 
 
+def model_kinds(state: SessionState) -> list[str]:
+    """The attention kinds the loaded model has, in :data:`KINDS` order (a decoder-only
+    model: ``["decoder_self"]``; every kind when none loads)."""
+    try:
+        ckpt = checkpoint_of(state)
+    except AttnvizError:
+        return list(KINDS)
+    return [k for k in KINDS if layer_count(ckpt, k)]
+
+
+def kind_of(state: SessionState, kind: str) -> str:
+    """``kind`` where the loaded model has it, else the first kind it has (a decoder-only
+    model's ``"decoder_self"`` for a ``"cross"`` left from an encoder-decoder)."""
+    have = model_kinds(state)
+    return kind if kind in have or not have else have[0]
+
+
+def shown_kinds(result: Comparison) -> list[str]:
+    """The kinds compared: those with heads (a decoder-only pair: ``"decoder_self"``)."""
+    return [k for k in KINDS if result.divergence[k].size]
+
+
 def _kind(kind: str) -> str:
     if kind not in KINDS:
         raise InputError(f"unknown attention kind {kind!r}; one of {', '.join(KINDS)}")
@@ -105,8 +128,11 @@ def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpo
         raise InputError("pick model B to compare with")
     path_b = store.resolve_model(model_b)
     a, b = checkpoint_of(state), store.get_checkpoint(path_b, state.device)
-    refuse(a, "compare")
-    refuse(b, "compare")
+    if a.config.arch != b.config.arch:  # heads of different kinds: nothing to line up
+        raise InputError(
+            f"A is {a.config.arch} and B is {b.config.arch}: Compare lines up two models of "
+            "one kind head by head; pick a B of A's kind"
+        )
     return a, b, path_b
 
 
@@ -139,6 +165,8 @@ def head_figure(
     tok = ckpt.tgt_tokenizer
     bos = tok.token(ckpt.config.bos_id) if tok is not None else "<s>"
     tgt_in = [display_token(bos), *(display_token(t) for t in scored_a.tokens[:-1])]  # [Tt]
+    if is_decoder_only(ckpt):  # one sequence: the prompt, then the output it reads
+        tgt_in = [*src, *(display_token(t) for t in scored_a.tokens)][: wa.shape[-1]]
     keys, queries = {"encoder_self": (src, src), "decoder_self": (tgt_in, tgt_in),
                      "cross": (src, tgt_in)}[kind]  # fmt: skip
     title = (
@@ -187,7 +215,7 @@ def _summary(result: Comparison, a_name: str, b_name: str) -> str:
     out_a, out_b, same = result.outputs[0]
     agree = "the same output" if same else "**different outputs**"
     top = []
-    for kind in KINDS:
+    for kind in shown_kinds(result):
         (layer, head, d), *_ = result.most_changed(kind, 1)
         if d > SAME:
             top.append(f"{KIND_TITLES[kind].lower()}: L{layer} H{head} ({d:.3f})")
@@ -219,7 +247,8 @@ def compare(
         result, sa, sb = comparison_of(state, model_b)
         b_name = store.model_name(store.resolve_model(model_b))
         grids = []
-        for k in KINDS:
+        kind = kind if kind in shown_kinds(result) else shown_kinds(result)[0]
+        for k in shown_kinds(result):
             fig = plots.head_divergence(
                 result.divergence[k], result.matching[k], title=f"{KIND_TITLES[k]}: A vs B",
                 zmax=1.0,
@@ -259,7 +288,7 @@ def grid_html(
         a, b = (html.escape(n) for n in names)
         caption = f'<p class="av-cmp-names">A = <b>{a}</b> vs B = <b>{b}</b></p>'
     tables = []
-    for kind in KINDS:
+    for kind in shown_kinds(result):
         d, m, md = result.divergence[kind], result.matching[kind], result.matched_divergence[kind]
         head_cols = "".join(f"<th>H{h}</th>" for h in range(d.shape[1]))
         rows = []

@@ -19,6 +19,7 @@ from .. import analysis
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..data.tokenizer import check_token_id
+from .kinds import is_decoder_only
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_index
 
@@ -91,7 +92,12 @@ def _next_rows(
         if stepper.done:  # an end token (or the length limit): no step follows
             out[t] = None
             continue
-        w = stepper.step().attention["cross", layer].float().cpu().numpy()  # [H, Ts]
+        att = stepper.step().attention
+        if ("cross", layer) in att:
+            w = att["cross", layer].float().cpu().numpy()  # [H, Ts]
+        else:  # a decoder-only model: its self-attention on the prompt's pieces
+            n = len(state.src_pieces)
+            w = att["decoder_self", layer].float().cpu().numpy()[:, :n]  # [H, P]
         out[t] = np.asarray(head_weights(w, head))
     return out
 
@@ -152,14 +158,19 @@ def contrast(
         title=f"step {state.step}: why “{html.escape(names[0])}” and not “{html.escape(names[1])}”",
         names=names,
     )
+    one = is_decoder_only(ckpt)
+    if one:  # one sequence: the source is the prompt, the attention its self-attention on it
+        fig.update_layout(xaxis2_title_text="prompt token")
     ended = [n for n, t in zip(names, (chosen, alt), strict=True) if rows[t] is None]
     msg = (
         f"**Why “{html.escape(names[0])}” (p = {_p(a.prob)}) and not “{html.escape(names[1])}” "
         f"(p = {_p(a.versus_prob)}) at step {state.step}.** Top: Integrated Gradients of "
         f"log p(“{html.escape(names[0])}”) − log p(“{html.escape(names[1])}”) = {a.contrast:.3f} "
-        f"over the source tokens (blue: evidence for “{html.escape(names[0])}”, orange and "
-        f"hatched: for “{html.escape(names[1])}”; convergence delta {a.delta:.2g}). Bottom: the "
-        f"cross-attention row of the **next** step ({after}) after feeding "
+        f"over the {'prompt' if one else 'source'} tokens (blue: evidence for "
+        f"“{html.escape(names[0])}”, orange and hatched: for “{html.escape(names[1])}”; "
+        f"convergence delta {a.delta:.2g}). Bottom: the "
+        f"{'self-attention on the prompt' if one else 'cross-attention row'} of the **next** "
+        f"step ({after}) after feeding "
         f"“{html.escape(names[0])}” vs after feeding “{html.escape(names[1])}”: where each "
         "choice sends the attention."
     )

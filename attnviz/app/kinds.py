@@ -4,8 +4,9 @@ An encoder-decoder shows all three attention kinds. A decoder-only model continu
 its prompt and its output are one sequence, so the step view shows one causal
 self-attention over prompt + generated tokens, and the places that read an encoder or
 cross-attention (the encoder and cross-attention heatmaps, what-if targets, AER, blocking
-source tokens) are hidden, each with one sentence saying why (:data:`NOTES`). Labs that do
-not run a decoder-only model yet refuse it in one sentence (:func:`refuse`).
+source tokens) are hidden, each with one sentence saying why (:data:`NOTES`). The labs run
+it on its one sequence (decoder self-attention heads only); faithfulness, which needs
+cross-attention, refuses it in one sentence (:func:`refuse`).
 """
 
 from __future__ import annotations
@@ -47,32 +48,11 @@ NOTES = {
     ),
 }
 
-#: Labs that do not run a decoder-only model yet: why, in one sentence.
+#: Labs that do not run a decoder-only model: why, in one sentence.
 NOT_YET = {
-    "ablation": (
-        "Head ablation reruns an encoder-decoder's source and output batch; it does not run "
-        "decoder-only models yet."
-    ),
-    "attribution": (
-        "Attribution explains a token through the source embeddings of an encoder; a "
-        "decoder-only model has no encoder, and this lab does not run one yet."
-    ),
-    "health": (
-        "The health check tests leaks on padded source batches; it does not run decoder-only "
-        "models yet."
-    ),
-    "export": (
-        "The JSON, NPZ and HTML files are written for encoder-decoder traces; exporting a "
-        "decoder-only model's trace is not supported yet (each heatmap's PNG and CSV buttons "
-        "work)."
-    ),
     "faith": (
         "Faithfulness removes source tokens the cross-attention points at; a decoder-only "
         "model has no cross-attention."
-    ),
-    "compare": (
-        "Compare lines up two encoder-decoder models head by head on one source; it does not "
-        "compare decoder-only models yet."
     ),
 }
 

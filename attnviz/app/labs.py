@@ -308,11 +308,13 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
 
 # -- attribution --------------------------------------------------------------------------------
 def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) -> LabView:
-    """Integrated Gradients for the newest token beside one layer's cross-attention.
+    """Integrated Gradients for the newest token beside one layer's cross-attention (a
+    decoder-only model: the newest position's self-attention on its prompt).
 
     Returns:
-        Two figures: source attribution vs cross-attention (mean of heads) of ``layer``, and
-        attribution over the previous target tokens; the message gives the agreement scores.
+        Two figures: source (prompt) attribution vs the attention (mean of heads) of
+        ``layer``, and attribution over the previous target tokens; the message gives the
+        agreement scores (``ig~cross L1``, or ``ig~self L1`` for a decoder-only model).
     """
     try:
         ckpt = started_checkpoint(state, "attribution")
@@ -325,26 +327,34 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
     except AttnvizError as exc:
         return error_view(exc, 2)
     layer = int(np.clip(layer, 0, max(a.cross)))
+    one = is_decoder_only(ckpt)  # one sequence: the attention row is self-attention on the prompt
+    attended = "self-attention on the prompt" if one else "cross-attention"
     src = plots.attribution_vs_attention(
         a.ig_src,
         a.cross[layer],
         a.src_tokens,
-        title=f"step {a.step + 1} “{html.escape(a.token)}”: source tokens",
-        names=("Integrated Gradients", f"cross-attention L{layer} (mean of heads)"),
+        title=f"step {a.step + 1} “{html.escape(a.token)}”: {'prompt' if one else 'source'} tokens",
+        names=("Integrated Gradients", f"{attended} L{layer} (mean of heads)"),
     )
     methods = {"Integrated Gradients": a.ig_tgt, "gradient × input": a.gxi_tgt}
     tgt = figures.paired_bars(  # each method as shares of its own total: scales differ by 1e6
         {name: plots.share(np.asarray(v, float)) for name, v in methods.items()},
         a.tgt_tokens,
-        title="attribution to the previous output tokens (decoder input), each method "
-        "normalised to its own total",
+        title=f"attribution to the previous output tokens ({'after the prompt' if one else 'decoder input'}), "
+        "each method normalised to its own total",
         value_name="share of total",  # the title says of what; a longer one is cut off
         colours=[plots.METHOD_COLOURS[name] for name in methods],
     )
     scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())  # ~ is markdown
     msg = (
         f"Explaining step {a.step + 1}: “{html.escape(a.token)}” (p = {a.prob:.3f}). "
-        f"Agreement of attribution with attention as Spearman rank correlation ρ (the "
+        + (
+            "Integrated Gradients over the prompt and the output so far; the attention "
+            "compared is the newest position's self-attention on the prompt (`~self`). "
+            if one
+            else ""
+        )
+        + f"Agreement of attribution with attention as Spearman rank correlation ρ (the "
         f"chart's title gives the same ρ for the layer shown) — {scores}. "
         f"IG convergence delta {a.delta:.2g} (near 0 means the integral converged)."
     )

@@ -7,11 +7,25 @@ from __future__ import annotations
 
 INTRO = (
     "# attnviz — attention inspector\n"
-    "Type an input, then **Step** through greedy decoding one token at a time and watch the "
-    "attention matrices grow. Every weight shown is the one the model used in that forward "
+    "Type an input (for a decoder-only model, a prompt to continue), then **Step** through "
+    "greedy decoding one token at a time and watch the attention matrices grow. Every weight shown is the one the model used in that forward "
     "pass. Grey cells are *masked* (blocked by construction); dark purple cells are weights "
     "the model *learned* to be near zero."
 )
+#: The Mask lab's intro, by model kind (a decoder-only model has no source tokens to hide).
+MASK_INTRO = {
+    "encoder-decoder": (
+        "Switch a mask off or hide source tokens, and compare the attention and the output "
+        "with the masks as trained. Your input runs in a batch with a companion input of "
+        "another length, so there is padding to unmask."
+    ),
+    "decoder-only": (
+        "Switch the causal mask off and compare the self-attention over prompt + output and "
+        "the output with the masks as trained (the model is teacher-forced on its own "
+        "output). Your prompt runs in a batch with a companion prompt of another length, so "
+        "there is padding to unmask."
+    ),
+}
 VIZ_TEMPLATE = '<div class="av-root"></div>'
 VIZ_ON_LOAD = """
 window.AttnViz.mount(element);

@@ -184,7 +184,7 @@ def inspection(state: SessionState) -> Inspection:
     ckpt = started_checkpoint(state, "export")
     if state.step == 0:
         return analysis.inspect_text(ckpt, state.text)
-    enc = ckpt.src_tokenizer.encode(state.text)
+    enc = ckpt.encode_source(state.text)  # a decoder-only model's prompt: its framing too
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         return analysis.export.from_stepper(ckpt, state.text, enc, stepper, upto=state.step)
 

@@ -27,8 +27,8 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import panels, reference, session, speech, store, ui_align, ui_compare, ui_labs, ui_step
 from .decoders import DECODERS
-from .kinds import input_label, note
-from .pagetext import STALE
+from .kinds import input_label, is_decoder_only, note
+from .pagetext import MASK_INTRO, STALE
 from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
 from .views import follow as follow_plan
@@ -88,6 +88,8 @@ class Page:
         steps = panels.playback_steps(state)
         audio = ckpt.is_audio
         attended = "causal self-attention" if note(ckpt, "step") else "cross-attention"
+        one = is_decoder_only(ckpt)
+        kinds = [k for k in KINDS if layer_count(ckpt, k)]
         hidden = {  # the parts this model's kind has no use for, and the sentence shown
             place: gr.Markdown(value=note(ckpt, place), visible=bool(note(ckpt, place)))
             for place in self.kind_notes
@@ -121,11 +123,20 @@ class Page:
             self.mask_kind: gr.Radio(  # the kinds this model has
                 choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
             ),
+            self.mask_intro: MASK_INTRO["decoder-only" if one else "encoder-decoder"],
+            self.compare_kind: gr.Radio(  # a decoder-only model compares its self-attention
+                choices=kinds, value="cross" if "cross" in kinds else kinds[0]
+            ),
             self.beam_attn: gr.Plot(label=f"the hypothesis's {attended}"),
             self.ref_plot: gr.Plot(label=f"reference {attended}"),
             self.reference: reference.default_reference(state),  # this model's answer
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
-            self.attr_layer: gr.Dropdown(choices=dec, value=last),
+            self.attr_layer: gr.Dropdown(
+                choices=dec,
+                value=last,
+                label=f"layer of the {'self-attention on the prompt' if one else 'cross-attention'} "
+                "compared",
+            ),  # fmt: skip
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
             self.wi_layer: gr.Dropdown(choices=dec, value=last),
             self.wi_heads: gr.CheckboxGroup(
@@ -147,7 +158,8 @@ class Page:
             self.mask_head, self.attr_layer, self.play_slider, self.play_layer, self.play_head,
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
             self.wi_heads, self.input_text, self.speech_row, self.wi_box, self.blocked,
-            self.mask_kind, self.beam_attn, self.ref_plot, self.reference,
+            self.mask_kind, self.beam_attn, self.ref_plot, self.reference, self.mask_intro,
+            self.compare_kind,
             *self.kind_notes.values(), *self.kind_bodies.values(), *self.decoding_parts(),
             self.run_btn,
         ]  # fmt: skip

@@ -10,43 +10,41 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import compare_lab, store
 from .pagetext import COMPARE_ON_LOAD, PICK_JS, THEME_JS
-from .ui_common import HIDDEN, INTERNAL, dark, kind_note
+from .ui_common import HIDDEN, INTERNAL, dark
 from .views import panel_stamps as stamp
 
 
 def compare_tab(p) -> None:
     """The Compare tab: model B (menu or upload), the head grid, one head drawn A | B."""
     with gr.Tab("Compare", elem_id="tab-compare") as p.compare_tab:
-        kind_note(p, "compare")
-        with gr.Column() as p.kind_bodies["compare"]:
-            gr.Markdown(compare_lab.INTRO, elem_classes="explain")
-            with gr.Row(equal_height=True):
-                p.compare_model = gr.Dropdown(
-                    choices=store.menu(), value=None, label="model B", elem_id="compare-model",
-                    scale=2,
-                )  # fmt: skip
-                p.compare_upload = gr.File(
-                    label="…or upload model B", file_count="multiple", elem_id="compare-upload",
-                    scale=1, height=110,
-                )  # fmt: skip
-                p.compare_files = gr.State([])  # the box's files: a new upload replaces them
-                p.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=0)
-            p.compare_msg = gr.Markdown(elem_id="compare-message")
-            # a grid cell clicked: the page puts "kind layer head" here and presses the button
-            p.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
-            p.compare_pick_btn = gr.Button("pick", elem_id="compare-pick-btn", elem_classes="av-hidden")
-            p.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
-            with gr.Row():
-                p.compare_kind = gr.Radio(
-                    list(KINDS), value="cross", label="head drawn (or click a cell above)",
-                    elem_id="compare-kind",
-                )  # fmt: skip
-                p.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
-                p.compare_head = gr.Dropdown(
-                    ["H0"], value="H0", label="head", elem_id="compare-head-menu"
-                )
-            p.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
-            p.compare_tokens = gr.HTML(elem_id="compare-tokens")
+        gr.Markdown(compare_lab.INTRO, elem_classes="explain")
+        with gr.Row(equal_height=True):
+            p.compare_model = gr.Dropdown(
+                choices=store.menu(), value=None, label="model B", elem_id="compare-model",
+                scale=2,
+            )  # fmt: skip
+            p.compare_upload = gr.File(
+                label="…or upload model B", file_count="multiple", elem_id="compare-upload",
+                scale=1, height=110,
+            )  # fmt: skip
+            p.compare_files = gr.State([])  # the box's files: a new upload replaces them
+            p.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=0)
+        p.compare_msg = gr.Markdown(elem_id="compare-message")
+        # a grid cell clicked: the page puts "kind layer head" here and presses the button
+        p.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
+        p.compare_pick_btn = gr.Button("pick", elem_id="compare-pick-btn", elem_classes="av-hidden")
+        p.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
+        with gr.Row():
+            p.compare_kind = gr.Radio(
+                list(KINDS), value="cross", label="head drawn (or click a cell above)",
+                elem_id="compare-kind",
+            )  # fmt: skip
+            p.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
+            p.compare_head = gr.Dropdown(
+                ["H0"], value="H0", label="head", elem_id="compare-head-menu"
+            )
+        p.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
+        p.compare_tokens = gr.HTML(elem_id="compare-tokens")
 
 
 def wire(p) -> None:
@@ -56,6 +54,7 @@ def wire(p) -> None:
             p.compare_layer, p.compare_head]  # fmt: skip
 
     def run(state, stamps, model_b, kind, layer, head, theme):
+        kind = compare_lab.kind_of(state, kind)  # a decoder-only model: decoder_self alone
         layers, heads = compare_lab.head_menus(state, kind)
         layer = layer if layer in layers else (layers or [None])[0]
         head = head if head in heads else (heads or [None])[0]

@@ -9,7 +9,7 @@ import gradio as gr
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import labs, panels
-from .pagetext import THEME_JS, UNIT_JS
+from .pagetext import MASK_INTRO, THEME_JS, UNIT_JS
 from .state import SessionState
 from .ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, dark, decoder_menus, kind_note
 from .views import display_token
@@ -18,11 +18,8 @@ from .views import panel_stamps as stamp
 
 def mask_tab(p) -> None:
     with gr.Tab("Mask lab", elem_id="tab-mask") as p.mask_tab:
-        gr.Markdown(
-            "Switch a mask off or hide source tokens, and compare the attention and the "
-            "output with the masks as trained. Your input runs in a batch with a companion "
-            "input of another length, so there is padding to unmask.",
-            elem_classes="explain",
+        p.mask_intro = gr.Markdown(  # a decoder-only model's: no source tokens to hide
+            MASK_INTRO["encoder-decoder"], elem_id="mask-intro", elem_classes="explain"
         )
         with gr.Row():
             p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
@@ -42,57 +39,51 @@ def other_tabs(p, state: SessionState) -> None:
     """Head ablation, attribution, checkpoint health, training playback, export."""
     layers, heads = decoder_menus(state)
     with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
-        kind_note(p, "ablation")
-        with gr.Column() as p.kind_bodies["ablation"]:
-            p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
-            with gr.Row():
-                p.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
-                p.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
-            p.ablate_msg = gr.Markdown(elem_id="ablate-message")
-            p.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
-            p.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
-                headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
-                elem_id="rank-table", visible=False,
-            )  # fmt: skip
+        p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
+        with gr.Row():
+            p.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
+            p.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
+        p.ablate_msg = gr.Markdown(elem_id="ablate-message")
+        p.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
+        p.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
+            headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
+            elem_id="rank-table", visible=False,
+        )  # fmt: skip
     with gr.Tab("Attribution", elem_id="tab-attribution") as p.attr_tab:
-        kind_note(p, "attribution")
-        with gr.Column() as p.kind_bodies["attribution"]:
-            with gr.Row():
-                p.attr_layer = gr.Dropdown(
-                    layers, value=(layers or [None])[-1], label="cross-attention layer to compare"
-                )
-                p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
-            p.attr_msg = gr.Markdown(elem_id="attr-message")
-            p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
-            p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
-            gr.Markdown("### Why this token and not that one")
-            with gr.Row():
-                p.attr_alt = gr.Dropdown(
-                    label="…and not this candidate (default: the runner-up; for a forced "
-                    "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
-                    scale=3,
-                )  # fmt: skip
-                p.attr_head = gr.Dropdown(
-                    ["mean", *heads], value="mean", label="head of the attention rows", scale=1
-                )
-                p.attr_vs_btn = gr.Button(
-                    "Why this token and not that one", elem_id="attr-vs-btn", scale=1
-                )
-            p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
-            p.attr_vs_plot = gr.Plot(
-                label="contrastive attribution and next-step attention",
-                elem_id="attribution-contrast",
+        with gr.Row():
+            p.attr_layer = gr.Dropdown(
+                layers, value=(layers or [None])[-1], label="layer of the attention compared"
             )
-    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
-        kind_note(p, "health")
-        with gr.Column() as p.kind_bodies["health"]:
-            p.health_extra = gr.Textbox(
-                label="for a model without a task: the current input is checked, and these "
-                "inputs too (one per line)", lines=2, elem_id="health-inputs",
+            p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
+        p.attr_msg = gr.Markdown(elem_id="attr-message")
+        p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
+        p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
+        gr.Markdown("### Why this token and not that one")
+        with gr.Row():
+            p.attr_alt = gr.Dropdown(
+                label="…and not this candidate (default: the runner-up; for a forced "
+                "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
+                scale=3,
             )  # fmt: skip
-            p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
-            p.health_html = gr.HTML(elem_id="health-report")
-            p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
+            p.attr_head = gr.Dropdown(
+                ["mean", *heads], value="mean", label="head of the attention rows", scale=1
+            )
+            p.attr_vs_btn = gr.Button(
+                "Why this token and not that one", elem_id="attr-vs-btn", scale=1
+            )
+        p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
+        p.attr_vs_plot = gr.Plot(
+            label="contrastive attribution and next-step attention",
+            elem_id="attribution-contrast",
+        )
+    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
+        p.health_extra = gr.Textbox(
+            label="for a model without a task: the current input is checked, and these "
+            "inputs too (one per line)", lines=2, elem_id="health-inputs",
+        )  # fmt: skip
+        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
+        p.health_html = gr.HTML(elem_id="health-report")
+        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
     with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
         with gr.Row():
             p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
@@ -106,21 +97,19 @@ def other_tabs(p, state: SessionState) -> None:
             label="induction heads forming", elem_id="playback-curves", visible=False
         )
     with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
-        kind_note(p, "export")
-        with gr.Column() as p.kind_bodies["export"]:
-            gr.Markdown(
-                "Every heatmap has a PNG button; every lab figure a camera button. "
-                "Files of the state shown (their attention follows the step view's "
-                "**show: pieces | words** switch):"
-            )
-            with gr.Row():
-                p.exp_html = gr.Button("HTML report", elem_id="export-html")
-                p.exp_json = gr.Button("JSON trace", elem_id="export-json")
-                p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
-            # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
-            p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
-            p.exp_msg = gr.Markdown(elem_id="export-message")
-            p.exp_file = gr.File(label="download", elem_id="export-file")
+        gr.Markdown(
+            "Every heatmap has a PNG button; every lab figure a camera button. "
+            "Files of the state shown (their attention follows the step view's "
+            "**show: pieces | words** switch):"
+        )
+        with gr.Row():
+            p.exp_html = gr.Button("HTML report", elem_id="export-html")
+            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
+            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+        # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
+        p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
+        p.exp_msg = gr.Markdown(elem_id="export-message")
+        p.exp_file = gr.File(label="download", elem_id="export-file")
 
 
 def mask_panels(p, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:

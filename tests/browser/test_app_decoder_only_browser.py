@@ -3,7 +3,8 @@
 The causal self-attention the page draws over prompt + generated tokens is the attention the
 stepper recorded (read back from the drawn canvas, every layer and head), grey exactly above
 the diagonal; the encoder and cross-attention panels are hidden with one sentence saying why;
-switching to an encoder-decoder and back, while another tab is open, restores each panel.
+switching to an encoder-decoder and back, while another tab is open, restores each panel;
+the labs (head ranking, the health check) run on the one sequence's decoder_self heads.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 from helpers import launched_app, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
-from attnviz.app.kinds import NOT_YET, NOTES  # noqa: E402
+from attnviz.app.kinds import NOTES  # noqa: E402
 
 TIMEOUT = 30_000
 PROMPT = "qXb3LmZ7tRw2Kp9"
@@ -132,13 +133,18 @@ def test_switching_kinds_with_another_tab_open_restores_every_panel(page, tmp_pa
     assert page.locator("#input-text label, #input-text span").first.inner_text() == "Input"
     page.get_by_role("tab", name="Head ablation").click()
     page.wait_for_selector("#ablate-btn", state="visible")
-    pick_model(page, "induction")  # back, while Head ablation is shown
-    page.wait_for_selector("#kind-note-ablation", state="visible")
-    assert page.locator("#kind-note-ablation").inner_text() == NOT_YET["ablation"]
-    assert not page.locator("#ablate-btn").is_visible()
-    for tab, place in (("Alignment", "align"), ("Compare", "compare"), ("Export", "export")):
+    assert "cross L0 H0" in page.locator("#ablate-heads").inner_text()
+    pick_model(page, "induction")  # back, while Head ablation is shown: its own heads
+    page.wait_for_function(
+        "() => document.querySelector('#ablate-heads').innerText.includes('decoder_self L1 H3')"
+        " && !document.querySelector('#ablate-heads').innerText.includes('cross')"
+    )
+    assert page.locator("#ablate-btn").is_visible()
+    page.get_by_role("tab", name="Alignment").click()
+    page.wait_for_selector("#kind-note-align", state="visible")
+    for tab, button in (("Compare", "#compare-btn"), ("Export", "#export-json")):
         page.get_by_role("tab", name=tab).click()
-        page.wait_for_selector(f"#kind-note-{place}", state="visible")
+        page.wait_for_selector(button, state="visible")
     page.get_by_role("tab", name="Step through").click()
     page.locator("#step-btn").click()  # the kept input, on the decoder-only model
     page.wait_for_function(
@@ -150,3 +156,26 @@ def test_switching_kinds_with_another_tab_open_restores_every_panel(page, tmp_pa
     assert page.locator("#heatmap-decoder_self canvas").is_visible()
     assert page.locator("#kind-note").inner_text() == NOTES["step"]
     page.screenshot(path=str(shots_folder(tmp_path) / "decoder-only-back.png"), full_page=True)
+
+
+def test_ranking_and_health_render_the_decoder_self_heads(page, tmp_path):
+    page.get_by_role("tab", name="Step through").click()
+    page.locator("#input-text textarea").fill(PROMPT)
+    page.locator("#step-btn").click()
+    page.wait_for_function("() => window.AttnViz.drawn.step >= 1")
+    page.get_by_role("tab", name="Head ablation").click()
+    page.locator("#rank-btn").click()
+    page.wait_for_selector("#rank-table", state="visible")
+    page.wait_for_function(
+        "() => document.querySelector('#ablate-message').innerText.includes('Most important')"
+    )
+    table = page.locator("#rank-table").inner_text()
+    assert "decoder_self L" in table and "cross" not in table
+    page.wait_for_selector("#ablation-plot .js-plotly-plot")
+    page.get_by_role("tab", name="Checkpoint health").click()
+    page.locator("#health-btn").click()
+    page.wait_for_selector("#health-report .health")
+    page.wait_for_selector("#health-heads .js-plotly-plot")
+    assert "Health check passed" in page.locator("#health-report").inner_text()
+    assert "⚠ " not in page.locator("#health-report p").first.inner_text()
+    page.screenshot(path=str(shots_folder(tmp_path) / "decoder-only-health.png"), full_page=True)

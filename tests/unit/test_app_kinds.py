@@ -1,8 +1,8 @@
 """The app on a decoder-only model (models/induction), through the session layer and the
 page's controls (no browser): the step view's payload carries the prompt's own rows, the
 places that read an encoder or cross-attention are hidden with one sentence each, the labs
-that do not run the model say why in one sentence, and switching model kinds restores every
-part (tests/browser/test_app_decoder_only_browser.py draws the same in Chromium)."""
+run on the one sequence (decoder self-attention heads only; faithfulness says why not in one
+sentence), and switching model kinds restores every part (tests/browser/test_app_decoder_only_browser.py draws the same in Chromium)."""
 
 from __future__ import annotations
 
@@ -101,17 +101,67 @@ def test_hidden_places_and_labs_say_why_in_one_sentence(stepped):
     assert alignment.faithfulness_view(stepped).message.endswith(_esc(NOT_YET["faith"]))
     cur = alignment.view(stepped)
     assert _esc(NOTES["align"]) in cur.message
-    for view, lab in (
-        (labs.ablation(stepped, ["decoder_self L0 H0"]), "ablation"),
-        (labs.rank_heads(stepped), "ablation"),
-        (labs.attribution(stepped, "L1"), "attribution"),
-        (labs.contrast(stepped, None, "L1", "mean"), "attribution"),
-        (panels.health(stepped), "health"),
-        (panels.export(stepped, "json"), "export"),
-    ):
-        assert view.message == "⚠ " + _esc(NOT_YET[lab]), lab
-    assert compare_lab.compare(stepped, "reverse").message.endswith(_esc(NOT_YET["compare"]))
+    assert set(NOT_YET) == {"faith"}  # every other lab runs a decoder-only model
     assert panels.playback(stepped, 3, "L1", "mean").figures  # playback runs it
+
+
+def test_ablation_lists_and_ranks_decoder_self_heads_only(stepped):
+    sites = [
+        s for k in ("encoder_self", "decoder_self", "cross") for s in session.head_sites(stepped, k)
+    ]
+    assert sites == [f"decoder_self L{ly} H{h}" for ly in (0, 1) for h in range(4)]
+    view = labs.ablation(stepped, ["decoder_self L1 H0", "decoder_self L1 H1",
+                                   "decoder_self L1 H2", "decoder_self L1 H3"])  # fmt: skip
+    assert not view.message.startswith("⚠") and "**changed**" in view.message
+    assert list(view.figures[0].layout.xaxis.ticktext)[:3] == list(PROMPT[:3])  # its output
+    ranked = labs.rank_heads(stepped, n_inputs=2)
+    assert not ranked.message.startswith("⚠")
+    assert {row[0] for row in ranked.rows} == set(sites)
+    assert set(ranked.figures[0].layout.yaxis.ticktext) <= set(sites)
+
+
+def test_attribution_compares_with_self_attention_on_the_prompt(stepped, induction):
+    view = labs.attribution(stepped, "L1", n_steps=8)
+    assert not view.message.startswith("⚠") and "`ig~self L1`" in view.message
+    assert "cross" not in view.message
+    src, tgt = view.figures
+    prompt = attnviz.load_checkpoint(induction).encode_source(PROMPT).pieces
+    assert len(src.data[0].x) == len(prompt) and "prompt tokens" in src.layout.title.text
+    assert [t.name for t in src.data] == [
+        "Integrated Gradients", "self-attention on the prompt L1 (mean of heads)"
+    ]  # fmt: skip
+    assert "after the prompt" in tgt.layout.title.text
+    vs = labs.contrast(stepped, None, "L1", "mean", n_steps=8)
+    assert not vs.message.startswith("⚠") and "self-attention on the prompt" in vs.message
+    assert all(r is None or len(r) == len(prompt) for r in vs.next_rows.values())
+    assert vs.figures[0].layout.xaxis2.title.text == "prompt token"
+
+
+def test_health_and_export_run_on_the_one_sequence(stepped, tmp_path):
+    view = panels.health(stepped)
+    assert "Health check passed" in view.message
+    assert {t.name for t in view.figures[0].data} == {"decoder_self"}  # head roles: one kind
+    for what in ("json", "npz", "html"):
+        out = panels.export(stepped, what)
+        assert out.path and out.path.endswith(f".{what}"), out.message
+    import json
+    from pathlib import Path
+
+    doc = json.loads(Path(panels.export(stepped, "json").path).read_text())
+    assert {k.split(".")[0] for k in doc["attention"]} == {"decoder_self"}
+
+
+def test_compare_draws_the_decoder_self_grid_alone(stepped):
+    view = compare_lab.compare(stepped, "induction", "cross", "L0", "H0")  # cross: not here
+    assert not view.message.startswith("⚠") and "No head differs" in view.message
+    assert [g.layout.title.text for g in view.grids] == ["Decoder masked self-attention: A vs B"]
+    assert (
+        'data-kind="decoder_self"' in view.grid_html and 'data-kind="cross"' not in view.grid_html
+    )
+    assert view.head.layout.title.text.startswith("Decoder masked self-attention · layer 0")
+    assert compare_lab.kind_of(stepped, "cross") == "decoder_self"
+    other = compare_lab.compare(stepped, "reverse")
+    assert other.message.startswith("⚠") and "decoder-only" in other.message
 
 
 def test_mask_lab_shows_the_causal_self_attention_over_prompt_and_reference(stepped):
@@ -156,6 +206,22 @@ def test_switching_kinds_renews_every_hidden_part(stepped, models_dir):
     assert on_dec[page.input_text].label == "Prompt" and on_rev[page.input_text].label == "Input"
     assert on_rev[page.reference] == "dlrowolleh" and back[page.reference] == PROMPT
     assert [c[0] for c in on_dec[page.mask_kind].choices] == ["auto", "decoder_self"]
+    assert [c[0] for c in on_dec[page.compare_kind].choices] == ["decoder_self"]
+    assert on_dec[page.compare_kind].value == "decoder_self"
+    assert (
+        on_rev[page.compare_kind].value == "cross" and len(on_rev[page.compare_kind].choices) == 3
+    )
+    assert "causal mask off" in on_dec[page.mask_intro] and "source" not in on_dec[page.mask_intro]
+    assert "hide source tokens" in on_rev[page.mask_intro]
+    assert "self-attention on the prompt" in on_dec[page.attr_layer].label
+    assert "cross-attention" in on_rev[page.attr_layer].label
+
+
+def test_the_beam_legend_names_the_attention_a_node_draws(stepped, models_dir):
+    b = beamview.beam_view(stepped, 3)
+    assert "causal self-attention" in b.html and "cross-attention" not in b.html
+    rev = session.choose_model(stepped, "reverse", "helloworld").state
+    assert "hypothesis's cross-attention" in beamview.beam_view(rev, 3).html
 
 
 def _esc(text: str) -> str:
