@@ -9,7 +9,7 @@ import gradio as gr
 from ..analysis import LENSES
 from . import alignment
 from .pagetext import ALIGN_INTRO, THEME_JS
-from .ui_common import INTERNAL, dark, kind_note
+from .ui_common import INTERNAL, STALE_OK, dark, kind_note
 from .views import panel_stamps as stamp
 
 
@@ -22,8 +22,12 @@ def align_tab(p) -> None:
             with gr.Row():
                 p.align_lens = gr.Radio(list(LENSES), value="weights", label="lens")
                 p.align_setting = gr.Radio(["output", "input"], value="output", label="setting")
-                p.align_layer = gr.Dropdown(["best"], value="best", label="layer")
-                p.align_head = gr.Dropdown(["best"], value="best", label="head")
+                p.align_layer = gr.Dropdown(
+                    ["best"], value="best", label="layer", allow_custom_value=STALE_OK
+                )
+                p.align_head = gr.Dropdown(
+                    ["best"], value="best", label="head", allow_custom_value=STALE_OK
+                )
             with gr.Row():
                 p.align_gold = gr.Textbox(
                     label="gold links of the current input (Pharaoh line, e.g. 0-2 1-1 2p0)",

@@ -43,6 +43,13 @@ def shown_plot(fig):
     return gr.Plot(value=fig, visible=fig is not None)
 
 
+#: Layer and head menus take a value their choices lack for one event: a model switch renews
+#: the choices and the values in one update, but an event already queued (the panels that
+#: follow a decode) may carry the old model's "L3". The handlers refuse it in one line (and
+#: the next update sets a valid value) instead of gradio failing every output of that event.
+STALE_OK = True
+
+
 def dark(figs: list, theme: str) -> list:
     """The figures themed for the page (``theme``: "light" or "dark"); ``None`` stays."""
     return [plots.themed(f, theme == "dark") if f is not None else None for f in figs]

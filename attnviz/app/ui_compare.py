@@ -10,7 +10,7 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import compare_lab, store
 from .pagetext import COMPARE_ON_LOAD, PICK_JS, THEME_JS
-from .ui_common import HIDDEN, INTERNAL, dark
+from .ui_common import HIDDEN, INTERNAL, STALE_OK, dark
 from .views import panel_stamps as stamp
 
 
@@ -39,7 +39,9 @@ def compare_tab(p) -> None:
                 list(KINDS), value="cross", label="head drawn (or click a cell above)",
                 elem_id="compare-kind",
             )  # fmt: skip
-            p.compare_layer = gr.Dropdown(["L0"], value="L0", label="layer")
+            p.compare_layer = gr.Dropdown(
+                ["L0"], value="L0", label="layer", allow_custom_value=STALE_OK
+            )
             p.compare_head = gr.Dropdown(
                 ["H0"], value="H0", label="head", elem_id="compare-head-menu"
             )

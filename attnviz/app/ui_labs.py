@@ -11,7 +11,16 @@ from ..core.model import KINDS
 from . import labs, panels
 from .pagetext import MASK_INTRO, THEME_JS, UNIT_JS
 from .state import SessionState
-from .ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, dark, decoder_menus, kind_note
+from .ui_common import (
+    FAST,
+    HIDDEN,
+    INTERNAL,
+    MODEL_EVENTS,
+    STALE_OK,
+    dark,
+    decoder_menus,
+    kind_note,
+)
 from .views import display_token
 from .views import panel_stamps as stamp
 
@@ -28,8 +37,10 @@ def mask_tab(p) -> None:
         kind_note(p, "mask")  # no source tokens to block: the sentence says why
         with gr.Row():
             p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
-            p.mask_layer = gr.Dropdown(label="layer")
-            p.mask_head = gr.Dropdown(["mean"], value="mean", label="head")
+            p.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
+            p.mask_head = gr.Dropdown(
+                ["mean"], value="mean", label="head", allow_custom_value=STALE_OK
+            )
         p.mask_msg = gr.Markdown(elem_id="mask-message")
         p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
         p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
@@ -52,8 +63,9 @@ def other_tabs(p, state: SessionState) -> None:
     with gr.Tab("Attribution", elem_id="tab-attribution") as p.attr_tab:
         with gr.Row():
             p.attr_layer = gr.Dropdown(
-                layers, value=(layers or [None])[-1], label="layer of the attention compared"
-            )
+                layers, value=(layers or [None])[-1], label="layer of the attention compared",
+                allow_custom_value=STALE_OK,
+            )  # fmt: skip
             p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
         p.attr_msg = gr.Markdown(elem_id="attr-message")
         p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
@@ -87,8 +99,10 @@ def other_tabs(p, state: SessionState) -> None:
     with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
         with gr.Row():
             p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
-            p.play_layer = gr.Dropdown(label="layer", scale=1)
-            p.play_head = gr.Dropdown(["mean"], value="mean", label="head", scale=1)
+            p.play_layer = gr.Dropdown(label="layer", scale=1, allow_custom_value=STALE_OK)
+            p.play_head = gr.Dropdown(
+                ["mean"], value="mean", label="head", scale=1, allow_custom_value=STALE_OK
+            )
             p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
         p.play_timer = gr.Timer(0.6, active=False)
         p.play_msg = gr.Markdown(elem_id="play-message")

@@ -36,6 +36,7 @@ from .ui_common import (
     HIDDEN,
     INTERNAL,
     MODEL_EVENTS,
+    STALE_OK,
     dark,
     decoder_menus,
     kind_note,
@@ -141,7 +142,7 @@ def whatif_box(p, state: SessionState) -> None:
         with gr.Row():
             p.wi_layer = gr.Dropdown(
                 layers, value=(layers or [None])[-1], label="decoder layer",
-                elem_id="whatif-layer",
+                elem_id="whatif-layer", allow_custom_value=STALE_OK,
             )  # fmt: skip
             p.wi_heads = gr.CheckboxGroup(
                 heads,
