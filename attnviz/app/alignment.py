@@ -96,7 +96,6 @@ class AlignView:
     best: tuple[int, int] | None = None
 
 
-
 def _lines(path: str | None, what: str) -> list[str]:
     try:
         text = Path(path).read_text(encoding="utf-8")

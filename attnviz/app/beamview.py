@@ -36,7 +36,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .kinds import is_decoder_only, refuse, scored_rows
-from .state import SessionState, checkpoint_of, head_label, warning
+from .state import SessionState, checkpoint_of, head_label, head_weights, warning
 from .views import display_token, panel_stamps, view_of
 
 MAX_BEAMS = 8
@@ -351,7 +351,7 @@ def node_figure(ckpt: Checkpoint, panel: BeamPanel, node: int, layer: int, head:
     else:  # one sequence: the prompt, then the hypothesis
         w, mask, keys = scored_rows(ckpt, scored, panel.text, n, layer)  # [H, n, P + n - 1]
         keys = [display_token(k) for k in keys]
-    z = w.mean(0) if head == "mean" else w[int(head[1:])]
+    z = head_weights(w, head)
     path = panel.tree.path(node)
     # row i is labelled by the token fed to it (the start token, then the hypothesis so far),
     # as the step view labels its rows

@@ -353,6 +353,4 @@ def upload_b(paths: list[str], device: str = "cpu") -> tuple[str | None, str]:
 def error_view(exc: Exception) -> CompareView:
     """The tab's answer to a user error: the reason in one line, placeholders for figures."""
     figs = [placeholder("see the message above") for _ in KINDS]
-    return CompareView(
-        grids=figs, head=placeholder("see the message above"), message=warning(exc)
-    )
+    return CompareView(grids=figs, head=placeholder("see the message above"), message=warning(exc))

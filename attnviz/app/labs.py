@@ -27,6 +27,7 @@ from .state import (
     head_label,
     head_weights,
     layer_index,
+    layer_number,
 )
 
 #: One sentence per mask-lab toggle, for someone learning.
@@ -122,7 +123,7 @@ def mask_lab(
         kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
     layers = exp.before.trace.layers(kind)
     # a layer chosen for another kind may not exist here: clip rather than refuse
-    layer = layers[-1] if layer in (None, "") else int(str(layer).lstrip("L"))
+    layer = layers[-1] if layer in (None, "") else layer_number(layer)
     layer = int(np.clip(layer, 0, layers[-1]))
     keys, queries = lab.labels(kind)
     (w0, m0), (w1, m1) = lab.view("before", kind, layer), lab.view("after", kind, layer)

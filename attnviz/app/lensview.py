@@ -30,7 +30,7 @@ from ..core.record import Trace, record
 from ..render.arrays import b64_f32
 from . import encview
 from .kinds import refuse
-from .state import SessionState, checkpoint_of, warning
+from .state import SessionState, checkpoint_of, layer_number, warning
 
 
 def payload(state: SessionState, name: str) -> dict[str, Any]:
@@ -68,7 +68,9 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
             layers = []
             for layer in trace.layers(kind):
                 m = lens(model, trace, kind, layer, name)[0]  # [H', Tq, Tk]
-                layers.append({"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64_f32(m)})
+                layers.append(
+                    {"h": m.shape[0], "tq": m.shape[1], "tk": m.shape[2], "w": b64_f32(m)}
+                )
             base["kinds"][kind] = layers
     except AttnvizError as exc:
         return {"lens": {**base, "name": "weights", "error": warning(exc)}}
@@ -137,8 +139,4 @@ def encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) ->
         )
         return encoder_lens_thumbs(state, name, words)
     layer, _, head = what.partition(" ")
-    try:
-        layer_i = int(layer.lstrip("L"))
-    except ValueError:
-        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
-    return encoder_lens_block(state, name, layer_i, head)
+    return encoder_lens_block(state, name, layer_number(layer), head)

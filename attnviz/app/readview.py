@@ -118,7 +118,9 @@ def status(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None, message
         )
         out.append(f"✓ Read {n} tokens at once. Best fillers: {best}.")
     else:
-        out.append(f"✓ Read {n} tokens at once; {html.escape(NO_MASK.format(mask=mask_name(ckpt)))}.")
+        out.append(
+            f"✓ Read {n} tokens at once; {html.escape(NO_MASK.format(mask=mask_name(ckpt)))}."
+        )
     return "<br>".join(out)
 
 

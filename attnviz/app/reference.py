@@ -24,7 +24,7 @@ from ..decode.scoring import Scored
 from ..render import plots
 from ..train.evaluate import dev_reference
 from .kinds import is_decoder_only, refuse, scored_rows
-from .state import SessionState, checkpoint_of, head_label
+from .state import SessionState, checkpoint_of, head_label, head_weights
 from .views import display_token, view_of
 
 
@@ -140,7 +140,7 @@ def figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Figure:
     head = "mean" if head == "all heads" else head
     w = scored.trace.numpy("cross", layer)[0]  # [H, Tt, Ts]
     mask = scored.trace.numpy("cross", layer, "mask")[0, 0].astype(bool)  # [Tt, Ts]
-    z = w.mean(0) if head == "mean" else w[int(head[1:])]
+    z = head_weights(w, head)
     keys = [display_token(p) for p in ckpt.encode_source(state.text).pieces]
     queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
     title = f"Reference: cross-attention · layer {layer} · {head_label(head)}"
@@ -156,7 +156,7 @@ def _self_figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Fi
     layer, head = view_of(state, ckpt, "decoder_self")
     head = "mean" if head == "all heads" else head
     w, mask, keys = scored_rows(ckpt, scored, state.text, len(scored.ids), layer)
-    z = w.mean(0) if head == "mean" else w[int(head[1:])]  # [Tt, P + Tt - 1]
+    z = head_weights(w, head)  # [Tt, P + Tt - 1]
     queries = [f"{i}:{display_token(t)}" for i, t in enumerate(scored.tokens)]
     title = f"Reference: causal self-attention over prompt + reference · layer {layer} · {head_label(head)}"
     fig = plots.heatmap(z, [display_token(k) for k in keys], queries, mask=mask, title=title)

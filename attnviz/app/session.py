@@ -31,7 +31,7 @@ from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
 from .kinds import is_encoder_only, refuse
-from .state import SessionState, checkpoint_of, layer_count, new_state, warning
+from .state import SessionState, checkpoint_of, layer_count, layer_number, new_state, warning
 
 __all__ = [
     "BeamView",
@@ -80,7 +80,6 @@ class DecodeView(views.Shown):
 
 def _view(shown: views.Shown) -> DecodeView:
     return DecodeView(shown.state, shown.output, shown.message, shown.info, shown.payload)
-
 
 
 # -- the one path every action takes --------------------------------------------------------------
@@ -250,6 +249,7 @@ def back(state: SessionState) -> DecodeView:
 
 def reset(state: SessionState) -> DecodeView:
     """Back to the start of decoding this input (nothing decoded, nothing forced)."""
+
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
         refuse(ckpt, "decode")
         return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
@@ -310,10 +310,7 @@ def set_view(state: SessionState, kind: str, layer: str | int, head: str) -> Dec
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
         if kind not in KINDS:
             raise InputError(f"unknown attention kind {kind!r}")
-        try:
-            layer_i = int(str(layer).lstrip("L") or 0)
-        except ValueError:
-            raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+        layer_i = layer_number(layer or 0)
         return dataclasses.replace(s, view={**s.view, kind: [layer_i, str(head)]})
 
     return _apply(state, change)
@@ -474,11 +471,7 @@ def _encoder_part(state: SessionState, ckpt: Checkpoint, encoder: Trace, what: s
             words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
         return encview.encoder_thumbs(state, encoder, words)
     layer, _, head = what.partition(" ")
-    try:
-        layer_i = int(layer.lstrip("L"))
-    except ValueError:
-        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
-    return encview.encoder_block(state, encoder, layer_i, head)
+    return encview.encoder_block(state, encoder, layer_number(layer), head)
 
 
 def _raise(exc: Exception):

@@ -23,17 +23,24 @@ def warning(exc: Exception) -> str:
     """A refused action as the page shows it: one ``⚠`` line, the message escaped."""
     return f"⚠ {html.escape(str(exc))}"
 
+
 HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...
+
+
+def layer_number(layer) -> int:
+    """A layer as the page names it (``"L1"``, ``"1"`` or ``1``) -> its number; the one place
+    a layer's name is read."""
+    try:
+        return int(str(layer).lstrip("L"))
+    except ValueError:
+        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
 
 
 def layer_index(layer, layers: list[int]) -> int:
     """A layer choice (``None``/``""`` = last, ``"L1"`` or ``1``) -> an index in ``layers``."""
     if layer in (None, ""):
         return layers[-1]
-    try:
-        i = int(str(layer).lstrip("L"))
-    except ValueError:
-        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+    i = layer_number(layer)
     if i not in layers:
         raise InputError(f"layer must be one of {layers}, got {i}")
     return i

@@ -63,7 +63,6 @@ class WhatIfView:
     row: np.ndarray | None = None
 
 
-
 def parse_heads(heads: Sequence[int | str] | None, n_heads: int) -> list[int] | None:
     """``["H0", "H2"]`` / ``[0, 2]`` -> ``[0, 2]``; empty or None -> None (every head).
 
