@@ -121,6 +121,21 @@ def stepped_page(browser, url: str, text: str, steps: int, timeout_ms: int, **co
     return page
 
 
+def open_app_page(browser, url: str, timeout_ms: int, **context):
+    """A new page on the app at ``url``, the model loaded and the canvas renderer ready;
+    ``page.errors`` collects the page's errors."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1600}, **context)
+    page.set_default_timeout(timeout_ms)
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function(
+        "() => document.querySelector('#model-info')?.innerText.includes('running on')"
+    )
+    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    return page
+
+
 def shots_folder(tmp_path: Path) -> Path:
     """Where a test writes the files the README shows (screenshots, load-test numbers): the
     folder ``ATTNVIZ_SHOTS`` names (``ATTNVIZ_SHOTS=assets`` remakes the README's), else the

@@ -11,7 +11,7 @@ import tempfile
 import torch
 
 from ..decode.greedy import GreedyStepper
-from .rows import Row, app_threads, paired_times
+from .rows import Row, app_threads, paired_times, save_quietly
 
 GPT2_ROW = "HF GPT-2 (12 x 768) recorded stepper vs transformers' cached greedy, per token"
 
@@ -34,13 +34,7 @@ def bench_hf_gpt2(quick: bool) -> list[Row]:
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     prompt = torch.randint(0, cfg.vocab_size - 1, (1, prompt_len))
     with tempfile.TemporaryDirectory(prefix="attnviz-bench-gpt2-") as tmp, app_threads():
-        bars = transformers.utils.logging.is_progress_bar_enabled()
-        transformers.utils.logging.disable_progress_bar()
-        try:
-            hf.save_pretrained(tmp, safe_serialization=True)
-        finally:
-            if bars:
-                transformers.utils.logging.enable_progress_bar()
+        save_quietly(hf, tmp)
         ckpt = load_checkpoint(tmp)
 
         def ours() -> list[int]:

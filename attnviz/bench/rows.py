@@ -40,6 +40,19 @@ def app_threads():
         torch.set_num_threads(before)
 
 
+def save_quietly(model, folder) -> None:
+    """``model.save_pretrained(folder)`` (safetensors) without transformers' progress bars."""
+    import transformers
+
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
 def paired_times(
     a: Callable[[], object], b: Callable[[], object], repeats: int, warmup: int = 2
 ) -> tuple[float, float]:

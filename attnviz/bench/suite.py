@@ -53,6 +53,7 @@ from .rows import (  # noqa: F401  (re-exported)
     Row,
     app_threads,
     paired_times,
+    save_quietly,
 )
 
 
@@ -295,13 +296,7 @@ def bench_hf_marian(quick: bool) -> list[Row]:
     hf.generation_config.bad_words_ids = [[vocab - 1]]  # what opus-mt folders carry
     src = torch.randint(1, vocab - 1, (1, 20))
     with tempfile.TemporaryDirectory(prefix="attnviz-bench-hf-") as tmp, app_threads():
-        bars = transformers.utils.logging.is_progress_bar_enabled()
-        transformers.utils.logging.disable_progress_bar()
-        try:
-            hf.save_pretrained(tmp, safe_serialization=True)
-        finally:
-            if bars:
-                transformers.utils.logging.enable_progress_bar()
+        save_quietly(hf, tmp)
         ckpt = load_checkpoint(tmp)
         c = ckpt.config
 

@@ -36,17 +36,11 @@ def url(models_dir):
 
 @pytest.fixture(scope="module")
 def page(browser, url):
-    page = browser.new_page(viewport={"width": 1400, "height": 1600})
-    page.set_default_timeout(TIMEOUT)
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_function(
-        "() => document.querySelector('#model-info')?.innerText.includes('running on')"
-    )
-    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
+    from helpers import open_app_page
+
+    page = open_app_page(browser, url, TIMEOUT)
     yield page
-    assert errors == []
+    assert page.errors == []
     page.close()
 
 

@@ -41,16 +41,10 @@ def url(bert):
 
 
 def open_page(browser, url, scheme):
-    page = browser.new_page(viewport={"width": 1400, "height": 1600}, color_scheme=scheme)
-    page.set_default_timeout(TIMEOUT)
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_function(
-        "() => document.querySelector('#model-info')?.innerText.includes('running on')"
-    )
-    page.wait_for_function("() => window.AttnViz && document.querySelector('.av-root')")
-    return page, errors
+    from helpers import open_app_page
+
+    page = open_app_page(browser, url, TIMEOUT, color_scheme=scheme)
+    return page, page.errors
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

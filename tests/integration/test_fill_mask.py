@@ -11,39 +11,16 @@ from attnviz.analysis import fill_mask
 from attnviz.core.errors import InputError
 
 transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-
-CORPUS = ["the cat sat on the mat", "a dog ran to the park", "the bird flew over the house",
-          "my friend reads a book", "the sun is warm today"] * 20  # fmt: skip
+pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory):
-    """A tiny random BERT with a WordPiece tokenizer trained here, saved as transformers does."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    """A tiny random BERT with a WordPiece tokenizer trained in the test (tests/helpers.py)."""
+    from helpers import tiny_bert
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=80, special_tokens=specials))
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
-    )  # fmt: skip
-    fast = transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]",
-                                          sep_token="[SEP]", pad_token="[PAD]",
-                                          cls_token="[CLS]", mask_token="[MASK]")  # fmt: skip
-    config = transformers.BertConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=48,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     max_position_embeddings=64, pad_token_id=0)  # fmt: skip
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.BertForMaskedLM(config).eval()
     folder = tmp_path_factory.mktemp("bert")
-    model.save_pretrained(folder, safe_serialization=True)
-    fast.save_pretrained(folder)
+    model, fast = tiny_bert(folder)
     return model, fast, attnviz.load_checkpoint(folder)
 
 
