@@ -210,8 +210,11 @@ def _mask_message(lab, causal_off, padding_off, positions, pos, step: int) -> st
         lines.append(EXPLAIN["padding"])
     if positions:
         lines.append(EXPLAIN["block"] + f" Blocked positions: {', '.join(map(str, positions))}.")
-    if not lines:
-        lines.append("Tick a toggle or choose source tokens to block: nothing is changed yet.")
+    if not lines:  # a decoder-only model has no source tokens to block
+        one_stack = not any(k == "cross" for k, _ in exp.before.trace.keys())
+        how = ("Tick the causal or the padding toggle" if one_stack
+               else "Tick a toggle or choose source tokens to block")  # fmt: skip
+        lines.append(f"{how}: nothing is changed yet.")
     for i, t in enumerate(lab.texts):
         b, a = exp.before.outputs[i], exp.after.outputs[i]
         who = "your input" if i == 0 else "the companion input"
