@@ -509,11 +509,11 @@ def greedy_texts(
     limit (:func:`~attnviz.decode.greedy.default_max_len`), not the padded batch's.
     """
     device, cfg = next(model.parameters()).device, model.config
-    order = sorted(range(len(texts)), key=lambda i: len(src_tokenizer.split(texts[i])))
+    size = [len(src_tokenizer.split(t)) for t in texts]  # each text split once
+    order = sorted(range(len(texts)), key=size.__getitem__)
     out: list[str] = [""] * len(texts)
     groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     if cfg.arch == "decoder-only":  # one prompt length a batch
-        size = {i: len(src_tokenizer.split(texts[i])) for i in order}
         groups = [
             g[s : s + batch_size] for g in _runs(order, size) for s in range(0, len(g), batch_size)
         ]
@@ -536,7 +536,7 @@ def greedy_texts(
     return out
 
 
-def _runs(order: list[int], size: dict[int, int]) -> list[list[int]]:
+def _runs(order: list[int], size: Sequence[int]) -> list[list[int]]:
     """``order`` (sorted by ``size``) cut into runs of equal size."""
     runs: list[list[int]] = []
     for i in order:

@@ -36,7 +36,7 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
     cfg = ckpt.config
     ids = [ckpt.encode_source(t).ids for t in texts]
     if cfg.arch == "decoder-only":
-        rows = [_greedy_prompt(ckpt, p, edits) for p in ids]
+        rows = greedy_each(ckpt, ids, edits)
         return make_lm_batch(ids, rows, cfg, "target", ckpt.device)
     src = source_batch(ids, cfg, ckpt.device)
     out = ckpt.greedy(src.src, src.src_pad, edits)  # the checkpoint's generation rules
@@ -44,17 +44,27 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
     return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
 
 
-def _greedy_prompt(ckpt: Checkpoint, prompt: list[int], edits: Sequence[Edit]) -> list[int]:
-    """One decoder-only prompt's greedy output (prompts are never padded)."""
-    out = ckpt.greedy(torch.tensor([prompt], device=ckpt.device), None, edits)[0].tolist()
-    return until_eos(out, ckpt.config.eos_id, ckpt.config.pad_id)
+def greedy_each(
+    ckpt: Checkpoint,
+    prompts: Sequence[Sequence[int]],
+    edits: Sequence[Edit] = (),
+    cache: bool = True,
+) -> list[list[int]]:
+    """A decoder-only model's greedy outputs (end id included), one prompt at a time: a
+    decoder-only prompt is never padded, so prompts of several lengths are decoded apart."""
+    cfg, rows = ckpt.config, []
+    for p in prompts:
+        one = torch.tensor([list(p)], device=ckpt.device)  # [1, P]
+        out = ckpt.greedy(one, None, edits, cache=cache)[0].tolist()
+        rows.append(until_eos(out, cfg.eos_id, cfg.pad_id))
+    return rows
 
 
 def decode_again(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit]) -> list[list[int]]:
     """The greedy outputs (end id included) of ``batch``'s inputs under ``edits``."""
     cfg = ckpt.config
     if batch.lm:
-        return [_greedy_prompt(ckpt, p, edits) for p in batch.prompts()]
+        return greedy_each(ckpt, batch.prompts(), edits)
     out = ckpt.greedy(batch.src, batch.src_pad, edits)
     return [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
 

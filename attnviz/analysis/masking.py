@@ -35,6 +35,7 @@ from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
 from ..decode.greedy import default_max_len, until_eos
+from .ablation import greedy_each
 
 #: What the references of an experiment are (``MaskExperiment.reference``).
 REFERENCES = {
@@ -135,7 +136,7 @@ def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
     decodes them: each row cut at its own length limit, not the padded batch's."""
     ids = [ckpt.encode_source(t).ids for t in texts]
     if ckpt.config.arch == "decoder-only":  # prompts are never padded: one at a time
-        out = [ckpt.greedy(torch.tensor([row], device=ckpt.device))[0].tolist() for row in ids]
+        out = greedy_each(ckpt, ids)
     else:
         batch = source_batch(ids, ckpt.config, ckpt.device)
         out = ckpt.greedy(batch.src, batch.src_pad).tolist()
@@ -190,11 +191,7 @@ def _run(
     real = batch.real
     acc = float(((logits.argmax(-1) == batch.tgt_out) & real).sum() / real.sum())
     if batch.lm:
-        out = [
-            ckpt.greedy(torch.tensor([list(p)], device=ckpt.device), None, edits,
-                        cache=not recompute)[0].tolist()
-            for p in prompts
-        ]  # fmt: skip
+        out = greedy_each(ckpt, prompts, edits, cache=not recompute)
     else:
         out = ckpt.greedy(batch.src, src_pad, edits, cache=not recompute).tolist()
     return Run(trace, as_numpy(logits.float().softmax(-1)), acc, [tok.decode(r) for r in out])

@@ -20,6 +20,7 @@ from ..core.devices import as_numpy
 from ..core.errors import AttnvizError, InputError
 from ..render import plots, report
 from ..train.evaluate import dev_pairs
+from ..train.induction import best_of
 from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
@@ -129,7 +130,7 @@ def playback(
     training, the snapshot shown marked."""
     try:
         snaps = snapshots(state)
-        kind = playback_kind(snaps)
+        kind = snaps.shown_kind
         layers = sorted(layer for k, layer in snaps.weights if k == kind)
         layer = layer_index(layer, layers)
     except AttnvizError as exc:
@@ -159,22 +160,13 @@ def playback(
     )
     if snaps.scores:
         s = snaps.scores[i]
-        best = max(max(row) for row in s["induction"][1:] or s["induction"])
+        best, prev = best_of(s)
         msg += (
             f" Best induction score {best:.2f}, previous-token score "
-            f"{max(s['prev_token'][0]):.2f}; loss {s['loss_first']:.2f} on the first run of "
+            f"{prev:.2f}; loss {s['loss_first']:.2f} on the first run of "
             f"random tokens, {s['loss_second']:.2f} on its repeat."
         )
     return LabView(figs, msg)
-
-
-def playback_kind(snaps: Snapshots) -> str:
-    """The attention the playback shows: cross-attention, else a one-stack model's own."""
-    kinds = {kind for kind, _ in snaps.weights}
-    for kind in ("cross", "decoder_self", "encoder_self"):
-        if kind in kinds:
-            return kind
-    raise InputError("the snapshots hold no attention")
 
 
 # -- export -------------------------------------------------------------------------------------

@@ -172,7 +172,10 @@ def mask_comparison(
     a = to_array(after, "after", (2,), "[Tq, Tk]")
     if a.shape != b.shape:
         raise InputError(f"before {list(b.shape)} and after {list(a.shape)} differ in shape")
-    mb, ma = mask_cells(before_mask, b.shape, "before_mask"), mask_cells(after_mask, a.shape, "after_mask")
+    mb, ma = (
+        mask_cells(before_mask, b.shape, "before_mask"),
+        mask_cells(after_mask, a.shape, "after_mask"),
+    )
     x, y = cell_xy(x_tokens, y_tokens, *b.shape)
     hover = hover_cells(x, y)
     diff = a - b  # [Tq, Tk]

@@ -19,6 +19,7 @@ from ..core.devices import as_numpy
 from ..core.errors import InputError
 from ..core.masks import causal_mask
 from ..core.model import KINDS
+from ..train.induction import best_of
 from .plots_core import (
     BAR,
     CHANGE_HOVER,
@@ -248,8 +249,7 @@ def snapshot_timeline(
     z = stack.mean(axis=1) if head is None else stack[:, head]  # [S, Tq, Tk]
     tq, tk = z.shape[1:]
     # decoder rows are BOS + target; a decoder-only probe is one sequence that starts with it
-    one_stack = not any(k == "cross" for k, _ in snaps.weights)
-    tgt_in = list(snaps.probe_tgt) if one_stack else [bos, *snaps.probe_tgt]
+    tgt_in = list(snaps.probe_tgt) if snaps.one_sequence else [bos, *snaps.probe_tgt]
     x = axis_labels(tgt_in if kind == "decoder_self" else snaps.probe_src, tk, "tokens", "keys")
     y = axis_labels(snaps.probe_src if kind == "encoder_self" else tgt_in, tq, "tokens", "queries")
     m = as_numpy(causal_mask(tq, tk)) if kind == "decoder_self" else None
@@ -302,14 +302,13 @@ def induction_curves(
     """
     if len(steps) != len(scores) or not steps:
         raise InputError("one score set per snapshot step is needed")
-    ind = [max(max(row) for row in s["induction"][1:] or s["induction"]) for s in scores]
-    prev = [max(s["prev_token"][0]) for s in scores]
+    ind, prev = zip(*(best_of(s) for s in scores), strict=True)
     x = list(steps)
     lines = [
         ("loss on the repeat", [s["loss_second"] for s in scores], "y", "#d62728", "solid"),
         ("loss on the first run", [s["loss_first"] for s in scores], "y", "#d62728", "dot"),
-        ("induction score", ind, "y2", "#1f77b4", "solid"),
-        ("previous-token score", prev, "y2", "#2ca02c", "solid"),
+        ("induction score", list(ind), "y2", "#1f77b4", "solid"),
+        ("previous-token score", list(prev), "y2", "#2ca02c", "solid"),
     ]
     data = [
         dict(type="scatter", mode="lines+markers", name=name, x=x, y=y, yaxis=axis,

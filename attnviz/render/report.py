@@ -335,7 +335,7 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
     ))  # fmt: skip
     if (ckpt.path / SNAPSHOTS).is_file():
         snaps = Snapshots.load(ckpt.path)
-        kind = "cross" if any(k == "cross" for k, _ in snaps.weights) else "decoder_self"
+        kind = snaps.shown_kind
         what = "cross-attention" if kind == "cross" else "self-attention"
         out.append((f"Training playback: {what} L{last} on the probe input",
                     playback_spec(snaps, kind, last)))  # fmt: skip
@@ -350,8 +350,7 @@ def playback_spec(snaps: Snapshots, kind: str, layer: int, bos: str = "<bos>") -
         raise InputError(f"the snapshots hold no {kind!r} layer {layer}; they hold {held}")
     w = np.stack([as_numpy(x) for x in snaps.weights[kind, layer]]).astype(np.float32)
     _, n_heads, tq, tk = w.shape  # [S, H, Tq, Tk]
-    one_stack = not any(k == "cross" for k, _ in snaps.weights)  # the probe is one sequence
-    tgt_in = list(snaps.probe_tgt) if one_stack else [bos, *snaps.probe_tgt]
+    tgt_in = list(snaps.probe_tgt) if snaps.one_sequence else [bos, *snaps.probe_tgt]
     keys = tgt_in if kind == "decoder_self" else snaps.probe_src
     queries = snaps.probe_src if kind == "encoder_self" else tgt_in
     m = np.triu(np.ones((tq, tk), bool), 1) if kind == "decoder_self" else None

@@ -71,6 +71,14 @@ class InductionScores:
         }
 
 
+def best_of(scores: dict) -> tuple[float, float]:
+    """``(induction, previous-token)``: the best induction score of layers 1 and up (layer 0
+    for a one-layer model) and the best previous-token score of layer 0, from one
+    :meth:`InductionScores.to_dict`."""
+    later = scores["induction"][1:] or scores["induction"]
+    return max(max(row) for row in later), max(scores["prev_token"][0])
+
+
 def repeated_tokens(
     symbols: Sequence[int], bos_id: int, n: int, length: int, seed: int = 0
 ) -> Tensor:

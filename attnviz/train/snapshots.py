@@ -37,6 +37,21 @@ class Snapshots:
         #: (:meth:`attnviz.train.induction.InductionScores.to_dict`), for the repeat task
         self.scores: list[dict] | None = None
 
+    @property
+    def one_sequence(self) -> bool:
+        """The probe is one sequence on both axes (a decoder-only run): no cross-attention,
+        and its decoder rows start with the sequence's own ``<bos>``."""
+        return not any(kind == "cross" for kind, _ in self.weights)
+
+    @property
+    def shown_kind(self) -> str:
+        """The attention a playback shows: cross-attention, else a one-stack model's own."""
+        kinds = {kind for kind, _ in self.weights}
+        for kind in ("cross", "decoder_self", "encoder_self"):
+            if kind in kinds:
+                return kind
+        raise CheckpointError("the snapshots hold no attention")
+
     def add(
         self, step: int, trace: Trace, output: str, loss: float, scores: dict | None = None
     ) -> None:
