@@ -81,6 +81,15 @@ class Feed:
     #: Model positions beyond the ``max_len`` option.
     extra_positions = 0
 
+    def positions(self, max_len: int, arch: str | None) -> int:
+        """The model's positions for a ``max_len`` option (a side's most tokens for a corpus).
+
+        A decoder-only model reads a corpus pair as one sequence ``<bos> source <eos> target``
+        (and learns the target's ``<eos>``): ``2 * max_len + 2`` positions."""
+        if arch == "decoder-only" and self.task is None:
+            return 2 * max_len + 2
+        return max_len + self.extra_positions
+
 
 class TaskFeed(Feed):
     """A built-in task: fresh examples drawn from its generator at every step."""
@@ -123,11 +132,16 @@ def one_stack(feed: Feed, arch: str) -> Prompt | None:
             "encoder-only model can be opened (BERT, RoBERTa, DistilBERT) but not trained yet"
         )
     task = feed.task
-    if task is None:
-        raise InputError(
-            "--arch decoder-only trains on a built-in --task (reverse, copy, sort, translate, "
-            "repeat); a corpus (--data) trains encoder-decoder models"
-        )
+    if task is None:  # a corpus: one vocabulary over both sides, its end token between them
+        tok = feed.src_tok
+        if not isinstance(tok, Tokenizer) or tok != feed.tgt_tok:
+            raise InputError(
+                "--arch decoder-only on a corpus reads both sides with one vocabulary that "
+                "attnviz trains (fine-tuning a Hugging Face model on a corpus is for "
+                "encoder-decoder models)"
+            )
+        feed.tgt_tok = tok
+        return Prompt(tok.bos_id, tok.eos_id, "target")
     symbols = list(dict.fromkeys([*task.source_symbols(), *task.target_symbols()]))
     if task.separator:
         symbols.append(SEPARATOR)
@@ -407,6 +421,7 @@ def make_feed(
     else:
         kind = pick("tokenizer", "bpe")
         docs = None
+        shared = bool(pick("shared_vocab", False)) or opts.arch == "decoder-only"
         if rank == 0:
             t0 = time.perf_counter()
             src_tok, tgt_tok = train_tokenizers(
@@ -414,7 +429,7 @@ def make_feed(
                 [s for s, _ in pairs],
                 [t for _, t in pairs],
                 vocab_size=pick("vocab_size", None),
-                shared=bool(pick("shared_vocab", False)),
+                shared=shared,
                 byte_fallback=bool(pick("byte_fallback", False)),
             )
             docs = [src_tok.to_dict(), tgt_tok.to_dict()]
@@ -433,6 +448,7 @@ def make_feed(
             box = [docs]
             dist.broadcast_object_list(box, 0)
             src_tok, tgt_tok = (Tokenizer.from_dict(d) for d in box[0])
+            tgt_tok = src_tok if shared else tgt_tok
     t0 = time.perf_counter()
     max_len = pick("max_len", DEFAULT_CORPUS_MAX_LEN)
     feed = CorpusFeed(pairs, dev, src_tok, tgt_tok, max_len, log=log)
@@ -440,7 +456,7 @@ def make_feed(
     feed.training.update(  # recorded with the run, so --resume knows them
         tokenizer=src_tok.kind,
         vocab_size=pick("vocab_size", None),
-        shared_vocab=bool(pick("shared_vocab", False)),
+        shared_vocab=bool(pick("shared_vocab", False)) or opts.arch == "decoder-only",
         byte_fallback=bool(pick("byte_fallback", False)),
     )
     feed.pieces = piece_report

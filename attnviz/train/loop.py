@@ -135,7 +135,7 @@ def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
 def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
     """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
     sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
-    sizes["max_len"] = sizes.get("max_len", feed.default_max_len()) + feed.extra_positions
+    sizes["max_len"] = feed.positions(sizes.get("max_len", feed.default_max_len()), opts.arch)
     if src.specials != tgt.specials:
         raise InputError("the source and target tokenizers disagree on special ids")
     ids = config_ids(src.specials)

@@ -63,9 +63,6 @@ def test_the_repeat_task_measures_induction_at_every_snapshot(tmp_path):
 def test_kinds_and_sources_not_trained_are_refused_in_one_line(tmp_path):
     with pytest.raises(InputError, match="encoder-only model can be opened"):
         train(_opts(tmp_path, arch="encoder-only"), progress=False)
-    (tmp_path / "c.tsv").write_text("a b\tc d\n" * 50)
-    with pytest.raises(InputError, match="built-in --task"):
-        train(_opts(tmp_path, task=None, data=[str(tmp_path / "c.tsv")]), progress=False)
     with pytest.raises(InputError, match="decoder-only"):
         induction_scores(attnviz.load_checkpoint("models/reverse"))
 
@@ -81,3 +78,40 @@ def test_the_cli_trains_an_attention_only_decoder_and_prints_its_induction_score
     assert "best induction head: layer" in text and "in-context gain" in text
     assert main(["induction", str(out), "--length", "40"]) != 0
     assert "needs 81 positions" in capsys.readouterr().err
+
+
+def test_a_corpus_trains_a_decoder_only_model_on_one_vocabulary(tmp_path):
+    """``--data`` with ``--arch decoder-only``: each pair is ``<bos> source <eos> target <eos>``
+    over one trained vocabulary; the checkpoint continues a source exactly as training read it."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    lines = [f"{a} {b}\t{b} {a}" for a in words for b in words]
+    (tmp_path / "c.tsv").write_text("\n".join(lines * 3) + "\n")
+    opts = _opts(tmp_path, task=None, data=[str(tmp_path / "c.tsv")], tokenizer="word",
+                 max_len=4, steps=20, eval_every=20)  # fmt: skip
+    metrics = train(opts, progress=False)
+    assert metrics["val_loss"] > 0
+    ckpt = attnviz.load_checkpoint(tmp_path / "run")
+    assert ckpt.config.arch == "decoder-only" and ckpt.src_tokenizer == ckpt.tgt_tokenizer
+    assert ckpt.config.src_vocab_size == ckpt.config.tgt_vocab_size == len(ckpt.src_tokenizer)
+    assert ckpt.config.max_len == 2 * 4 + 2  # <bos> 4 <eos> 4 <eos>, less the last token
+    enc = ckpt.encode_source("beta gamma")
+    assert enc.pieces == ["<bos>", "beta", "gamma", "<eos>"]
+    assert ckpt.prompt.sep_id == ckpt.config.eos_id and ckpt.prompt.loss == "target"
+    texts = ["beta gamma", "alpha zeta", "delta delta"]
+    one = [ckpt.predict(t) for t in texts]
+    assert ckpt.predict_batch(texts) == one
+    stepper = ckpt.stepper("beta gamma")
+    stepper.run()
+    assert ckpt.tgt_tokenizer.decode(stepper.tokens) == one[0]
+
+
+def test_a_decoder_only_corpus_run_refuses_a_hugging_face_init(tmp_path):
+    """The corpus's vocabulary is trained here; a given pair of tokenizers is refused."""
+    from attnviz.train.feeds import Feed, one_stack
+    from attnviz.data.tokenizer import Tokenizer
+    from attnviz.data.tasks import Example
+
+    a, b = Tokenizer("char", list("ab")), Tokenizer("char", list("abc"))
+    feed = Feed("corpus", a, b, Example("a", "b"))
+    with pytest.raises(InputError, match="one vocabulary"):
+        one_stack(feed, "decoder-only")
