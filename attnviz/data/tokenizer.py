@@ -54,6 +54,8 @@ class SpecialIds:
         self.specials = {role: specials[role] for role in ROLES}
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
         self.eos_id, self.unk_id = specials["eos"], specials["unk"]
+
+
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 SPECIAL_TOKENS = dict(zip(DEFAULT_IDS, SPECIALS, strict=True))
 SUBWORD_KINDS = ("bpe", "unigram")
@@ -370,7 +372,9 @@ def train_tokenizer(
         texts = texts if isinstance(texts, Sequence) else list(texts)
         if len(texts) > max_texts:
             texts = texts[:: -(-len(texts) // max_texts)]
-        return SUBWORD["train"](kind, texts, vocab_size or DEFAULT_VOCAB_SIZE, byte_fallback, specials)
+        return SUBWORD["train"](
+            kind, texts, vocab_size or DEFAULT_VOCAB_SIZE, byte_fallback, specials
+        )
     if byte_fallback:
         raise InputError(f"byte fallback needs a bpe or unigram tokenizer, not {kind}")
     counts: Counter[str] = Counter()

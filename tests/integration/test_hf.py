@@ -94,7 +94,9 @@ def test_every_registered_family_is_tested():
     one_stack = {**hf_families.DECODER_ONLY, **hf_families.ENCODER_ONLY}
     tested = {hf_families.model_type(f) for f in [*FAMILIES, *one_stack]}
     audio = {name for name, family in REGISTRY.items() if family.audio}  # test_whisper.py
-    assert tested | audio == set(REGISTRY)  # one-stack families: test_hf_decoder_only, _encoder_only
+    assert tested | audio == set(
+        REGISTRY
+    )  # one-stack families: test_hf_decoder_only, _encoder_only
     assert set(SUPPORTED_MODEL_TYPES) == set(REGISTRY)
     for family in FAMILIES:
         assert set(GENERATION) >= {family}

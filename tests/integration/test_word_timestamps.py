@@ -133,7 +133,9 @@ def test_the_scoreboard_ranks_the_folders_alignment_heads_first(ckpt, spaced_wor
     assert ((report.peak_in_word >= 0) & (report.peak_in_word <= 1)).all()
     out = tmp_path / "scores.json"
     folder = str(models.get_model_path())
-    assert main(["align", folder, "--speech", str(tmp_path / "words.jsonl"), "--json", str(out)]) == 0
+    assert (
+        main(["align", folder, "--speech", str(tmp_path / "words.jsonl"), "--json", str(out)]) == 0
+    )
     assert json.loads(out.read_text())["best"] == list(report.best)
 
 

@@ -228,5 +228,7 @@ def test_every_name_imported_from_attnviz_exists():
                 continue
             module = importlib.import_module(target)
             if not hasattr(module, what) and importlib.util.find_spec(f"{target}.{what}") is None:
-                missing.append(f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} {target}.{what}")
+                missing.append(
+                    f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} {target}.{what}"
+                )
     assert missing == [], "names imported that do not exist:\n" + "\n".join(missing)
