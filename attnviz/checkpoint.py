@@ -235,7 +235,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         src_tok = Tokenizer.from_dict(meta.get("src_tokenizer"))
         tgt_tok = Tokenizer.from_dict(meta.get("tgt_tokenizer"))
         prompt = None
-        if config.arch == "decoder-only" and meta.get("prompt") is not None:
+        if config.arch != "encoder-decoder" and meta.get("prompt") is not None:
             prompt = Prompt.from_dict(meta["prompt"], config.tgt_vocab_size)
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
@@ -340,11 +340,11 @@ class Checkpoint:
         enc = self.src_tokenizer.encode(text)
         if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")
-        if self.prompt is not None:  # the prompt a decoder-only model was trained to continue
-            ids = self.prompt.ids(enc.ids)
-            pieces = [self.src_tokenizer.token(ids[0]), *enc.pieces]
-            if self.prompt.sep_id is not None:
-                pieces.append(self.src_tokenizer.token(self.prompt.sep_id))
+        if self.prompt is not None:  # the layout a one-stack model was trained on
+            mlm = self.prompt.loss == "mlm"  # read whole: <bos> text <eos>
+            ids = [self.prompt.bos_id, *enc.ids, self.config.eos_id] if mlm else self.prompt.ids(enc.ids)
+            pieces = [self.src_tokenizer.token(i) for i in ids[:1]] + list(enc.pieces)
+            pieces += [self.src_tokenizer.token(i) for i in ids[1 + len(enc.ids) :]]
             enc = Encoding(ids, pieces, enc.unknown)
         limit = self.config.max_len
         if len(enc.ids) > limit:

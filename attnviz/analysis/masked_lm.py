@@ -47,6 +47,22 @@ class MaskFill:
         return "\n".join(lines)
 
 
+def answer_query(ckpt: Checkpoint, source: str, target: str) -> str:
+    """The text a masked-LM model trained by attnviz on a task reads to answer ``source``:
+    ``source <sep> <mask>…``, one mask per token of ``target`` (``"abc<sep><mask><mask><mask>"``).
+
+    Raises:
+        InputError: a model without that layout (an imported BERT has its own).
+    """
+    prompt = ckpt.prompt
+    if prompt is None or prompt.loss != "mlm" or prompt.sep_id is None:
+        raise InputError("only a masked-LM model trained by attnviz reads `source <sep> <mask>…`")
+    tok = ckpt.src_tokenizer
+    n = len(tok.encode(target).ids)
+    glue = "" if tok.kind == "char" else " "
+    return glue.join([source, tok.token(prompt.sep_id), *[tok.token(prompt.mask_id)] * n])
+
+
 def special_token(ckpt: Checkpoint, which: str) -> tuple[str, int] | None:
     """The tokenizer's ``"mask"`` or ``"sep"`` token and id, None when it has none."""
     return getattr(ckpt.src_tokenizer, f"{which}_token", None)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from ..analysis.masked_lm import answer_query
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..core import devices
 from ..core.errors import AttnvizError, CheckpointError, one_line, shorten
@@ -259,6 +260,9 @@ def examples_of(ckpt, n: int = 6) -> list[str]:
     """Example inputs for a checkpoint: its task's (:func:`examples_for`), else the first
     distinct sources of the dev pairs a corpus run stored beside it, else none."""
     out = examples_for(ckpt.task, n)
+    if out and ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # the answer masked
+        task = get_task(ckpt.task)
+        out = [answer_query(ckpt, s, task.target(s)) for s in out]
     if not out:
         out = list(dict.fromkeys(s for s, _ in dev_pairs(ckpt) if s.strip()))
     return out[:n]

@@ -59,6 +59,9 @@ class Batch:
     lm: bool = False
     #: a decoder-only batch's prompt length per row (its sources are ``src[i, :n]``)
     prompt_lengths: list[int] | None = None
+    #: a masked-LM batch (:func:`attnviz.data.masking.make_mlm_batch`): ``src`` with some
+    #: tokens masked, read whole (padding masked out), ``tgt_out`` the original tokens.
+    mlm: bool = False
 
     def prompts(self) -> list[list[int]]:
         """A decoder-only batch's prompts, one id list per row."""
@@ -80,6 +83,8 @@ class Batch:
 
     def forward(self, model: torch.nn.Module) -> Tensor:
         """Teacher-forced logits ``[B, Tt, V]`` of ``model`` on this batch."""
+        if self.mlm:  # read whole: the padding is masked out of every row
+            return model(self.src, pad_mask=self.src_pad)
         if self.lm:  # padding sits after every real token: the causal mask keeps it out
             return model(self.src)
         if self.tgt_in is None:
@@ -155,42 +160,52 @@ def tensorize(
 
 @dataclass(frozen=True)
 class Prompt:
-    """How a decoder-only model trained by attnviz reads a (source, target) pair:
-    ``<bos> source <sep> target <eos>`` (a prefix LM), or without ``<sep>`` when the target
-    continues the source. The prompt is ``<bos> source [<sep>]``; decoding continues it.
+    """How a one-stack model trained by attnviz reads a (source, target) pair.
+
+    A decoder-only model: ``<bos> source <sep> target <eos>`` (a prefix LM), or without
+    ``<sep>`` when the target continues the source. The prompt is ``<bos> source [<sep>]``;
+    decoding continues it. An encoder-only model (``loss="mlm"``) reads the same sequence
+    whole, with some tokens replaced by ``<mask>``, and learns what they were.
 
     Attributes:
         bos_id: the id that starts every sequence.
         sep_id: the separator's id, or None for a continuation.
-        loss: ``"target"`` (learn the target and its end) or ``"all"`` (every token after
-            ``<bos>``).
+        loss: ``"target"`` (learn the target and its end), ``"all"`` (every token after
+            ``<bos>``) or ``"mlm"`` (the masked tokens).
+        mask_id: the ``<mask>`` id of a masked-LM model (None otherwise).
     """
 
     bos_id: int
     sep_id: int | None = None
     loss: str = "target"
+    mask_id: int | None = None
 
     def ids(self, source: Sequence[int]) -> list[int]:
         """Source ids -> the prompt's ids ``[bos, *source, (sep)]``."""
         return [self.bos_id, *source, *([] if self.sep_id is None else [self.sep_id])]
 
     def to_dict(self) -> dict:
-        return {"bos_id": self.bos_id, "sep_id": self.sep_id, "loss": self.loss}
+        out = {"bos_id": self.bos_id, "sep_id": self.sep_id, "loss": self.loss}
+        return out if self.mask_id is None else {**out, "mask_id": self.mask_id}
 
     @classmethod
     def from_dict(cls, data: object, vocab: int) -> Prompt:
         """Rebuild from :meth:`to_dict`, checking every value (a file's contents are data)."""
-        if not isinstance(data, dict) or set(data) != {"bos_id", "sep_id", "loss"}:
-            raise InputError("a decoder-only prompt layout needs exactly bos_id, sep_id, loss")
-        for name in ("bos_id", "sep_id"):
-            value = data[name]
-            if value is None and name == "sep_id":
+        keys = {"bos_id", "sep_id", "loss"}
+        mlm = isinstance(data, dict) and data.get("loss") == "mlm"
+        if not isinstance(data, dict) or set(data) != (keys | {"mask_id"} if mlm else keys):
+            raise InputError(
+                "a stored prompt layout needs exactly bos_id, sep_id, loss (and mask_id for mlm)"
+            )
+        for name in ("bos_id", "sep_id", "mask_id"):
+            value = data.get(name)
+            if value is None and name != "bos_id" and not (mlm and name == "mask_id"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
                 raise InputError(f"prompt {name} must be an id below {vocab}, got {value!r}")
-        if data["loss"] not in ("target", "all"):
-            raise InputError(f"prompt loss must be 'target' or 'all', got {data['loss']!r}")
-        return cls(data["bos_id"], data["sep_id"], data["loss"])
+        if data["loss"] not in ("target", "all", "mlm"):
+            raise InputError(f"prompt loss must be 'target', 'all' or 'mlm', got {data['loss']!r}")
+        return cls(data["bos_id"], data["sep_id"], data["loss"], data.get("mask_id"))
 
 
 def make_lm_batch(

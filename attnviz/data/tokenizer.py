@@ -15,6 +15,7 @@ them.
 from __future__ import annotations
 
 import operator
+import re
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -152,6 +153,8 @@ class Tokenizer(SpecialIds):
         self.tokens: list[str] = tokens
         self.set_specials(specials)
         self._index = {t: i for i, t in pieces}  # text never turns into a special id
+        marks = [m for m in MARKERS if m in self._index]  # written whole, read whole
+        self._marks = re.compile("(" + "|".join(map(re.escape, marks)) + ")") if marks else None
 
     @classmethod
     def from_texts(cls, kind: str, texts: Iterable[str]) -> Tokenizer:
@@ -180,8 +183,28 @@ class Tokenizer(SpecialIds):
         return f"Tokenizer(kind={self.kind!r}, size={len(self)})"
 
     def split(self, text: str) -> list[str]:
-        """The pieces of ``text``: its characters, or its whitespace-separated words."""
-        return self._split(self.kind, text)
+        """The pieces of ``text``: its characters, or its whitespace-separated words; a
+        :data:`MARKERS` token of the vocabulary written in the text is one piece."""
+        if self._marks is None:
+            return self._split(self.kind, text)
+        parts = self._marks.split(text)  # [text, marker, text, ...]
+        return [p for i, part in enumerate(parts)
+                for p in ([part] if i % 2 else self._split(self.kind, part))]  # fmt: skip
+
+    @property
+    def mask_token(self) -> tuple[str, int] | None:
+        """``("<mask>", id)`` where the vocabulary has it (a masked-LM model trained here)."""
+        return self._marker("<mask>")
+
+    @property
+    def sep_token(self) -> tuple[str, int] | None:
+        """``("<sep>", id)`` where the vocabulary has it (between a one-stack model's source
+        and target)."""
+        return self._marker("<sep>")
+
+    def _marker(self, token: str) -> tuple[str, int] | None:
+        i = getattr(self, "_index", {}).get(token)
+        return None if i is None else (token, i)
 
     def encode(self, text: str) -> Encoding:
         """Text -> :class:`Encoding` (ids without start/end; unknown pieces mapped to unk)."""
@@ -303,6 +326,12 @@ def content_ids(
         if i not in skip:
             out.append(i)
     return out
+
+
+#: Reserved tokens that text may hold, each read as one piece where a vocabulary has it: the
+#: separator of a one-stack model's pair and the masked-LM mask (other ``<...>`` tokens, the
+#: spare ids' markers, are never read from text).
+MARKERS = ("<sep>", "<mask>")
 
 
 def _reserved(token: str) -> bool:

@@ -23,8 +23,10 @@ from ..checkpoint import Checkpoint, greedy_texts, load_checkpoint
 from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..data.batch import Batch, Prompt, make_lm_batch, tensorize
+from ..data.mlm import answer_batch
 from ..data.tasks import Example, Task, get_task
 from ..data.tokenizer import Tokenizer
+from ..decode.fill import fill_texts
 
 
 def loss_and_hits(
@@ -113,6 +115,10 @@ def teacher_batch(
     device = next(model.parameters()).device
     if prompt is None:
         return tensorize(examples, src_tok, tgt_tok, model.config, device)
+    if prompt.loss == "mlm":  # the whole target masked
+        src = [src_tok.encode(e.src).ids for e in examples]
+        tgt = [tgt_tok.encode(e.tgt).ids for e in examples]
+        return answer_batch(src, tgt, model.config, prompt, device)
     return make_lm_batch(
         [prompt.ids(src_tok.encode(e.src).ids) for e in examples],
         [tgt_tok.encode(e.tgt).ids for e in examples],
@@ -140,9 +146,7 @@ def validate(
         batch = teacher_batch(part, src_tok, tgt_tok, model, prompt)
         loss, h, n = loss_and_hits(model, batch)
         loss_sum, hits, total = loss_sum + float(loss) * n, hits + h, total + n
-    outputs = greedy_texts(
-        model, src_tok, tgt_tok, [e.src for e in examples], batch_size, prompt=prompt
-    )
+    outputs = model_outputs(model, examples, src_tok, tgt_tok, prompt, batch_size)
     exact = sum(same_text(o, e.tgt) for o, e in zip(outputs, examples, strict=True))
     scores = corpus_scores(outputs, [e.tgt for e in examples])
     model.train(was_training)
@@ -155,6 +159,22 @@ def validate(
         "n": len(examples),
     }
     return metrics, outputs
+
+
+def model_outputs(
+    model: Transformer,
+    examples: Sequence[Example],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    prompt: Prompt | None = None,
+    batch_size: int = 500,
+) -> list[str]:
+    """The model's answer to each example: greedy decoding, or for a masked-LM model the
+    whole target masked and filled in one pass (:func:`~attnviz.decode.fill.fill_texts`)."""
+    if prompt is not None and prompt.loss == "mlm":
+        return fill_texts(model, src_tok, tgt_tok, prompt, examples)
+    return greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size,
+                        prompt=prompt)  # fmt: skip
 
 
 def load_for_eval(path: str | Path) -> tuple[Checkpoint, Task]:
@@ -185,9 +205,13 @@ def exact_match_by_length(
     else:
         task = task_of(ckpt)
     out = {}
+    mlm = ckpt.prompt is not None and ckpt.prompt.loss == "mlm"
     for length in task.lengths:
         exs = task.examples(split, per_length, seed=seed, length=length)
-        preds = ckpt.predict_batch([e.src for e in exs])
+        if mlm:  # the answer filled in, its length given
+            preds = fill_texts(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.prompt, exs)
+        else:
+            preds = ckpt.predict_batch([e.src for e in exs])
         out[length] = (sum(p == e.tgt for p, e in zip(preds, exs, strict=True)), len(exs))
     return out
 

@@ -114,6 +114,8 @@ class TaskFeed(Feed):
 
 #: The token between a decoder-only model's source and target (``<bos> source <sep> target``).
 SEPARATOR = "<sep>"
+#: The token an encoder-only (masked-LM) model fills in.
+MASK = "<mask>"
 
 
 def one_stack(feed: Feed, arch: str) -> Prompt | None:
@@ -126,11 +128,19 @@ def one_stack(feed: Feed, arch: str) -> Prompt | None:
     """
     if arch == "encoder-decoder":
         return None
-    if arch != "decoder-only":
-        raise InputError(
-            f"--arch {arch}: attnviz trains encoder-decoder and decoder-only models; an "
-            "encoder-only model can be opened (BERT, RoBERTa, DistilBERT) but not trained yet"
-        )
+    if arch not in ("decoder-only", "encoder-only"):
+        raise InputError(f"--arch must be encoder-decoder, decoder-only or encoder-only, got {arch!r}")
+    if arch == "encoder-only":  # a masked LM over the task's pairs
+        task = feed.task
+        if task is None:
+            raise InputError(
+                "--arch encoder-only trains a masked LM on a built-in --task (reverse, copy, "
+                "sort, translate); a corpus (--data) trains encoder-decoder or decoder-only models"
+            )
+        symbols = list(dict.fromkeys([*task.source_symbols(), *task.target_symbols()]))
+        tok = Tokenizer(task.kind, [*symbols, SEPARATOR, MASK])
+        feed.src_tok = feed.tgt_tok = tok
+        return Prompt(tok.bos_id, tok.sep_token[1], "mlm", tok.mask_token[1])
     task = feed.task
     if task is None:  # a corpus: one vocabulary over both sides, its end token between them
         tok = feed.src_tok

@@ -45,12 +45,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..checkpoint import (
     Checkpoint,
-    greedy_texts,
     load_checkpoint,
     read_tensors,
     save_checkpoint,
@@ -64,8 +64,16 @@ from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..core.record import record
 from ..data.batch import make_batch, make_lm_batch
+from ..data.mlm import make_mlm_batch
 from ..data.tokenizer import Tokenizer, config_ids
-from .evaluate import DEV_PAIRS, loss_and_hits, metric_signatures, teacher_batch, validate
+from .evaluate import (
+    DEV_PAIRS,
+    loss_and_hits,
+    metric_signatures,
+    model_outputs,
+    teacher_batch,
+    validate,
+)
 from .feeds import (
     CORPUS_ONLY,
     CorpusFeed,
@@ -405,7 +413,7 @@ def train(
         model.eval()
         with record(model, capture=("weights",)) as trace:
             loss, _, _ = loss_and_hits(model, probe_batch, 0.0)
-        output = greedy_texts(model, src_tok, tgt_tok, [probe.src], prompt=prompt)[0]
+        output = model_outputs(model, [probe], src_tok, tgt_tok, prompt)[0]
         scores = None if induction is None else measure(model, induction, INDUCTION_LENGTH)
         snaps.add(step, trace, output, loss, None if scores is None else scores.to_dict())
         model.train()
@@ -455,6 +463,9 @@ def train(
         src_rows, tgt_rows = feed.batch(step, opts, rank, world)
         if prompt is None:
             batch = make_batch(src_rows, tgt_rows, cfg, device)
+        elif prompt.loss == "mlm":  # masks drawn from (seed, rank, step)
+            rng = np.random.default_rng([opts.seed, rank, step])
+            batch = make_mlm_batch(src_rows, tgt_rows, cfg, prompt, rng, device)
         else:
             prompts = [prompt.ids(row) for row in src_rows]
             batch = make_lm_batch(prompts, tgt_rows, cfg, prompt.loss, device)

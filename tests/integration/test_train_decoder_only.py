@@ -60,9 +60,9 @@ def test_the_repeat_task_measures_induction_at_every_snapshot(tmp_path):
     assert again.to_dict()["induction"] == snaps.scores[-1]["induction"]
 
 
-def test_kinds_and_sources_not_trained_are_refused_in_one_line(tmp_path):
-    with pytest.raises(InputError, match="encoder-only model can be opened"):
-        train(_opts(tmp_path, arch="encoder-only"), progress=False)
+def test_an_unknown_kind_is_refused_in_one_line(tmp_path):
+    with pytest.raises(InputError, match="--arch must be"):
+        train(_opts(tmp_path, arch="encoder-decoder-only"), progress=False)
     with pytest.raises(InputError, match="decoder-only"):
         induction_scores(attnviz.load_checkpoint("models/reverse"))
 
