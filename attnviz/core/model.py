@@ -6,8 +6,8 @@ D model width, Dh head width (D / H, or ``config.d_head``), V vocabulary.
 
 Attention (:class:`MultiHeadAttention`: the fused kernel, or the explicit math that reports
 to the per-call recorder) lives in :mod:`attnviz.core.attention`, the decoder's key/value cache in
-:mod:`attnviz.core.cache`; both import from here too. This module keeps the layers, the stacks and
-the :class:`Transformer` that ties them together.
+:mod:`attnviz.core.cache`; both import from here too. The layers and stacks live in
+:mod:`attnviz.core.layers`; this module keeps the :class:`Transformer` that ties them together.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import masks
@@ -27,239 +26,14 @@ from .attention import eager_attention as eager_attention
 from .cache import DecoderCache, KVBuffer
 from .config import ModelConfig
 from .errors import InputError
+from .layers import AudioFrontEnd, DecoderLayer, EncoderLayer, HeadTransform, Stack
 from .positions import (
-    RelativePositionBias,
     encoder_position_table,
     position_table,
-    rotary_angles,
-    rotary_frequencies,
 )
 from .positions import sinusoidal_positions as sinusoidal_positions  # imported from here too
 
 KINDS = ("encoder_self", "decoder_self", "cross")
-
-
-class RMSNorm(nn.Module):
-    """T5's norm: scale by the root mean square (in float32), no centring, no bias."""
-
-    def __init__(self, d_model: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-
-    def forward(self, x: Tensor) -> Tensor:
-        variance = x.float().pow(2).mean(-1, keepdim=True)  # [B, T, 1]
-        return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
-
-
-def make_norm(cfg: ModelConfig) -> nn.Module:
-    """The config's norm over D: LayerNorm or RMSNorm."""
-    if cfg.norm == "rms":
-        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-
-
-ACTIVATION_FNS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward: ``linear2(dropout(act(linear1(x)) [* gate(x)]))``.
-
-    The gate (T5 v1.1's ``wi_1``) exists only with ``gated_ff``.
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        d, d_ff = cfg.d_model, cfg.d_ff
-        self.linear1 = nn.Linear(d, d_ff, bias=cfg.bias)
-        self.gate = nn.Linear(d, d_ff, bias=cfg.bias) if cfg.gated_ff else None
-        self.linear2 = nn.Linear(d_ff, d, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.act = ACTIVATION_FNS[cfg.activation]
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.linear1(x))  # [B, T, d_ff]
-        if self.gate is not None:
-            h = h * self.gate(x)
-        return self.linear2(self.dropout(h))  # [B, T, D]
-
-
-def _attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
-    return MultiHeadAttention(
-        cfg.d_model, cfg.n_heads, cfg.dropout, kind, layer,
-        head_dim=cfg.head_dim, bias=cfg.bias, scale=cfg.scale_attention,
-        n_kv_heads=cfg.kv_heads if kind != "cross" else None, qkv_bias=cfg.qkv_bias,
-    )  # fmt: skip
-
-
-class HeadTransform(nn.Module):
-    """BERT's masked-LM head before the output projection: ``norm(act(dense(x)))``."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.dense = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.act = ACTIVATION_FNS[cfg.activation]
-        self.norm = make_norm(cfg)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.norm(self.act(self.dense(x)))  # [B, T, D]
-
-
-class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual block (post- or pre-norm)."""
-
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__()
-        self.norm_first = cfg.norm_first
-        self.self_attn = _attention(cfg, "encoder_self", layer)
-        self.ff = None if cfg.attn_only else FeedForward(cfg)
-        self.norm1 = make_norm(cfg)
-        self.norm2 = None if cfg.attn_only else make_norm(cfg)
-        self.dropout1 = nn.Dropout(cfg.dropout)
-        self.dropout2 = nn.Dropout(cfg.dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        pad_mask: Tensor | None,
-        position_bias: Tensor | None = None,
-        rotary: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:
-        """``x [B, Ts, D]``, ``pad_mask [B, Ts]``, bias ``[1, H, Ts, Ts]`` -> ``[B, Ts, D]``."""
-
-        def attend(h: Tensor) -> Tensor:
-            out = self.self_attn(
-                h, key_padding_mask=pad_mask, position_bias=position_bias, rotary=rotary
-            )
-            return self.dropout1(out)
-
-        if self.norm_first:
-            x = x + attend(self.norm1(x))
-            return x if self.ff is None else x + self.dropout2(self.ff(self.norm2(x)))
-        x = self.norm1(x + attend(x))
-        return x if self.ff is None else self.norm2(x + self.dropout2(self.ff(x)))
-
-
-class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention, feed-forward; each a residual block.
-
-    A decoder-only model's layers have no cross-attention (``cross_attn`` and ``norm2`` are
-    None): masked self-attention, then feed-forward (``norm3``). An attention-only model's
-    layers have no feed-forward (``ff`` and its norm are None).
-    """
-
-    def __init__(self, cfg: ModelConfig, layer: int, cross: bool = True):
-        super().__init__()
-        self.norm_first = cfg.norm_first
-        self.self_attn = _attention(cfg, "decoder_self", layer)
-        self.cross_attn = _attention(cfg, "cross", layer) if cross else None
-        self.ff = None if cfg.attn_only else FeedForward(cfg)
-        self.norm1 = make_norm(cfg)
-        self.norm2 = make_norm(cfg) if cross else None
-        self.norm3 = None if cfg.attn_only else make_norm(cfg)
-        self.dropout1 = nn.Dropout(cfg.dropout)
-        self.dropout2 = nn.Dropout(cfg.dropout)
-        self.dropout3 = nn.Dropout(cfg.dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        tgt_pad_mask: Tensor | None,
-        src_pad_mask: Tensor | None,
-        causal: Tensor | None,
-        self_cache: KVBuffer | None = None,
-        cross_kv: tuple[Tensor, Tensor] | None = None,
-        position_bias: Tensor | None = None,
-        rotary: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:
-        """``x [B, Tt, D]``, ``memory [B, Ts, D]`` (None without cross-attention) ->
-        ``[B, Tt, D]``."""
-
-        def self_block(h: Tensor) -> Tensor:
-            out = self.self_attn(
-                h,
-                key_padding_mask=tgt_pad_mask,
-                attn_mask=causal,
-                cache=self_cache,
-                position_bias=position_bias,
-                rotary=rotary,
-            )
-            return self.dropout1(out)
-
-        def cross_block(h: Tensor) -> Tensor:
-            out = self.cross_attn(h, memory, key_padding_mask=src_pad_mask, kv=cross_kv)
-            return self.dropout2(out)
-
-        cross = self.cross_attn is not None
-        if self.norm_first:
-            x = x + self_block(self.norm1(x))
-            if cross:
-                x = x + cross_block(self.norm2(x))
-            return x if self.ff is None else x + self.dropout3(self.ff(self.norm3(x)))
-        x = self.norm1(x + self_block(x))
-        if cross:
-            x = self.norm2(x + cross_block(x))
-        return x if self.ff is None else self.norm3(x + self.dropout3(self.ff(x)))
-
-
-class Stack(nn.Module):
-    """A list of layers plus what the stack owns around them.
-
-    ``norm``: a final norm (``nn.Transformer``, mBART, Pegasus, T5); ``embed_norm``: a norm on
-    the embeddings (BART); ``pos_embed``: a learned position table (BART);
-    ``position_bias``: T5's relative position bias, computed once per pass for all layers;
-    rotary positions (:meth:`rotary`): the angles, likewise once per pass.
-    """
-
-    def __init__(self, layers: list[nn.Module], cfg: ModelConfig, decoder: bool):
-        super().__init__()
-        self.config = cfg
-        self.layers = nn.ModuleList(layers)
-        self.norm = make_norm(cfg) if cfg.final_norm else None
-        self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
-        kind, length = cfg.stack_positions(decoder)
-        self.pos_embed = (
-            nn.Embedding(length + cfg.position_offset, cfg.d_model) if kind == "learned" else None
-        )
-        self.position_bias = (
-            RelativePositionBias(cfg, bidirectional=not decoder) if kind == "relative" else None
-        )
-
-    def bias(self, tq: int, tk: int, start: int = 0) -> Tensor | None:
-        """Relative position bias ``[1, H, Tq, Tk]`` of this stack's self-attention, or None."""
-        return None if self.position_bias is None else self.position_bias(tq, tk, start)
-
-    def rotary(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor] | None:
-        """``(cos, sin)`` ``[T, R]`` of positions ``start..start+length-1`` (dtype of
-        ``like``), or None without rotary positions."""
-        if self.config.positions != "rotary":
-            return None
-        inv_freq = rotary_frequencies(self.config, like.device)
-        return rotary_angles(inv_freq, start, length, like.dtype)
-
-    def finish(self, x: Tensor) -> Tensor:
-        return x if self.norm is None else self.norm(x)
-
-
-class AudioFrontEnd(nn.Module):
-    """Whisper's convolutional front-end: log-mel features ``[B, n_mels, 2 * Ts]`` ->
-    ``[B, Ts, D]`` through two Conv1d of kernel 3 (the second of stride 2), each with GELU."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.conv1 = nn.Conv1d(cfg.n_mels, cfg.d_model, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv1d(cfg.d_model, cfg.d_model, kernel_size=3, stride=2, padding=1)
-
-    def forward(self, features: Tensor) -> Tensor:
-        x = F.gelu(self.conv1(features))  # [B, D, 2 * Ts]
-        x = F.gelu(self.conv2(x))  # [B, D, Ts]
-        return x.transpose(1, 2)  # [B, Ts, D]
 
 
 class Transformer(nn.Module):

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import masks
-from .model import ACTIVE_RECORDER, DecoderCache, RMSNorm, Transformer
+from .layers import RMSNorm
+from .model import ACTIVE_RECORDER, DecoderCache, Transformer
 from .positions import apply_rotary, rotary_angles, rotary_frequencies
 
 
