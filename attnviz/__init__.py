@@ -37,8 +37,9 @@ from .data import (
     tasks,
 )
 from .data.tokenizer import Encoding, Tokenizer
+from .decode.batched import greedy_decode
 from .decode.beam import BeamNode, BeamResult, BeamTree, beam_search
-from .decode.greedy import GreedyStepper, StepResult, greedy_decode
+from .decode.greedy import GreedyStepper, StepResult
 from .decode.scoring import Scored
 from .interop import export_hf
 from .render.show import View, show

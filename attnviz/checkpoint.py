@@ -33,8 +33,9 @@ from .core.version import __version__
 from .core.weights import build_model, unique_state_dict
 from .data.batch import Prompt, source_batch
 from .data.tokenizer import Encoding, Tokenizer, check_text
+from .decode.batched import greedy_decode, until_eos
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
-from .decode.greedy import GreedyStepper, LogitRules, default_max_len, greedy_decode, until_eos
+from .decode.greedy import GreedyStepper, LogitRules, default_max_len
 from .decode.scoring import Scored, score_reference
 
 FORMAT = "attnviz-checkpoint/1"
@@ -361,7 +362,7 @@ class Checkpoint:
         cache: bool = True,
         max_len: int | None = None,
     ) -> Tensor:
-        """:func:`~attnviz.decode.greedy.greedy_decode` with this checkpoint's special ids, length
+        """:func:`~attnviz.decode.batched.greedy_decode` with this checkpoint's special ids, length
         limit and generation rules: every greedy decode of an analysis goes through here, so
         it decodes what :meth:`predict` decodes.
 
@@ -501,7 +502,7 @@ def greedy_texts(
 ) -> list[str]:
     """Batched greedy decoding of texts to texts; the same outputs as one at a time.
 
-    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.greedy.greedy_decode`;
+    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.batched.greedy_decode`;
     ``prompt``: how a decoder-only model trained by attnviz reads a source (its prompts are
     never padded, so they are batched by length).
 

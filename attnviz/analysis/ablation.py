@@ -19,7 +19,7 @@ from ..core.errors import EditError
 from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
-from ..decode.greedy import until_eos
+from ..decode.batched import until_eos
 
 Head = tuple[str, int, int]  # (kind, layer, head)
 

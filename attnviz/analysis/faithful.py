@@ -29,7 +29,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.record import record
 from ..data.batch import source_batch
-from ..decode.greedy import until_eos
+from ..decode.batched import until_eos
 from .attribution import attribute
 from .lenses import lens
 

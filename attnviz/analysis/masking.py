@@ -34,7 +34,8 @@ from ..core.errors import InputError
 from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
-from ..decode.greedy import default_max_len, until_eos
+from ..decode.batched import until_eos
+from ..decode.greedy import default_max_len
 from .ablation import greedy_each
 
 #: What the references of an experiment are (``MaskExperiment.reference``).

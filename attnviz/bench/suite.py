@@ -44,8 +44,9 @@ from ..core.config import ModelConfig
 from ..core.masks import causal_mask
 from ..core.model import Transformer, sinusoidal_positions
 from ..core.record import record
+from ..decode.batched import greedy_decode
 from ..decode.beam import beam_search
-from ..decode.greedy import GreedyStepper, greedy_decode
+from ..decode.greedy import GreedyStepper
 from .rows import (  # noqa: F401  (re-exported)
     CHROMIUM,
     CHROMIUM_ARGS,

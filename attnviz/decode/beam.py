@@ -30,16 +30,14 @@ from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, record
 from ..core.step import fused_step
+from .assemble import STEP_FIELDS, assemble_trace, step_records
 from .greedy import (
-    STEP_FIELDS,
     LogitRules,
     as_batch,
-    assemble_trace,
     default_max_len,
     eval_no_grad,
     source_pad_mask,
     start_decoding,
-    step_records,
 )
 from .rules import Constraints, beam_options, generation_settings
 from .tree import BeamNode, BeamResult, BeamTree, Hypothesis

@@ -15,7 +15,6 @@ continuation alone, as ``generate(max_new_tokens=n)`` produces it after the prom
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,11 +28,8 @@ from ..core.cache import DecoderCache
 from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, Trace, record
-from ..core.step import fused_step
 from ..data.tokenizer import check_token_id
-
-#: What the decoders keep per step (values and head outputs are not needed for display).
-STEP_FIELDS = ("scores", "mask", "weights")
+from .assemble import STEP_FIELDS, assemble_trace, step_records
 
 
 @contextmanager
@@ -210,7 +206,7 @@ def start_decoding(
     return Start(memory, kv, first, first[:, None])
 
 
-def _choose(
+def choose(
     logits: Tensor, rules: LogitRules | None, step: int, limit: int, seqs: Tensor | None = None
 ) -> Tensor:
     """Greedy choice ``[B]`` from ``[B, V]`` logits under the rules; ``seqs`` ``[B, step]``:
@@ -218,61 +214,6 @@ def _choose(
     if rules is not None:
         logits = rules.apply(logits, step, limit, seqs)
     return logits.argmax(-1)
-
-
-def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRecord]]) -> Trace:
-    """Full attention matrices of a decoded sequence from per-step records.
-
-    Args:
-        encoder: trace of the encoder pass (``"encoder_self"`` records, batch 1), or of a
-            decoder-only model's prompt but its last token (``"decoder_self"``, P' rows).
-        steps: one dict per decoding step of ``(kind, layer) -> record`` with ``Tq = 1``.
-    Returns:
-        A :class:`Trace` with batch 1 whose ``"decoder_self"`` matrices are ``[1, H, T, T]``
-        (weights 0, mask True and scores NaN above the diagonal: those scores were never
-        computed) and ``"cross"`` matrices ``[1, H, T, Ts]``, T = ``len(steps)`` (plus the
-        prompt's P' rows for a decoder-only model: its rows come first).
-    """
-    trace = Trace()
-    prompt = {}
-    for kind, layer in encoder.keys():
-        if kind == "encoder_self":
-            trace._add(encoder.get(kind, layer))
-        elif kind == "decoder_self":
-            prompt[kind, layer] = encoder.get(kind, layer)
-    if not steps:
-        for rec in prompt.values():
-            trace._add(rec)
-        return trace
-    t_total = len(steps) + (_query_rows(next(iter(prompt.values()))) if prompt else 0)
-    for kind, layer in steps[0]:
-        name = steps[0][kind, layer].name
-        rows = [s[kind, layer] for s in steps]
-        if (kind, layer) in prompt:
-            rows = [prompt[kind, layer], *rows]
-        rec = AttentionRecord(kind, layer, name)
-        for f in STEP_FIELDS:
-            parts = [getattr(r, f) for r in rows]
-            if any(p is None for p in parts):  # not captured (GreedyStepper's capture)
-                continue
-            if kind == "decoder_self":  # row t has t + 1 keys: pad the future
-                fill = {"scores": math.nan, "mask": True, "weights": 0.0}[f]
-                parts = [
-                    torch.cat([p, p.new_full((*p.shape[:-1], t_total - p.shape[-1]), fill)], dim=-1)
-                    for p in parts
-                ]
-            setattr(rec, f, torch.cat(parts, dim=2))  # [1, H|1, T, Tk]
-        trace._add(rec)
-    return trace
-
-
-def _query_rows(rec: AttentionRecord) -> int:
-    """Query rows Tq of a record, from whichever field was captured."""
-    return next(getattr(rec, f).shape[2] for f in STEP_FIELDS if getattr(rec, f) is not None)
-
-
-def step_records(trace: Trace) -> dict[tuple[str, int], AttentionRecord]:
-    return {key: trace.get(*key) for key in trace.keys()}
 
 
 @dataclass
@@ -405,7 +346,7 @@ class GreedyStepper:
         chosen = (
             token
             if token is not None
-            else int(_choose(logits[None], self.rules, step, self.max_len, self._seqs())[0])
+            else int(choose(logits[None], self.rules, step, self.max_len, self._seqs())[0])
         )
         recs = step_records(trace)
         attention = {key: r.weights[0, :, 0] for key, r in recs.items()}  # [H, Tk]
@@ -490,81 +431,3 @@ class GreedyStepper:
                     (r.weights[0, :, 0], r.mask.expand(1, 1, 1, tk)[0, 0, 0])  # [H, Tk], [Tk]
                 )
         return out
-
-
-def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
-    """One decoded row up to and including its end id (without the padding after a row ends)."""
-    row = list(row)
-    return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
-
-
-def greedy_decode(
-    model: Transformer,
-    src: Tensor,
-    bos_id: int,
-    eos_id: int | None,
-    max_len: int | None = None,
-    src_pad_mask: Tensor | None = None,
-    edits: Sequence[Edit] = (),
-    cache: bool = True,
-    rules: LogitRules | None = None,
-    fused: bool = True,
-) -> Tensor:
-    """Batched greedy decoding; each row stops at its own end id.
-
-    Args:
-        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``; for a
-            decoder-only model, prompts ``[B, P]`` of one length.
-        bos_id: the decoder start id (it may equal the pad id; unused by a decoder-only
-            model); ``eos_id``: the end id, or None to decode ``max_len`` tokens.
-        max_len: most tokens per row (default ``2 * Ts + 16``).
-        src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
-        edits: attention edits applied to every pass (see :func:`attnviz.core.record`).
-        cache: with a KV cache (default) each step runs one decoder position. ``False``
-            recomputes the whole prefix every step, so earlier positions are re-run too:
-            what a mask experiment needs when the causal mask is off (with a cache there is
-            no future for the mask to hide).
-        rules: :class:`LogitRules` applied before each argmax.
-        fused: with a cache and nothing recording or editing the decoder, run each step as
-            one fused function (:mod:`attnviz.core.step`); ``False`` runs it module by module, the
-            path recording takes (same tokens; the benchmark compares the two).
-    Returns:
-        ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
-        (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
-    """
-    src = as_batch(src, model=model).to(next(model.parameters()).device)
-    n_max = default_max_len(model, src.shape[1], max_len)
-    pad_id = model.config.pad_id
-    b = src.shape[0]
-    with eval_no_grad(model), record(model, edits, capture=None):
-        pad = source_pad_mask(model, src, src_pad_mask)
-        start = start_decoding(model, src, pad, bos_id, n_max, cache)
-        memory, kv = start.memory, start.cache
-        step_fn = fused_step(model, kv) if kv is not None and fused else None
-        prefix = start.prefix  # [B, 1 + t] (or the prompt and t)
-        vocab = model.config.tgt_vocab_size
-        last = start.first  # [B]
-        if step_fn is not None and not bool(((last >= 0) & (last < vocab)).all()):
-            bad = int(last[(last < 0) | (last >= vocab)][0])  # later ids come from the argmax
-            raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
-        finished = torch.zeros(b, dtype=torch.bool, device=src.device)
-        out = []
-        for step in range(n_max):
-            if step_fn is not None:  # the same math as the next branch, without module calls
-                logits = step_fn(last)  # [B, V]
-            elif kv is not None:
-                logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
-            else:  # rows are independent: a finished row's tail needs no mask
-                logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
-            seqs = torch.stack(out, dim=1) if out else prefix[:, 1:]  # [B, step]
-            last = _choose(logits, rules, step, n_max, seqs)  # [B]
-            if eos_id is None:
-                out.append(last)
-            else:
-                out.append(last.masked_fill(finished, pad_id))
-                finished |= last == eos_id
-                if bool(finished.all()):
-                    break
-            if kv is None:
-                prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
-    return torch.stack(out, dim=1)

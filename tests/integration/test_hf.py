@@ -17,8 +17,9 @@ import torch
 
 import attnviz
 from attnviz.core.errors import CheckpointError, InputError, InteropError
+from attnviz.decode.batched import greedy_decode, until_eos
 from attnviz.decode.beam import beam_search
-from attnviz.decode.greedy import GreedyStepper, LogitRules, greedy_decode, until_eos
+from attnviz.decode.greedy import GreedyStepper, LogitRules
 from tests import hf_families
 
 try:

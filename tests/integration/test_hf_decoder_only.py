@@ -15,8 +15,9 @@ import torch
 
 import attnviz
 from attnviz.core.errors import InteropError
+from attnviz.decode.batched import greedy_decode, until_eos
 from attnviz.decode.beam import beam_search
-from attnviz.decode.greedy import GreedyStepper, greedy_decode, until_eos
+from attnviz.decode.greedy import GreedyStepper
 from tests import hf_families
 
 pytest.importorskip("transformers")

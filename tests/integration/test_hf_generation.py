@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.decode.greedy import GreedyStepper, greedy_decode
+from attnviz.decode.batched import greedy_decode
+from attnviz.decode.greedy import GreedyStepper
 
 transformers = pytest.importorskip("transformers")
 
@@ -221,8 +222,8 @@ def test_predict_batch_and_evaluate_follow_the_folders_num_beams(marian_text, tm
 def test_begin_suppress_tokens_after_a_forced_bos_equal_generate(tmp_path, family, bos):
     """With a forced first token, transformers suppresses ``begin_suppress_tokens`` at the
     second step (its begin index moves by one); greedy used to ban them at the first."""
+    from attnviz.decode.batched import until_eos
     from attnviz.decode.beam import beam_search
-    from attnviz.decode.greedy import until_eos
     from tests.hf_families import build, save
 
     hf_model = build(family, seed=0)

@@ -13,7 +13,7 @@ import torch
 import attnviz
 from attnviz.core.config import ModelConfig
 from attnviz.core.errors import ConfigError, InputError
-from attnviz.decode.greedy import greedy_decode
+from attnviz.decode.batched import greedy_decode
 
 transformers = pytest.importorskip("transformers")
 SR = 16_000

@@ -12,8 +12,8 @@ import torch
 
 import attnviz
 from attnviz.data.audio import log_mel
+from attnviz.decode.batched import greedy_decode
 from attnviz.decode.beam_ct2 import ct2_beam_search
-from attnviz.decode.greedy import greedy_decode
 
 pytestmark = pytest.mark.integration
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -19,8 +19,9 @@ from helpers import letters, make_model, unletters
 import attnviz
 from attnviz.cli import main
 from attnviz.core.errors import InputError
+from attnviz.decode.batched import greedy_decode, until_eos
 from attnviz.decode.beam import BeamTree, beam_predict, beam_search
-from attnviz.decode.greedy import LogitRules, greedy_decode, until_eos
+from attnviz.decode.greedy import LogitRules
 
 try:
     import transformers

@@ -9,7 +9,7 @@ from helpers import make_model
 
 import attnviz
 from attnviz.core.step import FusedStep, fused_step, why_not_fused
-from attnviz.decode.greedy import greedy_decode
+from attnviz.decode.batched import greedy_decode
 
 #: Every option the decoder's step depends on, each in at least one config.
 CONFIGS = [

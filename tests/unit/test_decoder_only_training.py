@@ -9,7 +9,7 @@ import torch
 import attnviz
 from attnviz.core.errors import InputError
 from attnviz.data.batch import Prompt, make_lm_batch
-from attnviz.decode.greedy import greedy_decode
+from attnviz.decode.batched import greedy_decode
 from attnviz.train.induction import head_scores, measure, repeated_tokens
 from attnviz.train.snapshots import Snapshots
 

@@ -212,7 +212,7 @@ def test_decode_checks_batches_and_devices(model):
 HUGE_LIMIT_SCRIPT = r"""
 import resource, torch, attnviz
 from attnviz.decode.beam import beam_search
-from attnviz.decode.greedy import greedy_decode
+from attnviz.decode.batched import greedy_decode
 cfg = attnviz.ModelConfig(23, 19, d_model=24, n_heads=4, d_ff=40, dropout=0.0,
                           positions="relative", max_len=10**12)  # T5: no position table
 torch.manual_seed(0)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from helpers import random_batch
 
 import attnviz
-from attnviz.decode.greedy import greedy_decode
+from attnviz.decode.batched import greedy_decode
 
 
 def run(model, edits=()):

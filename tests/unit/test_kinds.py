@@ -11,8 +11,9 @@ import torch
 import attnviz
 from attnviz.core.errors import ConfigError, InputError
 from attnviz.core.positions import apply_rotary, rotary_angles, rotary_frequencies
+from attnviz.decode.batched import greedy_decode
 from attnviz.decode.beam import beam_search
-from attnviz.decode.greedy import GreedyStepper, greedy_decode
+from attnviz.decode.greedy import GreedyStepper
 
 V = 31
 

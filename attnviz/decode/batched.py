@@ -1,0 +1,102 @@
+"""Batched greedy decoding: every row of a batch decoded at once, each stopping at its own end
+id, with a KV cache and (where nothing records or edits the decoder) the fused cached step.
+The one-sequence, recorded, step-by-step decoder is :class:`attnviz.decode.greedy.GreedyStepper`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..core.errors import InputError
+from ..core.model import Transformer
+from ..core.record import Edit, record
+from ..core.step import fused_step
+from .greedy import (
+    LogitRules,
+    as_batch,
+    choose,
+    default_max_len,
+    eval_no_grad,
+    source_pad_mask,
+    start_decoding,
+)
+
+
+def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    """One decoded row up to and including its end id (without the padding after a row ends)."""
+    row = list(row)
+    return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
+
+
+def greedy_decode(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int | None,
+    max_len: int | None = None,
+    src_pad_mask: Tensor | None = None,
+    edits: Sequence[Edit] = (),
+    cache: bool = True,
+    rules: LogitRules | None = None,
+    fused: bool = True,
+) -> Tensor:
+    """Batched greedy decoding; each row stops at its own end id.
+
+    Args:
+        src: ``[B, Ts]`` (or ``[Ts]``) source ids, padded with ``config.pad_id``; for a
+            decoder-only model, prompts ``[B, P]`` of one length.
+        bos_id: the decoder start id (it may equal the pad id; unused by a decoder-only
+            model); ``eos_id``: the end id, or None to decode ``max_len`` tokens.
+        max_len: most tokens per row (default ``2 * Ts + 16``).
+        src_pad_mask: ``[B, Ts]`` bool; default from ``config.pad_id``.
+        edits: attention edits applied to every pass (see :func:`attnviz.core.record`).
+        cache: with a KV cache (default) each step runs one decoder position. ``False``
+            recomputes the whole prefix every step, so earlier positions are re-run too:
+            what a mask experiment needs when the causal mask is off (with a cache there is
+            no future for the mask to hide).
+        rules: :class:`LogitRules` applied before each argmax.
+        fused: with a cache and nothing recording or editing the decoder, run each step as
+            one fused function (:mod:`attnviz.core.step`); ``False`` runs it module by module, the
+            path recording takes (same tokens; the benchmark compares the two).
+    Returns:
+        ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
+        (``config.pad_id``), or is cut at ``max_len``. T is the longest row.
+    """
+    src = as_batch(src, model=model).to(next(model.parameters()).device)
+    n_max = default_max_len(model, src.shape[1], max_len)
+    pad_id = model.config.pad_id
+    b = src.shape[0]
+    with eval_no_grad(model), record(model, edits, capture=None):
+        pad = source_pad_mask(model, src, src_pad_mask)
+        start = start_decoding(model, src, pad, bos_id, n_max, cache)
+        memory, kv = start.memory, start.cache
+        step_fn = fused_step(model, kv) if kv is not None and fused else None
+        prefix = start.prefix  # [B, 1 + t] (or the prompt and t)
+        vocab = model.config.tgt_vocab_size
+        last = start.first  # [B]
+        if step_fn is not None and not bool(((last >= 0) & (last < vocab)).all()):
+            bad = int(last[(last < 0) | (last >= vocab)][0])  # later ids come from the argmax
+            raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
+        finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+        out = []
+        for step in range(n_max):
+            if step_fn is not None:  # the same math as the next branch, without module calls
+                logits = step_fn(last)  # [B, V]
+            elif kv is not None:
+                logits = model.decode(last[:, None], None, cache=kv)[:, -1]  # [B, V]
+            else:  # rows are independent: a finished row's tail needs no mask
+                logits = model.decode(prefix, memory, src_pad_mask=pad)[:, -1]  # [B, V]
+            seqs = torch.stack(out, dim=1) if out else prefix[:, 1:]  # [B, step]
+            last = choose(logits, rules, step, n_max, seqs)  # [B]
+            if eos_id is None:
+                out.append(last)
+            else:
+                out.append(last.masked_fill(finished, pad_id))
+                finished |= last == eos_id
+                if bool(finished.all()):
+                    break
+            if kv is None:
+                prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
+    return torch.stack(out, dim=1)
