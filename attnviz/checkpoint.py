@@ -16,99 +16,31 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import Tensor
 
 from .core.config import ModelConfig
 from .core.errors import AttnvizError, CheckpointError, InputError, one_line, shorten
+from .core.files import read_tensors as read_tensors  # imported from here too
+from .core.files import write_json_atomically as write_json_atomically
+from .core.files import write_tensors as write_tensors
 from .core.model import Transformer
 from .core.version import __version__
 from .core.weights import build_model, unique_state_dict
-from .data.batch import Prompt, source_batch
+from .data.batch import Prompt
 from .data.tokenizer import Encoding, Tokenizer, check_text
-from .decode.batched import greedy_decode, until_eos
+from .decode.batched import greedy_decode, greedy_texts, until_eos
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
-from .decode.greedy import GreedyStepper, LogitRules, default_max_len
+from .decode.greedy import GreedyStepper, LogitRules
 from .decode.scoring import Scored, score_reference
 
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
 METADATA = "config.json"
-_HEADER_KEY = "attnviz"
-# What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle
-# (PROTO opcode 0x80 then the protocol number). Checked only after safetensors refused the file.
-_ZIP_MAGIC = b"PK"
-_PICKLE_PROTOCOLS = (b"\x02", b"\x03", b"\x04", b"\x05")
-
-
-# -- files ----------------------------------------------------------------------------------
-def _replace_atomically(path: Path, write) -> None:
-    """Write via ``write(tmp_path)``, flush to disk, then rename over ``path`` in one step."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # the writer may create it private; a checkpoint is a plain file
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_tensors(path: str | Path, tensors: dict[str, Tensor], meta: dict | None = None) -> None:
-    """Save tensors (and JSON ``meta`` in the header) to a safetensors file, atomically."""
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    header = {_HEADER_KEY: json.dumps(meta)} if meta is not None else None
-    _replace_atomically(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
-
-
-def write_json_atomically(path: str | Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename)."""
-    _replace_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-
-
-def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
-    """Read a safetensors file without unpickling anything.
-
-    Returns:
-        ``(tensors, meta)`` where ``meta`` is the JSON stored by :func:`write_tensors`, or
-        None when the header has none.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
-    except (SafetensorError, OSError, ValueError) as exc:
-        # Only now look at the first bytes: a valid safetensors header length can start with
-        # any byte (0x80 included), so the pickle test must not come first.
-        with open(path, "rb") as f:
-            head = f.read(2)
-        if head.startswith(_ZIP_MAGIC) or (head[:1] == b"\x80" and head[1:2] in _PICKLE_PROTOCOLS):
-            raise CheckpointError(
-                f"{path} is a pickle (a torch.save/.pt file), not safetensors; attnviz never "
-                "unpickles files. Load it yourself where you trust it and save the state dict "
-                "with safetensors.torch.save_file"
-            ) from None
-        raise CheckpointError(f"{path} is not a readable safetensors file ({exc})") from None
-    meta = None
-    if _HEADER_KEY in header:
-        try:
-            meta = json.loads(header[_HEADER_KEY])
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{path}: metadata in the header is not JSON ({exc})") from None
-    return tensors, meta
-
-
 # -- save / load ----------------------------------------------------------------------------
 def save_checkpoint(
     path: str | Path,
@@ -488,61 +420,3 @@ class Checkpoint:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-
-def greedy_texts(
-    model: Transformer,
-    src_tokenizer: Tokenizer,
-    tgt_tokenizer: Tokenizer,
-    texts: Sequence[str],
-    batch_size: int = 512,
-    rules: LogitRules | None = None,
-    max_len: int | None = None,
-    prompt: Prompt | None = None,
-) -> list[str]:
-    """Batched greedy decoding of texts to texts; the same outputs as one at a time.
-
-    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.batched.greedy_decode`;
-    ``prompt``: how a decoder-only model trained by attnviz reads a source (its prompts are
-    never padded, so they are batched by length).
-
-    Inputs are sorted by length to waste less padding; each row is cut at its own length
-    limit (:func:`~attnviz.decode.greedy.default_max_len`), not the padded batch's.
-    """
-    device, cfg = next(model.parameters()).device, model.config
-    size = [len(src_tokenizer.split(t)) for t in texts]  # each text split once
-    order = sorted(range(len(texts)), key=size.__getitem__)
-    out: list[str] = [""] * len(texts)
-    groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-    if cfg.arch == "decoder-only":  # one prompt length a batch
-        groups = [
-            g[s : s + batch_size] for g in _runs(order, size) for s in range(0, len(g), batch_size)
-        ]
-    for idx in groups:
-        ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
-        if prompt is not None:
-            ids = [prompt.ids(row) for row in ids]
-        batch = source_batch(ids, cfg, device)
-        decoded = greedy_decode(
-            model,
-            batch.src,
-            cfg.bos_id,
-            cfg.eos_id,
-            src_pad_mask=batch.src_pad,
-            rules=rules,
-            max_len=max_len,
-        )
-        for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
-            out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own), max_len)])
-    return out
-
-
-def _runs(order: list[int], size: Sequence[int]) -> list[list[int]]:
-    """``order`` (sorted by ``size``) cut into runs of equal size."""
-    runs: list[list[int]] = []
-    for i in order:
-        if runs and size[runs[-1][0]] == size[i]:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs

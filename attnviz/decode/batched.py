@@ -13,6 +13,8 @@ from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import Edit, record
 from ..core.step import fused_step
+from ..data.batch import Prompt, source_batch
+from ..data.tokenizer import Tokenizer
 from .greedy import (
     LogitRules,
     as_batch,
@@ -100,3 +102,61 @@ def greedy_decode(
             if kv is None:
                 prefix = torch.cat([prefix, last.unsqueeze(1)], dim=1)
     return torch.stack(out, dim=1)
+
+
+def greedy_texts(
+    model: Transformer,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 512,
+    rules: LogitRules | None = None,
+    max_len: int | None = None,
+    prompt: Prompt | None = None,
+) -> list[str]:
+    """Batched greedy decoding of texts to texts; the same outputs as one at a time.
+
+    ``rules`` and ``max_len`` (most new tokens) as :func:`~attnviz.decode.batched.greedy_decode`;
+    ``prompt``: how a decoder-only model trained by attnviz reads a source (its prompts are
+    never padded, so they are batched by length).
+
+    Inputs are sorted by length to waste less padding; each row is cut at its own length
+    limit (:func:`~attnviz.decode.greedy.default_max_len`), not the padded batch's.
+    """
+    device, cfg = next(model.parameters()).device, model.config
+    size = [len(src_tokenizer.split(t)) for t in texts]  # each text split once
+    order = sorted(range(len(texts)), key=size.__getitem__)
+    out: list[str] = [""] * len(texts)
+    groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if cfg.arch == "decoder-only":  # one prompt length a batch
+        groups = [
+            g[s : s + batch_size] for g in _runs(order, size) for s in range(0, len(g), batch_size)
+        ]
+    for idx in groups:
+        ids = [src_tokenizer.encode(texts[i]).ids for i in idx]
+        if prompt is not None:
+            ids = [prompt.ids(row) for row in ids]
+        batch = source_batch(ids, cfg, device)
+        decoded = greedy_decode(
+            model,
+            batch.src,
+            cfg.bos_id,
+            cfg.eos_id,
+            src_pad_mask=batch.src_pad,
+            rules=rules,
+            max_len=max_len,
+        )
+        for i, row, own in zip(idx, decoded.tolist(), ids, strict=True):
+            out[i] = tgt_tokenizer.decode(row[: default_max_len(model, len(own), max_len)])
+    return out
+
+
+def _runs(order: list[int], size: Sequence[int]) -> list[list[int]]:
+    """``order`` (sorted by ``size``) cut into runs of equal size."""
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and size[runs[-1][0]] == size[i]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

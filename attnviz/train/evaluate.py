@@ -19,13 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..checkpoint import Checkpoint, greedy_texts, load_checkpoint
+from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..data.batch import Batch, Prompt, make_lm_batch, tensorize
 from ..data.mlm import answer_batch
 from ..data.tasks import Example, Task, get_task
 from ..data.tokenizer import Tokenizer
+from ..decode.batched import greedy_texts
 from ..decode.fill import fill_texts
 
 

@@ -10,14 +10,9 @@ import torch
 from helpers import make_model
 
 import attnviz
-from attnviz.checkpoint import (
-    METADATA,
-    WEIGHTS,
-    _replace_atomically,
-    read_tensors,
-    write_tensors,
-)
+from attnviz.checkpoint import METADATA, WEIGHTS, read_tensors, write_tensors
 from attnviz.core.errors import CheckpointError, InputError
+from attnviz.core.files import replace_atomically
 from attnviz.data.tokenizer import Tokenizer
 
 
@@ -192,7 +187,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _replace_atomically(target, crash)
+        replace_atomically(target, crash)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 

@@ -1,0 +1,85 @@
+"""Weight files: safetensors read without unpickling anything (a pickle is named and refused)
+and written atomically (temporary file, fsync, one rename), with JSON metadata in the header;
+JSON files written the same way. Every checkpoint, snapshot and training state goes through
+here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from .errors import CheckpointError
+
+_HEADER_KEY = "attnviz"
+# What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle
+# (PROTO opcode 0x80 then the protocol number). Checked only after safetensors refused the file.
+_ZIP_MAGIC = b"PK"
+_PICKLE_PROTOCOLS = (b"\x02", b"\x03", b"\x04", b"\x05")
+
+
+# -- files ----------------------------------------------------------------------------------
+def replace_atomically(path: Path, write) -> None:
+    """Write via ``write(tmp_path)``, flush to disk, then rename over ``path`` in one step."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # the writer may create it private; a checkpoint is a plain file
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_tensors(path: str | Path, tensors: dict[str, Tensor], meta: dict | None = None) -> None:
+    """Save tensors (and JSON ``meta`` in the header) to a safetensors file, atomically."""
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    header = {_HEADER_KEY: json.dumps(meta)} if meta is not None else None
+    replace_atomically(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
+
+
+def write_json_atomically(path: str | Path, data: dict) -> None:
+    """Write JSON atomically (temp file + rename)."""
+    replace_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
+
+
+def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
+    """Read a safetensors file without unpickling anything.
+
+    Returns:
+        ``(tensors, meta)`` where ``meta`` is the JSON stored by :func:`write_tensors`, or
+        None when the header has none.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+    except (SafetensorError, OSError, ValueError) as exc:
+        # Only now look at the first bytes: a valid safetensors header length can start with
+        # any byte (0x80 included), so the pickle test must not come first.
+        with open(path, "rb") as f:
+            head = f.read(2)
+        if head.startswith(_ZIP_MAGIC) or (head[:1] == b"\x80" and head[1:2] in _PICKLE_PROTOCOLS):
+            raise CheckpointError(
+                f"{path} is a pickle (a torch.save/.pt file), not safetensors; attnviz never "
+                "unpickles files. Load it yourself where you trust it and save the state dict "
+                "with safetensors.torch.save_file"
+            ) from None
+        raise CheckpointError(f"{path} is not a readable safetensors file ({exc})") from None
+    meta = None
+    if _HEADER_KEY in header:
+        try:
+            meta = json.loads(header[_HEADER_KEY])
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"{path}: metadata in the header is not JSON ({exc})") from None
+    return tensors, meta
+
+
