@@ -270,15 +270,15 @@ def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
 
 def test_training_state_round_trips_tied_weights(tmp_path):
     from attnviz.checkpoint import read_tensors
-    from attnviz.train.loop import _load_train_state, _save_train_state
+    from attnviz.train.runstate import load_train_state, save_train_state
 
     model = attnviz.Transformer(attnviz.ModelConfig(30, 30, d_model=32, n_heads=2, d_ff=64,
                                                     tie_output=True, share_embeddings=True))  # fmt: skip
     opt = torch.optim.AdamW(model.parameters())
     path = tmp_path / "state.safetensors"
-    _save_train_state(path, model, opt, {"step": 0})
+    save_train_state(path, model, opt, {"step": 0})
     other = attnviz.Transformer(model.config)
-    _load_train_state(read_tensors(path)[0], path, other, torch.optim.AdamW(other.parameters()))
+    load_train_state(read_tensors(path)[0], path, other, torch.optim.AdamW(other.parameters()))
     assert other.generator.weight is other.tgt_embed.weight is other.src_embed.weight
     for (name, a), b in zip(model.state_dict().items(), other.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
