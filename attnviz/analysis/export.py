@@ -23,6 +23,7 @@ from ..core.errors import InputError
 from ..core.record import Trace
 from ..data.tokenizer import Encoding
 from ..decode.greedy import GreedyStepper
+from .masked_lm import special_token
 from .stats import HeadStats, head_stats, punctuation_ids
 from .words import pool_words, word_index, word_labels
 
@@ -172,12 +173,16 @@ def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Ins
 def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=None) -> list:
     """:func:`head_stats` with the checkpoint's end, start and punctuation ids, so the shares
     on those keys (and sinks) are measured. ``src_ids``/``tgt_ids``: ``[B, Ts]``/``[B, Tt]``
-    key ids (the decoder's inputs, start token first)."""
+    key ids (the decoder's inputs, start token first). An encoder-only model's end is its
+    separator ([SEP]); its start ([CLS]) is the first token, a sink key of every model."""
     cfg = ckpt.config
     punct = sorted(set(punctuation_ids(ckpt.src_tokenizer.tokens))
                    | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
+    eos = cfg.eos_id
+    if cfg.arch == "encoder-only":
+        eos = (special_token(ckpt, "sep") or (None, None))[1]
     return head_stats(trace, src_pad, tgt_pad, np.asarray(src_ids), np.asarray(tgt_ids),
-                      eos_id=cfg.eos_id, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
+                      eos_id=eos, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
 
 
 def from_stepper(

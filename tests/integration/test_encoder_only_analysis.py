@@ -1,0 +1,59 @@
+"""The analyses on an encoder-only model (a tiny random BERT): health check, ablation,
+Integrated Gradients, lenses, Compare, the export and the notebook view; each reads the pass
+the model made over the sentence (its fillers at the mask tokens, or its prediction of each
+token), and what does not apply is named or refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import tiny_bert
+
+import attnviz
+from attnviz import analysis
+from attnviz.analysis import fill_mask, masked_lm
+from attnviz.core.errors import InputError
+from attnviz.render import report
+
+TEXT = "the [MASK] sat on the [MASK]"
+PLAIN = "the cat sat [SEP] a dog ran"
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert")
+    tiny_bert(folder)
+    return attnviz.load_checkpoint(folder)
+
+
+def test_health_finds_no_nan_names_the_causal_leak_as_not_applying_and_reads_sinks(ckpt):
+    rep = analysis.check(ckpt, texts=[TEXT, PLAIN, "my friend reads"], ablation_sample=2)
+    by = {f.check: f for f in rep.findings}
+    assert by["finite"].level == "ok" and by["padding"].level == "ok"
+    assert by["causal"].level == "info" and "does not apply" in by["causal"].message
+    assert by["sinks"].check == "sinks" and "dead heads" in by
+    assert {s.kind for s in rep.stats} == {"encoder_self"} and len(rep.stats) == 8
+    assert all(np.isfinite(s.sink) for s in rep.stats)  # [CLS] and [SEP] are sink keys
+    assert rep.passed
+
+
+def test_ablating_no_head_changes_nothing_and_every_head_moves_the_fillers(ckpt):
+    heads = analysis.all_heads(ckpt)
+    assert {k for k, _, _ in heads} == {"encoder_self"} and len(heads) == 8
+    fill = fill_mask(ckpt, TEXT, k=1)
+    none = analysis.ablate(ckpt, TEXT, [])
+    assert none.positions == [pos for pos, _ in fill.fillers]
+    assert none.baseline_tokens == [top[0][0] for _, top in fill.fillers]
+    np.testing.assert_array_equal(none.prob_ablated, none.prob_baseline)
+    np.testing.assert_allclose(none.prob_baseline, [top[0][1] for _, top in fill.fillers],
+                               atol=1e-5)  # fmt: skip
+    assert none.ablated_tokens == none.baseline_tokens and not none.changed
+    every = analysis.ablate(ckpt, TEXT, heads)
+    assert np.abs(every.prob_change).max() > 0 and len(every.ablated_tokens) == 2
+    effects = analysis.head_effects(ckpt, [TEXT, PLAIN])
+    assert len(effects) == 8 and max(e.max_prob_change for e in effects) > 0
+    plain = analysis.ablate(ckpt, PLAIN, [("encoder_self", 0, 1)])  # no mask: each token
+    assert plain.positions == list(range(len(ckpt.encode_source(PLAIN).ids)))
+    assert plain.baseline_tokens == ckpt.encode_source(PLAIN).pieces
