@@ -57,3 +57,19 @@ def test_ablating_no_head_changes_nothing_and_every_head_moves_the_fillers(ckpt)
     plain = analysis.ablate(ckpt, PLAIN, [("encoder_self", 0, 1)])  # no mask: each token
     assert plain.positions == list(range(len(ckpt.encode_source(PLAIN).ids)))
     assert plain.baseline_tokens == ckpt.encode_source(PLAIN).pieces
+
+
+def test_integrated_gradients_explain_a_fillers_probability_over_every_token(ckpt):
+    a = analysis.attribute(ckpt, TEXT, step=1, n_steps=64)
+    fill = fill_mask(ckpt, TEXT, k=1)
+    pos, top = fill.fillers[1]
+    assert a.token == top[0][0] and a.prob == pytest.approx(top[0][1], abs=1e-5)
+    assert a.src_tokens == fill.pieces and len(a.ig_src) == len(fill.ids)
+    assert len(a.ig_tgt) == 0 and a.delta < 0.05  # the path integral converged
+    want = fill.trace.numpy("encoder_self", 1)[0].mean(0)[pos]  # the mask's own row
+    np.testing.assert_allclose(a.cross[1], want, atol=1e-6)
+    assert {"ig~self L0", "ig~self L1", "ig~rollout", "gxi~rollout"} <= set(a.agreement)
+    with pytest.raises(InputError, match=r"write \[MASK\] where"):
+        analysis.attribute(ckpt, PLAIN, step=0)
+    with pytest.raises(InputError, match="2 mask tokens"):
+        analysis.attribute(ckpt, TEXT, step=2)
