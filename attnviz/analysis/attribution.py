@@ -288,8 +288,7 @@ def _attribute_one_stack(ckpt, model, text, enc, one, step, chosen, explained, n
     ig = as_numpy(ig.sum(-1)[0])  # [T]
     kind = one.kind
     rows = {
-        layer: trace.numpy(kind, layer)[0].mean(0)[one.row][:prompt]
-        for layer in trace.layers(kind)
+        layer: trace.numpy(kind, layer)[0].mean(0)[one.row][:prompt] for layer in trace.layers(kind)
     }  # {layer: [P]}
     roll = self_rollout(trace, kind, max(trace.layers(kind)))[0][one.row][:prompt]
     extra = {}

@@ -5,17 +5,14 @@ token), and what does not apply is named or refused in one line."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from helpers import tiny_bert
 
 import attnviz
 from attnviz import analysis
-from attnviz.analysis import fill_mask, masked_lm
+from attnviz.analysis import fill_mask
 from attnviz.core.errors import InputError
-from attnviz.render import report
 
 TEXT = "the [MASK] sat on the [MASK]"
 PLAIN = "the cat sat [SEP] a dog ran"
