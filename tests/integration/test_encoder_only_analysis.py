@@ -70,3 +70,16 @@ def test_integrated_gradients_explain_a_fillers_probability_over_every_token(ckp
         analysis.attribute(ckpt, PLAIN, step=0)
     with pytest.raises(InputError, match="2 mask tokens"):
         analysis.attribute(ckpt, TEXT, step=2)
+
+
+def test_compare_with_itself_differs_nowhere_and_scores_the_fillers(ckpt, models_dir):
+    c = analysis.compare(ckpt, ckpt, [TEXT, PLAIN])
+    assert c.divergence["encoder_self"].shape == (2, 4)
+    assert c.divergence["cross"].size == 0 and c.divergence["decoder_self"].size == 0
+    assert float(c.divergence["encoder_self"].max()) == 0.0 and c.agreement == 1.0
+    fill = fill_mask(ckpt, TEXT, k=1)
+    assert [t.token for t in c.tokens[0]] == [top[0][0] for _, top in fill.fillers]
+    assert all(t.change == 0 and t.rank_a == 1 for t in c.tokens[0])
+    assert c.targets[1] == ckpt.encode_source(PLAIN).ids  # no mask: each token itself
+    with pytest.raises(InputError, match="A is encoder-only and B is encoder-decoder"):
+        analysis.compare(ckpt, attnviz.load_checkpoint(models_dir / "reverse"), [TEXT])
