@@ -5,14 +5,17 @@ token), and what does not apply is named or refused in one line."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import tiny_bert
 
 import attnviz
 from attnviz import analysis
-from attnviz.analysis import fill_mask
+from attnviz.analysis import fill_mask, masked_lm
 from attnviz.core.errors import InputError
+from attnviz.render import report
 
 TEXT = "the [MASK] sat on the [MASK]"
 PLAIN = "the cat sat [SEP] a dog ran"
@@ -83,3 +86,42 @@ def test_compare_with_itself_differs_nowhere_and_scores_the_fillers(ckpt, models
     assert c.targets[1] == ckpt.encode_source(PLAIN).ids  # no mask: each token itself
     with pytest.raises(InputError, match="A is encoder-only and B is encoder-decoder"):
         analysis.compare(ckpt, attnviz.load_checkpoint(models_dir / "reverse"), [TEXT])
+
+
+def test_json_npz_report_and_notebook_view_hold_the_read_pass(ckpt, tmp_path):
+    ins = analysis.inspect_text(ckpt, TEXT)
+    fill = fill_mask(ckpt, TEXT, k=1)
+    assert ins.positions == [pos for pos, _ in fill.fillers] and ins.tgt_tokens == []
+    assert ins.out_tokens == [top[0][0] for _, top in fill.fillers]
+    assert ins.probs.shape == (2, len(ins.vocab))
+    analysis.write_json(ins, tmp_path / "r.json")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert set(doc["attention"]) == {f"encoder_self.{i}.{w}" for i in (0, 1)
+                                     for w in ("weights", "mask")}  # fmt: skip
+    assert doc["positions"] == ins.positions and doc["src_tokens"] == fill.pieces
+    npz = np.load(analysis.write_npz(ins, tmp_path / "r.npz"))
+    for layer in (0, 1):
+        want = fill.trace.numpy("encoder_self", layer)[0]  # [H, T, T], as recorded
+        np.testing.assert_array_equal(npz[f"encoder_self.{layer}.weights"], want)
+        np.testing.assert_allclose(doc["attention"][f"encoder_self.{layer}.weights"], want,
+                                   atol=1e-6)  # fmt: skip
+    assert npz["positions"].tolist() == ins.positions
+    page = report.write_html(ins, tmp_path / "r.html", ckpt).read_text()
+    assert "Self-attention" in page or "encoder self-attention" in page.lower()
+    assert "Mask at position 2" in page and "Position 6: token at" in page
+    assert report.report_data(page)[0]["kind"] == "encoder_self"
+    view = attnviz.show(ckpt, TEXT)
+    assert view.data["kind"] == "encoder_self" and "encoder_self" in view._repr_html_()
+    plain = analysis.inspect_text(ckpt, PLAIN)  # no mask: each token, nothing attributed
+    assert plain.positions == list(range(len(plain.src_tokens)))
+    assert "Mask at position" not in report.inspection_page(plain, ckpt)
+
+
+def test_lenses_read_the_encoder_stack_of_the_read_pass(ckpt):
+    read = masked_lm.read_pass(ckpt, TEXT)
+    for layer in (0, 1):
+        roll = analysis.lens(ckpt.model, read.trace, "encoder_self", layer, "rollout")
+        assert roll.shape == (1, 1, len(read.enc.ids), len(read.enc.ids))
+        np.testing.assert_allclose(roll.sum(-1), 1.0, atol=1e-5)
+        norms = analysis.lens(ckpt.model, read.trace, "encoder_self", layer, "norms")
+        assert norms.shape == (1, 4, len(read.enc.ids), len(read.enc.ids)) and norms.min() >= 0
