@@ -218,7 +218,9 @@ def _topk_html(ins: Inspection, k: int) -> str:
             ids.append(int(chosen))
         if ins.positions is not None:  # an encoder-only read: the token at a position
             pos = ins.positions[step - 1]
-            where = f"Position {pos}: token at <b>{html.escape(display_token(ins.src_tokens[pos]))}</b>"
+            where = (
+                f"Position {pos}: token at <b>{html.escape(display_token(ins.src_tokens[pos]))}</b>"
+            )
         else:
             after = " ".join(display_token(t) for t in ins.tgt_tokens[:step])
             where = f"Step {step}: next token after <b>{html.escape(after)}</b>"
