@@ -9,11 +9,13 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import tiny_bert
 
 import attnviz
 from attnviz import analysis
 from attnviz.analysis import fill_mask, masked_lm
+from attnviz.core.edits import ReplaceWeights
 from attnviz.core.errors import InputError
 from attnviz.render import report
 
@@ -37,6 +39,19 @@ def test_health_finds_no_nan_names_the_causal_leak_as_not_applying_and_reads_sin
     assert {s.kind for s in rep.stats} == {"encoder_self"} and len(rep.stats) == 8
     assert all(np.isfinite(s.sink) for s in rep.stats)  # [CLS] and [SEP] are sink keys
     assert rep.passed
+
+
+def on_cls(w):  # every query of a head on the first key, [CLS]
+    out = torch.zeros_like(w)
+    out[..., 0] = 1.0
+    return out
+
+
+def test_health_names_a_head_parked_on_cls_as_a_sink(ckpt):
+    parked = [ReplaceWeights("encoder_self", 1, on_cls, head=2)]
+    rep = analysis.check(ckpt, texts=[TEXT, PLAIN], edits=parked, ablation_sample=0)
+    by = {f.check: f for f in rep.findings}
+    assert by["sinks"].level == "info" and set(by["sinks"].details) == {"encoder_self L1 H2"}
 
 
 def test_ablating_no_head_changes_nothing_and_every_head_moves_the_fillers(ckpt):
