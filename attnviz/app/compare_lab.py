@@ -123,7 +123,7 @@ def _index(value, prefix: str, n: int, what: str) -> int:
 
 def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpoint, str]:
     if not state.started:
-        raise InputError("type an input and press Step (or Run) first")
+        raise InputError("type an input and press Step or Run (Read, for a sentence model) first")
     if not model_b:
         raise InputError("pick model B to compare with")
     path_b = store.resolve_model(model_b)

@@ -295,7 +295,9 @@ def report_sections(
     if rows:
         out.append(("Head statistics: normalised entropy", _stats_spec(rows)))
         out.append(("Head statistics: every head", _stats_table_html(rows)))
-    out.append(("Next-token probabilities at every step", _topk_html(ins, top_k)))
+    heading = ("Next-token probabilities at every step" if ins.positions is None
+               else "Fillers at every mask token (without one: each token predicted)")  # fmt: skip
+    out.append((heading, _topk_html(ins, top_k)))
     if ckpt is not None:
         out += experiment_sections(ckpt, ins)
     return out

@@ -124,6 +124,7 @@ def test_json_npz_report_and_notebook_view_hold_the_read_pass(ckpt, tmp_path):
     page = report.write_html(ins, tmp_path / "r.html", ckpt).read_text()
     assert "Self-attention" in page or "encoder self-attention" in page.lower()
     assert "Mask at position 2" in page and "Position 6: token at" in page
+    assert "Fillers at every mask token" in page and "Next-token probabilities at" not in page
     assert report.report_data(page)[0]["kind"] == "encoder_self"
     view = attnviz.show(ckpt, TEXT)
     assert view.data["kind"] == "encoder_self" and "encoder_self" in view._repr_html_()
