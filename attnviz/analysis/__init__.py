@@ -15,7 +15,7 @@ from .faithful import FaithfulnessReport, faithfulness
 from .health import Finding, HealthReport, check
 from .induction import InductionScores, induction_scores
 from .lenses import LENSES, lens
-from .masked_lm import MaskFill, fill_mask, read_sentence
+from .masked_lm import MaskFill, ReadPass, fill_mask, read_pass, read_sentence, score_read
 from .masking import (
     MaskExperiment,
     MaskLab,
@@ -33,8 +33,11 @@ from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
     "MaskFill",
+    "ReadPass",
     "fill_mask",
+    "read_pass",
     "read_sentence",
+    "score_read",
     "InductionScores",
     "induction_scores",
     "LENSES",

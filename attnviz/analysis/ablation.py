@@ -3,12 +3,17 @@
 Effects are measured two ways: the greedy output with and without the ablation, and, teacher-
 forced on the unablated greedy output, the probability the model gives to each of those
 tokens at each step (so a change shows even when the argmax survives).
+
+An encoder-only model generates nothing: its output is its top filler at each mask token (in a
+sentence without one, its own prediction of each token), and the probabilities are those of
+the unablated fillers (of the sentence's own tokens), read in one pass
+(:func:`attnviz.analysis.masked_lm.read_batch`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -20,6 +25,7 @@ from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
 from ..decode.batched import until_eos
+from .masked_lm import predictions, read_batch
 
 Head = tuple[str, int, int]  # (kind, layer, head)
 
@@ -31,9 +37,12 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
         A :class:`~attnviz.data.Batch` teacher-forcing the model's own greedy outputs:
         ``tgt_out`` ``[B, Tt]`` is each output (its end id included), ``tgt_in`` the start id
         then the output without its last token; for a decoder-only model, each prompt then
-        its output as one sequence (:func:`~attnviz.data.batch.make_lm_batch`).
+        its output as one sequence (:func:`~attnviz.data.batch.make_lm_batch`); for an
+        encoder-only model, the sentences read once (:func:`~attnviz.analysis.masked_lm.read_batch`).
     """
     cfg = ckpt.config
+    if cfg.arch == "encoder-only":
+        return read_batch(ckpt, texts, edits)
     ids = [ckpt.encode_source(t).ids for t in texts]
     if cfg.arch == "decoder-only":
         rows = greedy_each(ckpt, ids, edits)
@@ -61,12 +70,22 @@ def greedy_each(
 
 
 def decode_again(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit]) -> list[list[int]]:
-    """The greedy outputs (end id included) of ``batch``'s inputs under ``edits``."""
+    """The greedy outputs (end id included) of ``batch``'s inputs under ``edits`` (an
+    encoder-only model's: its top token at each scored position)."""
     cfg = ckpt.config
+    if batch.mlm:
+        return predictions(ckpt, batch, edits)
     if batch.lm:
         return greedy_each(ckpt, batch.prompts(), edits)
     out = ckpt.greedy(batch.src, batch.src_pad, edits)
     return [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
+
+
+def outputs_of(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> list[list[int]]:
+    """The outputs ``batch`` was made from under ``edits``: its targets, but for an
+    encoder-only sentence without a mask token, whose targets are its own tokens and whose
+    output is the model's prediction of each."""
+    return decode_again(ckpt, batch, edits) if batch.mlm else batch.targets()
 
 
 @torch.no_grad()
@@ -104,9 +123,13 @@ class AblationResult:
 
     Attributes:
         baseline / ablated: greedy output text without / with the ablation.
-        baseline_tokens: the unablated output tokens (strings, EOS included).
+        baseline_tokens: the unablated output tokens (strings, EOS included); an
+            encoder-only model's: the top filler at each mask (else each token itself).
         prob_baseline / prob_ablated: ``[T]`` probability of each baseline token at its step,
             teacher-forced on the baseline output, without / with the ablation.
+        ablated_tokens: the output tokens with the ablation (an encoder-only model's top
+            token at each of ``positions``).
+        positions: an encoder-only model's scored positions in the sentence (else empty).
     """
 
     heads: list[Head]
@@ -116,6 +139,8 @@ class AblationResult:
     baseline_tokens: list[str]
     prob_baseline: np.ndarray
     prob_ablated: np.ndarray
+    ablated_tokens: list[str] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
 
     @property
     def prob_change(self) -> np.ndarray:
@@ -133,18 +158,19 @@ def ablate(
     """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
     ablation = [*edits, *zero_heads(heads)]
     base = greedy_batch(ckpt, [text], edits)
-    ablated = decode_again(ckpt, base, ablation)
+    ablated = decode_again(ckpt, base, ablation)[0]
     real = as_numpy(base.real[0])
-    baseline = base.targets()[0]
     tok = ckpt.tgt_tokenizer
     return AblationResult(
         heads=list(heads),
         text=text,
-        baseline=tok.decode(baseline),
-        ablated=tok.decode(ablated[0]),
-        baseline_tokens=[tok.token(i) for i in baseline],
+        baseline=tok.decode(outputs_of(ckpt, base, edits)[0]),
+        ablated=tok.decode(ablated),
+        baseline_tokens=[tok.token(i) for i in base.targets()[0]],
         prob_baseline=token_probs(ckpt, base, edits)[0][real],
         prob_ablated=token_probs(ckpt, base, ablation)[0][real],
+        ablated_tokens=[tok.token(i) for i in ablated],
+        positions=[int(i) for i in np.flatnonzero(real)] if base.mlm else [],
     )
 
 
@@ -180,7 +206,7 @@ def head_effects(
     base = greedy_batch(ckpt, texts, edits)
     p0 = token_probs(ckpt, base, edits)
     real = as_numpy(base.real)
-    baseline = base.targets()
+    baseline = outputs_of(ckpt, base, edits)
     out = []
     for kind, layer, head in heads or all_heads(ckpt):
         ablation = [*edits, ZeroHeads(kind, layer, head)]

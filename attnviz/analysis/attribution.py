@@ -1,5 +1,9 @@
 """Gradient attribution (Captum) for one decoding step, and its agreement with attention.
 
+A one-stack model is attributed over its one sequence: a decoder-only model's prompt and
+output so far, an encoder-only model's sentence for the filler at one mask token (its attention
+compared is that mask position's self-attention row, agreement keys ``~self``).
+
 For the token the model chose at step ``t`` (its probability is the explained quantity):
 
 - **Integrated Gradients** on the source and target token embeddings
@@ -34,6 +38,7 @@ from ..core.errors import InputError, index_in
 from ..core.record import record
 from ..data.batch import source_batch
 from .lenses import self_rollout
+from .masked_lm import mask_positions, read_inputs, type_ids
 
 
 @dataclass
@@ -97,11 +102,14 @@ def attribute(
     n_steps: int = 32,
     versus: int | None = None,
 ) -> Attribution:
-    """Attribute the token chosen at ``step`` of the greedy output of ``text``.
+    """Attribute the token chosen at ``step`` of the greedy output of ``text`` (an
+    encoder-only model: the filler at its ``step``-th mask token, over the sentence's tokens;
+    refused in one line where ``text`` has no mask token).
 
     Args:
         tokens: the output ids to condition on (default: the model's greedy output); the
-            prefix ``tokens[:step]`` is the decoder input and ``tokens[step]`` the explained token.
+            prefix ``tokens[:step]`` is the decoder input and ``tokens[step]`` the explained token
+            (an encoder-only model: one filler id per mask token, default its top fillers).
         n_steps: Integrated Gradients path steps.
         versus: an alternative token id: explain ``log p(chosen) - log p(versus)`` ("why this
             token and not that one") instead of ``p(chosen)``.
@@ -112,9 +120,11 @@ def attribute(
     # model that other users (app sessions, threads) are running at the same time. Same
     # weights, so the attention and attributions are those of the model itself.
     model = copy.deepcopy(ckpt.model).eval()
+    cfg = ckpt.config
+    if cfg.arch == "encoder-only":  # one pass over the sentence: explain a mask's filler
+        return _attribute_mask(ckpt, model, text, step, tokens, n_steps, versus)
     if model.src_embed is model.tgt_embed:  # one table (most imported models): untie the copy
         model.tgt_embed = copy.deepcopy(model.src_embed)  # same weights, attributable apart
-    cfg = ckpt.config
     enc = ckpt.encode_source(text)
     batch = source_batch([enc.ids], cfg, ckpt.device)
     src, src_pad = batch.src, batch.src_pad
@@ -125,19 +135,14 @@ def attribute(
     step = index_in(step, "step", len(tokens), note=f" (the output has {len(tokens)} tokens)")
     tgt = torch.tensor([[cfg.bos_id, *tokens[:step]]], device=ckpt.device)
     chosen = tokens[step]
-    other = f" other than the explained {chosen}"
-    if versus is not None and index_in(versus, "versus", vocab, "a token id", other) == chosen:
-        raise InputError(f"versus must be a token id in 0..{vocab - 1}{other}, got {versus}")
-
-    def explained(logits):  # [B, V] -> [B]
-        if versus is None:
-            return logits.softmax(-1)[:, chosen]
-        logp = logits.log_softmax(-1)
-        return logp[:, chosen] - logp[:, versus]
+    explained = _explained(chosen, versus, vocab)
 
     if cfg.arch == "decoder-only":  # one sequence through one embedding: the prompt, then
-        return _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_steps,
-                                    versus)  # fmt: skip
+        seq = torch.tensor([[*enc.ids, *tokens[:step]]], device=ckpt.device)  # [1, T]
+        one = _OneStack(seq, model.tgt_embed, lambda ids: model(ids)[:, -1].float(), "decoder_self",
+                        -1, len(enc.ids))  # fmt: skip
+        return _attribute_one_stack(ckpt, model, text, enc, one, step, chosen, explained,
+                                    n_steps, versus)  # fmt: skip
 
     def prob(src_ids, tgt_ids, pad):
         return explained(model(src_ids, tgt_ids, pad)[:, -1].float())
@@ -188,20 +193,76 @@ def attribute(
     return result
 
 
-def _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_steps, versus):
-    """A decoder-only model: IG and gradient x input over prompt + output so far through its
-    one embedding, split into the prompt (``*_src``) and the output (``*_tgt``); the
-    attention compared is each layer's head-mean self-attention of the last position on the
-    prompt, and the self-attention rollout's."""
+def _explained(chosen: int, versus: int | None, vocab: int):
+    """The quantity explained, ``[B, V]`` logits -> ``[B]``: ``p(chosen)``, or with ``versus``
+    ``log p(chosen) - log p(versus)`` (refused where ``versus`` is not another token id)."""
+    other = f" other than the explained {chosen}"
+    if versus is not None and index_in(versus, "versus", vocab, "a token id", other) == chosen:
+        raise InputError(f"versus must be a token id in 0..{vocab - 1}{other}, got {versus}")
+
+    def explained(logits):  # [B, V] -> [B]
+        if versus is None:
+            return logits.softmax(-1)[:, chosen]
+        logp = logits.log_softmax(-1)
+        return logp[:, chosen] - logp[:, versus]
+
+    return explained
+
+
+@dataclass
+class _OneStack:
+    """How a one-stack model is attributed: ``seq`` ``[1, T]`` through the one embedding
+    ``embed``; ``run(ids)`` gives the explained position's logits ``[B, V]``; ``kind``'s
+    row ``row`` is the attention compared, on the first ``prompt`` keys."""
+
+    seq: torch.Tensor
+    embed: torch.nn.Module
+    run: object
+    kind: str
+    row: int
+    prompt: int
+
+
+def _attribute_mask(ckpt, model, text, step, tokens, n_steps, versus):
+    """An encoder-only model: IG and gradient x input over the sentence's token embeddings
+    for the filler at mask token ``step`` (default: the model's top filler); the attention
+    compared is that mask position's self-attention row (agreement keys ``~self``)."""
+    positions = mask_positions(ckpt, text)  # refuses a sentence without a mask token
+    enc, types = read_inputs(ckpt, text)
+    note = f" (the input has {len(positions)} mask token{'s' * (len(positions) > 1)})"
+    step = index_in(step, "step", len(positions), note=note)
+    pos = positions[step]
+    seq = torch.tensor([enc.ids], device=ckpt.device)  # [1, T]
+    type_row = type_ids(ckpt, [types])
+
+    def run(ids):  # Captum widens the batch: the types follow
+        kinds = None if type_row is None else type_row.expand(ids.shape[0], -1)
+        return model(ids, token_type_ids=kinds)[:, pos].float()
+
+    vocab = ckpt.config.tgt_vocab_size
+    if tokens is None:  # the model's top filler
+        with torch.no_grad():
+            chosen = int(run(seq)[0].argmax())
+    else:
+        chosen = index_in(list(tokens)[step], "tokens", vocab, "ids")
+    one = _OneStack(seq, model.src_embed, run, "encoder_self", pos, len(enc.ids))
+    return _attribute_one_stack(ckpt, model, text, enc, one, step, chosen,
+                                _explained(chosen, versus, vocab), n_steps, versus)  # fmt: skip
+
+
+def _attribute_one_stack(ckpt, model, text, enc, one, step, chosen, explained, n_steps, versus):
+    """A one-stack model: IG and gradient x input over its one sequence through its one
+    embedding, split into the prompt (``*_src``) and what follows (``*_tgt``: a decoder-only
+    model's output so far; nothing for an encoder-only model, whose sentence is all prompt);
+    the attention compared is each layer's head-mean self-attention of the explained
+    position on the prompt, and the self-attention rollout's."""
     from captum.attr import LayerIntegratedGradients
 
     cfg = ckpt.config
-    prompt = len(enc.ids)
-    seq = torch.tensor([[*enc.ids, *tokens[:step]]], device=ckpt.device)  # [1, T]
-    chosen = tokens[step]
+    prompt, seq = one.prompt, one.seq
 
     def prob(ids):
-        return explained(model(ids)[:, -1].float())
+        return explained(one.run(ids))
 
     outputs = []
 
@@ -210,12 +271,12 @@ def _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_step
         outputs.append(output)
 
     with torch.enable_grad():
-        lig = LayerIntegratedGradients(prob, model.tgt_embed)
+        lig = LayerIntegratedGradients(prob, one.embed)
         ig, delta = lig.attribute(
             seq, baselines=torch.full_like(seq, cfg.pad_id), n_steps=n_steps,
             return_convergence_delta=True,
         )  # fmt: skip
-        handle = model.tgt_embed.register_forward_hook(keep)
+        handle = one.embed.register_forward_hook(keep)
         try:
             with record(model, capture=("weights",)) as trace:
                 p = prob(seq)
@@ -225,24 +286,23 @@ def _attribute_one_stack(ckpt, model, text, enc, tokens, step, explained, n_step
     emb = outputs[0]
     gxi = as_numpy((emb.grad * emb).sum(-1)[0])  # [T]
     ig = as_numpy(ig.sum(-1)[0])  # [T]
-    last = max(trace.layers("decoder_self"))
+    kind = one.kind
     rows = {
-        layer: trace.numpy("decoder_self", layer)[0].mean(0)[-1][:prompt]
-        for layer in trace.layers("decoder_self")
+        layer: trace.numpy(kind, layer)[0].mean(0)[one.row][:prompt] for layer in trace.layers(kind)
     }  # {layer: [P]}
-    roll = self_rollout(trace, "decoder_self", last)[0][-1][:prompt]
+    roll = self_rollout(trace, kind, max(trace.layers(kind)))[0][one.row][:prompt]
     extra = {}
     value = float(p.item())
     if versus is not None:
         with torch.no_grad():
-            probs = model(seq)[0, -1].float().softmax(-1)
+            probs = one.run(seq)[0].float().softmax(-1)
         extra = dict(versus=ckpt.tgt_tokenizer.token(versus), versus_prob=float(probs[versus]),
                      contrast=value)  # fmt: skip
         value = float(probs[chosen])
     tok = ckpt.tgt_tokenizer
     result = Attribution(
         text=text, step=step, token=tok.token(chosen), prob=value, src_tokens=enc.pieces,
-        tgt_tokens=[tok.token(i) for i in tokens[:step]], ig_src=ig[:prompt],
+        tgt_tokens=[tok.token(i) for i in seq[0, prompt:].tolist()], ig_src=ig[:prompt],
         ig_tgt=ig[prompt:], delta=float(delta.abs().max()), gxi_src=gxi[:prompt],
         gxi_tgt=gxi[prompt:], cross=rows, rollout=roll, **extra,
     )  # fmt: skip

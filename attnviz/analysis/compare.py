@@ -6,6 +6,10 @@ model used. Per kind, layer and head pair the Jensen–Shannon divergence (base 
 the two attention rows is averaged over the query rows that attend somewhere, then over texts;
 heads are matched per layer by a minimum-cost assignment, so a model whose heads are merely
 permuted compares as identical after matching.
+
+Two encoder-only models each read the sentence once (:func:`~attnviz.analysis.masked_lm.score_read`):
+their encoder self-attention is compared, and their output is a's top filler at each mask token
+(a sentence without one: each of its tokens), scored under both.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.model import KINDS
 from ..decode.scoring import Scored, score_reference
+from .masked_lm import score_read
 
 
 @dataclass
@@ -103,6 +108,11 @@ class Comparison:
 def check_comparable(a: Checkpoint, b: Checkpoint) -> None:
     """Raise :class:`InputError` (one line) when a and b cannot be compared head by head."""
     ca, cb = a.config, b.config
+    if ca.arch != cb.arch:  # heads of different kinds: nothing to line up
+        raise InputError(
+            f"A is {ca.arch} and B is {cb.arch}: Compare lines up two models of one kind head "
+            "by head; pick a B of A's kind"
+        )
     shape = {
         "encoder layers": (ca.n_encoder_layers, cb.n_encoder_layers),
         "decoder layers": (ca.n_decoder_layers, cb.n_decoder_layers),
@@ -204,7 +214,8 @@ def compare(
         a, b: checkpoints with the same tokenizers and the same layers and heads per kind.
         texts: inputs (at least one).
         targets: references (text or target ids) to teacher-force, one per text; default: a's
-            greedy output for each text.
+            greedy output for each text (encoder-only: one id per scored position; default
+            a's top fillers, or each token of a sentence without a mask token).
         keep_scores: keep both teacher-forced passes per text in ``Comparison.scored`` (their
             traces: memory grows with the texts).
     Returns:
@@ -219,11 +230,18 @@ def compare(
     out = Comparison(texts=texts, targets=[])
     sums = {k: np.zeros((_layers(a, k), a.config.n_heads, a.config.n_heads)) for k in KINDS}
     for i, text in enumerate(texts):
-        pa, pb = a.predict_details(text), b.predict_details(text)
-        out.outputs.append((pa.text, pb.text, pa.tokens == pb.tokens))
-        target = pa.tokens if targets is None else targets[i]
-        sa: Scored = score_reference(a, text, target)
-        sb: Scored = score_reference(b, text, sa.ids)
+        if a.config.arch == "encoder-only":  # one read pass each, scored on a's fillers
+            sa = score_read(a, text, None if targets is None else targets[i])
+            sb = score_read(b, text, sa.ids)
+            tok = a.tgt_tokenizer
+            out.outputs.append((tok.decode(sa.argmax), tok.decode(sb.argmax),
+                                sa.argmax == sb.argmax))  # fmt: skip
+        else:
+            pa, pb = a.predict_details(text), b.predict_details(text)
+            out.outputs.append((pa.text, pb.text, pa.tokens == pb.tokens))
+            target = pa.tokens if targets is None else targets[i]
+            sa: Scored = score_reference(a, text, target)
+            sb: Scored = score_reference(b, text, sa.ids)
         out.targets.append(sa.ids)
         if keep_scores:
             out.scored.append((sa, sb))

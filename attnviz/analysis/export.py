@@ -23,6 +23,7 @@ from ..core.errors import InputError
 from ..core.record import Trace
 from ..data.tokenizer import Encoding
 from ..decode.greedy import GreedyStepper
+from .masked_lm import read_pass, special_token
 from .stats import HeadStats, head_stats, punctuation_ids
 from .words import pool_words, word_index, word_labels
 
@@ -53,6 +54,9 @@ class Inspection:
         stats: head statistics of this decode.
         src_kind / tgt_kind: the tokenizers' kinds (``"char"``, ``"word"``, a subword kind),
             which say where words start (:func:`~attnviz.analysis.words.word_index`).
+        positions: an encoder-only model's read (:func:`inspect_read`): the source position
+            of each output token and ``probs`` row (its mask tokens, else every token); then
+            ``tgt_tokens`` is empty (no decoder) and ``trace`` the one pass over the sentence.
     """
 
     checkpoint: str
@@ -69,6 +73,7 @@ class Inspection:
     stats: list[HeadStats]
     src_kind: str | None = None
     tgt_kind: str | None = None
+    positions: list[int] | None = None
 
     def word_index(self) -> dict[str, list[int]]:
         """The word of each piece: ``{"src": [Ts], "tgt": [T]}`` (``tgt``: of ``tgt_tokens``,
@@ -150,6 +155,7 @@ class Inspection:
             "unknown": self.unknown,
             "out_tokens": self.out_tokens,
             "tgt_tokens": self.tgt_tokens,
+            **({} if self.positions is None else {"positions": self.positions}),
             **head,
             "top_next_tokens": top,
             "attention": {
@@ -162,22 +168,46 @@ class Inspection:
 
 
 def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Inspection:
-    """Greedy-decode ``text`` step by step and collect what the views show."""
+    """Greedy-decode ``text`` step by step and collect what the views show (an encoder-only
+    model: its one pass over ``text``, :func:`inspect_read`)."""
+    if ckpt.config.arch == "encoder-only":
+        return inspect_read(ckpt, text)
     enc = ckpt.encode_source(text)
     stepper = ckpt.stepper(text, max_len)  # the checkpoint's generation rules
     stepper.run()
     return from_stepper(ckpt, text, enc, stepper)
 
 
+def inspect_read(ckpt: Checkpoint, text: str) -> Inspection:
+    """An encoder-only model's one pass over ``text`` as an :class:`Inspection`: the output is
+    its top filler at each mask token (a sentence without one: its prediction of each token),
+    ``probs`` the distribution there, ``positions`` where each was read."""
+    read = read_pass(ckpt, text)
+    tok, enc = ckpt.tgt_tokenizer, read.enc
+    ids = read.argmax()
+    return Inspection(
+        checkpoint=str(ckpt.path), text=text, output=tok.decode(ids),
+        src_tokens=list(enc.pieces), unknown=list(enc.unknown), out_ids=ids,
+        out_tokens=[tok.token(i) for i in ids], tgt_tokens=[], trace=read.trace,
+        probs=as_numpy(read.probs[read.scored]), vocab=list(tok.tokens),
+        stats=key_stats(ckpt, read.trace, [enc.ids], [enc.ids]),
+        src_kind=ckpt.src_tokenizer.kind, tgt_kind=tok.kind, positions=list(read.scored),
+    )  # fmt: skip
+
+
 def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=None) -> list:
     """:func:`head_stats` with the checkpoint's end, start and punctuation ids, so the shares
     on those keys (and sinks) are measured. ``src_ids``/``tgt_ids``: ``[B, Ts]``/``[B, Tt]``
-    key ids (the decoder's inputs, start token first)."""
+    key ids (the decoder's inputs, start token first). An encoder-only model's end is its
+    separator ([SEP]); its start ([CLS]) is the first token, a sink key of every model."""
     cfg = ckpt.config
     punct = sorted(set(punctuation_ids(ckpt.src_tokenizer.tokens))
                    | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
+    eos = cfg.eos_id
+    if cfg.arch == "encoder-only":
+        eos = (special_token(ckpt, "sep") or (None, None))[1]
     return head_stats(trace, src_pad, tgt_pad, np.asarray(src_ids), np.asarray(tgt_ids),
-                      eos_id=cfg.eos_id, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
+                      eos_id=eos, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
 
 
 def from_stepper(
@@ -235,6 +265,8 @@ def write_npz(inspection: Inspection, path: str | Path, unit: str = "pieces") ->
     arrays = inspection.arrays(unit)
     for name in ("src_tokens", "out_tokens", "tgt_tokens", "vocab"):
         arrays[name] = np.asarray(getattr(inspection, name), dtype=str)
+    if inspection.positions is not None:
+        arrays["positions"] = np.asarray(inspection.positions, dtype=np.int64)
     if unit == "words":
         index, words = inspection.word_index(), inspection.words()
         arrays["unit"] = np.asarray("words")

@@ -5,7 +5,8 @@ batches, lets it greedy-decode, then re-runs each batch teacher-forced on its ow
 recording attention, and checks what the model actually did:
 
 - **padding** (error): attention weight on keys that are padding, from any valid query;
-- **causal** (error): decoder self-attention on future positions;
+- **causal** (error): decoder self-attention on future positions (an encoder-only model has
+  no causal mask: named as not applying);
 - **finite** (error): NaN or inf in logits, attention weights or head outputs;
 - **dead heads** (warning): near-uniform attention or an output near zero next to its layer,
   *and* zeroing the head changes nothing. A uniform-looking head whose zeroing moves outputs
@@ -21,6 +22,11 @@ recording attention, and checks what the model actually did:
   copying;
 - **recorded accuracy** (warning): the validation exact match stored in the checkpoint vs.
   measured again now on the same examples.
+
+An encoder-only model (BERT) is read in one pass a batch: its output is its top filler at each
+mask token, or its prediction of each token of a sentence without one
+(:func:`~attnviz.analysis.ablation.greedy_batch`); sinks count weight on [CLS] (the first
+token) and [SEP].
 
 Padding and causal leaks are measured against the true input masks, not the masks the model
 recorded, so a model that ignores its masks is caught. ``edits`` runs the whole check under
@@ -60,6 +66,11 @@ ACCURACY_ERROR = 0.5  # exact match below this against true targets is an error
 ACCURACY_WARNING = 0.95  # ... and below this a warning
 #: Role of a uniform-looking head whose zeroing moves probabilities but changes no output.
 WEAK_ROLE = "weak head (uniform, moves p only)"
+#: The causal finding of a model without decoder self-attention (encoder-only).
+NO_CAUSAL = (
+    "does not apply: an encoder-only model reads the whole sentence both ways, with no causal "
+    "mask to leak through"
+)
 #: Per task: (attention kind, statistic, what the pattern is) the task cannot be done without.
 TASK_PATTERNS = {
     "reverse": ("cross", "anti_diagonal", "the mirrored source position"),
@@ -180,8 +191,8 @@ def check(
             b = greedy_batch(ckpt, texts[i : i + batch_size], edits)
             with record(model, edits, capture=("weights", "mask", "head_output")) as trace:
                 logits = b.forward(model)  # [B, Tt, V]
-            # a decoder-only batch is one sequence a row: its queries and keys are the inputs
-            tgt_in, tgt_pad = (b.src, b.src_pad) if b.lm else (b.tgt_in, b.tgt_pad)
+            # a one-stack batch (decoder-only, encoder-only): its queries and keys are the inputs
+            tgt_in, tgt_pad = (b.src, b.src_pad) if b.one_stack else (b.tgt_in, b.tgt_pad)
             if not stats:  # statistics over the first batch (the trace keeps every head)
                 stats = key_stats(ckpt, trace, as_numpy(b.src), as_numpy(tgt_in),
                                   b.src_pad, tgt_pad)  # fmt: skip
@@ -238,6 +249,9 @@ def _weak_roles(stats: list[HeadStats], effects: list[HeadEffect]) -> list[HeadS
 def _leak_findings(worst: dict[str, dict[str, float]]) -> list[Finding]:
     out = []
     for name, what in (("padding", "padded keys"), ("causal", "future positions")):
+        if not worst[name] and name == "causal":  # nothing measured: no decoder self-attention
+            out.append(Finding(name, "info", NO_CAUSAL))
+            continue
         bad = {s: v for s, v in worst[name].items() if v > LEAK_TOLERANCE}
         if bad:
             site, value = max(bad.items(), key=lambda kv: kv[1])

@@ -19,7 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..analysis import compare as analysis_compare
-from ..analysis.compare import Comparison
+from ..analysis.compare import Comparison, check_comparable
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
@@ -123,16 +123,12 @@ def _index(value, prefix: str, n: int, what: str) -> int:
 
 def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpoint, str]:
     if not state.started:
-        raise InputError("type an input and press Step (or Run) first")
+        raise InputError("type an input and press Step or Run (Read, for a sentence model) first")
     if not model_b:
         raise InputError("pick model B to compare with")
     path_b = store.resolve_model(model_b)
     a, b = checkpoint_of(state), store.get_checkpoint(path_b, state.device)
-    if a.config.arch != b.config.arch:  # heads of different kinds: nothing to line up
-        raise InputError(
-            f"A is {a.config.arch} and B is {b.config.arch}: Compare lines up two models of "
-            "one kind head by head; pick a B of A's kind"
-        )
+    check_comparable(a, b)  # one line: another kind, other heads or other tokenizers
     return a, b, path_b
 
 

@@ -121,7 +121,7 @@ def contrast(
         One figure (attribution above, the two attention rows below) and its caption.
     """
     try:
-        ckpt = started_checkpoint(state, "attribution")
+        ckpt = started_checkpoint(state, "contrast")  # a decoding step's two choices
         if state.step == 0:
             raise InputError("take at least one Step: this explains the token of the step shown")
         chosen = state.tokens[state.step - 1]

@@ -6,7 +6,8 @@ self-attention over prompt + generated tokens, and the places that read an encod
 cross-attention (the encoder and cross-attention heatmaps, what-if targets, AER, blocking
 source tokens) are hidden, each with one sentence saying why (:data:`NOTES`). The labs run
 it on its one sequence (decoder self-attention heads only); faithfulness, which needs
-cross-attention, refuses it in one sentence (:func:`refuse`).
+cross-attention, refuses it in one sentence (:func:`refuse`). An encoder-only model reads the
+sentence once: the labs of :data:`ENCODER_LABS` run on that pass, the others say why not.
 """
 
 from __future__ import annotations
@@ -92,16 +93,15 @@ ENCODER_NOTES = {
         "Faithfulness removes source tokens the cross-attention points at; an encoder-only "
         "model has no cross-attention."
     ),
-    "lens": (
-        "The norms and rollout lenses are not yet drawn for encoder-only models: the heatmaps "
-        "show the attention weights."
-    ),
     "beam": (
         "Beam search decodes an output; an encoder-only model reads the whole sentence at "
         "once and generates nothing."
     ),
 }
 ENCODER_NOT_YET = "Not yet for encoder-only models: this lab runs models that decode."
+#: The labs an encoder-only model runs, on its one pass over the sentence (the output read being
+#: its top filler at each mask token, or its prediction of each token of a sentence without one).
+ENCODER_LABS = ("ablation", "attribution", "health", "export", "compare", "lens")
 
 
 def is_encoder_only(ckpt: Checkpoint | ModelConfig) -> bool:
@@ -139,10 +139,11 @@ def _special(ckpt: Checkpoint, which: str) -> str:
 
 def note(ckpt: Checkpoint | None, place: str) -> str:
     """The sentence shown where ``place`` (a place of :data:`NOTES` or a lab of
-    :data:`NOT_YET`; for an encoder-only model, of :data:`ENCODER_NOTES`, any other place
-    saying :data:`ENCODER_NOT_YET`) is hidden for this model, or ``""`` where it is shown."""
+    :data:`NOT_YET`; for an encoder-only model, of :data:`ENCODER_NOTES`, a lab of
+    :data:`ENCODER_LABS` running and any other place saying :data:`ENCODER_NOT_YET`) is
+    hidden for this model, or ``""`` where it is shown."""
     if ckpt is not None and is_encoder_only(ckpt):
-        return ENCODER_NOTES.get(place, ENCODER_NOT_YET)
+        return "" if place in ENCODER_LABS else ENCODER_NOTES.get(place, ENCODER_NOT_YET)
     if ckpt is None or not is_decoder_only(ckpt):
         return ""
     return NOTES.get(place) or NOT_YET.get(place, "")

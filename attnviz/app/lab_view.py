@@ -38,7 +38,7 @@ def started_checkpoint(state: SessionState, lab: str = "") -> Checkpoint:
     """The checkpoint of a state with an input started (else a message to start one);
     ``lab``: refused in one sentence where it does not apply to the model's kind."""
     if not state.started:
-        raise InputError("type an input and press Step (or Run) first")
+        raise InputError("type an input and press Step or Run (Read, for a sentence model) first")
     ckpt = checkpoint_of(state)
     if ckpt.is_audio:
         raise InputError(NOT_FOR_AUDIO)

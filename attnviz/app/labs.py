@@ -20,7 +20,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures, store
 from .contrast_lab import ContrastView, alternatives, contrast  # noqa: F401
-from .kinds import is_decoder_only
+from .kinds import is_decoder_only, is_encoder_only
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
@@ -254,20 +254,29 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
         res = analysis.ablate(ckpt, state.text, heads)
     except AttnvizError as exc:
         return error_view(exc)
+    read = bool(res.positions)  # an encoder-only model's one pass: tokens at positions
     fig = figures.paired_bars(
         {"all heads on": res.prob_baseline, "ablated": res.prob_ablated},
-        res.baseline_tokens,
-        title="probability of each baseline output token (teacher-forced)",
+        [f"{p}:{t}" for p, t in zip(res.positions, res.baseline_tokens, strict=True)]
+        if read
+        else res.baseline_tokens,
+        title=READ_TITLE if read else "probability of each baseline output token (teacher-forced)",
     )
     change = "**changed**" if res.changed else "unchanged"
     worst = int(np.argmin(res.prob_change)) if len(res.prob_change) else 0
+    where = f"position {res.positions[worst]}" if read else f"step {worst + 1}"
     msg = (
         f"Switched off {len(heads)} head(s): {', '.join(sites)}.  \n"
-        f"Output {shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
-        f"largest probability drop {-res.prob_change.min():.3f} at step "
-        f"{worst + 1} (“{html.escape(res.baseline_tokens[worst])}”)."
+        f"{'Top filler per mask (else each token read)' if read else 'Output'} "
+        f"{shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
+        f"largest probability drop {-res.prob_change.min():.3f} at {where} "
+        f"(“{html.escape(res.baseline_tokens[worst])}”)."
     )
     return LabView([fig], msg)
+
+
+#: The ablation chart's title for an encoder-only model (one pass, no output decoded).
+READ_TITLE = "probability of the top filler at each mask (no mask: of each token), one pass"
 
 
 def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
@@ -322,6 +331,10 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
     """
     try:
         ckpt = started_checkpoint(state, "attribution")
+        if is_encoder_only(ckpt):  # the read pass: the filler at the first mask token
+            layer = layer_index(layer or 0, list(range(ckpt.config.n_encoder_layers)))
+            return mask_attribution(analysis.attribute(ckpt, state.text, 0, n_steps=n_steps),
+                                    layer)  # fmt: skip
         if state.step == 0:
             raise InputError("take at least one Step: attribution explains the newest token")
         layer = layer_index(layer or 0, list(range(ckpt.config.n_decoder_layers)))
@@ -363,3 +376,31 @@ def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) ->
         f"IG convergence delta {a.delta:.2g} (near 0 means the integral converged)."
     )
     return LabView([src, tgt], msg)
+
+
+def mask_attribution(a, layer: int) -> LabView:
+    """:func:`attribution` of an encoder-only model: the filler at its first mask token,
+    Integrated Gradients over the sentence beside that mask's self-attention row of ``layer``,
+    and both methods over the sentence (as shares of their own totals)."""
+    src = plots.attribution_vs_attention(
+        a.ig_src, a.cross[layer], a.src_tokens,
+        title=f"filler “{html.escape(a.token)}” at the first mask token: the sentence's tokens",
+        names=("Integrated Gradients", f"self-attention of the mask L{layer} (mean of heads)"),
+    )  # fmt: skip
+    methods = {"Integrated Gradients": a.ig_src, "gradient × input": a.gxi_src}
+    both = figures.paired_bars(
+        {name: plots.share(np.asarray(v, float)) for name, v in methods.items()},
+        a.src_tokens,
+        title="attribution to the sentence's tokens, each method normalised to its own total",
+        value_name="share of total",
+        colours=[plots.METHOD_COLOURS[name] for name in methods],
+    )
+    scores = ", ".join(f"`{k}` {v:.2f}" for k, v in a.agreement.items())
+    msg = (
+        f"Explaining the top filler at the first mask token: “{html.escape(a.token)}” "
+        f"(p = {a.prob:.3f}). Integrated Gradients over the sentence's token embeddings; the "
+        "attention compared is the mask position's self-attention row (`~self`). Agreement "
+        f"as Spearman rank correlation ρ — {scores}. IG convergence delta {a.delta:.2g} (near "
+        "0 means the integral converged)."
+    )
+    return LabView([src, both], msg)

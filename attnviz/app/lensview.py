@@ -11,7 +11,8 @@ the decoder's kinds only in that payload; the page asks for the encoder layer an
 shows (:func:`encoder_lens_block`; rollout: the layer's one matrix) and the model view gets
 max-pooled thumbnails (:func:`encoder_lens_thumbs`), through
 :func:`attnviz.app.session.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
-recorded pass, never an approximation.
+recorded pass, never an approximation: an encoder-only model's is the read pass its heatmaps
+show (:func:`attnviz.app.readview.read`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..core.record import Trace, record
 from ..render.arrays import b64_f32
-from . import encview
-from .kinds import refuse
+from . import encview, readview
+from .kinds import is_encoder_only, refuse
 from .state import SessionState, checkpoint_of, layer_number, warning
 
 
@@ -48,7 +49,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
         if name == "weights" or not state.started:
             return {"lens": base}
         ckpt = checkpoint_of(state)
-        refuse(ckpt, "lens")  # an encoder-only model: weights only, for now
+        refuse(ckpt, "lens")
         cfg, model = ckpt.config, ckpt.model
         n = len(state.tokens)
         src = torch.tensor([state.src_ids], device=ckpt.device)
@@ -57,11 +58,15 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
         if long:
             kinds = tuple(k for k in kinds if k != "encoder_self")
             base["long"] = True
-        with torch.no_grad(), record(model, capture=("weights", "mask", "values")) as trace:
-            if n:
-                model(src, torch.tensor([[cfg.bos_id, *state.tokens[: n - 1]]], device=ckpt.device))
-            else:
-                model.encode(src)
+        if is_encoder_only(ckpt):  # the read pass the heatmaps show (values recorded)
+            trace = readview.read(state, ckpt).trace
+        else:
+            with torch.no_grad(), record(model, capture=("weights", "mask", "values")) as trace:
+                if n:
+                    tgt = torch.tensor([[cfg.bos_id, *state.tokens[: n - 1]]], device=ckpt.device)
+                    model(src, tgt)
+                else:
+                    model.encode(src)
         for kind in kinds:
             if kind == "encoder_self" and long:
                 continue
@@ -78,8 +83,11 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
 
 
 def _encoder_pass(state: SessionState) -> tuple[Any, Trace]:
-    """The encoder of this input recorded with the values the norms lens needs."""
+    """The encoder of this input recorded with the values the norms lens needs (an
+    encoder-only model's: its read pass, token types and all)."""
     ckpt = checkpoint_of(state)
+    if is_encoder_only(ckpt):
+        return ckpt, readview.read(state, ckpt).trace
     src = torch.tensor([state.src_ids], device=ckpt.device)
     with torch.no_grad(), record(ckpt.model, capture=("weights", "mask", "values")) as trace:
         ckpt.model.encode(src)

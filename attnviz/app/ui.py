@@ -27,7 +27,7 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import panels, reference, session, speech, store, ui_align, ui_compare, ui_labs, ui_step
 from .decoders import DECODERS
-from .kinds import input_label, is_decoder_only, note
+from .kinds import input_label, is_decoder_only, is_encoder_only, note
 from .pagetext import MASK_INTRO, STALE
 from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
@@ -98,6 +98,10 @@ class Page:
                   or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
         decodes = not note(ckpt, "decode")  # an encoder-only model reads, nothing more
         last = dec[-1] if dec else None
+        reads = is_encoder_only(ckpt)  # its attribution compares a mask's encoder row
+        enc = [f"L{i}" for i in range(ckpt.config.n_encoder_layers)]
+        attr_rows = ("self-attention of the mask token" if reads else
+                     "self-attention on the prompt" if one else "cross-attention")  # fmt: skip
         return {
             **{c: type(c)(visible=decodes) for c in self.decoding_parts()},
             self.run_btn: gr.Button("Run ▶▶" if decodes else "Read ▶"),
@@ -132,10 +136,9 @@ class Page:
             self.reference: reference.default_reference(state),  # this model's answer
             self.mask_head: gr.Dropdown(choices=heads, value="mean"),
             self.attr_layer: gr.Dropdown(
-                choices=dec,
-                value=last,
-                label=f"layer of the {'self-attention on the prompt' if one else 'cross-attention'} "
-                "compared",
+                choices=enc if reads else dec,
+                value=(enc or [None])[-1] if reads else last,
+                label=f"layer of the {attr_rows} compared",
             ),  # fmt: skip
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
             self.wi_layer: gr.Dropdown(choices=dec, value=last),

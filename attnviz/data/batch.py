@@ -59,9 +59,17 @@ class Batch:
     lm: bool = False
     #: a decoder-only batch's prompt length per row (its sources are ``src[i, :n]``)
     prompt_lengths: list[int] | None = None
-    #: a masked-LM batch (:func:`attnviz.data.masking.make_mlm_batch`): ``src`` with some
-    #: tokens masked, read whole (padding masked out), ``tgt_out`` the original tokens.
+    #: an encoder-only (masked-LM) batch (:func:`scored_batch`, or training's
+    #: :func:`attnviz.data.mlm.make_mlm_batch`): ``src`` is read once,
+    #: ``tgt_out`` the token each position is scored on, ``tgt_pad`` True where none is.
     mlm: bool = False
+    #: ``[B, Ts]`` token types of an encoder-only batch (None: all 0, or no type table)
+    types: Tensor | None = None
+
+    @property
+    def one_stack(self) -> bool:
+        """The queries and keys of every attention are the inputs ``src`` (no decoder input)."""
+        return self.lm or self.mlm
 
     def prompts(self) -> list[list[int]]:
         """A decoder-only batch's prompts, one id list per row."""
@@ -83,10 +91,10 @@ class Batch:
 
     def forward(self, model: torch.nn.Module) -> Tensor:
         """Teacher-forced logits ``[B, Tt, V]`` of ``model`` on this batch."""
-        if self.mlm:  # read whole: the padding is masked out of every row
-            return model(self.src, pad_mask=self.src_pad)
         if self.lm:  # padding sits after every real token: the causal mask keeps it out
             return model(self.src)
+        if self.mlm:  # read whole: the padding is masked out of every row
+            return model(self.src, pad_mask=self.src_pad, token_type_ids=self.types)
         if self.tgt_in is None:
             raise InputError("this batch has no targets to teacher-force")
         return model(self.src, self.tgt_in, self.src_pad, self.tgt_pad)
@@ -246,3 +254,35 @@ def make_lm_batch(
     ahead = cols < torch.tensor(starts, device=dev)[:, None]
     lengths = [len(p) for p in prompt_rows]
     return Batch(inputs, pad, None, outputs, pad | ahead, lm=True, prompt_lengths=lengths)
+
+
+def scored_batch(
+    rows: Sequence[Sequence[int]],
+    types: Sequence[Sequence[int]] | None,
+    targets: Sequence[Sequence[int]],
+    scored: Sequence[Sequence[int]],
+    config: ModelConfig,
+    device: torch.device | str = "cpu",
+) -> Batch:
+    """Encoder-only inputs and what each is scored on -> a masked-LM :class:`Batch`.
+
+    Args:
+        rows: each row's ids (specials included), read at once.
+        types: each row's token types (None: no types given).
+        targets: per row, the id each scored position is scored on.
+        scored: per row, the positions scored (``len(targets[i])`` of them).
+    Returns:
+        ``src [B, T]``, ``src_pad``, ``types``, ``tgt_out [B, T]`` (the target at a scored
+        position, pad elsewhere) and ``tgt_pad [B, T]`` True where nothing is scored.
+    """
+    batch = source_batch(rows, config, device)
+    dev = batch.src.device
+    tgt_out = torch.full_like(batch.src, config.pad_id)
+    tgt_pad = torch.ones_like(batch.src_pad)
+    for i, (pos, ids) in enumerate(zip(scored, targets, strict=True)):
+        tgt_out[i, list(pos)] = torch.as_tensor(list(ids), dtype=torch.long, device=dev)
+        tgt_pad[i, list(pos)] = False
+    batch.tgt_out, batch.tgt_pad, batch.mlm = tgt_out, tgt_pad, True
+    if types is not None:
+        batch.types = pad_batch(types, 0, dev)
+    return batch

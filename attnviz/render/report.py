@@ -23,6 +23,7 @@ import numpy as np
 
 from ..analysis import attribution, masking
 from ..analysis.export import SIDES, Inspection, check_unit
+from ..analysis.masked_lm import special_token
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
@@ -215,7 +216,14 @@ def _topk_html(ins: Inspection, k: int) -> str:
         ids = [int(i) for i in np.argsort(-probs, kind="stable")[:k]]
         if chosen not in ids:
             ids.append(int(chosen))
-        after = " ".join(display_token(t) for t in ins.tgt_tokens[:step])
+        if ins.positions is not None:  # an encoder-only read: the token at a position
+            pos = ins.positions[step - 1]
+            where = (
+                f"Position {pos}: token at <b>{html.escape(display_token(ins.src_tokens[pos]))}</b>"
+            )
+        else:
+            after = " ".join(display_token(t) for t in ins.tgt_tokens[:step])
+            where = f"Step {step}: next token after <b>{html.escape(after)}</b>"
         bars = "".join(
             f'<div class="av-bar{" chosen" if i == chosen else ""}">'
             f"<span>{html.escape(display_token(ins.vocab[i]))}</span>"
@@ -223,8 +231,7 @@ def _topk_html(ins: Inspection, k: int) -> str:
             f"<span>{float(probs[i]):.3f}</span></div>"
             for i in ids
         )
-        cards.append(f'<div class="av-card"><p>Step {step}: next token after '
-                     f"<b>{html.escape(after)}</b></p>{bars}</div>")  # fmt: skip
+        cards.append(f'<div class="av-card"><p>{where}</p>{bars}</div>')
         rows += [[step, ins.vocab[i], i, f"{float(probs[i]):.6g}", int(i == chosen)] for i in ids]
     link = _csv_link("next-tokens", ["step", "token", "id", "probability", "chosen"], rows)
     return (f'<div class="av-head"><span class="av-export">{link}</span></div>'
@@ -288,7 +295,9 @@ def report_sections(
     if rows:
         out.append(("Head statistics: normalised entropy", _stats_spec(rows)))
         out.append(("Head statistics: every head", _stats_table_html(rows)))
-    out.append(("Next-token probabilities at every step", _topk_html(ins, top_k)))
+    heading = ("Next-token probabilities at every step" if ins.positions is None
+               else "Fillers at every mask token (without one: each token predicted)")  # fmt: skip
+    out.append((heading, _topk_html(ins, top_k)))
     if ckpt is not None:
         out += experiment_sections(ckpt, ins)
     return out
@@ -297,6 +306,8 @@ def report_sections(
 def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
     """Views that run the model again, as :func:`report_sections` sections: the causal mask
     switched off, attribution of the newest token, and training playback (with snapshots)."""
+    if ins.positions is not None:  # an encoder-only read: no decoder, nothing decoded
+        return _read_sections(ckpt, ins)
     out: list = []
     exp = masking.causal_experiment(ckpt, [ins.text])
     last = ckpt.config.n_decoder_layers - 1
@@ -320,6 +331,28 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
                                   signed=True)]},
     ))  # fmt: skip
     a = attribution.attribute(ckpt, ins.text, len(ins.out_ids) - 1, tokens=ins.out_ids)
+    out.append(_attribution_section(a, f"Step {a.step + 1}"))
+    if (ckpt.path / SNAPSHOTS).is_file():
+        snaps = Snapshots.load(ckpt.path)
+        kind = snaps.shown_kind
+        what = "cross-attention" if kind == "cross" else "self-attention"
+        out.append((f"Training playback: {what} L{last} on the probe input",
+                    playback_spec(snaps, kind, last)))  # fmt: skip
+    return out
+
+
+def _read_sections(ckpt: Checkpoint, ins: Inspection) -> list:
+    """An encoder-only read's experiment: attribution of the filler at its first mask token
+    (nothing where the sentence has none: no filler to explain)."""
+    mask = special_token(ckpt, "mask")
+    if mask is None or ins.src_tokens[ins.positions[0]] != mask[0]:
+        return []
+    a = attribution.attribute(ckpt, ins.text, 0, tokens=ins.out_ids)
+    return [_attribution_section(a, f"Mask at position {ins.positions[0]}")]
+
+
+def _attribution_section(a, where: str) -> tuple[str, str]:
+    """Integrated Gradients, gradient x input and rollout over the source tokens as bars."""
     series = {"Integrated Gradients": a.ig_src, "gradient × input": a.gxi_src,
               "attention rollout": a.rollout}  # fmt: skip
     labels = [display_token(t) for t in a.src_tokens]
@@ -328,18 +361,11 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
                       for i, t in enumerate(a.src_tokens)])  # fmt: skip
     svg = _bars_svg(series, labels, [plots.METHOD_COLOURS["Integrated Gradients"],
                                      plots.METHOD_COLOURS["gradient × input"], plots.BAR])  # fmt: skip
-    out.append((
-        f"Step {a.step + 1} ({a.token}): Integrated Gradients vs attention rollout "
+    return (
+        f"{where} ({a.token}): Integrated Gradients vs attention rollout "
         f"(convergence delta {a.delta:.3g}, Spearman {a.agreement['ig~rollout']:.2f})",
         f'<div class="av-head"><span class="av-export">{link}</span></div>{svg}',
-    ))  # fmt: skip
-    if (ckpt.path / SNAPSHOTS).is_file():
-        snaps = Snapshots.load(ckpt.path)
-        kind = snaps.shown_kind
-        what = "cross-attention" if kind == "cross" else "self-attention"
-        out.append((f"Training playback: {what} L{last} on the probe input",
-                    playback_spec(snaps, kind, last)))  # fmt: skip
-    return out
+    )  # fmt: skip
 
 
 def playback_spec(snaps: Snapshots, kind: str, layer: int, bos: str = "<bos>") -> dict:
@@ -400,7 +426,8 @@ def report_data(page: str) -> list[dict]:
 def _intro(ins: Inspection, unit: str = "pieces") -> str:
     intro = (
         f"<p>Checkpoint <code>{html.escape(ins.checkpoint)}</code></p>"
-        f"<p>Input: <b>{html.escape(ins.text)}</b><br>Output (greedy): "
+        f"<p>Input: <b>{html.escape(ins.text)}</b><br>"
+        f"{'Output (greedy)' if ins.positions is None else 'Read once; top filler per mask (or token)'}: "
         f"<b>{html.escape(ins.output)}</b></p>"
     )
     if ins.unknown:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..analysis.masked_lm import read_pass
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
 from ..core.model import KINDS
@@ -198,7 +199,9 @@ def show(
     layer: int | None = None,
     head: int | str | None = None,
 ) -> View:
-    """Decode ``text`` greedily and return a :class:`View` of its attention.
+    """Decode ``text`` greedily and return a :class:`View` of its attention (an encoder-only
+    model: its one pass over ``text``, the self-attention over the sentence; the output line
+    its top filler at each mask token, or its prediction of each token).
 
     Args:
         ckpt_or_folder: a loaded :class:`~attnviz.Checkpoint`, or a checkpoint folder (an
@@ -223,6 +226,12 @@ def show(
         if isinstance(ckpt_or_folder, Checkpoint)
         else load_checkpoint(ckpt_or_folder)
     )
+    if ckpt.config.arch == "encoder-only":  # one pass over the sentence: its self-attention
+        read = read_pass(ckpt, text)
+        src = list(read.enc.pieces)
+        out = [ckpt.tgt_tokenizer.token(i) for i in read.argmax()]  # fillers (or each token)
+        return View.from_trace(read.trace, src, [], kind=kind or "encoder_self", layer=layer,
+                               head=head, out_tokens=out)  # fmt: skip
     stepper = ckpt.stepper(text)
     enc = ckpt.encode_source(text)
     while not stepper.done and (steps is None or stepper.position < steps):

@@ -11,8 +11,8 @@ import pytest
 from helpers import tiny_bert
 
 from attnviz.analysis import fill_mask
-from attnviz.app import labs, session
-from attnviz.app.kinds import ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
+from attnviz.app import compare_lab, labs, lensview, panels, session
+from attnviz.app.kinds import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
 from attnviz.app.state import checkpoint_of, describe
 
 TEXT = "the [MASK] sat on the [MASK]"
@@ -71,12 +71,54 @@ def test_what_does_not_apply_says_why_in_one_sentence(bert):
     assert session.force(view.state, 3).message.startswith("⚠ Step, Back")
     for place in ("whatif", "align", "mask", "reference", "step"):
         assert note(ckpt, place) == ENCODER_NOTES[place]
-    for lab in ("ablation", "attribution", "health", "export", "compare"):
-        assert note(ckpt, lab) == ENCODER_NOT_YET
-    v = labs.ablation(view.state, [])
-    assert v.message.startswith("⚠ Not yet for encoder-only models")
+    for lab in ENCODER_LABS:
+        assert note(ckpt, lab) == ""
     masklab = labs.mask_lab(view.state, True, False, [])
-    assert masklab.message.startswith("⚠ Not yet for encoder-only models")
+    assert masklab.message.startswith("⚠ " + ENCODER_NOT_YET)
+    assert labs.contrast(view.state).message.startswith("⚠ " + ENCODER_NOT_YET)
+
+
+def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
+    state = session.start(session.new_state(bert), TEXT).state
+    fill = fill_mask(checkpoint_of(state), TEXT, k=1)
+    tops = [top[0][0] for _, top in fill.fillers]
+    v = labs.ablation(state, ["encoder_self L0 H1", "encoder_self L1 H2"])
+    assert not v.message.startswith("⚠") and "largest probability drop" in v.message
+    labels = [f"{pos}:{t}" for (pos, _), t in zip(fill.fillers, tops, strict=True)]
+    assert list(v.figures[0].data[0].customdata) == labels
+    ranked = labs.rank_heads(state)
+    assert len(ranked.rows) == 8 and ranked.rows[0][0].startswith("encoder_self L")
+    attr = labs.attribution(state, "L1")
+    assert attr.message.startswith(f"Explaining the top filler at the first mask token: “{tops[0]}”")
+    assert len(attr.figures) == 2 and len(attr.figures[0].data[0].y) == len(fill.ids)
+    health = panels.health(state)
+    assert "Health check passed" in health.message and "does not apply" in health.message
+    assert health.figures[0].data
+    for what in ("json", "npz", "html"):
+        out = panels.export(state, what)
+        assert out.path and out.path.endswith(f".{what}"), out.message
+    lens = lensview.payload(state, "rollout")["lens"]
+    assert "error" not in lens and len(lens["kinds"]["encoder_self"]) == 2
+    roll = f32(lens["kinds"]["encoder_self"][1]["w"]).reshape(len(fill.ids), len(fill.ids))
+    np.testing.assert_allclose(roll.sum(-1), 1.0, atol=1e-5)
+    cmp = compare_lab.compare(state, bert, "encoder_self", "L1", "H0")
+    assert not cmp.message.startswith("⚠") and "No head differs" in cmp.message
+    assert len(cmp.grids) == 1 and 'data-kind="encoder_self"' in cmp.grid_html
+    other = compare_lab.compare(state, str(models_dir / "reverse"))
+    assert other.message == "⚠ A is encoder-only and B is encoder-decoder: Compare lines up " \
+        "two models of one kind head by head; pick a B of A&#x27;s kind"
+
+
+def test_a_lab_refuses_bad_input_in_one_line_and_keeps_the_state(bert):
+    state = session.run(session.new_state(bert), "the cat sat [SEP] a dog ran").state
+    before = (state.text, state.src_ids, state.epoch)
+    attr = labs.attribution(state, "L0")
+    assert attr.message == "⚠ write [MASK] where a token should be filled in, e.g. “the cat " \
+        "sat on the [MASK] .”"
+    assert labs.ablation(state, []).message == "⚠ tick at least one head to switch off"
+    assert not labs.ablation(state, ["encoder_self L0 H0"]).message.startswith("⚠")
+    assert labs.attribution(state, "L9").message.startswith("⚠ layer must be one of [0, 1]")
+    assert (state.text, state.src_ids, state.epoch) == before
 
 
 def test_switching_back_to_an_encoder_decoder_restores_decoding(bert, models_dir):
