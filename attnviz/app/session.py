@@ -119,10 +119,19 @@ def _current(state: SessionState, op: Opened) -> tuple[SessionState, Opened]:
     return dataclasses.replace(state, version=op.version), op
 
 
+def missing_rows(state: SessionState) -> tuple[int, int] | None:
+    """The decoded rows ``(start, stop)`` the page lacks for ``state``, or None when it lacks
+    nothing (Back and scrub). ``start == stop`` when only the encoder is missing."""
+    n = len(state.tokens)
+    if not state.started or (state.page_rows >= 0 and n <= state.page_rows):
+        return None
+    return (0 if state.page_rows < 0 else state.page_rows), n
+
+
 def _decoded(state: SessionState, stepper: GreedyStepper) -> views.Decoded:
     """What the view needs of the held decoder: the rows the page lacks (only new rows are
     sent: Back and scrub none) and the steps' results."""
-    missing = views.missing_rows(state)
+    missing = missing_rows(state)
     if missing is None:
         return views.Decoded(steps=stepper.steps)
     return views.Decoded(stepper.encoder_trace, stepper.rows(*missing), stepper.steps)

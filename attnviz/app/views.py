@@ -159,7 +159,7 @@ class Decoded:
     Attributes:
         encoder: the decoder's encoder trace (``"encoder_self"``, batch 1); read only when
             the page holds nothing of this decode (``page_rows < 0``).
-        rows: the decoded rows :func:`missing_rows` names, as the stepper keeps them.
+        rows: the decoded rows :func:`attnviz.app.session.missing_rows` names, as the stepper keeps them.
         steps: the decoder's step results (at least ``len(state.tokens)``).
     """
 
@@ -263,15 +263,6 @@ def src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
     ]
 
 
-def missing_rows(state: SessionState) -> tuple[int, int] | None:
-    """The decoded rows ``(start, stop)`` the page lacks for ``state``, or None when it lacks
-    nothing (Back and scrub). ``start == stop`` when only the encoder is missing."""
-    n = len(state.tokens)
-    if not state.started or (state.page_rows >= 0 and n <= state.page_rows):
-        return None
-    return (0 if state.page_rows < 0 else state.page_rows), n
-
-
 def payload(
     state: SessionState,
     ckpt: Checkpoint,
@@ -283,7 +274,7 @@ def payload(
     """What the page needs to show ``state``, given what it holds (``state.page_rows``).
 
     Args:
-        decoded: the decoder's encoder trace, the rows :func:`missing_rows` names and the
+        decoded: the decoder's encoder trace, the rows :func:`attnviz.app.session.missing_rows` names and the
             steps (:class:`Decoded`).
         said: what the files say (:class:`Said`): the expected output, a speech model's part.
         info: the step's summary (:func:`render`); restarted: decoding restarted on a file
