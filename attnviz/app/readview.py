@@ -26,11 +26,10 @@ from ..core.errors import InputError
 from ..core.model import KINDS
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
-from . import store
 from .encview import encoder_block, encoder_inline
 from .kinds import ENCODER_NOTES
 from .state import SessionState, layer_count
-from .views import Shown, display_token, view_of
+from .views import Payload, Shown, display_token, view_of
 
 #: Fillers shown per mask token.
 TOP_K = 5
@@ -41,15 +40,16 @@ _LOCK = threading.Lock()
 _CACHED = 8
 
 
-def start_state(state: SessionState, ckpt: Checkpoint, text: str) -> SessionState:
-    """``state`` on a new sentence: encoded (refused in one line when empty or too long)."""
+def start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) -> SessionState:
+    """``state`` on a new sentence: encoded (refused in one line when empty or too long);
+    ``version``: the checkpoint file's."""
     if not (text or "").strip():
         raise InputError("the input is empty: type a sentence (with [MASK] to fill) first")
     enc = ckpt.encode_source(text)
     return dataclasses.replace(
         state, sid=state.sid or uuid.uuid4().hex, text=text, src_ids=list(enc.ids),
         src_pieces=list(enc.pieces), unknown=list(enc.unknown), tokens=[], step=0,
-        max_steps=0, version=store.version_of(state.model), epoch=state.epoch + 1,
+        max_steps=0, version=version, epoch=state.epoch + 1,
         page_rows=-1, forced=[],
     )  # fmt: skip
 
@@ -74,16 +74,16 @@ def mask_name(ckpt: Checkpoint) -> str:
     return token[0] if token else "[MASK]"
 
 
-def render(state: SessionState, ckpt: Checkpoint, message: str = "") -> Shown:
-    """The page for ``state``: the encoder's heatmaps, the fillers, the status line."""
+def render(
+    state: SessionState, ckpt: Checkpoint, message: str = "", view: type[Shown] = Shown
+) -> Shown:
+    """The page for ``state``: the encoder's heatmaps, the fillers, the status line (built
+    once as a ``view``: :class:`Shown` or the session's subclass of it)."""
     fill = read(state, ckpt) if state.started else None
     fillers = fillers_of(fill) if fill else []
     info: dict[str, Any] = {"step": 0, "done": False, "output": "", "fillers": fillers}
-    data = payload(state, ckpt, fill)
-    data["info"] = info
-    data["fillers"] = fillers
-    data["no_fill"] = NO_MASK.format(mask=mask_name(ckpt)) if fill and not fillers else ""
-    return Shown(state, "", status(state, ckpt, fill, message), info, data)
+    data = payload(state, ckpt, fill, info)
+    return view(state, "", status(state, ckpt, fill, message), info, data)
 
 
 def fillers_of(fill: MaskFill) -> list[dict[str, Any]]:
@@ -124,30 +124,36 @@ def status(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None, message
     return "<br>".join(out)
 
 
-def payload(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None) -> dict[str, Any]:
+def payload(
+    state: SessionState, ckpt: Checkpoint, fill: MaskFill | None, info: dict[str, Any]
+) -> Payload:
     """What the page draws: as :func:`attnviz.app.views.payload` gives it for a decode with
     nothing decoded (``n = 0``), the encoder's ``[H, T, T]`` weights and masks of each layer
     as the pass recorded them (a long sentence: the layer and head shown, the page asking for
-    others through :func:`attnviz.app.session.encoder_view`)."""
-    base: dict[str, Any] = {
-        "epoch": f"{state.sid}:{state.epoch}", "step": 0, "n": 0, "done": False,
-        "view": state.view, "model_kind": "encoder_self", "forced": [],
+    others through :func:`attnviz.app.session.encoder_view`), and the fillers."""
+    head: dict[str, Any] = {
+        "done": False, "view": state.view, "model_kind": "encoder_self", "forced": [],
         "arch": ckpt.config.arch, "layers": {k: layer_count(ckpt, k) for k in KINDS},
         "kind_note": ENCODER_NOTES["step"],
     }  # fmt: skip
+    fillers = info["fillers"]
+    reading = {
+        "fillers": fillers,
+        "no_fill": NO_MASK.format(mask=mask_name(ckpt)) if fill and not fillers else "",
+    }
     if fill is None:
-        return {**base, "epoch": "", "full": True, "from": 0, "started": False}
+        return Payload("", 0, 0, False, True, 0, head, info=info, reading=reading)
     trace = fill.trace
-    out: dict[str, Any] = {
-        **base, "started": True, "full": True, "from": 0, "tokens": [], "prob": [], "topk": [],
-        "rows": {}, "heads": ckpt.config.n_heads, "src": [display_token(p) for p in fill.pieces],
+    decoded: dict[str, Any] = {"tokens": [], "prob": [], "topk": [], "rows": {}}
+    source: dict[str, Any] = {
+        "heads": ckpt.config.n_heads, "src": [display_token(p) for p in fill.pieces],
         "pieces": [display_token(p) for p in fill.pieces],
         "unk": [i for i, t in enumerate(fill.ids) if t == ckpt.config.unk_id], "bos": "",
         "expected": None, "max_steps": 0, "titles": {**KIND_TITLES, "encoder_self": TITLE},
-        "src_words": None, "types": fill.types,
+        "src_words": None,
     }  # fmt: skip
     if encoder_inline(ckpt, len(fill.ids)):
-        out["encoder"] = [
+        source["encoder"] = [
             {
                 "w": b64_f32(trace.numpy("encoder_self", i)[0]),  # [H, T, T]
                 "m": mask_bits(trace.numpy("encoder_self", i, "mask")[0, 0]),  # [T, T]
@@ -155,6 +161,8 @@ def payload(state: SessionState, ckpt: Checkpoint, fill: MaskFill | None) -> dic
             for i in trace.layers("encoder_self")
         ]
     else:
-        out["encoder"] = []
-        out["enc_block"] = encoder_block(state, trace, *view_of(state, ckpt, "encoder_self"))
-    return out
+        source["encoder"] = []
+        source["enc_block"] = encoder_block(state, trace, *view_of(state, ckpt, "encoder_self"))
+    reading["types"] = fill.types
+    return Payload(f"{state.sid}:{state.epoch}", 0, 0, True, True, 0, head, decoded, source,
+                   info, reading=reading)  # fmt: skip

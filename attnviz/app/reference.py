@@ -19,10 +19,9 @@ import plotly.graph_objects as go
 
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
-from ..data.tasks import TASKS, get_task
 from ..decode.scoring import Scored
 from ..render import plots
-from ..train.evaluate import dev_reference
+from ..train.evaluate import expected_output
 from .kinds import is_decoder_only, refuse, scored_rows
 from .state import SessionState, checkpoint_of, head_label, head_weights
 from .views import display_token, view_of
@@ -58,18 +57,14 @@ def output_divergence(ref_ids: list[int], shown: list[int]) -> int | None:
 
 
 def default_reference(state: SessionState, text: str | None = None) -> str:
-    """The built-in task's true output for ``text`` (default: the state's input), or its
-    reference when it is a dev source of a corpus-trained checkpoint, else ""."""
-    text = state.text if text is None else text
+    """The output expected for ``text`` (default: the state's input), as the Expected line
+    under the step view shows it (:func:`attnviz.train.evaluate.expected_output`: the built-in
+    task's true output, or a corpus-trained checkpoint's dev reference), else ""."""
     try:
         ckpt = checkpoint_of(state)
-        if not (text or "").strip():
-            return ""
-        if ckpt.task not in TASKS:
-            return dev_reference(ckpt, text) or ""
-        return get_task(ckpt.task).target(text)
-    except Exception:  # an input outside the task (unknown symbols): nothing to expect
+    except AttnvizError:
         return ""
+    return expected_output(ckpt, state.text if text is None else text) or ""
 
 
 def _colour(p: float) -> str:

@@ -1,9 +1,11 @@
 """Per-user actions of the app: plain Python, no gradio (unit-tested without a browser).
 
-An action runs in one pass: the state changes (pure, may be refused), then, under the
-session's own lock, the decoder is synced once (stepping if the action decodes) and the rows
-the page lacks are taken as the decoder kept them; :mod:`attnviz.app.views` turns state +
-rows into what the page shows.
+An action runs in one pass: the checkpoint and its file's version are read once
+(:func:`_open`; a decode whose file changed on disk restarts), the state changes (pure, may be
+refused), then, under the session's own lock, the decoder is synced once and, for the actions
+that decode (:func:`step`, :func:`run`, :func:`continue_beam`), called right there; the rows
+the page lacks are taken as the decoder kept them, and :func:`attnviz.app.views.render` turns
+state + rows into what the page shows, the page's payload built once.
 
 Every action takes a state and returns a :class:`DecodeView`: the new state plus everything
 the page shows. A user error (bad input, bad file) never raises: it comes back as
@@ -26,12 +28,21 @@ from ..core.model import KINDS
 from ..core.record import Trace
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
+from ..train.evaluate import expected_output
 from . import beamview, encview, lensview, readview, speech, stepfigures, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .figures import placeholder
 from .kinds import is_encoder_only, refuse
-from .state import SessionState, checkpoint_of, layer_count, layer_number, new_state, warning
+from .state import (
+    SessionState,
+    checkpoint_of,
+    layer_count,
+    layer_number,
+    loaded,
+    new_state,
+    warning,
+)
 
 __all__ = [
     "BeamView",
@@ -63,7 +74,6 @@ __all__ = [
 # on a small shared CPU two threads per request spin against each other (a Step on
 # models/reverse went from ~17 ms to ~150 ms).
 APP_THREADS = 1
-Decode = Callable[[SessionState, GreedyStepper], SessionState]
 RESTARTED = "The checkpoint changed on disk: decoding restarted with the new weights."
 
 
@@ -78,79 +88,123 @@ class DecodeView(views.Shown):
         return figures(self.state)
 
 
-def _view(shown: views.Shown) -> DecodeView:
-    return DecodeView(shown.state, shown.output, shown.message, shown.info, shown.payload)
+@dataclasses.dataclass(frozen=True)
+class Opened:
+    """What one request read of the state's checkpoint, once: the checkpoint, its weights
+    file's version, and :data:`RESTARTED` when that version is not the one the decode shown
+    started on."""
+
+    ckpt: Checkpoint
+    version: int
+    notice: str = ""
 
 
 # -- the one path every action takes --------------------------------------------------------------
+def _open(state: SessionState) -> tuple[SessionState, Opened]:
+    """The state's checkpoint and its version, read once for this request; a decode whose
+    file changed on disk restarts on the new weights (tokens chosen by the old ones are not
+    replayed as the new model's choices).
+
+    Raises:
+        AttnvizError: no model, or its files do not load.
+    """
+    ckpt, version = loaded(state)
+    return _current(state, Opened(ckpt, version))
+
+
+def _current(state: SessionState, op: Opened) -> tuple[SessionState, Opened]:
+    if state.started and state.version != op.version:
+        restarted = _start_state(state, op.ckpt, state.text, op.version)
+        return restarted, dataclasses.replace(op, notice=RESTARTED)
+    return dataclasses.replace(state, version=op.version), op
+
+
+def missing_rows(state: SessionState) -> tuple[int, int] | None:
+    """The decoded rows ``(start, stop)`` the page lacks for ``state``, or None when it lacks
+    nothing (Back and scrub). ``start == stop`` when only the encoder is missing."""
+    n = len(state.tokens)
+    if not state.started or (state.page_rows >= 0 and n <= state.page_rows):
+        return None
+    return (0 if state.page_rows < 0 else state.page_rows), n
+
+
+def _decoded(state: SessionState, stepper: GreedyStepper) -> views.Decoded:
+    """What the view needs of the held decoder: the rows the page lacks (only new rows are
+    sent: Back and scrub none) and the steps' results."""
+    missing = missing_rows(state)
+    if missing is None:
+        return views.Decoded(steps=stepper.steps)
+    return views.Decoded(stepper.encoder_trace, stepper.rows(*missing), stepper.steps)
+
+
+def _show(
+    state: SessionState, op: Opened, message: str = "", decoded: views.Decoded | None = None
+) -> DecodeView:
+    """The view of ``state``: ``decoded`` (read from the decoder an action held), else read
+    from the session's decoder; the files' say (examples, the expected output, a clip's
+    part) read here, so that the views stay pure."""
+    ckpt, message = op.ckpt, message or op.notice
+    if is_encoder_only(ckpt):  # reads the sentence at once: nothing to decode
+        return readview.render(state, ckpt, message, view=DecodeView)
+    if decoded is None and state.started:
+        with DECODERS.hold(state, ckpt, op.version) as stepper:
+            decoded = _decoded(state, stepper)
+    full = state.page_rows < 0
+    said = views.Said(
+        example=None if state.started else next(iter(store.examples_of(ckpt, 1)), None),
+        expected=expected_output(ckpt, state.text) if state.started and full else None,
+        speech=speech.part(state, ckpt, full) if ckpt.is_audio and state.audio else None,
+    )
+    return views.render(state, ckpt, decoded or views.Decoded(), message, said,
+                        restarted=message == RESTARTED, view=DecodeView)  # fmt: skip
+
+
+def _refused(keep: SessionState, exc: AttnvizError, op: Opened | None) -> DecodeView:
+    """A refused action: ``keep`` shown with the reason (``op``: what this request read
+    before it was refused; None when the checkpoint itself did not load)."""
+    if op is None:
+        return render(keep, message=warning(exc))
+    keep, op = _current(keep, dataclasses.replace(op, notice=""))
+    try:
+        return _show(keep, op, op.notice or warning(exc))
+    except AttnvizError as again:
+        return views.render(keep, None, message=warning(again), view=DecodeView)
+
+
 def _apply(
     state: SessionState,
     change: Callable[[SessionState, Checkpoint], SessionState],
-    decode: Decode | None = None,
     refused: Callable[[SessionState], SessionState] | None = None,
 ) -> DecodeView:
-    """``change`` the state (pure), then sync the decoder once (and ``decode``), then render.
+    """``change`` the state (pure), then show it (the decoder synced once, nothing decoded).
 
     Args:
         change: ``(state, ckpt) -> state``; raises :class:`AttnvizError` to refuse.
-        decode: ``(state, stepper) -> state`` run under the session's lock with the stepper
-            holding ``state.tokens``.
         refused: the state to show when the action is refused (default: the previous one).
     """
-    notice = ""
+    op = None
     try:
-        ckpt = checkpoint_of(state)
-        version = store.version_of(state.model)
-        if state.started and state.version != version:
-            state = _start_state(state, ckpt, state.text, version)
-            notice = RESTARTED
-        new = change(state, ckpt)
-        return _render(new, ckpt, notice, decode)
+        s, op = _open(state)
+        return _show(change(s, op.ckpt), op)
     except AttnvizError as exc:
-        keep = refused(state) if refused else state
-        return render(keep, message=warning(exc))
-
-
-def _render(
-    state: SessionState, ckpt: Checkpoint, message: str = "", decode: Decode | None = None
-) -> DecodeView:
-    if is_encoder_only(ckpt):  # reads the sentence at once: nothing to decode
-        return _view(readview.render(state, ckpt, message))
-    encoder, rows, steps = None, {}, []
-    if state.started:
-        with DECODERS.hold(state, ckpt, state.version) as stepper:
-            if decode is not None:
-                state = decode(state, stepper)
-            missing = views.missing_rows(state)  # only new rows are sent: Back and scrub none
-            if missing is not None:
-                encoder, rows = stepper.encoder_trace, stepper.rows(*missing)
-            steps = stepper.steps
-    view = _view(views.render(state, ckpt, encoder, rows, steps, message))
-    speech.extend(view.payload, view.state, ckpt)
-    if message == RESTARTED:
-        view.payload["restarted"] = True
-    return view
+        return _refused(refused(state) if refused else state, exc, op)
 
 
 def render(state: SessionState, message: str = "") -> DecodeView:
     """The view of ``state`` as it is (no action)."""
     try:
-        ckpt = checkpoint_of(state)
-        if state.started and state.version != store.version_of(state.model):
-            return _apply(state, lambda s, c: s)
-        return _render(state, ckpt, message)
+        s, op = _open(state)
+        return _show(s, op, op.notice or message)
     except AttnvizError as exc:
-        return _view(views.render(state, None, None, {}, [], message or warning(exc)))
+        return views.render(state, None, message=message or warning(exc), view=DecodeView)
 
 
 # -- actions ------------------------------------------------------------------------------------
-def _start_state(
-    state: SessionState, ckpt: Checkpoint, text: str, version: int | None = None
-) -> SessionState:
+def _start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) -> SessionState:
     if ckpt.is_audio:  # the input is a clip (a path the page gave)
         return speech.start_state(state, ckpt, text, version)
     if is_encoder_only(ckpt):
-        return readview.start_state(state, ckpt, text)
+        return readview.start_state(state, ckpt, text, version)
     if not (text or "").strip():
         raise InputError("the input is empty: type something (or pick an example) first")
     enc = ckpt.encode_source(text)  # InputError: empty or too long
@@ -164,7 +218,7 @@ def _start_state(
         tokens=[],
         step=0,
         max_steps=default_max_len(ckpt.model, len(enc.ids), ckpt.max_new_tokens),
-        version=store.version_of(state.model) if version is None else version,
+        version=version,
         epoch=state.epoch + 1,
         page_rows=-1,
         eos_id=ckpt.config.eos_id,
@@ -182,10 +236,10 @@ def _cleared(state: SessionState, text: str | None) -> SessionState:
     )  # fmt: skip
 
 
-def _ensure(state: SessionState, ckpt: Checkpoint, text: str | None) -> SessionState:
+def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
     """Start on ``text`` when it is new (the Step button works right after typing)."""
     if text is not None and (not state.started or text != state.text):
-        return _start_state(state, ckpt, text)
+        return _start_state(state, op.ckpt, text, op.version)
     if not state.started:
         raise InputError("type an input first (or pick an example), then press Step")
     return state
@@ -193,38 +247,49 @@ def _ensure(state: SessionState, ckpt: Checkpoint, text: str | None) -> SessionS
 
 def start(state: SessionState, text: str) -> DecodeView:
     """Encode ``text`` and get ready to decode (nothing decoded yet)."""
-    return _apply(state, lambda s, c: _start_state(s, c, text), refused=lambda s: _cleared(s, text))
+    op = None
+    try:
+        s, op = _open(state)
+        return _show(_start_state(s, op.ckpt, text, op.version), op)
+    except AttnvizError as exc:
+        return _refused(_cleared(state, text), exc, op)
 
 
 def step(state: SessionState, text: str | None = None) -> DecodeView:
     """One greedy token further (replayed from history after Back, otherwise decoded)."""
-
-    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        refuse(ckpt, "decode")  # an encoder-only model generates nothing
-        s = _ensure(s, ckpt, text)
+    op = None
+    try:
+        s, op = _open(state)
+        refuse(op.ckpt, "decode")  # an encoder-only model generates nothing
+        s = _ensure(s, op, text)
         if s.done:
             raise InputError("the output is complete: press Back, Reset or scrub")
-        return s
-
-    def decode(s: SessionState, stepper: GreedyStepper) -> SessionState:
-        if s.step < len(s.tokens):
-            return dataclasses.replace(s, step=s.step + 1)
-        token = stepper.step().token
-        return dataclasses.replace(s, tokens=[*s.tokens, token], step=s.step + 1)
-
-    return _apply(state, change, decode, refused=lambda s: _cleared(s, text))
+        with DECODERS.hold(s, op.ckpt, op.version) as stepper:  # holds s.tokens
+            if s.step == len(s.tokens):  # nothing kept from before a Back: the model decodes
+                s = dataclasses.replace(s, tokens=[*s.tokens, stepper.step().token])
+            s = dataclasses.replace(s, step=s.step + 1)
+            decoded = _decoded(s, stepper)
+        return _show(s, op, decoded=decoded)
+    except AttnvizError as exc:
+        return _refused(_cleared(state, text), exc, op)
 
 
 def run(state: SessionState, text: str | None = None) -> DecodeView:
-    """Decode to EOS (or the length limit) from where the view is."""
-
-    def decode(s: SessionState, stepper: GreedyStepper) -> SessionState:
-        tokens = stepper.run()
-        return dataclasses.replace(s, tokens=list(tokens), step=len(tokens))
-
-    return _apply(
-        state, lambda s, c: _ensure(s, c, text), decode, refused=lambda s: _cleared(s, text)
-    )
+    """Decode to EOS (or the length limit) from where the view is (an encoder-only model:
+    read the sentence)."""
+    op = None
+    try:
+        s, op = _open(state)
+        s = _ensure(s, op, text)
+        if is_encoder_only(op.ckpt):  # Read: one pass over the sentence, nothing to decode
+            return _show(s, op)
+        with DECODERS.hold(s, op.ckpt, op.version) as stepper:
+            tokens = stepper.run()
+            s = dataclasses.replace(s, tokens=list(tokens), step=len(tokens))
+            decoded = _decoded(s, stepper)
+        return _show(s, op, decoded=decoded)
+    except AttnvizError as exc:
+        return _refused(_cleared(state, text), exc, op)
 
 
 def back(state: SessionState) -> DecodeView:
@@ -344,12 +409,15 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
         new_state(path, state.device), text=typed, sid=state.sid, epoch=state.epoch + 1
     )
     try:
-        ckpt = checkpoint_of(new)  # load now: a broken file is reported here, not at the first step
+        new, op = _open(new)  # load now: a broken file is reported here, not at the first step
     except AttnvizError as exc:
         return render(state, message=warning(exc))
     if not typed.strip():
-        return _render(new, ckpt)
-    return _apply(new, lambda s, c: _start_state(s, c, typed), refused=lambda s: s)
+        return _show(new, op)
+    try:
+        return _show(_start_state(new, op.ckpt, typed, op.version), op)
+    except AttnvizError as exc:
+        return _refused(new, exc, op)
 
 
 def upload_model(state: SessionState, paths: list[str], text: str | None = None) -> DecodeView:
@@ -403,31 +471,28 @@ def continue_beam(
         on the panel's text: the tree belongs to the new decode too); None when refused
         (``view.message`` says why, the step view is the previous one).
     """
-    tokens: list[int] = []
-    done: list[bool] = []  # set by decode, which runs only when the change was accepted
-
-    def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
+    op = None
+    try:
+        s, op = _open(state)
         beamview.current(s, panel)
-        tokens[:] = beamview.hypothesis(panel, node)
+        tokens = beamview.hypothesis(panel, node)
         if not s.started or s.text != panel.text:
-            s = _start_state(s, ckpt, panel.text)
+            s = _start_state(s, op.ckpt, panel.text, op.version)
         if len(tokens) > s.max_steps:
             raise InputError(f"the hypothesis has {len(tokens)} tokens; at most {s.max_steps}")
-        return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
-
-    def decode(s: SessionState, stepper: GreedyStepper) -> SessionState:
-        forced = []
-        for i, token in enumerate(tokens):
-            if stepper.step().token != token:  # greedy would choose another: feed this one
-                stepper.back(i)
-                stepper.step(token=token)
-                forced.append(i)
-        done.append(True)
-        return dataclasses.replace(s, tokens=list(tokens), step=len(tokens), forced=forced)
-
-    view = _apply(state, change, decode)
-    if not done or panel is None:  # a message starting with ⚠ may be a mere warning
-        return view, None
+        s = dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
+        with DECODERS.hold(s, op.ckpt, op.version) as stepper:
+            forced = []
+            for i, token in enumerate(tokens):
+                if stepper.step().token != token:  # greedy would choose another: feed this one
+                    stepper.back(i)
+                    stepper.step(token=token)
+                    forced.append(i)
+            s = dataclasses.replace(s, tokens=list(tokens), step=len(tokens), forced=forced)
+            decoded = _decoded(s, stepper)
+        view = _show(s, op, decoded=decoded)
+    except AttnvizError as exc:  # a message starting with ⚠ may be a mere warning
+        return _refused(state, exc, op), None
     return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
 
 

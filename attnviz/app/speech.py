@@ -9,7 +9,7 @@ The clip itself is copied once, as 16 kHz samples, into a private folder of this
 (``state.audio``): the stepper is rebuilt from that copy, never from the uploaded file, which
 gradio may delete.
 
-:func:`extend` adds ``payload["speech"]`` for the page (``assets/speech.js``): the log-mel
+:func:`part` is ``payload["speech"]`` for the page (``assets/speech.js``): the log-mel
 spectrogram on the encoder's time axis, the clip as a WAV data URL (played in the page), and
 the word timeline of the transcript once it is complete
 (:func:`attnviz.analysis.timestamps.speech_alignment` on the tokens the step view decoded).
@@ -136,10 +136,9 @@ def samples_of(state: SessionState) -> np.ndarray:
         raise InputError("the clip is gone from the server: give it again") from None
 
 
-def start_state(
-    state: SessionState, ckpt: Checkpoint, clip, version: int | None = None
-) -> SessionState:
-    """The state that starts decoding ``clip`` (what the page gave: a path, or samples)."""
+def start_state(state: SessionState, ckpt: Checkpoint, clip, version: int) -> SessionState:
+    """The state that starts decoding ``clip`` (what the page gave: a path, or samples);
+    ``version``: the checkpoint file's."""
     kept, _ = store_clip(clip)
     frames = ENCODER_FRAMES
     return dataclasses.replace(
@@ -153,7 +152,7 @@ def start_state(
         tokens=[],
         step=0,
         max_steps=default_max_len(ckpt.model, frames, ckpt.max_new_tokens),
-        version=store.version_of(state.model) if version is None else version,
+        version=version,
         epoch=state.epoch + 1,
         page_rows=-1,
         eos_id=ckpt.config.eos_id,
@@ -226,7 +225,11 @@ def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
 
 
 def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
-    """``payload["speech"]``: the time axis, and on a full payload the spectrogram and clip.
+    """``payload["speech"]`` (a started audio input): the time axis, and on a full payload
+    the spectrogram and clip. The session reads it and hands it to the view
+    (:class:`attnviz.app.views.Said`), which leaves the encoder's 1500 x 1500 self-attention
+    out (9 MB of float32 for one layer and head): the page asks for the layer and head it
+    shows (:func:`attnviz.app.session.encoder_view`) once the Step is drawn.
 
     Returns:
         ``{"epoch", "fps", "frames", "seconds", "words"}`` (words: None until the transcript
@@ -254,20 +257,6 @@ def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
             audio=wav_data_url(samples),
         )
     return out
-
-
-def extend(payload: dict[str, Any], state: SessionState, ckpt: Checkpoint) -> None:
-    """Add the speech part to a step view's payload (a started audio input only).
-
-    The encoder's self-attention is 1500 x 1500 per head (9 MB of float32 for the one layer
-    and head shown): a clip's first Step leaves it out, and the page asks for the layer and
-    head it shows (:func:`attnviz.app.session.encoder_view`) once the Step is drawn.
-    """
-    if ckpt.is_audio and state.started and state.audio:
-        payload.pop("enc_block", None)
-        if payload.get("full"):  # the source line names the clip, not 1500 frame chips
-            payload["pieces"] = []
-        payload["speech"] = part(state, ckpt, bool(payload.get("full")))
 
 
 def example_copy(path: str) -> str:

@@ -24,7 +24,8 @@ def warning(exc: Exception) -> str:
     return f"⚠ {html.escape(str(exc))}"
 
 
-HEAD_CHOICES = ("mean", "all heads")  # then "H0", "H1", ...
+HEAD_CHOICES = ("mean", "all heads")
+NO_MODEL = "no model is loaded: pick a shipped model or upload a checkpoint"  # then "H0", "H1", ...
 
 
 def layer_number(layer) -> int:
@@ -69,9 +70,9 @@ class SessionState:
         tokens: output ids produced so far (BOS excluded); ``step`` of them are shown, the
             rest are kept so stepping forward again after Back is free.
         max_steps: the decoding length limit of this input.
-        version: the checkpoint file's version when decoding started (a rewritten file
-            restarts decoding: tokens chosen by old weights are not replayed as the new
-            model's choices).
+        version: the checkpoint file's version as the last action read it (a decode is
+            always on this version: a rewritten file restarts decoding, so tokens chosen by
+            old weights are not replayed as the new model's choices).
         epoch: counts the decodes this session started; the page keeps one decode's rows.
         page_rows: decoded rows the page already holds for ``epoch`` (-1: nothing, not even
             the encoder), so an event sends only what is new.
@@ -134,8 +135,16 @@ def new_state(model: str | None = None, device: str = "cpu") -> SessionState:
 def checkpoint_of(state: SessionState) -> Checkpoint:
     """The shared, read-only checkpoint of ``state`` (loaded once per process)."""
     if not state.model:
-        raise InputError("no model is loaded: pick a shipped model or upload a checkpoint")
+        raise InputError(NO_MODEL)
     return store.get_checkpoint(state.model, state.device)
+
+
+def loaded(state: SessionState) -> tuple[Checkpoint, int]:
+    """The checkpoint of ``state`` and its weights file's version, read once
+    (:func:`attnviz.app.store.load`)."""
+    if not state.model:
+        raise InputError(NO_MODEL)
+    return store.load(state.model, state.device)
 
 
 def layer_count(ckpt: Checkpoint, kind: str) -> int:

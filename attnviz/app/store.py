@@ -169,6 +169,17 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
         return ckpt
 
 
+def load(path: str | Path, device: str = "cpu") -> tuple[Checkpoint, int]:
+    """:func:`get_checkpoint` and the version of the file it was loaded from (or found
+    current), read once: a request hands this version on (the decoder cache, the panel
+    stamps) instead of reading the file again."""
+    ckpt = get_checkpoint(path, device)
+    hit = _CACHE.get((str(Path(path).resolve()), device))
+    if hit is not None and hit[1] is ckpt:
+        return ckpt, hit[0]
+    return ckpt, version_of(path)  # loaded elsewhere meanwhile: read it
+
+
 def version_of(path: str | Path) -> int:
     """What :func:`get_checkpoint` compares to know a cached model is still current."""
     return _version(Path(path).resolve())

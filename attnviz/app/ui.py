@@ -20,6 +20,7 @@ other panels follow the state (:meth:`Page.follow`). The per-user state lives se
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import gradio as gr
 
@@ -63,18 +64,22 @@ class Page:
         """Outputs of every decoding event; the state first (not sent), then ``output-text``."""
         return [self.state, self.output_text, self.status, self.slider, self.viz]
 
-    def decode(self, view: session.DecodeView, stamps: dict | None = None) -> tuple:
+    def decode(
+        self, view: session.DecodeView, stamps: dict | None = None, resent: bool = False
+    ) -> tuple:
         """A session result as the decoding outputs; ``stamps`` (what the other panels show)
-        decides whether the page should ask for them to follow (``payload["follow"]``)."""
+        decides whether the page should ask for them to follow (``"follow"`` in the JSON
+        sent); ``resent``: the page asked for everything again, and a reply equal to the last
+        one it was sent would not reach it (an unchanged value fires no change), so each
+        resend is marked as new."""
         top = max(len(view.state.tokens), 1)
-        if stamps is not None:
-            view.payload["follow"] = bool(stale_panels(stamps, view.state))
+        follow = None if stamps is None else bool(stale_panels(stamps, view.state))
         return (
             view.state,
             view.output,
             view.message,
             gr.Slider(maximum=top, value=view.state.step),
-            view.payload,
+            view.payload.to_page(follow, time.monotonic_ns() if resent else None),
         )
 
     def controls(self, state: SessionState) -> dict:
@@ -97,6 +102,7 @@ class Page:
         bodies = {place: {"whatif": self.wi_box, "mask": self.blocked}.get(place)
                   or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
         decodes = not note(ckpt, "decode")  # an encoder-only model reads, nothing more
+        examples = store.examples_of(ckpt)
         last = dec[-1] if dec else None
         reads = is_encoder_only(ckpt)  # its attribution compares a mask's encoder row
         enc = [f"L{i}" for i in range(ckpt.config.n_encoder_layers)]
@@ -108,10 +114,12 @@ class Page:
             **{self.kind_notes[k]: v for k, v in hidden.items()},
             **{b: type(b)(visible=not note(ckpt, k)) for k, b in bodies.items() if b},
             self.input_text: gr.Textbox(
-                visible=not audio, label=input_label(ckpt), placeholder=input_placeholder(ckpt)
-            ),
+                visible=not audio,
+                label=input_label(ckpt),
+                placeholder=input_placeholder(ckpt, examples),
+            ),  # fmt: skip
             self.examples: gr.Dropdown(
-                choices=[] if audio else store.examples_of(ckpt),
+                choices=[] if audio else examples,
                 value=None,
                 visible=not audio,
             ),

@@ -12,7 +12,6 @@ yet; Back, scrub and layer/head changes redraw from what the page holds.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import gradio as gr
 
@@ -256,7 +255,9 @@ def wire_decoding(p) -> None:
         [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
     )  # fmt: skip
     p.resync_btn.click(
-        lambda s, stamps: p.decode(_resent(session.render(dataclasses.replace(s, page_rows=-1))), stamps),
+        lambda s, stamps: p.decode(
+            session.render(dataclasses.replace(s, page_rows=-1)), stamps, resent=True
+        ),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
@@ -284,13 +285,6 @@ def wire_decoding(p) -> None:
         lambda s, f, t, stamps: p.decode(session.upload_model(s, f or [], t), stamps),
         [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
-
-
-def _resent(view: session.DecodeView) -> session.DecodeView:
-    """The page asked for everything again: a reply equal to the last one it was sent would
-    not reach it (an unchanged value fires no change), so each resend is marked as new."""
-    view.payload["resent"] = time.monotonic_ns()
-    return view
 
 
 def _force_args(value: str) -> tuple[str, str | None]:

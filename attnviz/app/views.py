@@ -1,18 +1,21 @@
-"""What the step-through page shows for a state: pure functions of (state, rows, steps).
+"""What the step-through page shows for a state: pure functions of (state, what the decoder
+holds, what the checkpoint's files say).
 
-No lock, no decoding, no gradio: :mod:`attnviz.app.session` syncs the decoder once, then
-hands the state, the rows the page lacks (:meth:`~attnviz.GreedyStepper.rows`) and the steps'
-results here. The page draws heatmaps itself from :func:`payload`; :func:`attnviz.app.stepfigures.figures_of` builds
-the same views as plotly figures for Python users and exports; :func:`stale_panels` and
-:func:`follow` say which of the page's other panels an event left behind.
+No lock, no decoding, no file read, no gradio: :mod:`attnviz.app.session` reads the checkpoint
+and its version once, syncs the decoder once, and hands the state, the decoder's rows and steps
+(:class:`Decoded`) and what the files say (:class:`Said`) here; :func:`render` builds the
+page's :class:`Payload` once. :func:`attnviz.app.stepfigures.figures_of` builds the same views
+as plotly figures for Python users and exports; :func:`stale_panels` and :func:`follow` say
+which of the page's other panels an event left behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +31,6 @@ from ..data.tasks import TASKS, get_task
 from ..decode.greedy import StepResult
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
-from . import store
 from .encview import encoder_block, encoder_inline
 from .kinds import is_decoder_only, note, prompt_part
 from .state import (
@@ -62,7 +64,75 @@ def _code(token: str) -> str:
 Rows = dict[tuple[str, int], list[tuple[torch.Tensor, torch.Tensor]]]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class Payload(Mapping[str, Any]):
+    """What the page's renderer (``assets/viz.js``) draws from: built once per event, by
+    :func:`render` (an encoder-only model's: :func:`attnviz.app.readview.render`), and sent
+    as the JSON :meth:`to_page` gives; read like that JSON (``payload["tokens"]``).
+
+    Attributes:
+        epoch: ``"sid:epoch"`` of the decode shown (the page drops what it holds when it
+            changes); ``""`` before an input is started.
+        step, n: rows shown, rows decoded.
+        started: an input is started; full: the page is sent everything (it held nothing
+            of this decode); start: the first decoded row in ``decoded["rows"]`` (``"from"``).
+        head: what every payload of a model says (``done``, ``view``, ``model_kind``,
+            ``forced``, ``arch``, ``layers``, ``kind_note``); None without a model.
+        decoded: the decoded part (``tokens``, ``prob``, ``topk``, ``tgt_words``, ``rows``).
+        source: the full payload's part (labels, ``expected``, the encoder's matrices, a
+            decoder-only model's prompt rows).
+        info: the step's summary (:attr:`Shown.info`); limit: stopped at the length limit.
+        speech: a speech model's part (:func:`attnviz.app.speech.part`).
+        reading: an encoder-only model's fillers (``fillers``, ``no_fill``, ``types``).
+        restarted: the checkpoint changed on disk and decoding restarted.
+    """
+
+    epoch: str
+    step: int
+    n: int
+    started: bool
+    full: bool
+    start: int
+    head: dict[str, Any] | None = None
+    decoded: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
+    info: dict[str, Any] | None = None
+    limit: bool | None = None
+    speech: dict[str, Any] | None = None
+    reading: dict[str, Any] | None = None
+    restarted: bool = False
+
+    @functools.cached_property
+    def _json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"epoch": self.epoch, "step": self.step, "n": self.n,
+                               **(self.head or {}), "started": self.started,
+                               "full": self.full, "from": self.start}  # fmt: skip
+        for part in (self.decoded, self.source, self.reading):
+            out.update(part or {})
+        named = {"info": self.info, "limit": self.limit, "speech": self.speech}
+        out.update({k: v for k, v in named.items() if v is not None})
+        if self.restarted:
+            out["restarted"] = True
+        return out
+
+    def to_page(self, follow: bool | None = None, resent: int | None = None) -> dict[str, Any]:
+        """The JSON the page receives; ``follow``: the page should ask the other panels to
+        follow; ``resent``: a resend of everything, marked new (an equal value fires no
+        change in the page)."""
+        extra = {"follow": follow, "resent": resent}
+        return {**self._json, **{k: v for k, v in extra.items() if v is not None}}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._json[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._json)
+
+    def __len__(self) -> int:
+        return len(self._json)
+
+
+@dataclasses.dataclass(frozen=True)
 class Shown:
     """Everything the step-through page shows for one state.
 
@@ -71,57 +141,87 @@ class Shown:
         output: output text so far (EOS not shown).
         message: HTML for the status line (hints, errors, warnings), escaped.
         info: JSON-ready ``{"step", "done", "output", "tokens", "newest", "prob", ...}``.
-        payload: what the page draws from (see :func:`payload`): the rows the page lacks,
-            the step to show, tokens and labels.
+        payload: what the page draws from (:class:`Payload`): the rows the page lacks, the
+            step to show, tokens and labels.
     """
 
     state: SessionState
     output: str
     message: str
     info: dict[str, Any]
-    payload: dict[str, Any]
+    payload: Payload
 
 
-def expected_output(ckpt: Checkpoint, text: str) -> list[str] | None:
-    """The true target of a built-in task's input, or the reference of a corpus-trained
-    checkpoint's dev source, as display tokens (EOS last); else None."""
-    from ..train.evaluate import dev_reference
+@dataclasses.dataclass(frozen=True)
+class Decoded:
+    """What the decoder holds that a view shows (read under the session's lock).
 
-    if ckpt.task not in TASKS:
-        target = dev_reference(ckpt, text)
-        if target is None:
-            return None
+    Attributes:
+        encoder: the decoder's encoder trace (``"encoder_self"``, batch 1); read only when
+            the page holds nothing of this decode (``page_rows < 0``).
+        rows: the decoded rows :func:`attnviz.app.session.missing_rows` names, as the stepper keeps them.
+        steps: the decoder's step results (at least ``len(state.tokens)``).
+    """
+
+    encoder: Trace | None = None
+    rows: Rows = dataclasses.field(default_factory=dict)
+    steps: Sequence[StepResult] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Said:
+    """What the checkpoint's files say about the input, read by the session (views read no
+    file).
+
+    Attributes:
+        example: one of the model's example inputs (the hint before an input is started).
+        expected: the output expected for the input
+            (:func:`attnviz.train.evaluate.expected_output`), on a full payload.
+        speech: a speech model's part of the payload (:func:`attnviz.app.speech.part`).
+    """
+
+    example: str | None = None
+    expected: str | None = None
+    speech: dict[str, Any] | None = None
+
+
+def expected_tokens(ckpt: Checkpoint, expected: str | None) -> list[str] | None:
+    """The expected output (:func:`attnviz.train.evaluate.expected_output`) as display
+    tokens, EOS last (the Expected line); None when there is none or it does not tokenize."""
+    if expected is None:
+        return None
     try:
-        if ckpt.task in TASKS:
-            target = get_task(ckpt.task).target(text)
-        pieces = ckpt.tgt_tokenizer.encode(target).pieces
+        pieces = ckpt.tgt_tokenizer.encode(expected).pieces
     except Exception:  # an input outside the task (unknown symbols): nothing to expect
         return None
     eos = ckpt.tgt_tokenizer.token(ckpt.config.eos_id)
     return [display_token(p) for p in pieces] + [eos]
 
 
-def input_placeholder(ckpt: Checkpoint) -> str:
-    """The input box's placeholder: one of the model's own example inputs (a decoder-only
-    model's: a prompt to continue)."""
-    examples = store.examples_of(ckpt, 1)
+def input_placeholder(ckpt: Checkpoint, examples: Sequence[str]) -> str:
+    """The input box's placeholder: one of the model's own ``examples``
+    (:func:`attnviz.app.store.examples_of`; a decoder-only model's: a prompt to continue)."""
     if is_decoder_only(ckpt):
         return f"a prompt to continue, e.g. {examples[0]}" if examples else "type a prompt"
     return f"e.g. {examples[0]}" if examples else "type an input for this model"
 
 
 def messages(
-    state: SessionState, ckpt: Checkpoint, message: str = "", forced: float | None = None
+    state: SessionState,
+    ckpt: Checkpoint,
+    message: str = "",
+    forced: float | None = None,
+    example: str | None = None,
 ) -> str:
     """The status line as HTML (already escaped): ``message`` first, then hints; ``forced``:
-    the model's own probability of an end token the length limit forced."""
+    the model's own probability of an end token the length limit forced; ``example``: an
+    input to suggest before one is started."""
     out = [message] if message else []
     failed = message.startswith("⚠")
     if not state.started:
         if not failed:
             task = ckpt.task or "this model"
-            examples = store.examples_of(ckpt, 1)
-            eg = f" (e.g. {_code(examples[0])}; more under Examples)" if examples else ""
+            eg = f" (e.g. {_code(example)}; more under Examples)" if example else ""
             out.append(
                 f"Type an input for {html.escape(task)}{eg} and press <b>Step</b> or <b>Run</b>."
             )
@@ -163,42 +263,30 @@ def src_labels(state: SessionState, ckpt: Checkpoint) -> list[str]:
     ]
 
 
-def missing_rows(state: SessionState) -> tuple[int, int] | None:
-    """The decoded rows ``(start, stop)`` the page lacks for ``state``, or None when it lacks
-    nothing (Back and scrub). ``start == stop`` when only the encoder is missing."""
-    n = len(state.tokens)
-    if not state.started or (state.page_rows >= 0 and n <= state.page_rows):
-        return None
-    return (0 if state.page_rows < 0 else state.page_rows), n
-
-
 def payload(
     state: SessionState,
     ckpt: Checkpoint,
-    encoder: Trace | None,
-    rows: Rows,
-    steps: Sequence[StepResult],
-) -> tuple[dict[str, Any], int]:
+    decoded: Decoded,
+    said: Said = Said(),
+    info: dict[str, Any] | None = None,
+    restarted: bool = False,
+) -> Payload:
     """What the page needs to show ``state``, given what it holds (``state.page_rows``).
 
     Args:
-        encoder: the decoder's encoder trace (``"encoder_self"``, batch 1); read only when
-            the page holds nothing of this decode (``page_rows < 0``).
-        rows: the decoded rows :func:`missing_rows` names, as the stepper keeps them.
-        steps: the decoder's step results (at least ``len(state.tokens)``).
+        decoded: the decoder's encoder trace, the rows :func:`attnviz.app.session.missing_rows` names and the
+            steps (:class:`Decoded`).
+        said: what the files say (:class:`Said`): the expected output, a speech model's part.
+        info: the step's summary (:func:`render`); restarted: decoding restarted on a file
+            rewritten on disk.
     Returns:
-        ``(payload, rows)``: ``rows`` is what the page holds once it applied the payload.
-        The payload: ``epoch`` (the page drops what it holds when this changes), ``full``,
-        ``from``/``n`` (decoded rows ``from..n-1`` are in ``rows``), ``step`` (rows shown),
-        labels, and per kind and layer ``w`` (base64 float32 ``[rows, H, Tk_row]``) and
-        ``m`` (``"0"/"1"`` per cell, ``1`` = blocked by the recorded mask). The encoder's
+        The :class:`Payload`; its ``n`` is what the page holds once it applied it. Per kind
+        and layer, the rows are ``w`` (base64 float32 ``[rows, H, Tk_row]``) and ``m``
+        (``"0"/"1"`` per cell, ``1`` = blocked by the recorded mask). The encoder's
         ``[H, Ts, Ts]`` matrices come once per epoch.
     """
     n = len(state.tokens)
-    base: dict[str, Any] = {
-        "epoch": f"{state.sid}:{state.epoch}",
-        "step": state.step,
-        "n": n,
+    head: dict[str, Any] = {
         "done": state.done,
         "view": state.view,
         "model_kind": state.model_kind,
@@ -207,17 +295,15 @@ def payload(
         "layers": {k: layer_count(ckpt, k) for k in KINDS},
         "kind_note": note(ckpt, "step"),
     }
+    limit = state.stopped_at_limit
     if not state.started:
-        return {**base, "epoch": "", "full": True, "from": 0, "started": False}, -1
+        return Payload("", state.step, n, False, True, 0, head, info=info, limit=limit)
     full = state.page_rows < 0
     start = 0 if full else min(state.page_rows, n)
+    steps = decoded.steps
     tok = ckpt.tgt_tokenizer
     prompt = state.src_pieces if is_decoder_only(ckpt) else []
-    out: dict[str, Any] = {
-        **base,
-        "started": True,
-        "full": full,
-        "from": start,
+    part: dict[str, Any] = {
         "tokens": [display_token(tok.token(t)) for t in state.tokens],
         "prob": [round(float(s.prob), 6) for s in steps[start:n]],
         "topk": [_topk(s, tok, state.top_k) for s in steps[start:n]],
@@ -231,43 +317,53 @@ def payload(
         ),  # fmt: skip
         "rows": {},
     }
-    if full:
-        cfg = ckpt.config
-        out.update(
-            heads=cfg.n_heads,
-            layers={k: layer_count(ckpt, k) for k in KINDS},
-            src=src_labels(state, ckpt),
-            pieces=[display_token(p) for p in state.src_pieces],
-            unk=[i for i, t in enumerate(state.src_ids) if t == ckpt.config.unk_id],
-            bos=display_token(tok.token(ckpt.config.bos_id)),
-            expected=expected_output(ckpt, state.text),
-            max_steps=state.max_steps,
-            titles={**KIND_TITLES, "decoder_self": "Causal self-attention: prompt + output"}
-            if prompt
-            else KIND_TITLES,
-            src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind)
-            if ckpt.src_tokenizer is not None  # a speech model's keys are times, not words
-            else None,
-        )
-        if prompt:  # no encoder: the prompt's own rows come first in the self-attention
-            out["encoder"] = []
-            out.update(prompt_part([display_token(p) for p in prompt], encoder))
-        elif encoder_inline(ckpt, len(state.src_ids)):
-            out["encoder"] = [
-                {
-                    "w": b64_f32(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
-                    "m": mask_bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
-                }
-                for i in encoder.layers("encoder_self")
-            ]
-        else:  # a long input: the layer and head shown now; the page asks for others
-            out["encoder"] = []
-            out["enc_block"] = encoder_block(state, encoder, *view_of(state, ckpt, "encoder_self"))
     if n > start:  # decoder_self row r holds keys 0..r (the rest is the future), cross Ts
         for kind in ("decoder_self", "cross"):
-            layers = sorted(i for k, i in rows if k == kind)
-            out["rows"][kind] = [_row_block(rows[kind, i]) for i in layers]
-    return out, n
+            layers = sorted(i for k, i in decoded.rows if k == kind)
+            part["rows"][kind] = [_row_block(decoded.rows[kind, i]) for i in layers]
+    source = _source(state, ckpt, decoded.encoder, said) if full else None
+    return Payload(f"{state.sid}:{state.epoch}", state.step, n, True, full, start, head, part,
+                   source, info, limit, said.speech, restarted=restarted)  # fmt: skip
+
+
+def _source(state: SessionState, ckpt: Checkpoint, encoder: Trace | None, said: Said) -> dict:
+    """A full payload's part: labels, the expected output, the encoder's matrices (a long
+    input's: the layer and head shown; a clip's: none, the page asks), a prompt's rows."""
+    cfg, tok = ckpt.config, ckpt.tgt_tokenizer
+    prompt = state.src_pieces if is_decoder_only(ckpt) else []
+    out: dict[str, Any] = dict(
+        heads=cfg.n_heads,
+        layers={k: layer_count(ckpt, k) for k in KINDS},
+        src=src_labels(state, ckpt),
+        # a clip's source line names the clip, not 1500 frame chips
+        pieces=[] if said.speech else [display_token(p) for p in state.src_pieces],
+        unk=[i for i, t in enumerate(state.src_ids) if t == cfg.unk_id],
+        bos=display_token(tok.token(cfg.bos_id)),
+        expected=expected_tokens(ckpt, said.expected),
+        max_steps=state.max_steps,
+        titles={**KIND_TITLES, "decoder_self": "Causal self-attention: prompt + output"}
+        if prompt
+        else KIND_TITLES,
+        src_words=_words(state.src_pieces, ckpt.src_tokenizer.kind)
+        if ckpt.src_tokenizer is not None  # a speech model's keys are times, not words
+        else None,
+    )
+    if prompt:  # no encoder: the prompt's own rows come first in the self-attention
+        out["encoder"] = []
+        out.update(prompt_part([display_token(p) for p in prompt], encoder))
+    elif encoder_inline(ckpt, len(state.src_ids)):
+        out["encoder"] = [
+            {
+                "w": b64_f32(encoder.numpy("encoder_self", i)[0]),  # [H, Ts, Ts]
+                "m": mask_bits(encoder.numpy("encoder_self", i, "mask")[0, 0]),  # [Ts, Ts]
+            }
+            for i in encoder.layers("encoder_self")
+        ]
+    else:  # a long input: the layer and head shown now; the page asks for others
+        out["encoder"] = []
+        if not said.speech:  # a clip's 1500 x 1500: the page asks once the Step is drawn
+            out["enc_block"] = encoder_block(state, encoder, *view_of(state, ckpt, "encoder_self"))
+    return out
 
 
 def _words(pieces: Sequence[str], kind: str) -> dict[str, list]:
@@ -301,17 +397,18 @@ def _topk(step: StepResult, tok, k: int) -> list[list]:
 def render(
     state: SessionState,
     ckpt: Checkpoint | None,
-    encoder: Trace | None,
-    rows: Rows,
-    steps: Sequence[StepResult],
+    decoded: Decoded = Decoded(),
     message: str = "",
+    said: Said = Said(),
+    restarted: bool = False,
+    view: type[Shown] = Shown,
 ) -> Shown:
     """The whole step-through view of ``state``: text, status, info and the page payload
-    (``encoder``, ``rows``: as :func:`payload` takes them)."""
+    (``decoded``, ``said``: as :func:`payload` takes them), built once as a ``view``
+    (:class:`Shown` or the session's subclass of it)."""
     if ckpt is None:
         info = {"step": 0, "done": False, "output": ""}
-        empty = {"epoch": "", "started": False, "full": True, "from": 0, "step": 0, "n": 0}
-        return Shown(state, "", message, info, {**empty, "info": info})
+        return view(state, "", message, info, Payload("", 0, 0, False, True, 0, info=info))
     tok = ckpt.tgt_tokenizer
     shown = state.tokens[: state.step]
     output = tok.decode(shown)
@@ -326,17 +423,17 @@ def render(
     }
     forced = None
     if shown:
-        last = steps[state.step - 1]
+        last = decoded.steps[state.step - 1]
         info.update(newest=tok.token(last.token), prob=round(float(last.prob), 6))
         rules = ckpt.rules
         if (rules and getattr(rules, "forced_eos_id", None) == last.token and state.step >= state.max_steps
                 and int(last.probs.argmax()) != last.token):  # fmt: skip
             forced = float(last.probs[last.token])
-    data, held = payload(state, ckpt, encoder, rows, steps)
-    data["info"] = info
-    data["limit"] = state.stopped_at_limit
+    data = payload(state, ckpt, decoded, said, info, restarted)
+    held = data.n if data.started else -1
     new = state if held == state.page_rows else _with_rows(state, held)
-    return Shown(new, output, messages(state, ckpt, message, forced), info, data)
+    status = messages(state, ckpt, message, forced, said.example)
+    return view(new, output, status, info, data)
 
 
 def _with_rows(state: SessionState, rows: int) -> SessionState:
@@ -358,13 +455,13 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
 
     ``mask``, ``attr``, ``attr_vs``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the
     shown step;
-    ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version (the
-    header, health, playback range); ``reference`` (the Reference box's scored strip) the
+    ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version as
+    the last action read it (``state.version``: the header, health, playback range); ``reference`` (the Reference box's scored strip) the
     input, the checkpoint file and the output the step view shows (its mark of where the
     reference leaves that output).
     """
     decode = (state.model, state.epoch, state.step)
-    version = store.version_of(state.model) if state.model else 0
+    version = state.version  # the checkpoint file's, as the last action read it
     return {
         "mask": decode,
         "attr": decode,
@@ -443,5 +540,7 @@ def follow(
 
 
 def json_size(data: Any) -> int:
-    """Bytes of ``data`` as the JSON the page receives."""
+    """Bytes of ``data`` (a :class:`Payload`: the JSON it sends) as the JSON the page receives."""
+    if isinstance(data, Payload):
+        data = data.to_page()
     return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())

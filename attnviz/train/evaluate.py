@@ -24,7 +24,7 @@ from ..core.errors import CheckpointError, InputError
 from ..core.model import Transformer
 from ..data.batch import Batch, Prompt, make_lm_batch, tensorize
 from ..data.mlm import answer_batch
-from ..data.tasks import Example, Task, get_task
+from ..data.tasks import TASKS, Example, Task, get_task
 from ..data.tokenizer import Tokenizer
 from ..decode.batched import greedy_texts
 from ..decode.fill import fill_texts
@@ -336,3 +336,17 @@ def dev_pairs(ckpt: Checkpoint) -> list[tuple[str, str]]:
 def dev_reference(ckpt: Checkpoint, text: str) -> str | None:
     """The reference of ``text`` when it is a dev source of a corpus-trained checkpoint."""
     return _dev(ckpt)[1].get(text)
+
+
+def expected_output(ckpt: Checkpoint, text: str) -> str | None:
+    """The output ``ckpt`` should give for ``text``: its built-in task's target, or the
+    reference of a dev source a corpus run stored beside it (:func:`dev_reference`); None
+    when neither knows it (an empty input, an input outside the task)."""
+    if not (text or "").strip():
+        return None
+    if ckpt.task not in TASKS:
+        return dev_reference(ckpt, text)
+    try:
+        return get_task(ckpt.task).target(text)
+    except Exception:  # noqa: BLE001 (an input outside the task, unknown symbols: none)
+        return None

@@ -323,7 +323,7 @@ def test_a_corpus_checkpoint_gets_a_start_from_its_dev_pairs(tmp_path):
     fresh = session.new_state(str(out))
     hint = session.render(fresh).message
     assert f"e.g. <code>{html.escape(examples[0]).replace(' ', '␣')}</code>" in hint, hint
-    assert views.input_placeholder(ckpt) == f"e.g. {examples[0]}"
+    assert views.input_placeholder(ckpt, examples) == f"e.g. {examples[0]}"
     assert reference.default_reference(fresh, dev[3][0]) == dev[3][1]
     assert reference.default_reference(fresh, "chat chat") == ""
     state = session.run(fresh, "chat chat").state

@@ -740,3 +740,30 @@ def test_pieces_read_back_as_text_without_markers():
     assert views.pieces_text(["▁the", "▁ca", "t", "."], "bpe") == "the cat."
     assert views.pieces_text(list("abc"), "char") == "abc"
     assert views.pieces_text(["le", "chat"], "word") == "le chat"
+
+
+def test_the_expected_line_and_the_reference_box_say_the_same(models_dir, tmp_path):
+    """One function (:func:`attnviz.train.evaluate.expected_output`) gives the output expected
+    of an input: the Expected line under the step view and the Reference box's pre-filled
+    text say the same, for a built-in task's input and for a corpus run's dev source."""
+    from attnviz.app import reference
+    from attnviz.train.evaluate import expected_output
+
+    def both(folder: Path, text: str) -> tuple[list[str] | None, str]:
+        view = session.start(session.new_state(str(folder)), text)
+        return view.payload["expected"], reference.default_reference(view.state)
+
+    line, box = both(models_dir / "reverse", "helloworld")  # the task's answer
+    assert box == "dlrowolleh" and line == [*box, "<eos>"]
+    # the same folder without its task, with the dev pairs a corpus run stores beside it
+    rev = attnviz.load_checkpoint(models_dir / "reverse")
+    meta = {k: v for k, v in rev.meta.items() if k != "task"}
+    corpus = attnviz.save_checkpoint(
+        tmp_path / "corpus", rev.model, rev.src_tokenizer, rev.tgt_tokenizer, meta
+    )
+    (corpus / "dev_pairs.json").write_text(json.dumps({"pairs": [["abc", "xyz"]]}))
+    line, box = both(corpus, "abc")  # a dev source: its reference, not the reversal
+    assert box == "xyz" and line == [*box, "<eos>"]
+    assert expected_output(store.get_checkpoint(corpus), "abc") == "xyz"
+    line, box = both(corpus, "abd")  # not a dev source: nothing expected, nothing pre-filled
+    assert line is None and box == ""
