@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..core.errors import InputError
+from . import lexicon as lex
 from .tokenizer import Tokenizer
 
 SPLITS = ("train", "validation", "test")
@@ -250,145 +251,8 @@ class Repeat(Task):
 #   NP' -> [DET'] N' [ADJ']                  the prepositional phrase and the adverb)
 #   PP' -> NP' P'
 # Word mapping is one-to-one except: "the" is dropped (no target word); "every" and the verbs
-# in _TWO_WORD_VERBS become two target words. So cross-attention is non-monotonic (verb,
+# in lex.TWO_WORD_VERBS become two target words. So cross-attention is non-monotonic (verb,
 # adjectives, postpositions), and some target words align to nothing or share a source word.
-_DETS = ["the", "a", "every", "my", "this", "some"]
-_NOUNS = [
-    "dog",
-    "cat",
-    "bird",
-    "horse",
-    "fish",
-    "cow",
-    "goat",
-    "mouse",
-    "fox",
-    "wolf",
-    "bear",
-    "lion",
-    "man",
-    "woman",
-    "child",
-    "girl",
-    "boy",
-    "teacher",
-    "farmer",
-    "doctor",
-    "king",
-    "queen",
-    "baker",
-    "sailor",
-    "student",
-    "friend",
-    "house",
-    "tree",
-    "river",
-    "garden",
-    "school",
-    "city",
-    "boat",
-    "car",
-    "book",
-    "apple",
-    "bread",
-    "stone",
-    "letter",
-    "ball",
-    "hat",
-]
-_ADJS = [
-    "big",
-    "small",
-    "red",
-    "green",
-    "blue",
-    "old",
-    "young",
-    "happy",
-    "sad",
-    "tall",
-    "short",
-    "quiet",
-    "loud",
-    "quick",
-    "slow",
-    "bright",
-    "dark",
-    "warm",
-    "cold",
-    "kind",
-]
-_VERBS = [
-    "sees",
-    "likes",
-    "chases",
-    "finds",
-    "helps",
-    "takes",
-    "brings",
-    "holds",
-    "watches",
-    "follows",
-    "meets",
-    "calls",
-    "paints",
-    "visits",
-    "carries",
-    "feeds",
-    "greets",
-    "hides",
-    "leaves",
-    "needs",
-    "pushes",
-    "reads",
-    "wants",
-    "builds",
-]
-_TWO_WORD_VERBS = {"visits", "greets", "builds", "feeds"}
-_ADVS = [
-    "quickly",
-    "slowly",
-    "often",
-    "never",
-    "always",
-    "today",
-    "again",
-    "quietly",
-    "gladly",
-    "rarely",
-]
-_PREPS = ["with", "near", "behind", "under", "for", "without"]
-
-_CONSONANTS = "bdfgklmnprstvz"
-_VOWELS = "aeiou"
-
-
-def _invented_words(n: int, seed: int) -> list[str]:
-    """``n`` distinct pronounceable two- or three-syllable words, fixed by ``seed``."""
-    rng = random.Random(seed)
-    out: list[str] = []
-    while len(out) < n:
-        word = "".join(
-            rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 2, 3)))
-        )
-        if word not in out:
-            out.append(word)
-    return out
-
-
-def _lexicon() -> dict[str, list[str]]:
-    """Source word -> its target words ([] for words the target language drops)."""
-    singles = [w for w in [*_DETS, *_NOUNS, *_ADJS, *_VERBS, *_ADVS, *_PREPS] if w != "the"]
-    doubles = ["every", *sorted(_TWO_WORD_VERBS)]
-    invented = iter(_invented_words(len(singles) + len(doubles), seed=7))
-    lex: dict[str, list[str]] = {"the": []}
-    for w in singles:
-        lex[w] = [next(invented)]
-    for w in doubles:  # a second word, e.g. "every" -> "toka ri", a particle plus the word
-        lex[w] = [*lex[w], next(invented)]
-    return lex
-
-
 @dataclass
 class Translate(Task):
     name: str = "translate"
@@ -409,10 +273,10 @@ class Translate(Task):
     )
 
     def __post_init__(self) -> None:
-        self.lexicon = _lexicon()
+        self.lexicon = lex.lexicon()
 
     def _np(self, rng: random.Random, adj: bool) -> list[str]:
-        return [rng.choice(_DETS), *([rng.choice(_ADJS)] if adj else []), rng.choice(_NOUNS)]
+        return [rng.choice(lex.DETS), *([rng.choice(lex.ADJS)] if adj else []), rng.choice(lex.NOUNS)]
 
     def sample(self, rng: random.Random, length: int) -> str:
         """A sentence of ``length`` words (5-12): fills the optional slots to reach it."""
@@ -427,18 +291,18 @@ class Translate(Task):
             n = 5 + subj_adj + obj_adj + adv + (pp + 1 if pp else 0)
             if n == length:
                 break
-        words = [*self._np(rng, subj_adj), rng.choice(_VERBS), *self._np(rng, obj_adj)]
+        words = [*self._np(rng, subj_adj), rng.choice(lex.VERBS), *self._np(rng, obj_adj)]
         if adv:
-            words.append(rng.choice(_ADVS))
+            words.append(rng.choice(lex.ADVS))
         if pp:
-            words += [rng.choice(_PREPS), *self._np(rng, pp == 3)]
+            words += [rng.choice(lex.PREPS), *self._np(rng, pp == 3)]
         return " ".join(words)
 
     def _parse_np(self, words: list[str], i: int) -> tuple[list[tuple[str, int]], int]:
         """One noun phrase from word ``i``: its target words with their source word index."""
         det, i = i, i + 1
         adj = []
-        if words[i] in _ADJS:
+        if words[i] in lex.ADJS:
             adj, i = [i], i + 1
         noun = i
         out = [(w, det) for w in self.lexicon[words[det]]]
@@ -453,7 +317,7 @@ class Translate(Task):
         verb, i = [(w, i) for w in self.lexicon[words[i]]], i + 1
         obj, i = self._parse_np(words, i)
         adv: list[tuple[str, int]] = []
-        if i < len(words) and words[i] in _ADVS:
+        if i < len(words) and words[i] in lex.ADVS:
             adv, i = [(w, i) for w in self.lexicon[words[i]]], i + 1
         pp: list[tuple[str, int]] = []
         if i < len(words):

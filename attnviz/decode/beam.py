@@ -25,8 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.config import MEMORY_FRACTION, ModelConfig, available_memory
+from ..core.config import ModelConfig
 from ..core.errors import InputError
+from ..core.memory import MEMORY_FRACTION, available_memory
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, record
 from ..core.step import fused_step
@@ -167,7 +168,7 @@ def beam_memory(config: ModelConfig, beams: int, steps: int, src_len: int,
 def check_beam_size(config: ModelConfig, beams: int, steps: int, src_len: int,
                     attention: bool = False) -> None:  # fmt: skip
     """Refuse a beam search whose hypotheses cannot fit in the memory this process may use
-    (the same budget as :func:`attnviz.core.config.check_size`), in one line saying the limit.
+    (the same budget as :func:`attnviz.core.memory.check_size`), in one line saying the limit.
 
     Raises:
         InputError: ``num_beams`` times the length limit needs more than the budget.

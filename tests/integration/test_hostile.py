@@ -146,11 +146,11 @@ def test_configs_no_machine_can_hold_are_refused_at_once(overrides, match):
 
 
 def test_the_size_limit_follows_the_memory_this_process_may_use(monkeypatch):
-    from attnviz.core import config
+    from attnviz.core import memory
 
     cfg = dict(BASE, max_len=10**6, d_model=64, n_heads=4)  # a 256 MB table: 1.5 GB to build
     ModelConfig(**cfg)  # fits this machine
-    monkeypatch.setattr(config, "available_memory", lambda: 1 << 30)
+    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 30)
     with pytest.raises(ConfigError, match=r"too big for this machine.*max_len"):
         ModelConfig(**cfg)
 
