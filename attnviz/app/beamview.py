@@ -36,8 +36,9 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .kinds import is_decoder_only, refuse, scored_rows
+from .stamps import panel_stamps
 from .state import SessionState, checkpoint_of, head_label, head_weights, warning
-from .views import display_token, panel_stamps, view_of
+from .views import display_token, view_of
 
 MAX_BEAMS = 8
 COL_W, ROW_H = 86, 58  # one column per step, one row per rank: room for the edges
@@ -84,7 +85,7 @@ class BeamPanel:
 
     Attributes:
         text: the input searched; beam_size: ``num_beams``.
-        stamp: :func:`attnviz.app.views.panel_stamps` ``["beam"]`` of the state it was
+        stamp: :func:`attnviz.app.stamps.panel_stamps` ``["beam"]`` of the state it was
             computed for (another stamp: the tree is stale).
         tree: every extension kept at each step (:class:`~attnviz.decode.beam.BeamTree`).
         labels: a display label per node (``labels[i]`` for ``tree.nodes[i]``).

@@ -32,7 +32,7 @@ from .kinds import is_decoder_only
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 
-#: The stamp key of this tab's result (see :func:`attnviz.app.views.panel_stamps`).
+#: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
 PANEL = "compare"
 INTRO = (
     "Compare the model above (**A**) with another checkpoint (**B**) on the current input: "

@@ -5,7 +5,7 @@ A short input's every encoder layer and head comes with its first Step
 (:func:`attnviz.app.views.payload`); past :data:`ENCODER_INLINE_BYTES` (50 MB at 512 tokens on
 opus-mt's shape) the first Step carries only the layer and head shown
 (:func:`encoder_block`), the page asks for others through
-:func:`attnviz.app.session.encoder_view`, and the model view draws max-pooled thumbnails
+:func:`attnviz.app.encoder_requests.encoder_view`, and the model view draws max-pooled thumbnails
 (:func:`encoder_thumbs`). Every block is the decoder's recorded weights, never recomputed.
 """
 

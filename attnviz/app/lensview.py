@@ -10,7 +10,7 @@ A long input (its encoder not sent whole, :func:`attnviz.app.encview.encoder_inl
 the decoder's kinds only in that payload; the page asks for the encoder layer and head it
 shows (:func:`encoder_lens_block`; rollout: the layer's one matrix) and the model view gets
 max-pooled thumbnails (:func:`encoder_lens_thumbs`), through
-:func:`attnviz.app.session.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
+:func:`attnviz.app.encoder_requests.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
 recorded pass, never an approximation: an encoder-only model's is the read pass its heatmaps
 show (:func:`attnviz.app.readview.read`).
 """
@@ -136,7 +136,7 @@ def encoder_lens_thumbs(
 
 
 def encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:
-    """:func:`attnviz.app.session.encoder_view`'s ``"<epoch> <lens> thumbs[ words]"`` /
+    """:func:`attnviz.app.encoder_requests.encoder_view`'s ``"<epoch> <lens> thumbs[ words]"`` /
     ``"<epoch> <lens> <layer> <head>"``: the part after the lens name, ``what``."""
     refuse(ckpt, "lens")
     if what in ("thumbs", "thumbs words"):

@@ -130,7 +130,7 @@ def payload(
     """What the page draws: as :func:`attnviz.app.views.payload` gives it for a decode with
     nothing decoded (``n = 0``), the encoder's ``[H, T, T]`` weights and masks of each layer
     as the pass recorded them (a long sentence: the layer and head shown, the page asking for
-    others through :func:`attnviz.app.session.encoder_view`), and the fillers."""
+    others through :func:`attnviz.app.encoder_requests.encoder_view`), and the fillers."""
     head: dict[str, Any] = {
         "done": False, "view": state.view, "model_kind": "encoder_self", "forced": [],
         "arch": ckpt.config.arch, "layers": {k: layer_count(ckpt, k) for k in KINDS},

@@ -21,17 +21,16 @@ from collections.abc import Callable
 import numpy as np
 import plotly.graph_objects as go
 
-from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
-from ..core.record import Trace
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper, default_max_len
 from ..train.evaluate import expected_output
-from . import beamview, encview, lensview, readview, speech, stepfigures, store, views
+from . import beamview, readview, speech, stamps, stepfigures, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
+from .encoder_requests import encoder_view as encoder_view  # a page action too
 from .figures import placeholder
 from .kinds import is_encoder_only, refuse
 from .state import (
@@ -493,50 +492,7 @@ def continue_beam(
         view = _show(s, op, decoded=decoded)
     except AttnvizError as exc:  # a message starting with ⚠ may be a mere warning
         return _refused(state, exc, op), None
-    return view, dataclasses.replace(panel, stamp=views.panel_stamps(view.state)["beam"])
-
-
-def encoder_view(state: SessionState, want: str) -> dict:
-    """``{"enc": ...}`` for the page: the encoder self-attention it asks for when it shows it
-    (a long input's first Step carries only the layer and head shown then).
-
-    Args:
-        want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
-            :func:`attnviz.app.encview.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
-            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`), either after a
-            lens name (``"<epoch> norms 1 H2"``, ``"<epoch> rollout thumbs"``: that lens,
-            :mod:`attnviz.app.lensview`); ``epoch`` is the
-            page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
-    Returns:
-        ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
-        be answered (another decode, a bad layer or head).
-    """
-    epoch = f"{state.sid}:{state.epoch}"
-    try:
-        page_epoch, _, what = str(want or "").strip().partition(" ")
-        if not state.started or page_epoch != epoch:
-            raise InputError("the page shows another decode: step again")
-        ckpt = checkpoint_of(state)
-        name, _, rest = what.partition(" ")
-        if name in ("norms", "rollout"):  # a long input's encoder through another lens
-            return {"enc": lensview.encoder_lens(state, ckpt, name, rest)}
-        if is_encoder_only(ckpt):  # a long sentence: its one pass holds every layer
-            return {"enc": _encoder_part(state, ckpt, readview.read(state, ckpt).trace, what)}
-        with DECODERS.hold(state, ckpt, state.version) as stepper:
-            return {"enc": _encoder_part(state, ckpt, stepper.encoder_trace, what)}
-    except AttnvizError as exc:
-        return {"enc": {"epoch": epoch, "error": warning(exc)}}
-
-
-def _encoder_part(state: SessionState, ckpt: Checkpoint, encoder: Trace, what: str) -> dict:
-    """``encoder_view``'s ``"thumbs[ words]"`` / ``"<layer> <head>"`` of a recorded encoder."""
-    if what in ("thumbs", "thumbs words"):
-        words = None
-        if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
-            words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-        return encview.encoder_thumbs(state, encoder, words)
-    layer, _, head = what.partition(" ")
-    return encview.encoder_block(state, encoder, layer_number(layer), head)
+    return view, dataclasses.replace(panel, stamp=stamps.panel_stamps(view.state)["beam"])
 
 
 def _raise(exc: Exception):

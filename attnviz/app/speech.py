@@ -229,7 +229,7 @@ def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
     the spectrogram and clip. The session reads it and hands it to the view
     (:class:`attnviz.app.views.Said`), which leaves the encoder's 1500 x 1500 self-attention
     out (9 MB of float32 for one layer and head): the page asks for the layer and head it
-    shows (:func:`attnviz.app.session.encoder_view`) once the Step is drawn.
+    shows (:func:`attnviz.app.encoder_requests.encoder_view`) once the Step is drawn.
 
     Returns:
         ``{"epoch", "fps", "frames", "seconds", "words"}`` (words: None until the transcript

@@ -23,15 +23,15 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from ..analysis.masked_lm import answer_query
 from ..checkpoint import METADATA, WEIGHTS, Checkpoint, load_checkpoint
 from ..core import devices
 from ..core.errors import AttnvizError, CheckpointError, one_line, shorten
 from ..core.tempdirs import clean_stale, make_temp_dir
-from ..data.tasks import TASKS, get_task
 from ..interop.hf import is_hf_folder
-from ..train.evaluate import DEV_PAIRS, dev_pairs  # a corpus run's dev pairs: the Expected line
+from ..train.evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
 from ..train.snapshots import SNAPSHOTS
+from .examples import examples_for as examples_for  # imported from here too
+from .examples import examples_of as examples_of
 from .filekinds import sniff
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,32 +251,6 @@ def _is_model_dir(p: Path) -> bool:
     if (p / WEIGHTS).is_file():
         return True
     return (p / HF_INDEX).is_file() and is_hf_folder(p)
-
-
-def examples_for(task: str | None, n: int = 6) -> list[str]:
-    """Example inputs for a task: ``assets/examples.json`` first, then the task's test split."""
-    out: list[str] = []
-    file = ASSETS_DIR / "examples.json"
-    if task and file.is_file():
-        try:
-            out = [str(x) for x in json.loads(file.read_text()).get(task, [])]
-        except (json.JSONDecodeError, AttributeError):
-            out = []
-    if task in TASKS and len(out) < n:
-        out += [e.src for e in get_task(task).examples("test", n - len(out), seed=1)]
-    return list(dict.fromkeys(out))[:n]
-
-
-def examples_of(ckpt, n: int = 6) -> list[str]:
-    """Example inputs for a checkpoint: its task's (:func:`examples_for`), else the first
-    distinct sources of the dev pairs a corpus run stored beside it, else none."""
-    out = examples_for(ckpt.task, n)
-    if out and ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # the answer masked
-        task = get_task(ckpt.task)
-        out = [answer_query(ckpt, s, task.target(s)) for s in out]
-    if not out:
-        out = list(dict.fromkeys(s for s, _ in dev_pairs(ckpt) if s.strip()))
-    return out[:n]
 
 
 # -- uploads ------------------------------------------------------------------------------------

@@ -30,11 +30,12 @@ from . import panels, reference, session, speech, store, ui_align, ui_compare, u
 from .decoders import DECODERS
 from .kinds import input_label, is_decoder_only, is_encoder_only, note
 from .pagetext import MASK_INTRO, STALE
+from .stamps import follow as follow_plan
+from .stamps import panel_stamps as stamp
+from .stamps import stale_panels
 from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
-from .views import follow as follow_plan
-from .views import input_placeholder, stale_panels
-from .views import panel_stamps as stamp
+from .views import input_placeholder
 
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
 CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
@@ -199,7 +200,7 @@ class Page:
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
         """After a decoding event: every panel computed for another state is cleared, the
         mask lab rerun when it is the tab shown, the header and playback range renewed when
-        the checkpoint changed on disk (the rules: :func:`attnviz.app.views.follow`)."""
+        the checkpoint changed on disk (the rules: :func:`attnviz.app.stamps.follow`)."""
         *mask_args, wi_open, wi_layer, wi_heads, ref_text, theme = args
         plan = follow_plan(stamps, state, active, frozenset({"whatif"} if wi_open else ()))
         if not plan:

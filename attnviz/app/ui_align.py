@@ -9,8 +9,8 @@ import gradio as gr
 from ..analysis import LENSES
 from . import alignment
 from .pagetext import ALIGN_INTRO, THEME_JS
+from .stamps import panel_stamps as stamp
 from .ui_common import INTERNAL, STALE_OK, dark, kind_note
-from .views import panel_stamps as stamp
 
 
 def align_tab(p) -> None:

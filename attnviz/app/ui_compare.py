@@ -10,8 +10,8 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import compare_lab, store
 from .pagetext import COMPARE_ON_LOAD, PICK_JS, THEME_JS
+from .stamps import panel_stamps as stamp
 from .ui_common import HIDDEN, INTERNAL, STALE_OK, dark
-from .views import panel_stamps as stamp
 
 
 def compare_tab(p) -> None:

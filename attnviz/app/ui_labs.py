@@ -10,6 +10,7 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import labs, panels
 from .pagetext import MASK_INTRO, THEME_JS, UNIT_JS
+from .stamps import panel_stamps as stamp
 from .state import SessionState
 from .ui_common import (
     FAST,
@@ -22,7 +23,6 @@ from .ui_common import (
     kind_note,
 )
 from .views import display_token
-from .views import panel_stamps as stamp
 
 
 def mask_tab(p) -> None:

@@ -29,6 +29,7 @@ from .pagetext import (
     WHATIF_JS,
     WHATIF_ON_LOAD,
 )
+from .stamps import panel_stamps as stamp
 from .state import SessionState
 from .ui_common import (
     FAST,
@@ -41,7 +42,6 @@ from .ui_common import (
     kind_note,
     shown_plot,
 )
-from .views import panel_stamps as stamp
 
 JS_FILE = store.ASSETS_DIR / "viz.js"
 SPEECH_JS_FILE = store.ASSETS_DIR / "speech.js"  # a speech model's time axis, words, audio

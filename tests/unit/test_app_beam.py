@@ -21,6 +21,7 @@ import torch
 
 import attnviz
 from attnviz.app import beamview, session, store, views
+from attnviz.app import stamps as app_stamps
 from attnviz.app.decoders import DECODERS
 from attnviz.decode.beam import beam_predict
 
@@ -173,7 +174,7 @@ def test_continuing_from_a_node_puts_the_step_view_at_its_hypothesis(done, shown
     greedy = [greedy_after(ckpt, tokens[:i]) for i in range(len(tokens))]
     assert state.forced == [i for i, t in enumerate(tokens) if greedy[i] != t] and state.forced
     assert view.payload["forced"] == state.forced  # the output line marks them
-    assert panel.stamp == views.panel_stamps(state)["beam"]  # the tree stays current
+    assert panel.stamp == app_stamps.panel_stamps(state)["beam"]  # the tree stays current
     # later Steps continue greedily; Back over the forced token undoes it
     nxt = session.step(state)
     assert nxt.state.tokens == [*tokens, greedy_after(ckpt, tokens)]
@@ -194,7 +195,7 @@ def test_continuing_starts_the_panels_input_when_the_step_view_shows_another(don
     v = session.beam_view(fresh, 3, text="abc")  # the typed input, not started yet
     view, panel = session.continue_beam(fresh, v.panel, v.panel.tree.best)
     assert view.state.text == "abc" and view.state.tokens == v.panel.best_tokens
-    assert panel.stamp == views.panel_stamps(view.state)["beam"]
+    assert panel.stamp == app_stamps.panel_stamps(view.state)["beam"]
 
 
 def test_continuing_on_an_input_the_model_warns_about_is_not_refused(models_dir):
@@ -204,16 +205,16 @@ def test_continuing_on_an_input_the_model_warns_about_is_not_refused(models_dir)
     node = len(v.panel.tree.nodes) - 1
     view, panel = session.continue_beam(state, v.panel, node)
     assert "longer than anything" in view.message and panel is not None
-    assert panel.stamp == views.panel_stamps(view.state)["beam"]  # continued, not refused
+    assert panel.stamp == app_stamps.panel_stamps(view.state)["beam"]  # continued, not refused
     assert view.state.tokens == v.panel.tree.tokens(node)
 
 
 def test_a_stale_tree_is_cleared_and_refuses_clicks(done, shown):
-    stamps = {"beam": views.panel_stamps(done)["beam"]}
-    assert not views.stale_panels(stamps, session.back(done).state)  # a step keeps the tree
+    stamps = {"beam": app_stamps.panel_stamps(done)["beam"]}
+    assert not app_stamps.stale_panels(stamps, session.back(done).state)  # a step keeps the tree
     other = session.start(done, "abc").state
-    assert views.follow(stamps, other, "step").clear == {"beam"}
-    assert views.follow(stamps, other, "attr").clear == {"beam"}  # from another tab too
+    assert app_stamps.follow(stamps, other, "step").clear == {"beam"}
+    assert app_stamps.follow(stamps, other, "attr").clear == {"beam"}  # from another tab too
     refused = session.beam_node(other, shown.panel, 5)
     assert "changed since this tree was drawn" in refused.message and refused.figure is None
     view, kept = session.continue_beam(other, shown.panel, 5)

@@ -13,7 +13,8 @@ from helpers import launched_app
 
 import attnviz
 from attnviz.analysis import compare as analysis_compare
-from attnviz.app import compare_lab, session, store, views
+from attnviz.app import compare_lab, session, store
+from attnviz.app import stamps as app_stamps
 from attnviz.core.model import KINDS
 from attnviz.render import plots
 
@@ -84,9 +85,9 @@ def test_compare_needs_an_input_and_a_real_head(models_dir, done):
 
 
 def test_a_compare_result_goes_stale_with_a_new_input_not_with_a_step(done):
-    shown = {"compare": views.panel_stamps(done)["compare"]}
-    assert not views.stale_panels(shown, session.back(done).state)
-    assert views.follow(shown, session.start(done, "abc").state, "compare").clear == {"compare"}
+    shown = {"compare": app_stamps.panel_stamps(done)["compare"]}
+    assert not app_stamps.stale_panels(shown, session.back(done).state)
+    assert app_stamps.follow(shown, session.start(done, "abc").state, "compare").clear == {"compare"}
 
 
 # -- the clickable grid and model B uploaded in the tab -------------------------------------------

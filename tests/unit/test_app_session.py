@@ -18,6 +18,7 @@ import torch
 
 import attnviz
 from attnviz.app import labs, panels, session, store, views
+from attnviz.app import stamps as app_stamps
 from attnviz.app.decoders import DECODERS, DecoderCache
 
 EOS = 2  # the built-in models' end id (ckpt.config.eos_id); test_special_ids covers others
@@ -561,12 +562,12 @@ def test_uploads_are_named_by_their_file(models_dir, fresh, tmp_path):
 
 
 def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
-    before = views.panel_stamps(done)
-    back = views.panel_stamps(session.back(done).state)
+    before = app_stamps.panel_stamps(done)
+    back = app_stamps.panel_stamps(session.back(done).state)
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
                                                            "whatif", "attr_alt", "attr_vs",
                                                            "reference"}  # fmt: skip
-    new = views.panel_stamps(session.start(done, "abc").state)
+    new = app_stamps.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
                                                           "compare", "attr_alt", "attr_vs",
@@ -575,22 +576,22 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
 
 
 def test_follow_rules_say_what_each_panel_does_after_an_event(done):
-    at = views.panel_stamps(done)
+    at = app_stamps.panel_stamps(done)
     shown = {k: at[k] for k in ("mask", "attr", "beam", "align", "model")}  # computed at done
     back = session.back(done).state
-    assert views.stale_panels(shown, back) == {"mask", "attr"}
-    plan = views.follow(shown, back, "step")  # the step view is shown: clear, rerun nothing
+    assert app_stamps.stale_panels(shown, back) == {"mask", "attr"}
+    plan = app_stamps.follow(shown, back, "step")  # the step view is shown: clear, rerun nothing
     assert plan and plan.clear == {"mask", "attr"} and not plan.rerun and not plan.renew
     assert plan.stamps == {k: shown[k] for k in ("beam", "align", "model")}
-    plan = views.follow(shown, back, "mask")  # the mask lab is shown: it follows the step
+    plan = app_stamps.follow(shown, back, "mask")  # the mask lab is shown: it follows the step
     assert plan.rerun == {"mask"} and plan.clear == {"attr"}
-    assert plan.stamps["mask"] == views.panel_stamps(back)["mask"] and "attr" not in plan.stamps
+    assert plan.stamps["mask"] == app_stamps.panel_stamps(back)["mask"] and "attr" not in plan.stamps
     new = session.start(done, "abc").state  # a new input: every input-bound panel is stale
-    assert views.follow(shown, new, "align").clear == {"mask", "attr", "beam", "align"}
+    assert app_stamps.follow(shown, new, "align").clear == {"mask", "attr", "beam", "align"}
     moved = {**shown, "model": (done.model, -1)}  # the checkpoint changed on disk
-    plan = views.follow(moved, done, "step")
+    plan = app_stamps.follow(moved, done, "step")
     assert plan.renew == {"model"} and not plan.clear and plan.stamps == shown
-    assert not views.follow(shown, done, "mask") and views.follow({}, new, "mask").stamps == {}
+    assert not app_stamps.follow(shown, done, "mask") and app_stamps.follow({}, new, "mask").stamps == {}
 
 
 def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:
@@ -648,48 +649,48 @@ def _stepped(models_dir, n):
 def test_the_alternatives_menu_follows_the_step_rules():
     s = session.SessionState(model="m", epoch=1, step=3)
     nxt = session.SessionState(model="m", epoch=1, step=4)
-    stamps = {"attr_alt": views.panel_stamps(s)["attr_alt"]}
-    assert views.stale_panels(stamps, nxt) == {"attr_alt"}
-    shown = views.follow(stamps, nxt, "attr")  # on the Attribution tab: refilled now
+    stamps = {"attr_alt": app_stamps.panel_stamps(s)["attr_alt"]}
+    assert app_stamps.stale_panels(stamps, nxt) == {"attr_alt"}
+    shown = app_stamps.follow(stamps, nxt, "attr")  # on the Attribution tab: refilled now
     assert shown.rerun == {"attr_alt"} and shown.stamps == {
-        "attr_alt": views.panel_stamps(nxt)["attr_alt"]
+        "attr_alt": app_stamps.panel_stamps(nxt)["attr_alt"]
     }
-    away = views.follow(stamps, nxt, "step")  # elsewhere: emptied, refilled on the tab
+    away = app_stamps.follow(stamps, nxt, "step")  # elsewhere: emptied, refilled on the tab
     assert away.clear == {"attr_alt"} and away.stamps == {}
 
 
 def test_stepping_on_the_attribution_tab_renews_its_alternatives(models_dir):
     s = _stepped(models_dir, 2)
     page = _page()
-    stamps = {"attr_alt": views.panel_stamps(s)["attr_alt"]}  # the menu filled at step 2
+    stamps = {"attr_alt": app_stamps.panel_stamps(s)["attr_alt"]}  # the menu filled at step 2
     nxt = session.step(s).state  # Step pressed while the Attribution tab is shown
     view = session.step(s)
-    assert view.state == nxt and views.stale_panels(stamps, nxt) == {"attr_alt"}
+    assert view.state == nxt and app_stamps.stale_panels(stamps, nxt) == {"attr_alt"}
     out = _follow(page, nxt, stamps, "attr")
     menu = out[page.attr_alt]
     want, default = labs.alternatives(nxt)
     assert [tuple(c) for c in menu.choices] == [tuple(c) for c in want]
     assert want != labs.alternatives(s)[0] and menu.value == default
     assert nxt.tokens[2] not in [int(v) for _, v in menu.choices]  # the chosen one is no choice
-    assert out[page.stamps] == {"attr_alt": views.panel_stamps(nxt)["attr_alt"]}
+    assert out[page.stamps] == {"attr_alt": app_stamps.panel_stamps(nxt)["attr_alt"]}
     away = _follow(page, nxt, stamps, "step")
     assert away[page.attr_alt].choices == [] and away[page.stamps] == {}
 
 
 def test_the_reference_follows_the_output_shown_rules(models_dir, done):
-    stamps = {"reference": views.panel_stamps(done)["reference"]}
+    stamps = {"reference": app_stamps.panel_stamps(done)["reference"]}
     back = session.back(done).state  # the output shown moved: rescored, the mark follows
-    plan = views.follow(stamps, back, "mask")
+    plan = app_stamps.follow(stamps, back, "mask")
     assert plan.rerun == {"reference"} and plan.stamps == {
-        "reference": views.panel_stamps(back)["reference"]
+        "reference": app_stamps.panel_stamps(back)["reference"]
     }
     new = session.start(done, "abc").state  # a new input: scored for another one, cleared
-    assert views.follow(stamps, new, "step").clear == {"reference"}
+    assert app_stamps.follow(stamps, new, "step").clear == {"reference"}
     other = dataclasses.replace(done, model=str(models_dir / "copy"))  # another model: cleared
-    assert views.follow(stamps, other, "step").clear == {"reference"}
+    assert app_stamps.follow(stamps, other, "step").clear == {"reference"}
     moved = {"reference": (*stamps["reference"][:2], -1, stamps["reference"][3])}  # file changed
-    assert views.follow(moved, done, "step").clear == {"reference"}
-    assert not views.follow(stamps, done, "step")  # nothing moved: nothing to do
+    assert app_stamps.follow(moved, done, "step").clear == {"reference"}
+    assert not app_stamps.follow(stamps, done, "step")  # nothing moved: nothing to do
 
 
 def _leaves(strip: str) -> list[int]:
@@ -707,11 +708,11 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     ref = "dlrowolleh"  # the task's answer: the greedy output follows it
     first = reference.score(s, ref)
     assert first.output_divergence is None and _leaves(first.html) == []
-    stamps = {"reference": views.panel_stamps(s)["reference"]}
+    stamps = {"reference": app_stamps.panel_stamps(s)["reference"]}
     alt = int(np.argsort(-_probs(ckpt, s.tokens[:3]))[1])  # step 4's runner-up
     forced = session.step(session.force(session.step(s).state, alt).state).state
     assert forced.forced == [3] and forced.step == 5
-    assert views.stale_panels(stamps, forced) == {"reference"}
+    assert app_stamps.stale_panels(stamps, forced) == {"reference"}
     page = _page()
     out = _follow(page, forced, stamps, "step", ref)
     # by hand: the reference's ids against the output shown, position by position
@@ -721,7 +722,7 @@ def test_a_forced_step_moves_the_references_output_mark(models_dir):
     assert want == 3
     assert _leaves(out[page.ref_strip]) == [want]
     assert f"leaves the reference at step {want + 1}" in out[page.ref_msg]  # 1-based steps
-    assert out[page.stamps] == {"reference": views.panel_stamps(forced)["reference"]}
+    assert out[page.stamps] == {"reference": app_stamps.panel_stamps(forced)["reference"]}
     new = session.start(forced, "abc").state  # a new input: cleared, not rescored
     gone = _follow(page, new, out[page.stamps], "step", ref)
     plot = gone[page.ref_plot]  # hidden, empty: no blank box left behind

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from attnviz.analysis import attribute, what_if
-from attnviz.app import labs, session, store, views, whatif_view
+from attnviz.app import labs, session, store, whatif_view
+from attnviz.app import stamps as app_stamps
 
 TEXT = "helloworld"
 
@@ -149,17 +150,17 @@ def _recorded_cross_probs(ckpt, n: int) -> np.ndarray:
 
 def test_whatif_follows_the_step_only_while_open():
     s = session.SessionState(model="m", epoch=1, step=3)
-    stamps = {"whatif": views.panel_stamps(s)["whatif"]}
+    stamps = {"whatif": app_stamps.panel_stamps(s)["whatif"]}
     nxt = session.SessionState(model="m", epoch=1, step=4)
-    assert views.stale_panels(stamps, nxt) == {"whatif"}
-    shown = views.follow(stamps, nxt, "step", frozenset({"whatif"}))
-    assert shown.rerun == {"whatif"} and shown.stamps["whatif"] == views.panel_stamps(nxt)["whatif"]
-    closed = views.follow(stamps, nxt, "step")
+    assert app_stamps.stale_panels(stamps, nxt) == {"whatif"}
+    shown = app_stamps.follow(stamps, nxt, "step", frozenset({"whatif"}))
+    assert shown.rerun == {"whatif"} and shown.stamps["whatif"] == app_stamps.panel_stamps(nxt)["whatif"]
+    closed = app_stamps.follow(stamps, nxt, "step")
     assert closed.clear == {"whatif"} and "whatif" not in closed.stamps
-    elsewhere = views.follow(stamps, nxt, "mask", frozenset({"whatif"}))
+    elsewhere = app_stamps.follow(stamps, nxt, "mask", frozenset({"whatif"}))
     assert elsewhere.clear == {"whatif"}
     new_input = session.SessionState(model="m", epoch=2, step=3)
-    assert views.stale_panels(stamps, new_input) == {"whatif"}
+    assert app_stamps.stale_panels(stamps, new_input) == {"whatif"}
 
 
 # -- why this token and not that one --------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Example inputs offered for a model: ``assets/examples.json`` and the task's test split for a
+built-in task (a masked-LM model's with their answers masked), else the dev sources a corpus
+run stored beside its checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..analysis.masked_lm import answer_query
+from ..data.tasks import TASKS, get_task
+from ..train.evaluate import dev_pairs
+
+
+def examples_for(task: str | None, n: int = 6) -> list[str]:
+    """Example inputs for a task: ``assets/examples.json`` first, then the task's test split."""
+    out: list[str] = []
+    file = Path(__file__).resolve().parents[2] / "assets" / "examples.json"
+    if task and file.is_file():
+        try:
+            out = [str(x) for x in json.loads(file.read_text()).get(task, [])]
+        except (json.JSONDecodeError, AttributeError):
+            out = []
+    if task in TASKS and len(out) < n:
+        out += [e.src for e in get_task(task).examples("test", n - len(out), seed=1)]
+    return list(dict.fromkeys(out))[:n]
+
+
+def examples_of(ckpt, n: int = 6) -> list[str]:
+    """Example inputs for a checkpoint: its task's (:func:`examples_for`), else the first
+    distinct sources of the dev pairs a corpus run stored beside it, else none."""
+    out = examples_for(ckpt.task, n)
+    if out and ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # the answer masked
+        task = get_task(ckpt.task)
+        out = [answer_query(ckpt, s, task.target(s)) for s in out]
+    if not out:
+        out = list(dict.fromkeys(s for s, _ in dev_pairs(ckpt) if s.strip()))
+    return out[:n]
