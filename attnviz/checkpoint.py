@@ -339,7 +339,7 @@ class Checkpoint:
             max_len=self.new_tokens(src.shape[-1], max_len),
             rules=self.rules,
         )[0].tolist()
-        tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
+        tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
 
     def stepper(self, text: str, max_len: int | None = None, edits: Sequence = ()) -> GreedyStepper:

@@ -49,7 +49,7 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
         return make_lm_batch(ids, rows, cfg, "target", ckpt.device)
     src = source_batch(ids, cfg, ckpt.device)
     out = ckpt.greedy(src.src, src.src_pad, edits)  # the checkpoint's generation rules
-    rows = [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
+    rows = [until_eos(r, cfg.eos_id, cfg.pad_id, cfg.end_ids) for r in out.tolist()]
     return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
 
 
@@ -65,7 +65,7 @@ def greedy_each(
     for p in prompts:
         one = torch.tensor([list(p)], device=ckpt.device)  # [1, P]
         out = ckpt.greedy(one, None, edits, cache=cache)[0].tolist()
-        rows.append(until_eos(out, cfg.eos_id, cfg.pad_id))
+        rows.append(until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids))
     return rows
 
 
@@ -78,7 +78,7 @@ def decode_again(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit]) -> list[
     if batch.lm:
         return greedy_each(ckpt, batch.prompts(), edits)
     out = ckpt.greedy(batch.src, batch.src_pad, edits)
-    return [until_eos(r, cfg.eos_id, cfg.pad_id) for r in out.tolist()]
+    return [until_eos(r, cfg.eos_id, cfg.pad_id, cfg.end_ids) for r in out.tolist()]
 
 
 def outputs_of(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> list[list[int]]:

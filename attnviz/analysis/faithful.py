@@ -139,7 +139,7 @@ def faithfulness(
     for i, text in enumerate(texts):
         batch = source_batch([ckpt.encode_source(text).ids], cfg, ckpt.device)
         out = ckpt.greedy(batch.src)[0].tolist()  # the checkpoint's generation rules
-        tokens = until_eos(out, cfg.eos_id, cfg.pad_id)
+        tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
         t = min(len(tokens) // 2 if step is None else step, len(tokens) - 1)
         tgt = torch.tensor([[cfg.bos_id, *tokens[:t]]], device=ckpt.device)
         scores = rankings(ckpt, text, t, tokens, methods, seed=seed + i, ig_steps=ig_steps)

@@ -143,7 +143,7 @@ def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
         out = ckpt.greedy(batch.src, batch.src_pad).tolist()
     cfg, limit = ckpt.config, ckpt.max_new_tokens
     return [
-        until_eos(row[: default_max_len(ckpt.model, len(own), limit)], cfg.eos_id, cfg.pad_id)
+        until_eos(row[: default_max_len(ckpt.model, len(own), limit)], cfg.eos_id, cfg.pad_id, cfg.end_ids)
         for row, own in zip(out, ids, strict=True)
     ]
 

@@ -67,6 +67,9 @@ class ModelConfig:
         bos_id: the decoder start id: the first decoder input of every sequence. It may equal
             ``pad_id`` (T5, Marian); a start token is never treated as padding.
         eos_id: the end-of-sequence id; decoding stops when it is produced.
+        end_ids: further ids that end a sequence as ``eos_id`` does (a generation config that
+            lists several end ids, as Llama 3's does): every decoder given the model's
+            ``eos_id`` stops at any of them (:func:`attnviz.decode.greedy.end_ids`).
         unk_id: the id unknown characters or words map to.
         layer_norm_eps: epsilon of every LayerNorm (or RMSNorm).
         d_head: head width Dh when it is not ``d_model / n_heads`` (T5: 6 heads x 64 with
@@ -139,6 +142,7 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    end_ids: tuple[int, ...] = ()
     layer_norm_eps: float = 1e-5
     d_head: int | None = None
     gated_ff: bool = False
@@ -193,6 +197,8 @@ class ModelConfig:
             value = getattr(self, name)
             if value >= min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"{name}={value} is outside the vocabularies")
+        if any(i >= self.tgt_vocab_size for i in self.end_ids):
+            raise ConfigError(f"end_ids {list(self.end_ids)} reach outside the vocabulary")
         # the start id may equal the end id (BART, FSMT); an audio model's pad id pads only
         # targets, and Whisper pads them with its end id; a decoder-only model may pad with its
         # end id (GPT-2 has no pad token): its prompts are never padded by id; an encoder-only
@@ -222,6 +228,13 @@ class ModelConfig:
             integer(name, 1)
         for name in ("position_offset", "pad_id", "bos_id", "eos_id", "unk_id"):
             integer(name, 0)
+        ends = self.end_ids
+        if isinstance(ends, list):  # from JSON: kept as a tuple (the config is hashable)
+            object.__setattr__(self, "end_ids", ends := tuple(ends))
+        if not isinstance(ends, tuple) or len(ends) > 64 or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ends
+        ):
+            raise ConfigError(f"end_ids must be a list of at most 64 ids, got {_show(ends)}")
         if self.d_head is not None:
             integer("d_head", 1)
         integer("n_mels", 1)
@@ -414,8 +427,8 @@ class ModelConfig:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain JSON-ready dict of every field (``end_ids`` a list, as JSON reads it back)."""
+        return {**dataclasses.asdict(self), "end_ids": list(self.end_ids)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

@@ -20,16 +20,22 @@ from .greedy import (
     as_batch,
     choose,
     default_max_len,
+    end_ids,
     eval_no_grad,
     source_pad_mask,
     start_decoding,
 )
 
 
-def until_eos(row: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
-    """One decoded row up to and including its end id (without the padding after a row ends)."""
+def until_eos(
+    row: Sequence[int], eos_id: int, pad_id: int, more: Sequence[int] = ()
+) -> list[int]:
+    """One decoded row up to and including its first end id (``eos_id`` or one of ``more``:
+    a config's further ``end_ids``), without the padding after a row ends."""
     row = list(row)
-    return row[: row.index(eos_id) + 1] if eos_id in row else [t for t in row if t != pad_id]
+    ends = {eos_id, *more}
+    cut = next((i for i, t in enumerate(row) if t in ends), None)
+    return row[: cut + 1] if cut is not None else [t for t in row if t != pad_id]
 
 
 def greedy_decode(
@@ -82,6 +88,7 @@ def greedy_decode(
             bad = int(last[(last < 0) | (last >= vocab)][0])  # later ids come from the argmax
             raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+        ends = torch.tensor(end_ids(model, eos_id), dtype=torch.long, device=src.device)
         out = []
         for step in range(n_max):
             if step_fn is not None:  # the same math as the next branch, without module calls
@@ -96,7 +103,7 @@ def greedy_decode(
                 out.append(last)
             else:
                 out.append(last.masked_fill(finished, pad_id))
-                finished |= last == eos_id
+                finished |= torch.isin(last, ends)
                 if bool(finished.all()):
                     break
             if kv is None:

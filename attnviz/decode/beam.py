@@ -36,6 +36,7 @@ from .greedy import (
     LogitRules,
     as_batch,
     default_max_len,
+    end_ids,
     eval_no_grad,
     source_pad_mask,
     start_decoding,
@@ -239,6 +240,7 @@ class _Search:
         device = src.device
         top_mask = torch.zeros(1, 2 * k, dtype=torch.bool, device=device)
         top_mask[:, :k] = True  # only the best k candidates may finish
+        stops = torch.tensor(end_ids(model, eos), dtype=torch.long, device=device)
         with eval_no_grad(model):
             with record(model, capture=capture) as enc_trace:
                 start = start_decoding(model, src, pad, self.bos_id, n_max)  # batch 1
@@ -277,8 +279,8 @@ class _Search:
                 top_vals, top_idx = torch.topk(acc, k=2 * k)  # [1, 2k]
                 parents, tokens = top_idx // vocab, top_idx % vocab
                 ends = torch.full_like(top_mask, step + 1 >= n_max)
-                if eos is not None:
-                    ends |= tokens == eos
+                if stops.numel():
+                    ends |= torch.isin(tokens, stops)
                 # the best k that did not end keep running
                 kept = top_vals + ends.to(torch.float32) * _PLACEHOLDER
                 nxt = torch.topk(kept, k=k)[1]  # [1, k]

@@ -119,8 +119,10 @@ class LogitRules:
         banned: ids never chosen (single-token ``bad_words_ids``, ``suppress_tokens``).
         begin_banned: ids not chosen as the first token (``begin_suppress_tokens``); after
             a forced first token, as the second (transformers moves the step there).
-        min_new_tokens: the end id (``eos_id``) is banned before this many tokens.
-        eos_id: the end id that ``min_new_tokens`` holds back.
+        min_new_tokens: the end ids (``eos_id`` and ``end_ids``) are banned before this many
+            tokens.
+        eos_id: the end id that ``min_new_tokens`` holds back; ``end_ids``: the others (a
+            generation config that lists several).
     """
 
     forced_bos_id: int | None = None
@@ -129,6 +131,7 @@ class LogitRules:
     begin_banned: tuple[int, ...] = ()
     min_new_tokens: int = 0
     eos_id: int | None = None
+    end_ids: tuple[int, ...] = ()
 
     def apply(self, logits: Tensor, step: int, limit: int, seqs: Tensor | None = None) -> Tensor:
         """Constrained copy of ``logits`` ``[B, V]`` for producing token ``step`` (0-based)
@@ -148,7 +151,7 @@ class LogitRules:
             logits[:, i] = 0.0
 
         if self.eos_id is not None and step < self.min_new_tokens:
-            ban([self.eos_id])
+            ban([self.eos_id, *self.end_ids])
         ban(self.banned)
         # transformers' SuppressTokensAtBegin acts one step later when the first is forced
         if step == (0 if self.forced_bos_id is None else 1):
@@ -158,6 +161,16 @@ class LogitRules:
         elif step == limit - 1 and self.forced_eos_id is not None:
             force(self.forced_eos_id)
         return logits
+
+
+def end_ids(model: Transformer, eos_id: int | None) -> tuple[int, ...]:
+    """The ids that end a decoded sequence: none for ``eos_id=None``; ``eos_id``, and where it
+    is the model's own end id, the config's further ``end_ids`` (Llama 3 lists several)."""
+    if eos_id is None:
+        return ()
+    cfg = model.config
+    more = cfg.end_ids if eos_id == cfg.eos_id else ()
+    return (eos_id, *[i for i in more if i != eos_id])
 
 
 @dataclass
@@ -282,6 +295,7 @@ class GreedyStepper:
         if src.shape[0] != 1:
             raise InputError(f"GreedyStepper decodes one sequence; got a batch of {src.shape[0]}")
         self.model, self.bos_id, self.eos_id = model, bos_id, eos_id
+        self.end_ids = end_ids(model, eos_id)
         self.edits = tuple(edits)
         self.rules = rules
         self.capture = tuple(capture)
@@ -316,7 +330,7 @@ class GreedyStepper:
         if not self._steps:
             return False
         last = self._steps[-1].token
-        return (self.eos_id is not None and last == self.eos_id) or self.position >= self.max_len
+        return last in self.end_ids or self.position >= self.max_len
 
     def _seqs(self) -> Tensor:
         """The tokens produced so far as ``[1, step]`` (what history-reading rules see)."""

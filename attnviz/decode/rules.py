@@ -95,11 +95,6 @@ def beam_options(gen: dict[str, Any], **given: Any) -> dict[str, Any]:
                 f"the generation config sets {key}={gen[key]!r}, which attnviz's beam search does "
                 "not follow; decoding without it would give other text than transformers"
             )
-    eos = gen.get("eos_token_id")
-    if isinstance(eos, list) and len(set(eos)) > 1:
-        raise InputError(
-            f"the generation config names several end ids {eos}; attnviz's beam search follows one"
-        )
     bad = gen.get("bad_words_ids") or []
     if not isinstance(bad, list) or not all(isinstance(w, list) for w in bad):
         raise InputError(f"bad_words_ids must be a list of id lists, got {bad!r}")

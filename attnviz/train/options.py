@@ -13,8 +13,10 @@ from ..core.errors import InputError
 from .feeds import PRESETS, Feed
 
 #: ModelConfig fields that are not options: the vocabularies and special ids come from the
-#: tokenizers.
-_FROM_TOKENIZERS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
+#: tokenizers (and a folder's further end ids from its generation config).
+_FROM_TOKENIZERS = (
+    "src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id", "end_ids",
+)  # fmt: skip
 #: ModelConfig fields of speech models, which ``attnviz train`` does not train (text only).
 _AUDIO_ONLY = ("source", "n_mels", "encoder_positions", "max_source_len")
 #: Every other ModelConfig field is a training option (and an ``attnviz train`` flag).

@@ -226,3 +226,42 @@ def test_older_rope_keys_read_as_rope_parameters(folders, tmp_path):
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     new, old = attnviz.load_checkpoint(folder), attnviz.load_checkpoint(tmp_path / "old")
     assert old.config == new.config and new.config.rope_scaling == "llama3"
+
+
+def test_several_end_ids_stop_greedy_beam_and_the_stepper_as_generate_does(folders, tmp_path):
+    """A generation config listing several end ids (Llama 3): generate() stops at any of
+    them, and so does every decoder here (the first is ``eos_id``, the rest ``end_ids``)."""
+    hf_model, folder = folders["llama"]
+    free = attnviz.load_checkpoint(folder)
+    ids = prompts(1)
+    row = greedy_decode(free.model, ids, None, None, max_len=NEW)[0].tolist()
+    stop = row[2]  # a token the model produces third: made an end id
+    others = [t for t in range(3, 58) if t not in row]
+    ends = [others[0], stop, others[1]]
+    gen = {"eos_token_id": ends, "pad_token_id": 0, "do_sample": False}
+    (tmp_path / "m").mkdir()
+    for f in folder.iterdir():
+        (tmp_path / "m" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(gen))
+    ckpt = attnviz.load_checkpoint(tmp_path / "m")
+    cfg = ckpt.config
+    assert cfg.eos_id == ends[0] and cfg.end_ids == (stop, ends[2])
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+              pad_token_id=0, eos_token_id=ends)  # fmt: skip
+    with torch.no_grad():
+        theirs = hf_model.generate(input_ids=ids, num_beams=1, **kw)[0, ids.shape[1] :].tolist()
+        beam_ref = hf_model.generate(input_ids=ids, num_beams=3, **kw)[0, ids.shape[1] :].tolist()
+    assert theirs == row[:3]  # generate stopped at the second end id
+    cut = until_eos(theirs, cfg.eos_id, cfg.pad_id, cfg.end_ids)
+    for fused in (True, False):
+        mine = greedy_decode(
+            ckpt.model, ids, None, cfg.eos_id, max_len=NEW, rules=ckpt.rules, fused=fused
+        )
+        assert until_eos(mine[0].tolist(), cfg.eos_id, cfg.pad_id, cfg.end_ids) == cut
+    stepper = GreedyStepper(ckpt.model, ids[0], None, cfg.eos_id, max_len=NEW, rules=ckpt.rules)
+    assert stepper.run() == cut and stepper.done
+    beam = beam_search(
+        ckpt.model, ids, None, cfg.eos_id, beam_size=3, max_len=NEW, rules=ckpt.rules
+    )[0]
+    assert beam.tokens == until_eos(beam_ref, cfg.eos_id, cfg.pad_id, cfg.end_ids)
+    assert attnviz.ModelConfig.from_dict(cfg.to_dict()) == cfg  # kept through a checkpoint

@@ -114,5 +114,6 @@ def generation_rules(
         begin_banned=tuple(gen.get("begin_suppress_tokens") or ()),
         min_new_tokens=min_new,
         eos_id=cfg.eos_id,
+        end_ids=cfg.end_ids,
     )
     return rules, max_new_tokens(gen, hf, where), ignored

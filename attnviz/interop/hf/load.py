@@ -52,7 +52,12 @@ def special_ids(hf: dict, gen: dict, unk_id: int | None = None) -> dict[str, int
     """Pad, decoder-start, end and unknown ids of a folder (generation config first)."""
     family = REGISTRY[hf["model_type"]]
     pad = gen.get("pad_token_id", hf.get("pad_token_id", family.pad_id))
-    eos = first(gen.get("eos_token_id", hf.get("eos_token_id", family.eos_id)))
+    ends = gen.get("eos_token_id", hf.get("eos_token_id", family.eos_id))
+    eos = first(ends)
+    if family.arch == "decoder-only" and isinstance(ends, list) and len(set(ends)) > 1:
+        # several end ids (Llama 3): generate() stops at any of them; eos_id is the first
+        more = tuple(dict.fromkeys(i for i in ends[1:] if i != eos))
+        return {**one_stack_ids(family, hf, gen, pad, eos, unk_id), "end_ids": more}
     if family.arch != "encoder-decoder":
         return one_stack_ids(family, hf, gen, pad, eos, unk_id)
     start = gen.get("decoder_start_token_id", hf.get("decoder_start_token_id"))
@@ -233,6 +238,8 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     gen = read_generation_config(folder, hf)
     ids = special_ids(hf, gen)
     for role, value in ids.items():
+        if role == "end_ids":  # a config's further end ids: checked with the config
+            continue
         if not isinstance(value, int) or isinstance(value, bool):
             raise InteropError(f"{folder}: no usable {role} in config.json ({value!r})")
     src_rows, tgt_rows = _vocab_rows(hf, tensors, folder)  # from the weights, never sized
