@@ -252,6 +252,8 @@ class Transformer(nn.Module):
         src_pad_mask: Tensor | None = None,
         tgt_pad_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        *,
+        logits: bool = True,
     ) -> Tensor:
         """Run the decoder and the output projection.
 
@@ -262,8 +264,10 @@ class Transformer(nn.Module):
             src_pad_mask: ``[B, Ts]`` bool, True at PAD; with a cache it comes from the cache.
             tgt_pad_mask: ``[B, Tt]`` bool, True at PAD; not supported with a cache.
             cache: from :meth:`init_cache`; keys/values of earlier positions are reused.
+            logits: False skips the output projection (a prompt run only to fill the cache,
+                as ``generate()`` keeps only the last position's logits).
         Returns:
-            logits ``[B, Tt, V]``.
+            logits ``[B, Tt, V]``; with ``logits=False`` the decoder's output ``[B, Tt, D]``.
         """
         if self.decoder is None:
             raise InputError("an encoder-only model has no decoder: use model(ids) or encode()")
@@ -304,6 +308,8 @@ class Transformer(nn.Module):
             cross_kv = cache.cross_kv[i] if cache is not None and cross else None
             x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv, bias, rotary)
         x = self.decoder.finish(x)
+        if not logits:
+            return x
         if self.config.scale_decoder_output:  # T5 v1.0 rescales before its tied lm_head
             x = x * self.config.d_model**-0.5
         return self.generator(x)

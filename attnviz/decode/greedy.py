@@ -210,8 +210,8 @@ def start_decoding(
         kv = None
         if cache:
             kv = model.init_cache(None, capacity=src.shape[1] + n_new, batch=b)
-            if src.shape[1] > 1:  # the prompt but its last token, into the cache
-                model.decode(src[:, :-1], None, cache=kv)
+            if src.shape[1] > 1:  # the prompt but its last token, into the cache (no logits)
+                model.decode(src[:, :-1], None, cache=kv, logits=False)
         return Start(None, kv, src[:, -1], src)
     memory = model.encode(src, pad)
     kv = model.init_cache(memory, pad, capacity=n_new) if cache else None
