@@ -20,7 +20,6 @@ other panels follow the state (:meth:`Page.follow`). The per-user state lives se
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import gradio as gr
 
@@ -32,7 +31,6 @@ from .kinds import input_label, is_decoder_only, is_encoder_only, note
 from .pagetext import MASK_INTRO, STALE
 from .stamps import follow as follow_plan
 from .stamps import panel_stamps as stamp
-from .stamps import stale_panels
 from .state import SessionState, checkpoint_of, describe, head_choices, layer_count
 from .ui_common import FAST, HIDDEN, dark, shown_plot
 from .views import input_placeholder
@@ -64,24 +62,6 @@ class Page:
     def decode_outputs(self) -> list:
         """Outputs of every decoding event; the state first (not sent), then ``output-text``."""
         return [self.state, self.output_text, self.status, self.slider, self.viz]
-
-    def decode(
-        self, view: session.DecodeView, stamps: dict | None = None, resent: bool = False
-    ) -> tuple:
-        """A session result as the decoding outputs; ``stamps`` (what the other panels show)
-        decides whether the page should ask for them to follow (``"follow"`` in the JSON
-        sent); ``resent``: the page asked for everything again, and a reply equal to the last
-        one it was sent would not reach it (an unchanged value fires no change), so each
-        resend is marked as new."""
-        top = max(len(view.state.tokens), 1)
-        follow = None if stamps is None else bool(stale_panels(stamps, view.state))
-        return (
-            view.state,
-            view.output,
-            view.message,
-            gr.Slider(maximum=top, value=view.state.step),
-            view.payload.to_page(follow, time.monotonic_ns() if resent else None),
-        )
 
     def controls(self, state: SessionState) -> dict:
         """Choices that depend on the loaded model (layers, heads, examples, snapshots)."""
@@ -292,7 +272,7 @@ def build_app(
         ui_align.wire(p)
         ui_compare.wire(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
-            lambda s: p.decode(session.render(dataclasses.replace(s, page_rows=-1))),
+            lambda s: ui_step.answer(session.render(dataclasses.replace(s, page_rows=-1))),
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,
         ).then(lambda s: {"model": stamp(s)["model"]}, [p.state], [p.stamps], **HIDDEN)  # fmt: skip
     return demo

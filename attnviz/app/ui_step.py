@@ -12,6 +12,7 @@ yet; Back, scrub and layer/head changes redraw from what the page holds.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import gradio as gr
 
@@ -30,6 +31,7 @@ from .pagetext import (
     WHATIF_ON_LOAD,
 )
 from .stamps import panel_stamps as stamp
+from .stamps import stale_panels
 from .state import SessionState
 from .ui_common import (
     FAST,
@@ -237,25 +239,25 @@ def wire_decoding(p) -> None:
     )
     for trigger, fn, name in with_text:
         trigger(
-            lambda t, s, stamps, fn=fn: p.decode(fn(s, t), stamps), [p.input_text, p.state, p.stamps],
+            lambda t, s, stamps, fn=fn: answer(fn(s, t), stamps), [p.input_text, p.state, p.stamps],
             outs, api_name=name, **FAST,
         )  # fmt: skip
     for trigger, fn, name in ((p.back_btn.click, session.back, "back"),
                               (p.reset_btn.click, session.reset, "reset")):  # fmt: skip
         trigger(
-            lambda s, stamps, fn=fn: p.decode(fn(s), stamps), [p.state, p.stamps], outs,
+            lambda s, stamps, fn=fn: answer(fn(s), stamps), [p.state, p.stamps], outs,
             api_name=name, **FAST,
         )  # fmt: skip
     p.slider.input(
-        lambda s, v, stamps: p.decode(session.goto(s, v), stamps), [p.state, p.slider, p.stamps],
+        lambda s, v, stamps: answer(session.goto(s, v), stamps), [p.state, p.slider, p.stamps],
         outs, trigger_mode="always_last", **HIDDEN, **FAST,
     )  # fmt: skip
     p.force_btn.click(
-        lambda s, stamps, v: p.decode(session.force(s, *_force_args(v)), stamps),
+        lambda s, stamps, v: answer(session.force(s, *_force_args(v)), stamps),
         [p.state, p.stamps, p.force_value], outs, js=FORCE_JS, api_name="force", **FAST,
     )  # fmt: skip
     p.resync_btn.click(
-        lambda s, stamps: p.decode(
+        lambda s, stamps: answer(
             session.render(dataclasses.replace(s, page_rows=-1)), stamps, resent=True
         ),
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
@@ -278,11 +280,11 @@ def wire_decoding(p) -> None:
     )  # fmt: skip
     wire_beam(p)
     p.model_pick.input(
-        lambda s, m, t, stamps: p.decode(session.choose_model(s, m, t), stamps),
+        lambda s, m, t, stamps: answer(session.choose_model(s, m, t), stamps),
         [p.state, p.model_pick, p.input_text, p.stamps], outs, **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
     p.upload.upload(
-        lambda s, f, t, stamps: p.decode(session.upload_model(s, f or [], t), stamps),
+        lambda s, f, t, stamps: answer(session.upload_model(s, f or [], t), stamps),
         [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
 
@@ -322,6 +324,23 @@ def _beam(state: SessionState, text: str, size, stamps: dict) -> tuple:
             gr.Column(visible=False), files)  # fmt: skip
 
 
+def answer(view: session.DecodeView, stamps: dict | None = None, resent: bool = False) -> tuple:
+    """A session result as the decoding outputs (state, output text, status, slider, the
+    page's JSON); ``stamps`` (what the other panels show) decides whether the page should ask
+    for them to follow (``"follow"`` in the JSON sent); ``resent``: the page asked for
+    everything again, and a reply equal to the last one it was sent would not reach it (an
+    unchanged value fires no change), so each resend is marked as new."""
+    top = max(len(view.state.tokens), 1)
+    follow = None if stamps is None else bool(stale_panels(stamps, view.state))
+    return (
+        view.state,
+        view.output,
+        view.message,
+        gr.Slider(maximum=top, value=view.state.step),
+        view.payload.to_page(follow, time.monotonic_ns() if resent else None),
+    )
+
+
 def _beam_node(state: SessionState, panel, node: str, theme: str = "light") -> tuple:
     v = session.beam_node(state, panel, node)
     fig = gr.skip() if v.figure is None else dark([v.figure], theme)[0]  # refused: kept
@@ -334,7 +353,7 @@ def _beam_continue(p, state: SessionState, stamps: dict, panel) -> tuple:
         return (*(gr.skip() for _ in p.decode_outputs()), gr.skip(), gr.skip(), view.message,
                 gr.skip(), gr.skip())  # fmt: skip
     stamps = {**stamps, "beam": stamp(view.state)["beam"]}
-    return (*p.decode(view, stamps), stamps, panel, gr.skip(), gr.Tabs(selected="step"), "step")
+    return (*answer(view, stamps), stamps, panel, gr.skip(), gr.Tabs(selected="step"), "step")
 
 
 def wire_reference(p) -> None:
