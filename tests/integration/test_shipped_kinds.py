@@ -1,5 +1,6 @@
-"""The decoder-only models shipped in models/: induction heads that formed in training
-(models/induction) and a GPT-style prefix LM that reverses strings (models/reverse-gpt)."""
+"""The one-stack models shipped in models/: induction heads that formed in training
+(models/induction), a GPT-style prefix LM that reverses strings (models/reverse-gpt) and a
+BERT-style masked LM that fills the reversed string in one pass (models/reverse-bert)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,16 @@ def reverse_gpt(models_dir):
     return attnviz.load_checkpoint(models_dir / "reverse-gpt")
 
 
-@pytest.mark.parametrize("name", ["induction", "reverse-gpt"])
-def test_shipped_decoder_only_models_are_small_documented_and_made_by_attnviz_train(
+@pytest.mark.parametrize("name", ["induction", "reverse-gpt", "reverse-bert"])
+def test_shipped_one_stack_models_are_small_documented_and_made_by_attnviz_train(
     name, models_dir
 ):
     folder = models_dir / name
     ckpt = attnviz.load_checkpoint(folder)
-    assert ckpt.config.arch == "decoder-only" and ckpt.model.encoder is None
+    if name == "reverse-bert":
+        assert ckpt.config.arch == "encoder-only" and ckpt.model.decoder is None
+    else:
+        assert ckpt.config.arch == "decoder-only" and ckpt.model.encoder is None
     assert ckpt.meta["command"].startswith("attnviz train --task ")
     assert (folder / "model.safetensors").stat().st_size < 10 * 2**20
     assert (folder / "snapshots.safetensors").is_file()
@@ -86,3 +90,27 @@ def test_reverse_gpt_with_its_causal_mask_off_reads_the_answer_it_should_predict
         before, _ = lab.view("before", "decoder_self", layer)
         assert np.allclose(np.triu(before[:, :n, :n], 1), 0)
     assert future > 0.1  # some target row puts real weight on tokens after it
+
+
+def test_reverse_bert_fills_the_reversed_string_in_one_pass_at_every_length(models_dir):
+    """Test split (never trained on), the whole answer masked: exact match >= 0.99 per length."""
+    results = exact_match_by_length(models_dir / "reverse-bert", per_length=50)
+    for length, (right, n) in results.items():
+        assert right / n >= 0.99, (length, right, n)
+
+
+def test_reverse_bert_reads_each_answer_letter_from_its_mirror(models_dir):
+    """Each mask's row of the last layer puts its weight on the source letter it is filled
+    with: the anti-diagonal of reversal, read in one bidirectional pass."""
+    from attnviz.analysis import fill_mask
+    from attnviz.analysis.masked_lm import answer_query
+
+    ckpt = attnviz.load_checkpoint(models_dir / "reverse-bert")
+    word = "transformer"
+    filled = fill_mask(ckpt, answer_query(ckpt, word, word[::-1]), k=1)
+    assert "".join(top[0][0] for _, top in filled.fillers) == word[::-1]
+    n = len(word)
+    last = filled.trace.weights("encoder_self", ckpt.config.n_encoder_layers - 1)[0]  # [H, T, T]
+    rows = last[:, [n + 2 + j for j in range(n)], :]  # the masks' rows
+    mirror = rows[:, range(n), [n - j for j in range(n)]]  # [H, n]: weight on the mirror
+    assert float(mirror.mean(1).max()) > 0.9, mirror.mean(1)
