@@ -2,7 +2,8 @@
 d_model 768, 12 heads, GPT-2's vocabulary; random weights, ``save_pretrained``, opened with
 :func:`attnviz.load_checkpoint`) on a 200-token prompt: the recording ``GreedyStepper``'s time
 per token against transformers' cached greedy ``generate`` on the same model and prompt,
-timed alternately in one process (target <= 1.0)."""
+timed alternately in one process (target <= 1.0); and against ``generate(output_attentions=True)``,
+what returns every step's attention in transformers (eager attention)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import tempfile
 import torch
 
 from ..decode.greedy import GreedyStepper
-from .rows import Row, app_threads, paired_times, save_quietly
+from .rows import Row, app_threads, no_progress_bars, paired_times, save_quietly
 
 GPT2_ROW = "HF GPT-2 (12 x 768) recorded stepper vs transformers' cached greedy, per token"
+GPT2_ATTN_ROW = (
+    "HF GPT-2 (12 x 768) recorded stepper vs generate(output_attentions=True), per token"
+)
 
 
 def bench_hf_gpt2(quick: bool) -> list[Row]:
@@ -21,8 +25,8 @@ def bench_hf_gpt2(quick: bool) -> list[Row]:
     try:
         import transformers
     except ImportError:
-        return [Row(GPT2_ROW, float("nan"), "ratio", "<= 1.0", None,
-                    "skipped: transformers is not installed (pip install 'attnviz[hf]')")]  # fmt: skip
+        why = "skipped: transformers is not installed (pip install 'attnviz[hf]')"
+        return [Row(r, float("nan"), "ratio", "<= 1.0", None, why) for r in (GPT2_ROW, GPT2_ATTN_ROW)]
     from ..checkpoint import load_checkpoint
 
     n, reps, prompt_len = (8, 3, 200) if quick else (32, 5, 200)
@@ -50,11 +54,31 @@ def bench_hf_gpt2(quick: bool) -> list[Row]:
                     min_new_tokens=n, num_beams=1, do_sample=False, pad_token_id=cfg.eos_token_id,
                 )  # fmt: skip
 
+        with no_progress_bars():
+            eager = transformers.GPT2LMHeadModel.from_pretrained(tmp, attn_implementation="eager")
+        eager.eval()
+
+        def theirs_with_attention():  # what returns every step's attention in transformers
+            with torch.no_grad():
+                return eager.generate(
+                    input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                    min_new_tokens=n, num_beams=1, do_sample=False, pad_token_id=cfg.eos_token_id,
+                    output_attentions=True, return_dict_in_generate=True,
+                ).sequences  # fmt: skip
+
         same = ours() == theirs()[0, prompt_len:].tolist()
+        same_eager = ours() == theirs_with_attention()[0, prompt_len:].tolist()
         t_ours, t_base = paired_times(ours, theirs, reps, 1)
-    t_ours, t_base = t_ours / n, t_base / n
-    ratio = t_ours / t_base
-    return [Row(GPT2_ROW, ratio, "ratio", "<= 1.0", ratio <= 1.0,
-                f"{t_ours * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms per token, {n} tokens after a "
-                f"{prompt_len}-token prompt, the prompt's pass included, every step's attention "
-                f"recorded{'' if same else ', tokens differ'}")]  # fmt: skip
+        t_ours2, t_eager = paired_times(ours, theirs_with_attention, reps, 1)
+    rows = []
+    for name, mine, base, agree, what in (
+        (GPT2_ROW, t_ours, t_base, same, "cached greedy generate()"),
+        (GPT2_ATTN_ROW, t_ours2, t_eager, same_eager, "generate() returning every attention"),
+    ):
+        mine, base = mine / n, base / n
+        ratio = mine / base
+        rows.append(Row(name, ratio, "ratio", "<= 1.0", ratio <= 1.0,
+                        f"{mine * 1e3:.1f} ms vs {base * 1e3:.1f} ms per token ({what}), {n} "
+                        f"tokens after a {prompt_len}-token prompt, the prompt's pass included, "
+                        f"every step's attention recorded{'' if agree else ', tokens differ'}"))  # fmt: skip
+    return rows

@@ -40,17 +40,24 @@ def app_threads():
         torch.set_num_threads(before)
 
 
-def save_quietly(model, folder) -> None:
-    """``model.save_pretrained(folder)`` (safetensors) without transformers' progress bars."""
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers' progress bars off for the block (saving and loading a folder)."""
     import transformers
 
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()
     try:
-        model.save_pretrained(folder, safe_serialization=True)
+        yield
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
+
+
+def save_quietly(model, folder) -> None:
+    """``model.save_pretrained(folder)`` (safetensors) without transformers' progress bars."""
+    with no_progress_bars():
+        model.save_pretrained(folder, safe_serialization=True)
 
 
 def paired_times(
