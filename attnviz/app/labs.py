@@ -275,6 +275,12 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     return LabView([fig], msg)
 
 
+def signif(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits: a table cell that keeps the size the chart
+    beside it draws (rounding to decimals showed 0 for the 1e-5 effects of a random model)."""
+    return float(f"{x:.{digits}g}")
+
+
 #: The ablation chart's title for an encoder-only model (one pass, no output decoded).
 READ_TITLE = "probability of the top filler at each mask (no mask: of each token), one pass"
 
@@ -293,7 +299,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     except AttnvizError as exc:
         return error_view(exc)
     rows = [
-        [e.site, e.changed_outputs, round(e.max_prob_change, 4), round(e.mean_prob_change, 4)]
+        [e.site, e.changed_outputs, signif(e.max_prob_change), signif(e.mean_prob_change)]
         for e in effects
     ]
     top = effects[0]

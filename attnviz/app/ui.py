@@ -37,6 +37,15 @@ from .views import input_placeholder
 
 SESSION_TTL_S = 3600  # a session's state is freed this long after its last decoding event
 CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older than an hour
+#: The Attribution tab's button and its two figures' labels, by what the model does.
+ATTR_LABELS = {
+    "decode": ("Attribute the newest token", "source", "previous tokens"),
+    "read": (
+        "Attribute the filler at the first mask",
+        "the sentence: attribution beside the mask's self-attention",
+        "the sentence: Integrated Gradients and gradient × input",
+    ),
+}
 
 
 class Page:
@@ -130,6 +139,7 @@ class Page:
                 label=f"layer of the {attr_rows} compared",
             ),  # fmt: skip
             self.attr_head: gr.Dropdown(choices=heads, value="mean"),
+            **self.attribution_labels(reads),
             self.wi_layer: gr.Dropdown(choices=dec, value=last),
             self.wi_heads: gr.CheckboxGroup(
                 choices=[f"H{h}" for h in range(ckpt.config.n_heads)], value=[]
@@ -144,6 +154,16 @@ class Page:
             ),
         }
 
+    def attribution_labels(self, reads: bool) -> dict:
+        """The Attribution tab's button and figure labels: an encoder-only model's explain the
+        filler at its first mask token over the sentence, not the newest decoded token."""
+        words = ATTR_LABELS["read" if reads else "decode"]
+        return {
+            self.attr_btn: gr.Button(words[0]),
+            self.attr_src: gr.Plot(label=words[1]),
+            self.attr_tgt: gr.Plot(label=words[2]),
+        }
+
     def control_outputs(self) -> list:
         return [
             self.model_info, self.model_pick, self.examples, self.ablate_sites, self.mask_layer,
@@ -151,7 +171,7 @@ class Page:
             self.play_btn, self.align_layer, self.align_head, self.attr_head, self.wi_layer,
             self.wi_heads, self.input_text, self.speech_row, self.wi_box, self.blocked,
             self.mask_kind, self.beam_attn, self.ref_plot, self.reference, self.mask_intro,
-            self.compare_kind,
+            self.compare_kind, self.attr_btn, self.attr_src, self.attr_tgt,
             *self.kind_notes.values(), *self.kind_bodies.values(), *self.decoding_parts(),
             self.run_btn,
         ]  # fmt: skip

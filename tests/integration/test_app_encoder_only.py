@@ -88,6 +88,9 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     assert list(v.figures[0].data[0].customdata) == labels
     ranked = labs.rank_heads(state)
     assert len(ranked.rows) == 8 and ranked.rows[0][0].startswith("encoder_self L")
+    # the table keeps the size the chart draws (a random model's effects are ~1e-5)
+    drawn = ranked.figures[0].data[0].x[0]
+    assert drawn > 0 and ranked.rows[0][2] == pytest.approx(drawn, rel=1e-3)
     attr = labs.attribution(state, "L1")
     assert attr.message.startswith(f"Explaining the top filler at the first mask token: “{tops[0]}”")
     assert len(attr.figures) == 2 and len(attr.figures[0].data[0].y) == len(fill.ids)
@@ -151,4 +154,9 @@ def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
         )
         assert on_rev[md].visible is False
     assert on_bert[page.input_text].label.startswith("Sentence (or a pair")
+    assert on_bert[page.attr_btn].value == "Attribute the filler at the first mask"
+    assert on_rev[page.attr_btn].value == "Attribute the newest token"
+    assert on_bert[page.attr_src].label.startswith("the sentence")
+    assert on_rev[page.attr_src].label == "source"
+    assert on_rev[page.attr_tgt].label == "previous tokens"
     assert on_rev[page.input_text].label == "Input"
