@@ -35,6 +35,7 @@ from .data.batch import Prompt
 from .data.tokenizer import Encoding, Tokenizer, check_text
 from .decode.batched import greedy_decode, greedy_texts, until_eos
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
+from .decode.fill import fill_texts
 from .decode.greedy import GreedyStepper, LogitRules
 from .decode.scoring import Scored, score_reference
 
@@ -325,6 +326,7 @@ class Checkpoint:
     ) -> Prediction:
         """Greedy-decode one input (the stepper's tokens; beam search for ``num_beams > 1``);
         see :class:`Prediction`."""
+        self._generates()
         enc = None if self.is_audio else self.encode_source(text)
         if num_beams > 1:
             best = self.beam(text, num_beams, max_len)
@@ -341,6 +343,22 @@ class Checkpoint:
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
+
+    def task_outputs(self, examples: Sequence) -> list[str]:
+        """The model's answer to each example (``.src``, ``.tgt``): :meth:`predict_batch`, or
+        for a masked-LM model trained here the target masked (one mask per token of
+        ``.tgt``) and filled in one pass (:func:`attnviz.decode.fill.fill_texts`)."""
+        if self.prompt is not None and self.prompt.loss == "mlm":
+            return fill_texts(self.model, self.src_tokenizer, self.tgt_tokenizer, self.prompt,
+                              examples)  # fmt: skip
+        return self.predict_batch([e.src for e in examples])
+
+    def _generates(self) -> None:
+        if self.config.arch == "encoder-only":
+            raise InputError(
+                "an encoder-only model reads its input at once and generates nothing: fill its "
+                "mask tokens with attnviz.analysis.fill_mask (or task_outputs for a task's inputs)"
+            )
 
     def stepper(self, text: str, max_len: int | None = None, edits: Sequence = ()) -> GreedyStepper:
         """A :class:`~attnviz.GreedyStepper` on ``text`` with this checkpoint's special ids and
@@ -385,6 +403,7 @@ class Checkpoint:
         """Decode many inputs to texts, the same outputs as :meth:`predict`: greedy decoding
         batched, or beam search (one input at a time) when ``num_beams`` (default: the
         generation config's, else 1) is above 1."""
+        self._generates()
         num_beams = folder_num_beams(self) if num_beams is None else num_beams
         if self.is_audio:  # one 30 s window at a time
             return [self.predict(clip, num_beams=num_beams) for clip in texts]

@@ -49,6 +49,7 @@ from ..core.record import Edit, record
 from ..data.tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
 from .export import dumps, key_stats
+from .masked_lm import answer_query
 from .stats import (
     BROAD_ROLE,
     PATTERN_SHARE,
@@ -171,7 +172,10 @@ def check(
     if texts is None:
         if task is None:
             raise InputError("this checkpoint names no task: give inputs to check it on")
-        texts = [e.src for e in task.examples("validation", n, seed=0)]
+        examples = task.examples("validation", n, seed=0)
+        texts = [e.src for e in examples]
+        if ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # as it was trained to read
+            texts = [answer_query(ckpt, e.src, e.tgt) for e in examples]
         inputs = f"{count(len(texts), 'validation input')} of task {task.name!r}"
     else:
         inputs = count(len(texts), "given input")
@@ -398,7 +402,7 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
     size = _accuracy_size(ckpt, n)
     examples = task.examples("validation", size, seed=0)
     with record(ckpt.model, edits, capture=None):
-        outputs = ckpt.predict_batch([e.src for e in examples])
+        outputs = ckpt.task_outputs(examples)
     tally: dict[int, list[int]] = {}
     for example, output in zip(examples, outputs, strict=True):
         right_n = tally.setdefault(task.length_of(example.src), [0, 0])
@@ -419,7 +423,8 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
         "ok": "",
     }[level]
     message = (
-        f"greedy exact match {exact:.3f} against the task's true targets on {len(examples)} "
+        f"{'filled-in' if ckpt.config.arch == 'encoder-only' else 'greedy'} exact match "
+        f"{exact:.3f} against the task's true targets on {len(examples)} "
         f"validation {'input' if len(examples) == 1 else 'inputs'}{why}; right by source length: {breakdown}"
     )
     return [Finding("accuracy", level, message, details), _recorded(recorded, exact, examples)]
@@ -451,8 +456,8 @@ def _task_pattern(task: Task, stats: list[HeadStats]) -> Finding:
     if kind == "cross" and not any(s.kind == "cross" for s in stats):
         return Finding(
             "task pattern", "info",
-            f"{task.name}'s pattern is read from cross-attention, which this decoder-only "
-            "model does not have (its source and output are one sequence)",
+            f"{task.name}'s pattern is read from cross-attention, which a one-stack model "
+            "does not have (its source and output are one sequence)",
         )  # fmt: skip
     mine = [s for s in stats if s.kind == kind and np.isfinite(getattr(s, metric))]
     if not mine:

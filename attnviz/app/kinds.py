@@ -89,6 +89,11 @@ ENCODER_NOTES = {
         "encoder-only model has no causal mask and no decoder, and this lab does not run one "
         "yet."
     ),
+    "contrast": (
+        "“Why this token and not that one” compares two candidates for the next token; an "
+        "encoder-only model produces no next token (the attribution above explains the "
+        "filler at the first mask)."
+    ),
     "faith": (
         "Faithfulness removes source tokens the cross-attention points at; an encoder-only "
         "model has no cross-attention."

@@ -101,6 +101,7 @@ class Page:
         return {
             **{c: type(c)(visible=decodes) for c in self.decoding_parts()},
             self.run_btn: gr.Button("Run ▶▶" if decodes else "Read ▶"),
+            self.mask_body: gr.Column(visible=not reads),  # no mask lab for encoder-only yet
             **{self.kind_notes[k]: v for k, v in hidden.items()},
             **{b: type(b)(visible=not note(ckpt, k)) for k, b in bodies.items() if b},
             self.input_text: gr.Textbox(
@@ -173,7 +174,7 @@ class Page:
             self.mask_kind, self.beam_attn, self.ref_plot, self.reference, self.mask_intro,
             self.compare_kind, self.attr_btn, self.attr_src, self.attr_tgt,
             *self.kind_notes.values(), *self.kind_bodies.values(), *self.decoding_parts(),
-            self.run_btn,
+            self.run_btn, self.mask_body,
         ]  # fmt: skip
 
     def decoding_parts(self) -> list:

@@ -27,23 +27,24 @@ from .views import display_token
 
 def mask_tab(p) -> None:
     with gr.Tab("Mask lab", elem_id="tab-mask") as p.mask_tab:
-        p.mask_intro = gr.Markdown(  # a decoder-only model's: no source tokens to hide
-            MASK_INTRO["encoder-decoder"], elem_id="mask-intro", elem_classes="explain"
-        )
-        with gr.Row():
-            p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
-            p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
-            p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
-        kind_note(p, "mask")  # no source tokens to block: the sentence says why
-        with gr.Row():
-            p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
-            p.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
-            p.mask_head = gr.Dropdown(
-                ["mean"], value="mean", label="head", allow_custom_value=STALE_OK
+        kind_note(p, "mask")  # no source tokens to block (or, encoder-only, no lab): why
+        with gr.Column() as p.mask_body:  # hidden for an encoder-only model
+            p.mask_intro = gr.Markdown(  # a decoder-only model's: no source tokens to hide
+                MASK_INTRO["encoder-decoder"], elem_id="mask-intro", elem_classes="explain"
             )
-        p.mask_msg = gr.Markdown(elem_id="mask-message")
-        p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
-        p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
+            with gr.Row():
+                p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
+                p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
+                p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
+            with gr.Row():
+                p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
+                p.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
+                p.mask_head = gr.Dropdown(
+                    ["mean"], value="mean", label="head", allow_custom_value=STALE_OK
+                )
+            p.mask_msg = gr.Markdown(elem_id="mask-message")
+            p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
+            p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
 
 
 def other_tabs(p, state: SessionState) -> None:
@@ -70,24 +71,26 @@ def other_tabs(p, state: SessionState) -> None:
         p.attr_msg = gr.Markdown(elem_id="attr-message")
         p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
         p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
-        gr.Markdown("### Why this token and not that one")
-        with gr.Row():
-            p.attr_alt = gr.Dropdown(
-                label="…and not this candidate (default: the runner-up; for a forced "
-                "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
-                scale=3,
-            )  # fmt: skip
-            p.attr_head = gr.Dropdown(
-                ["mean", *heads], value="mean", label="head of the attention rows", scale=1
+        kind_note(p, "contrast")  # an encoder-only model has no next token to contrast
+        with gr.Column() as p.kind_bodies["contrast"]:
+            gr.Markdown("### Why this token and not that one")
+            with gr.Row():
+                p.attr_alt = gr.Dropdown(
+                    label="…and not this candidate (default: the runner-up; for a forced "
+                    "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
+                    scale=3,
+                )  # fmt: skip
+                p.attr_head = gr.Dropdown(
+                    ["mean", *heads], value="mean", label="head of the attention rows", scale=1
+                )
+                p.attr_vs_btn = gr.Button(
+                    "Why this token and not that one", elem_id="attr-vs-btn", scale=1
+                )
+            p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
+            p.attr_vs_plot = gr.Plot(
+                label="contrastive attribution and next-step attention",
+                elem_id="attribution-contrast",
             )
-            p.attr_vs_btn = gr.Button(
-                "Why this token and not that one", elem_id="attr-vs-btn", scale=1
-            )
-        p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
-        p.attr_vs_plot = gr.Plot(
-            label="contrastive attribution and next-step attention",
-            elem_id="attribution-contrast",
-        )
     with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
         p.health_extra = gr.Textbox(
             label="for a model without a task: the current input is checked, and these "

@@ -206,13 +206,9 @@ def exact_match_by_length(
     else:
         task = task_of(ckpt)
     out = {}
-    mlm = ckpt.prompt is not None and ckpt.prompt.loss == "mlm"
     for length in task.lengths:
         exs = task.examples(split, per_length, seed=seed, length=length)
-        if mlm:  # the answer filled in, its length given
-            preds = fill_texts(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, ckpt.prompt, exs)
-        else:
-            preds = ckpt.predict_batch([e.src for e in exs])
+        preds = ckpt.task_outputs(exs)  # a masked-LM model: the answer filled in
         out[length] = (sum(p == e.tgt for p, e in zip(preds, exs, strict=True)), len(exs))
     return out
 

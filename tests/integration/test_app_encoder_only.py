@@ -69,13 +69,13 @@ def test_what_does_not_apply_says_why_in_one_sentence(bert):
         assert out.message.startswith("⚠ " + ENCODER_NOTES["decode"][:40])
     assert session.beam(view.state).startswith("⚠ " + ENCODER_NOTES["beam"][:40])
     assert session.force(view.state, 3).message.startswith("⚠ Step, Back")
-    for place in ("whatif", "align", "mask", "reference", "step"):
+    for place in ("whatif", "align", "mask", "reference", "step", "contrast"):
         assert note(ckpt, place) == ENCODER_NOTES[place]
     for lab in ENCODER_LABS:
         assert note(ckpt, lab) == ""
     masklab = labs.mask_lab(view.state, True, False, [])
     assert masklab.message.startswith("⚠ " + ENCODER_NOT_YET)
-    assert labs.contrast(view.state).message.startswith("⚠ " + ENCODER_NOT_YET)
+    assert labs.contrast(view.state).message.startswith("⚠ " + ENCODER_NOTES["contrast"][:40])
 
 
 def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
@@ -160,3 +160,7 @@ def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
     assert on_rev[page.attr_src].label == "source"
     assert on_rev[page.attr_tgt].label == "previous tokens"
     assert on_rev[page.input_text].label == "Input"
+    # the mask lab and the contrast are hidden whole, their sentence shown in their place
+    assert on_bert[page.mask_body].visible is False and on_rev[page.mask_body].visible is True
+    body = page.kind_bodies["contrast"]
+    assert on_bert[body].visible is False and on_rev[body].visible is True

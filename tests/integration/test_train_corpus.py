@@ -243,7 +243,7 @@ def test_presets_fill_the_model_and_every_flag_overrides():
 
 def test_model_flags_are_the_model_config_fields():
     names = {f.name for f in dataclasses.fields(ModelConfig)}
-    ids = {"src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id"}
+    ids = {"src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id", "end_ids"}
     audio = {"source", "n_mels", "encoder_positions", "max_source_len"}  # imported, not trained
     assert set(MODEL_FIELDS) == names - ids - audio
     option_names = {f.name for f in dataclasses.fields(TrainOptions)}

@@ -93,3 +93,19 @@ def test_the_app_offers_the_task_inputs_with_their_answers_masked_and_reads_them
     fill = fill_mask(ckpt, examples[1], k=5)
     assert view.payload["pieces"] == fill.pieces
     assert [f["position"] for f in view.payload["fillers"]] == [p for p, _ in fill.fillers]
+
+
+def test_predict_refuses_in_one_line_and_the_health_check_fills_the_answers(run):
+    from attnviz.analysis import health
+
+    _, ckpt, _ = run
+    with pytest.raises(InputError, match="generates nothing") as info:
+        ckpt.predict("abc")
+    assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match="generates nothing"):
+        ckpt.predict_batch(["abc"])
+    report = health.check(ckpt, n=8, ablation_sample=0)
+    accuracy = next(f for f in report.findings if f.check == "accuracy")
+    assert accuracy.message.startswith("filled-in exact match")
+    examples = attnviz.data.tasks.get_task("reverse").examples("validation", 3, seed=0)
+    assert len(ckpt.task_outputs(examples)) == 3
