@@ -6,12 +6,16 @@ line)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import ConfigError
 
-if TYPE_CHECKING:
-    from .config import ModelConfig
+
+class Sized(Protocol):
+    """What the size check reads of a config: :meth:`attnviz.core.config.ModelConfig.sizes`
+    (numbers by part, with ``"parameters"`` and ``"buffers"`` totals)."""
+
+    def sizes(self) -> dict[str, int]: ...
 
 #: Bytes of one number (float32).
 BYTES_PER_NUMBER = 4
@@ -46,7 +50,7 @@ def available_memory() -> int:
     return min(found)
 
 
-def memory_needed(config: ModelConfig) -> int:
+def memory_needed(config: Sized) -> int:
     """Peak bytes of building and loading the model of ``config``, from its arithmetic.
 
     Parameters count twice (a load holds the file's tensors and the model's together); a fixed
@@ -56,7 +60,7 @@ def memory_needed(config: ModelConfig) -> int:
     return BYTES_PER_NUMBER * (2 * sizes["parameters"] + 6 * sizes["buffers"])
 
 
-def check_size(config: ModelConfig) -> None:
+def check_size(config: Sized) -> None:
     """Refuse a config whose model cannot fit in this machine's memory, before building it.
 
     Raises:
