@@ -137,20 +137,6 @@ def test_attribution_compares_with_self_attention_on_the_prompt(stepped, inducti
     assert vs.figures[0].layout.xaxis2.title.text == "prompt token"
 
 
-def test_health_and_export_run_on_the_one_sequence(stepped, tmp_path):
-    view = panels.health(stepped)
-    assert "Health check passed" in view.message
-    assert {t.name for t in view.figures[0].data} == {"decoder_self"}  # head roles: one kind
-    for what in ("json", "npz", "html"):
-        out = panels.export(stepped, what)
-        assert out.path and out.path.endswith(f".{what}"), out.message
-    import json
-    from pathlib import Path
-
-    doc = json.loads(Path(panels.export(stepped, "json").path).read_text())
-    assert {k.split(".")[0] for k in doc["attention"]} == {"decoder_self"}
-
-
 def test_compare_draws_the_decoder_self_grid_alone(stepped):
     view = compare_lab.compare(stepped, "induction", "cross", "L0", "H0")  # cross: not here
     assert not view.message.startswith("⚠") and "No head differs" in view.message

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from attnviz.app import session, views
 from attnviz.app.decoders import DECODERS
-from attnviz.bench.app import long_memory, long_text, opus_shaped_checkpoint
+from attnviz.bench.app import long_text, opus_shaped_checkpoint
 
 
 def _f32(b64: str) -> np.ndarray:
@@ -119,8 +118,3 @@ def test_a_1024_token_input_steps_and_keeps_no_per_step_encoder_copies(long_mode
         assert all(r.scores is None for recs in stepper._records for r in recs.values())
         full = stepper.trace()  # the figures and exports still assemble weights and masks
         assert full.numpy("cross", 1).shape == (1, 4, 3, 1024)
-
-
-def test_the_bench_measures_a_fresh_server_process(long_model):
-    base, now, peak = long_memory(Path(long_model), 300, 5)
-    assert 0 < base <= peak and 0 < now <= peak

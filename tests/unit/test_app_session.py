@@ -7,8 +7,6 @@ import copy
 import dataclasses
 import io
 import json
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -258,15 +256,6 @@ def test_bench_step_measures_a_step(models_dir):
     assert 0 < app_bench.bench_step(str(models_dir / "reverse"), "helloworld", repeats=2) < 10
 
 
-def test_session_layer_does_not_import_gradio():
-    code = (
-        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels, "
-        "attnviz.app.server, attnviz.bench.app, attnviz.bench.suite; "
-        "assert 'gradio' not in sys.modules"
-    )
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
-
-
 def test_encrypted_zip_upload_is_refused_and_cleaned_up(fresh, tmp_path):
     import zipfile
 
@@ -459,45 +448,6 @@ def test_the_decoder_is_built_from_the_state_source_ids(models_dir, fresh, monke
     odd = dataclasses.replace(started, text="not what the ids say")  # the ids are decoded
     DECODERS.forget(odd.sid)
     assert session.run(odd).output == "dlrowolleh" and calls == []
-
-
-def _app_imports(path: Path) -> set[str]:
-    """The attnviz.app modules ``path`` imports, at the top or inside a function."""
-    import ast
-
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz.app."):
-            found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("attnviz.app.")}
-    return found - {path.stem}
-
-
-def test_app_modules_import_in_one_direction():
-    app = Path(session.__file__).parent
-    graph = {p.stem: _app_imports(p) & {q.stem for q in app.glob("*.py")} for p in app.glob("*.py")}
-    assert "session" not in graph["state"] and "views" not in graph["state"]
-    assert graph["decoders"] <= {"state"} and "session" not in graph["views"]
-
-    def reach(mod: str, seen: frozenset = frozenset()) -> None:
-        for dep in graph[mod]:
-            assert dep not in seen | {mod}, f"import cycle: {' -> '.join([*seen, mod, dep])}"
-            reach(dep, seen | {mod})
-
-    for mod in graph:
-        reach(mod)
-    code = (
-        "import sys, importlib\n"
-        "for m in ('state', 'decoders', 'views', 'session', 'server'):\n"
-        "    for k in [k for k in sys.modules if k.startswith('attnviz')]: del sys.modules[k]\n"
-        "    importlib.import_module('attnviz.app.' + m)\n"
-        "print('ok')"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def attnviz_trace(ckpt, state):

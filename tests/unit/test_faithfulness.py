@@ -7,7 +7,6 @@ import pytest
 
 import attnviz
 from attnviz.analysis.faithful import METHODS, faithfulness, rankings
-from attnviz.data.tasks import get_task
 
 
 def test_blocking_every_source_token_is_the_same_for_every_method(models_dir):
@@ -46,14 +45,3 @@ def test_bad_arguments_are_refused(models_dir):
         faithfulness(ckpt, ["abc"], k_max=0)
     with pytest.raises(attnviz.InputError, match="method"):
         faithfulness(ckpt, ["abc"], methods=["tea leaves"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["reverse", "copy", "sort", "translate"])
-def test_random_ranking_is_the_least_comprehensive(models_dir, name):
-    """100 test inputs per shipped model: every real method beats a random order."""
-    ckpt = attnviz.load_checkpoint(models_dir / name)
-    texts = [e.src for e in get_task(name).examples("test", 100, seed=11)]
-    aopc = faithfulness(ckpt, texts, ig_steps=4).aopc()
-    for m in METHODS[:-1]:
-        assert aopc[m] > aopc["random"] + 0.1, aopc

@@ -117,16 +117,6 @@ def test_stepper_and_beam_search_match(base, case):
         assert bb.score == pytest.approx(ba.score, abs=1e-4)
 
 
-def test_health_check_matches(base, case):
-    _, ckpt, _ = case
-    texts = ["helloworld", "abc", "qwertyuiopasdf", "zz"]
-    ra = analysis.check(base, texts, ablation_sample=4)
-    rb = analysis.check(ckpt, texts, ablation_sample=4)
-    assert [(f.level, f.message) for f in rb.findings] == [
-        (f.level, f.message) for f in ra.findings
-    ]
-
-
 def test_ablation_matches(base, case):
     _, ckpt, _ = case
     heads = analysis.all_heads(base, kinds=["cross"])[:3]

@@ -1,0 +1,75 @@
+"""The truthfulness check fails a model trained too little."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.analysis import health
+from attnviz.cli import main
+
+
+# -- reading figures back ----------------------------------------------------------------------
+def _array(value) -> np.ndarray:
+    """A plotly JSON array (a list with null, or ``{dtype, bdata, shape}``) as float numpy."""
+    if isinstance(value, dict) and "bdata" in value:
+        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        shape = [int(n) for n in str(value.get("shape", len(a))).split(",")]
+        return a.reshape(shape).astype(float)
+    return np.array([[np.nan if v is None else v for v in row] for row in value], float)
+
+
+def panels(fig) -> dict[str, dict[str, np.ndarray]]:
+    """Heatmap panels by x axis (``"x"``, ``"x2"``, ...): ``{"weights": z, "masked": bool}``;
+    ``"masked"`` is the cells the grey layer draws (absent when it draws none)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for trace in json.loads(fig.to_json())["data"]:
+        if trace.get("type") != "heatmap":
+            continue
+        panel = out.setdefault(trace.get("xaxis", "x"), {})
+        z = _array(trace["z"])
+        if trace.get("name") == "masked":
+            panel["masked"] = ~np.isnan(z)
+        else:
+            panel["weights"] = z
+    return out
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+# -- every figure function that draws a mask ----------------------------------------------------
+
+
+# -- strict JSON -------------------------------------------------------------------------------
+
+
+# -- the health check fails a model that cannot do its task -------------------------------------
+@pytest.mark.slow
+def test_check_fails_an_undertrained_reverse_model(tmp_path):
+    from attnviz.train.loop import TrainOptions, train
+
+    out = tmp_path / "reverse150"
+    opts = TrainOptions(task="reverse", out=str(out), steps=150, d_model=32, n_heads=2, d_ff=64,
+                        batch_size=32, eval_size=50, eval_every=150, snapshot_every=150)  # fmt: skip
+    train(opts, progress=False)
+    ckpt = attnviz.load_checkpoint(out)
+    rep = health.check(ckpt, n=60, ablation_sample=8)
+    found = {f.check: f for f in rep.findings}
+    assert not rep.passed and "verdict: FAIL" in rep.text()
+    acc = found["accuracy"]
+    assert acc.level == "error" and acc.details["exact_match"] < 0.5, rep.text()
+    by_length = acc.details["by_length"]
+    assert "by source length" in acc.message and len(by_length) >= 10
+    assert sum(v["n"] for v in by_length.values()) == acc.details["n"] == 50  # as recorded
+    assert set(by_length) <= {str(n) for n in range(1, 21)}
+    # the masks hold: the failure is the task, not a leak
+    assert found["padding"].level == found["causal"].level == "ok"
+    assert (
+        found["task pattern"].level == "warning" and "none has it" in found["task pattern"].message
+    )
+    assert main(["check", str(out), "--n", "20", "--ablation-sample", "0"]) == 1
