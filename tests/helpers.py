@@ -247,3 +247,92 @@ def tiny_bert(folder: str | Path):
     model.save_pretrained(folder, safe_serialization=True)
     fast.save_pretrained(folder)
     return model, fast
+
+
+def stepped_state(folder: str | Path, text: str, n: int):
+    """An app session on ``folder`` started on ``text`` and stepped ``n`` times."""
+    from attnviz.app import session
+
+    s = session.start(session.new_state(str(folder)), text).state
+    for _ in range(n):
+        s = session.step(s).state
+    return s
+
+
+def permuted_checkpoint(
+    ckpt: attnviz.Checkpoint, perm: list[int], specials: dict, folder
+) -> attnviz.Checkpoint:
+    """A copy of ``ckpt`` whose new id k is old id ``perm[k]`` on both sides."""
+    from attnviz.data.tokenizer import Tokenizer
+
+    cfg = ckpt.config
+    assert cfg.src_vocab_size == cfg.tgt_vocab_size == len(perm)
+    ids = {f"{role}_id": i for role, i in specials.items()}
+    new_cfg = attnviz.ModelConfig.from_dict({**cfg.to_dict(), **ids})
+    model = attnviz.Transformer(new_cfg).eval()
+    state = {k: v.clone() for k, v in ckpt.model.state_dict().items()}
+    index = torch.tensor(perm)
+    for name in ("src_embed.weight", "tgt_embed.weight", "generator.weight", "generator.bias"):
+        state[name] = state[name][index]
+    model.load_state_dict(state)
+    toks = [
+        Tokenizer.from_vocab(tok.kind, [tok.tokens[old] for old in perm], specials)
+        for tok in (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    ]
+    attnviz.save_checkpoint(folder, model, *toks, dict(ckpt.meta))  # task, history, ...
+    return attnviz.load_checkpoint(folder)
+
+
+#: The permuted vocabularies of the special-id tests: ``tutorial`` (the PyTorch tutorial's
+#: UNK 0, PAD 1, BOS 2, EOS 3) and ``start_is_pad`` (the start id is the pad id, as in T5).
+PERMUTATIONS = ("tutorial", "start_is_pad")
+
+
+def permuted_case(name: str, base: attnviz.Checkpoint, folder) -> tuple:
+    """``(name, permuted copy of base, perm)`` with ``perm[new id] = old id``; the letters go
+    in reverse order after the specials."""
+    letters = list(range(4, base.config.tgt_vocab_size))[::-1]
+    if name == "tutorial":
+        perm = [3, 0, 1, 2, *letters]  # UNK 0, PAD 1, BOS 2, EOS 3
+        specials = {"pad": 1, "bos": 2, "eos": 3, "unk": 0}
+    else:
+        perm = [1, 2, 3, 0, *letters]  # start(=pad) 0, EOS 1, UNK 2; old PAD: a spare token
+        specials = {"pad": 0, "bos": 0, "eos": 1, "unk": 2}
+    return name, permuted_checkpoint(base, perm, specials, folder), perm
+
+
+# -- fixtures shared by a unit module and the integration module its slow tests moved to ---------
+#: The decoder-only app tests' prompt (models/induction's symbols).
+INDUCTION_PROMPT = "qXb3LmZ7tRw2Kp9"
+
+
+@pytest.fixture(scope="module", name="base")
+def base_fixture(models_dir):
+    """The shipped reversal model, the special-id tests' base."""
+    return attnviz.load_checkpoint(models_dir / "reverse")
+
+
+@pytest.fixture(scope="module", params=PERMUTATIONS, name="case")
+def case_fixture(request, base, tmp_path_factory):
+    """(name, permuted checkpoint, perm) with perm[new id] = old id."""
+    return permuted_case(request.param, base, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture(scope="module", name="induction")
+def induction_fixture(models_dir):
+    return str(models_dir / "induction")
+
+
+@pytest.fixture(scope="module", name="stepped")
+def stepped_fixture(induction):
+    """models/induction's session stepped three times after :data:`INDUCTION_PROMPT`."""
+    return stepped_state(induction, INDUCTION_PROMPT, 3)
+
+
+@pytest.fixture(scope="module", name="ckpt")
+def reverse_fixture(models_dir):
+    """The shipped reversal model as the app's store holds it."""
+    from attnviz.app import store
+
+    return store.get_checkpoint(str(models_dir / "reverse"), "cpu")
+

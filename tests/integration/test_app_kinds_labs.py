@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
+from helpers import induction_fixture, stepped_fixture  # noqa: F401 (fixtures)
 
 from attnviz.app import (
     panels,
-    session,
 )
-
-PROMPT = "qXb3LmZ7tRw2Kp9"
-
-
-@pytest.fixture(scope="module")
-def induction(models_dir):
-    return str(models_dir / "induction")
-
-
-@pytest.fixture(scope="module")
-def stepped(induction):
-    s = session.start(session.new_state(induction), PROMPT).state
-    for _ in range(3):
-        s = session.step(s).state
-    return s
 
 
 def test_health_and_export_run_on_the_one_sequence(stepped, tmp_path):

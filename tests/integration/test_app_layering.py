@@ -2,36 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from attnviz.app import session
-
-
-@pytest.fixture
-def fresh(models_dir) -> session.SessionState:
-    return session.new_state(str(models_dir / "reverse"))
-
-
-def _walk(value):
-    """Every leaf of a (dataclass / dict / list) state."""
-    if dataclasses.is_dataclass(value):
-        for f in dataclasses.fields(value):
-            yield from _walk(getattr(value, f.name))
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from _walk(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _walk(v)
-    else:
-        yield value
-
 
 # -- step-through decoding -------------------------------------------------------------------------
 

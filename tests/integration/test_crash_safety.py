@@ -3,47 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from helpers import make_model
 
 import attnviz
-from attnviz.data.tokenizer import Tokenizer
-
-
-def _tokenizers(model):
-    cfg = model.config
-    src = Tokenizer("word", [f"s{i}" for i in range(cfg.src_vocab_size - 4)])
-    tgt = Tokenizer("word", [f"t{i}" for i in range(cfg.tgt_vocab_size - 4)])
-    return src, tgt
-
-
-@pytest.fixture(scope="module")
-def save():
-    """Factory: ``save(tmp_path, **config_overrides)`` -> (model, checkpoint folder)."""
-
-    def _save(tmp_path, **overrides):
-        model = make_model(**overrides)
-        src, tgt = _tokenizers(model)
-        meta = {"task": None, "note": "x"}
-        folder = attnviz.save_checkpoint(tmp_path / "ck", model, src, tgt, meta)
-        return model, folder
-
-    return _save
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """The device of every Transformer built from now on (the default device at the time)."""
-    devices = []
-    init = attnviz.Transformer.__init__
-
-    def spy(self, config):
-        devices.append(torch.empty(0).device.type)
-        init(self, config)
-
-    monkeypatch.setattr(attnviz.Transformer, "__init__", spy)
-    return devices
-
 
 _WRITER = """
 import sys, torch, attnviz

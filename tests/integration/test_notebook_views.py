@@ -7,14 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import CHROMIUM
 
-import attnviz
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def reverse(models_dir):
-    return attnviz.load_checkpoint(models_dir / "reverse")
 
 
 # -- a notebook, executed, then drawn in Chromium offline ------------------------------------------

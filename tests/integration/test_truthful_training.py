@@ -2,41 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
-
-import numpy as np
 import pytest
 
 import attnviz
 from attnviz.analysis import health
 from attnviz.cli import main
 
-
 # -- reading figures back ----------------------------------------------------------------------
-def _array(value) -> np.ndarray:
-    """A plotly JSON array (a list with null, or ``{dtype, bdata, shape}``) as float numpy."""
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-        shape = [int(n) for n in str(value.get("shape", len(a))).split(",")]
-        return a.reshape(shape).astype(float)
-    return np.array([[np.nan if v is None else v for v in row] for row in value], float)
-
-
-def panels(fig) -> dict[str, dict[str, np.ndarray]]:
-    """Heatmap panels by x axis (``"x"``, ``"x2"``, ...): ``{"weights": z, "masked": bool}``;
-    ``"masked"`` is the cells the grey layer draws (absent when it draws none)."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for trace in json.loads(fig.to_json())["data"]:
-        if trace.get("type") != "heatmap":
-            continue
-        panel = out.setdefault(trace.get("xaxis", "x"), {})
-        z = _array(trace["z"])
-        if trace.get("name") == "masked":
-            panel["masked"] = ~np.isnan(z)
-        else:
-            panel["weights"] = z
-    return out
 
 
 # -- the report --------------------------------------------------------------------------------

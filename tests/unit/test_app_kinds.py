@@ -10,7 +10,8 @@ import base64
 import dataclasses
 
 import numpy as np
-import pytest
+from helpers import INDUCTION_PROMPT as PROMPT
+from helpers import induction_fixture, stepped_fixture  # noqa: F401 (fixtures)
 
 import attnviz
 from attnviz.app import (
@@ -27,21 +28,6 @@ from attnviz.app import (
 )
 from attnviz.app.kinds import NOT_YET, NOTES
 from attnviz.app.state import describe
-
-PROMPT = "qXb3LmZ7tRw2Kp9"
-
-
-@pytest.fixture(scope="module")
-def induction(models_dir):
-    return str(models_dir / "induction")
-
-
-@pytest.fixture(scope="module")
-def stepped(induction):
-    s = session.start(session.new_state(induction), PROMPT).state
-    for _ in range(3):
-        s = session.step(s).state
-    return s
 
 
 def _page():

@@ -8,24 +8,19 @@ import re
 import numpy as np
 import pytest
 import torch
+from helpers import reverse_fixture, stepped_state  # noqa: F401 (fixture: ckpt)
 
 from attnviz.analysis import attribute, what_if
-from attnviz.app import labs, session, store, whatif_view
+from attnviz.app import labs, session, whatif_view
 from attnviz.app import stamps as app_stamps
 
 TEXT = "helloworld"
 
 
-@pytest.fixture(scope="module")
-def ckpt(models_dir):
-    return store.get_checkpoint(str(models_dir / "reverse"), "cpu")
 
 
 def _stepped(models_dir, n: int) -> session.SessionState:
-    s = session.start(session.new_state(str(models_dir / "reverse")), TEXT).state
-    for _ in range(n):
-        s = session.step(s).state
-    return s
+    return stepped_state(models_dir / "reverse", TEXT, n)
 
 
 def _recorded_cross(ckpt, n: int, layer: int) -> torch.Tensor:
