@@ -275,8 +275,11 @@ class Checkpoint:
         if not enc.ids or not self.src_tokenizer.split(text):  # a folder's tokenizer adds </s>
             raise InputError("the input is empty: type something to run the model on")
         if self.prompt is not None:  # the layout a one-stack model was trained on
-            mlm = self.prompt.loss == "mlm"  # read whole: <bos> text <eos>
-            ids = [self.prompt.bos_id, *enc.ids, self.config.eos_id] if mlm else self.prompt.ids(enc.ids)
+            ids = (  # a masked-LM model reads the text whole: <bos> text <eos>
+                [self.prompt.bos_id, *enc.ids, self.config.eos_id]
+                if self.masked_lm
+                else self.prompt.ids(enc.ids)
+            )
             pieces = [self.src_tokenizer.token(i) for i in ids[:1]] + list(enc.pieces)
             pieces += [self.src_tokenizer.token(i) for i in ids[1 + len(enc.ids) :]]
             enc = Encoding(ids, pieces, enc.unknown)
@@ -348,10 +351,15 @@ class Checkpoint:
         """The model's answer to each example (``.src``, ``.tgt``): :meth:`predict_batch`, or
         for a masked-LM model trained here the target masked (one mask per token of
         ``.tgt``) and filled in one pass (:func:`attnviz.decode.fill.fill_texts`)."""
-        if self.prompt is not None and self.prompt.loss == "mlm":
+        if self.masked_lm:
             return fill_texts(self.model, self.src_tokenizer, self.tgt_tokenizer, self.prompt,
                               examples)  # fmt: skip
         return self.predict_batch([e.src for e in examples])
+
+    @property
+    def masked_lm(self) -> bool:
+        """A masked-LM model trained here (its stored layout has ``loss="mlm"``)."""
+        return self.prompt is not None and self.prompt.mlm
 
     def _generates(self) -> None:
         if self.config.arch == "encoder-only":

@@ -49,7 +49,7 @@ from ..core.record import Edit, record
 from ..data.tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
 from .export import dumps, key_stats
-from .masked_lm import answer_query
+from .masked_lm import task_input
 from .stats import (
     BROAD_ROLE,
     PATTERN_SHARE,
@@ -173,9 +173,7 @@ def check(
         if task is None:
             raise InputError("this checkpoint names no task: give inputs to check it on")
         examples = task.examples("validation", n, seed=0)
-        texts = [e.src for e in examples]
-        if ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # as it was trained to read
-            texts = [answer_query(ckpt, e.src, e.tgt) for e in examples]
+        texts = [task_input(ckpt, e.src, e.tgt) for e in examples]  # as trained to read
         inputs = f"{count(len(texts), 'validation input')} of task {task.name!r}"
     else:
         inputs = count(len(texts), "given input")

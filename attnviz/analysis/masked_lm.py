@@ -64,12 +64,18 @@ def answer_query(ckpt: Checkpoint, source: str, target: str) -> str:
         InputError: a model without that layout (an imported BERT has its own).
     """
     prompt = ckpt.prompt
-    if prompt is None or prompt.loss != "mlm" or prompt.sep_id is None:
+    if not ckpt.masked_lm or prompt.sep_id is None:
         raise InputError("only a masked-LM model trained by attnviz reads `source <sep> <mask>…`")
     tok = ckpt.src_tokenizer
     n = len(tok.encode(target).ids)
     glue = "" if tok.kind == "char" else " "
     return glue.join([source, tok.token(prompt.sep_id), *[tok.token(prompt.mask_id)] * n])
+
+
+def task_input(ckpt: Checkpoint, source: str, target: str) -> str:
+    """What the model reads for a task's ``source``: the source itself, or for a masked-LM
+    model trained here, :func:`answer_query` (the answer masked, one mask per token)."""
+    return answer_query(ckpt, source, target) if ckpt.masked_lm else source
 
 
 def special_token(ckpt: Checkpoint, which: str) -> tuple[str, int] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..analysis.masked_lm import answer_query
+from ..analysis.masked_lm import task_input
 from ..data.tasks import TASKS, get_task
 from ..train.evaluate import dev_pairs
 
@@ -30,9 +30,9 @@ def examples_of(ckpt, n: int = 6) -> list[str]:
     """Example inputs for a checkpoint: its task's (:func:`examples_for`), else the first
     distinct sources of the dev pairs a corpus run stored beside it, else none."""
     out = examples_for(ckpt.task, n)
-    if out and ckpt.prompt is not None and ckpt.prompt.loss == "mlm":  # the answer masked
+    if out and ckpt.masked_lm:  # the answer masked, as the model was trained to read
         task = get_task(ckpt.task)
-        out = [answer_query(ckpt, s, task.target(s)) for s in out]
+        out = [task_input(ckpt, s, task.target(s)) for s in out]
     if not out:
         out = list(dict.fromkeys(s for s, _ in dev_pairs(ckpt) if s.strip()))
     return out[:n]

@@ -188,6 +188,11 @@ class Prompt:
     loss: str = "target"
     mask_id: int | None = None
 
+    @property
+    def mlm(self) -> bool:
+        """A masked-LM layout (an encoder-only model reads the pair whole, masks filled)."""
+        return self.loss == "mlm"
+
     def ids(self, source: Sequence[int]) -> list[int]:
         """Source ids -> the prompt's ids ``[bos, *source, (sep)]``."""
         return [self.bos_id, *source, *([] if self.sep_id is None else [self.sep_id])]

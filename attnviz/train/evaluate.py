@@ -116,7 +116,7 @@ def teacher_batch(
     device = next(model.parameters()).device
     if prompt is None:
         return tensorize(examples, src_tok, tgt_tok, model.config, device)
-    if prompt.loss == "mlm":  # the whole target masked
+    if prompt.mlm:  # the whole target masked
         src = [src_tok.encode(e.src).ids for e in examples]
         tgt = [tgt_tok.encode(e.tgt).ids for e in examples]
         return answer_batch(src, tgt, model.config, prompt, device)
@@ -172,7 +172,7 @@ def model_outputs(
 ) -> list[str]:
     """The model's answer to each example: greedy decoding, or for a masked-LM model the
     whole target masked and filled in one pass (:func:`~attnviz.decode.fill.fill_texts`)."""
-    if prompt is not None and prompt.loss == "mlm":
+    if prompt is not None and prompt.mlm:
         return fill_texts(model, src_tok, tgt_tok, prompt, examples)
     return greedy_texts(model, src_tok, tgt_tok, [e.src for e in examples], batch_size,
                         prompt=prompt)  # fmt: skip

@@ -372,7 +372,7 @@ def train(
         src_rows, tgt_rows = feed.batch(step, opts, rank, world)
         if prompt is None:
             batch = make_batch(src_rows, tgt_rows, cfg, device)
-        elif prompt.loss == "mlm":  # masks drawn from (seed, rank, step)
+        elif prompt.mlm:  # masks drawn from (seed, rank, step)
             rng = np.random.default_rng([opts.seed, rank, step])
             batch = make_mlm_batch(src_rows, tgt_rows, cfg, prompt, rng, device)
         else:
