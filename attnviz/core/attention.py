@@ -78,6 +78,49 @@ def eager_attention(
     return used @ v, weights, scores  # [B, H, Tq, Dh]
 
 
+def watched_attention(
+    hook: AttentionHook,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    attn_mask: Tensor | None,
+    scale: float,
+    position_bias: Tensor | None = None,
+    *,
+    dropout: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """Attention that a recorder watches: its mask edits, the explicit math, its weight and
+    head edits, then what it keeps. The module path and the fused cached step
+    (:mod:`attnviz.core.step`) both attend through here, so what is recorded is what was used.
+
+    Args:
+        hook: the recorder's hook for this module and call.
+        q: ``[B, H, Tq, Dh]``; k, v: ``[B, H, Tk, Dh]`` (key/value heads already shared).
+        key_padding_mask: ``[B, Tk]`` bool, True = blocked, or None.
+        attn_mask: ``[Tq, Tk]`` bool, True = blocked (the causal mask), or None.
+        scale: multiplies ``q·kᵀ``; position_bias: ``[1, H, Tq, Tk]`` or None (T5).
+        dropout: on the weights that meet the values (training only).
+    Returns:
+        The heads' output ``[B, H, Tq, Dh]`` after any head edit.
+    """
+    key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
+    mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
+    z, weights, scores = eager_attention(
+        q, k, v, mask, scale, position_bias, edit_weights=hook.edit_weights, dropout=dropout
+    )
+    z = hook.edit_heads(z)  # [B, H, Tq, Dh]
+    hook.save(
+        scores=scores,
+        mask=mask,
+        weights=weights,
+        values=v,
+        head_output=z,
+        position_bias=position_bias,
+    )
+    return z
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention with the ``nn.MultiheadAttention`` layout.
 
@@ -198,21 +241,10 @@ class MultiHeadAttention(nn.Module):
             if dead is not None:
                 z = z.masked_fill(dead, 0.0)  # [B, H, Tq, Dh]
         else:
-            key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
-            mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
             scale = self.scale if self.scale is not None else self.head_dim**-0.5
-            z, weights, scores = eager_attention(
-                q, k, v, mask, scale, position_bias,
-                edit_weights=hook.edit_weights, dropout=self.attn_dropout,
+            z = watched_attention(
+                hook, q, k, v, key_padding_mask, attn_mask, scale, position_bias,
+                dropout=self.attn_dropout,
             )  # fmt: skip
-            z = hook.edit_heads(z)  # [B, H, Tq, Dh]
-            hook.save(
-                scores=scores,
-                mask=mask,
-                weights=weights,
-                values=v,
-                head_output=z,
-                position_bias=position_bias,
-            )
         z = z.transpose(1, 2).reshape(b, tq, self.inner)  # [B, Tq, H * Dh]
         return self.out_proj(z)

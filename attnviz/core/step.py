@@ -2,12 +2,16 @@
 token per row, written as one function over weights gathered once per decode.
 
 A cached step of a small model is almost all per-call overhead (module calls, mask building,
-id checks), not arithmetic. :class:`FusedStep` runs the same operations on the same weights
-in the same order, without the module calls, with keys/values written in place into the
-:class:`~attnviz.core.model.DecoderCache`. It is used only where nothing watches the attention: if a
-recorder would see or edit any decoder attention module of the model (``attnviz.core.record`` with
-capture or edits), :func:`fused_step` returns None and the caller takes the module path, which
-records exactly what the model used. Tests prove both paths give the same logits.
+id checks), not arithmetic, and on a large one every module call still costs. :class:`FusedStep`
+runs the same operations on the same weights in the same order, without the module calls, with
+keys/values written in place into the :class:`~attnviz.core.model.DecoderCache`.
+
+Where a recorder (``attnviz.core.record``) watches or edits an attention module, the step
+attends through the recorder's hook exactly as the module would
+(:func:`~attnviz.core.attention.watched_attention`: its mask edits, the explicit softmax, its
+weight and head edits, then what it keeps): the weights recorded are the weights that met the
+values. Elsewhere it takes the fused ``scaled_dot_product_attention`` kernel. Tests hold both
+to the module path: the same logits, and the same recorded tensors.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import masks
+from . import gemv, masks
+from .attention import watched_attention
 from .layers import RMSNorm
 from .model import ACTIVE_RECORDER, DecoderCache, Transformer
 from .positions import apply_rotary, rotary_angles, rotary_frequencies
@@ -29,12 +34,6 @@ def why_not_fused(model: Transformer) -> str | None:
     """Why the fused step cannot stand in for the module path now, or None when it can."""
     if model.training:
         return "the model is in training mode (dropout)"
-    recorder = ACTIVE_RECORDER.get()
-    if recorder is not None:
-        for layer in model.decoder.layers:
-            watched = [layer.self_attn, layer.cross_attn]
-            if any(m is not None and recorder.hook_for(m) for m in watched):
-                return "a recorder watches or edits the decoder's attention"
     return None
 
 
@@ -51,6 +50,25 @@ def _norm(module: nn.Module | None) -> Callable[[Tensor], Tensor] | None:
     return lambda x: F.layer_norm(x, shape, w, b, eps)
 
 
+def _scale(module: nn.Module) -> float:
+    """What an attention module multiplies ``q·kᵀ`` by (1 / sqrt(Dh), or 1 for T5)."""
+    return module.scale if module.scale is not None else module.head_dim**-0.5
+
+
+def _matrices(model: Transformer) -> list[Tensor]:
+    """The weight matrices a cached step multiplies, the output matrix first."""
+    out = [model.generator.weight]
+    for layer in model.decoder.layers:
+        for m in (layer.self_attn, layer.cross_attn):
+            if m is not None:
+                out += [m.in_proj_weight, m.out_proj.weight]
+        if layer.ff is not None:
+            ff = layer.ff
+            out += [ff.linear1.weight, ff.linear2.weight]
+            out += [] if ff.gate is None else [ff.gate.weight]
+    return out
+
+
 def _bias_of(linear_bias: Tensor | None, part: slice) -> Tensor | None:
     return None if linear_bias is None else linear_bias[part]
 
@@ -59,7 +77,8 @@ class FusedStep:
     """Feed one token per row through the decoder with a cache; logits of the next token.
 
     Args:
-        model: the Transformer (eval mode; weights are read, never copied).
+        model: the Transformer (eval mode; weights are read; on the CPU, copies laid out
+            for one-row products stand in for them, :mod:`attnviz.core.gemv`).
         cache: from ``model.init_cache``; keys/values of this step are appended to it, so
             the module path and this one can take turns on the same cache.
 
@@ -87,22 +106,32 @@ class FusedStep:
         self.bias = stack.bias if stack.position_bias is not None else None
         self.final = _norm(stack.norm)
         self.out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else None
-        self.generator = (model.generator.weight, model.generator.bias)
+        copied = gemv.plan(_matrices(model))  # the output matrix first: the biggest read
+
+        def lay(w: Tensor) -> Tensor:  # the same values, laid out for one-row products
+            return gemv.streamed(w) if id(w) in copied else w
+
+        self.generator = (lay(model.generator.weight), model.generator.bias)
         inner = self.inner
         self.layers = []
         for layer in stack.layers:
             sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
             self.layers.append(
                 (
-                    (sa.in_proj_weight, sa.in_proj_bias, sa.scale),
-                    (sa.out_proj.weight, sa.out_proj.bias),
+                    (lay(sa.in_proj_weight), sa.in_proj_bias, _scale(sa), sa),
+                    (lay(sa.out_proj.weight), sa.out_proj.bias),
                     None
                     if ca is None
-                    else (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
-                    None if ca is None else (ca.out_proj.weight, ca.out_proj.bias, ca.scale),
-                    None if ff is None else (ff.linear1.weight, ff.linear1.bias, ff.act),
-                    None if ff is None or ff.gate is None else (ff.gate.weight, ff.gate.bias),
-                    None if ff is None else (ff.linear2.weight, ff.linear2.bias),
+                    else (
+                        lay(ca.in_proj_weight)[:inner],
+                        _bias_of(ca.in_proj_bias, slice(0, inner)),
+                    ),
+                    None
+                    if ca is None
+                    else (lay(ca.out_proj.weight), ca.out_proj.bias, _scale(ca), ca),
+                    None if ff is None else (lay(ff.linear1.weight), ff.linear1.bias, ff.act),
+                    None if ff is None or ff.gate is None else (lay(ff.gate.weight), ff.gate.bias),
+                    None if ff is None else (lay(ff.linear2.weight), ff.linear2.bias),
                     (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3)),
                 )
             )
@@ -131,6 +160,7 @@ class FusedStep:
         if self.bias is not None:  # T5: [1, H, 1, pos + 1], added to the scores
             bias = self.bias(1, pos + 1, pos)
         end = pos + 1
+        recorder = ACTIVE_RECORDER.get()
         rotary = None
         if self.inv_freq is not None:  # [1, R] twice
             rotary = rotary_angles(self.inv_freq, pos, 1, x.dtype)
@@ -154,9 +184,14 @@ class FusedStep:
             if group > 1:
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             mask = None if bias is None else bias.to(q.dtype)
-            z = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, scale=sa[2]
-            )  # [B, H, 1, Dh]
+            hook = recorder.hook_for(sa[3]) if recorder is not None else None
+            if hook is None:
+                z = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, scale=sa[2]
+                )  # [B, H, 1, Dh]
+            else:  # nothing is in one query's future: the causal row blocks nothing
+                causal = masks.causal_mask(1, end, device=q.device)  # [1, Tk]
+                z = watched_attention(hook, q, k, v, None, causal, sa[2], mask)
             out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
             x = x + out if self.norm_first else n1(x + out)
             # -- cross-attention to the cached encoder keys/values (none in a decoder-only model)
@@ -164,11 +199,15 @@ class FusedStep:
                 h = n2(x) if self.norm_first else x
                 q = F.linear(h, cq[0], cq[1]).view(b, h_, 1, dh)  # [B, H, 1, Dh]
                 k, v = cache.cross_kv[i]
-                z = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=self.cross_allowed, scale=co[2]
-                )
-                if self.cross_dead is not None:
-                    z = z.masked_fill(self.cross_dead, 0.0)
+                hook = recorder.hook_for(co[3]) if recorder is not None else None
+                if hook is not None:
+                    z = watched_attention(hook, q, k, v, cache.src_pad_mask, None, co[2])
+                else:
+                    z = F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=self.cross_allowed, scale=co[2]
+                    )
+                    if self.cross_dead is not None:
+                        z = z.masked_fill(self.cross_dead, 0.0)
                 out = F.linear(z.reshape(b, inner), co[0], co[1])
                 x = x + out if self.norm_first else n2(x + out)
             # -- feed-forward (none in an attention-only model)

@@ -65,9 +65,9 @@ def greedy_decode(
             what a mask experiment needs when the causal mask is off (with a cache there is
             no future for the mask to hide).
         rules: :class:`LogitRules` applied before each argmax.
-        fused: with a cache and nothing recording or editing the decoder, run each step as
-            one fused function (:mod:`attnviz.core.step`); ``False`` runs it module by module, the
-            path recording takes (same tokens; the benchmark compares the two).
+        fused: with a cache, run each step as one fused function (:mod:`attnviz.core.step`,
+            which attends through a recorder's hooks as the modules do); ``False`` runs it
+            module by module (same tokens; the benchmark compares the two).
     Returns:
         ``[B, T]`` ids without the start id; a row ends with its end id followed by padding
         (``config.pad_id``), or is cut at ``max_len``. T is the longest row.

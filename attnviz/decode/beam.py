@@ -98,10 +98,9 @@ def beam_search(
         bad_words: token sequences never produced (a sequence of one bans that id).
         repetition_penalty: transformers' ``repetition_penalty`` on tokens already present.
         return_tree: also return :class:`BeamTree` of the search in ``.tree``.
-        fused: when nothing records (``return_attention=False``) and no edit touches the
-            decoder, run each cached step as one fused function (:mod:`attnviz.core.step`);
-            ``False`` runs it module by module (same hypotheses and scores; the benchmark
-            compares the two).
+        fused: run each cached step as one fused function (:mod:`attnviz.core.step`, which
+            records and edits through the same hooks as the modules); ``False`` runs it module
+            by module (same hypotheses, scores and attention; the benchmark compares the two).
     Returns:
         One :class:`BeamResult` per source row.
     """
@@ -227,7 +226,7 @@ class _Search:
         self.model, self.bos_id, self.eos_id, self.k = model, bos_id, eos_id, k
         self.lp, self.early_stopping, self.constraints = length_penalty, early_stopping, constraints
         self.return_attention, self.return_tree = return_attention, return_tree
-        self.fused = fused and not return_attention  # recording takes the module path
+        self.fused = fused
 
     def run(self, src: Tensor, pad: Tensor | None, max_len: int | None) -> BeamResult:
         model, k, eos, lp = self.model, self.k, self.eos_id, self.lp
@@ -265,11 +264,10 @@ class _Search:
                     check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
                 # the k start copies are the same at step 0: run one, use it k times
                 last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
-                trace = None
-                if step_fn is not None:  # the same math as the module path, fused
-                    logits = step_fn(last[:, 0]).float()
-                else:
-                    with record(model, capture=capture) as trace:
+                with record(model, capture=capture) as trace:
+                    if step_fn is not None:  # the module path's math, through the same hooks
+                        logits = step_fn(last[:, 0]).float()
+                    else:
                         logits = model.decode(last, None, cache=cache)[:, -1].float()
                 logits = logits.expand(k, -1)  # [k, V]
                 vocab = logits.shape[-1]  # [k, V]

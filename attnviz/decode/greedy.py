@@ -2,9 +2,9 @@
 
 Every function runs the model in eval mode (restoring the caller's mode afterwards) and
 without gradients. Attention shown for a decoded sequence is recorded while the tokens are
-produced, from the cached forward passes that produced them. Where nothing records or edits
-the decoder, ``greedy_decode`` and ``beam_search`` run each cached step as one fused function
-(:mod:`attnviz.core.step`, the same math without the module calls); the stepper always records.
+produced, from the cached forward passes that produced them. Each cached step runs as one fused
+function (:mod:`attnviz.core.step`: the same math without the module calls), which attends
+through the recorder's hooks wherever one records or edits, as the modules would.
 
 A decoder-only model (``ModelConfig.arch``) decodes a prompt: where an encoder-decoder takes
 source ids and starts its decoder from ``bos_id``, it takes the prompt's ids in their place
@@ -28,6 +28,7 @@ from ..core.cache import DecoderCache
 from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, Trace, record
+from ..core.step import fused_step
 from ..data.tokenizer import check_token_id
 from .assemble import STEP_FIELDS, assemble_trace, step_records
 
@@ -305,6 +306,8 @@ class GreedyStepper:
         with eval_no_grad(model), record(model, self.edits, capture=self.capture) as enc_trace:
             start = start_decoding(model, self.src, pad, bos_id, self.max_len)
         self._cache, self._first = start.cache, int(start.first[0])
+        # later ids are the argmax or a checked forced token; this one comes from the caller
+        check_token_id(self._first, model.config.tgt_vocab_size, "the first token fed, id")
         self._prompt = start.cache.length  # positions before the first step
         self.encoder_trace = enc_trace
         self._steps: list[StepResult] = []
@@ -354,7 +357,11 @@ class GreedyStepper:
             eval_no_grad(self.model),
             record(self.model, self.edits, capture=self.capture) as trace,
         ):
-            logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()  # [V]
+            fused = fused_step(self.model, self._cache)  # recorded through the same hooks
+            if fused is not None:
+                logits = fused(ids[0])[0].float()  # [V]
+            else:
+                logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()
         probs = torch.softmax(logits, dim=-1)
         step = len(self._steps)
         chosen = (

@@ -1,5 +1,6 @@
-"""The fused cached decoder step: the same tokens and logits as the module path (the one that
-records) and as recomputing the whole prefix; it steps aside whenever anything records or edits."""
+"""The fused cached decoder step: the same tokens and logits as the module path and as
+recomputing the whole prefix; where a recorder watches or edits, the same recorded tensors and
+the same edited decode as the modules give."""
 
 from __future__ import annotations
 
@@ -93,26 +94,140 @@ def test_an_all_padding_source_row_gives_zero_cross_attention_not_nan():
     assert torch.equal(fast, slow)
 
 
-def test_recording_and_edits_take_the_module_path():
+#: The decoder-only shapes the fused step must also record: rotary, grouped-query attention,
+#: Qwen2's q/k/v biases without the others, and an attention-only stack (no feed-forward).
+ONE_STACK = [
+    dict(
+        arch="decoder-only", n_encoder_layers=0, positions="rotary", n_kv_heads=2, norm="rms",
+        norm_first=True, final_norm=True, bias=False, qkv_bias=True, output_bias=False,
+        gated_ff=True, activation="silu", src_vocab_size=19,
+    ),
+    dict(arch="decoder-only", n_encoder_layers=0, attn_only=True, src_vocab_size=19),
+]  # fmt: skip
+
+
+def _steps(model, src, path: str, n: int, edits=(), capture=attnviz.core.record.FIELDS):
+    """``n`` greedy cached steps by one path (fused or modules), all recorded: (ids, trace)."""
+    decoder_only = model.config.arch == "decoder-only"
+    with torch.no_grad(), attnviz.record(model, edits, capture=capture) as trace:
+        if decoder_only:
+            cache = model.init_cache(None, capacity=src.shape[1] + n, batch=src.shape[0])
+            model.decode(src[:, :-1], None, cache=cache, logits=False)
+            tokens = src[:, -1]
+        else:
+            pad = src == model.config.pad_id
+            cache = model.init_cache(model.encode(src, pad), pad)
+            tokens = torch.full((src.shape[0],), model.config.bos_id)
+        step = fused_step(model, cache)
+        out = []
+        for _ in range(n):
+            if path == "fused":
+                logits = step(tokens)
+            else:
+                logits = model.decode(tokens[:, None], None, cache=cache)[:, -1]
+            tokens = logits.argmax(-1)
+            out.append(tokens)
+    return torch.stack(out, 1), trace
+
+
+@pytest.mark.parametrize("overrides", CONFIGS + ONE_STACK)
+def test_the_fused_step_records_what_the_module_path_records(overrides):
+    """Every recorded field of every call, fused vs module by module: the weights recorded are
+    the ones that met the values, on either path."""
+    model = make_model(**overrides)
+    src = padded_source(model)
+    if model.config.arch == "decoder-only":
+        src = src.clamp(min=3)  # a decoder-only prompt is never padded
+    fast_ids, fast = _steps(model, src, "fused", 12)
+    slow_ids, slow = _steps(model, src, "modules", 12)
+    assert torch.equal(fast_ids, slow_ids)
+    assert fast.keys() == slow.keys()
+    for kind, layer in slow.keys():
+        assert fast.n_calls(kind, layer) == slow.n_calls(kind, layer)
+        for call in range(slow.n_calls(kind, layer)):
+            a, b = fast.get(kind, layer, call), slow.get(kind, layer, call)
+            for field in attnviz.core.record.FIELDS:
+                x, y = getattr(a, field), getattr(b, field)
+                assert (x is None) == (y is None), (kind, layer, call, field)
+                if x is None:
+                    continue
+                assert x.shape == y.shape, (kind, layer, call, field)
+                if x.dtype == torch.bool:
+                    assert torch.equal(x, y), (kind, layer, call, field)
+                else:
+                    torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+EDITS = [
+    attnviz.ZeroHeads("cross", 0, [0, 2]),
+    attnviz.ZeroHeads("decoder_self", 1, 1),
+    attnviz.ReplaceWeights("decoder_self", 0, lambda w: torch.ones_like(w) / w.shape[-1]),
+    attnviz.DropMask("padding", kinds="cross", layers=1),
+]
+
+
+def edit_layer(edit) -> int:
+    return edit.layer if hasattr(edit, "layer") else edit.layers[0]
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=lambda e: type(e).__name__)
+def test_edits_act_inside_the_fused_step_as_inside_the_modules(edit):
+    model = make_model()
+    src = padded_source(model)
+    _, plain = _steps(model, src, "fused", 10)
+    fast, fast_trace = _steps(model, src, "fused", 10, [edit])
+    slow, slow_trace = _steps(model, src, "modules", 10, [edit])
+    assert torch.equal(fast, slow)
+    key = (getattr(edit, "kind", "cross"), edit_layer(edit))  # the edited module, step 2
+    assert not torch.equal(plain.weights(*key, 1), fast_trace.weights(*key, 1)) or not (
+        torch.equal(plain.head_output(*key, 1), fast_trace.head_output(*key, 1))
+    )
+    for key in slow_trace.keys():
+        for call in range(slow_trace.n_calls(*key)):
+            torch.testing.assert_close(
+                fast_trace.weights(*key, call), slow_trace.weights(*key, call), atol=1e-5, rtol=0
+            )
+    edited = greedy_decode(model, src, 1, None, max_len=10, edits=[edit])
+    assert torch.equal(edited, greedy_decode(model, src, 1, None, max_len=10, edits=[edit],
+                                             fused=False))  # fmt: skip
+
+
+def test_a_hook_sees_the_same_tensors_on_both_paths():
     model = make_model()
     src = padded_source(model, b=1)
+    seen = {"fused": [], "modules": []}
+    for path, calls in seen.items():
+
+        def look(weights, calls=calls):
+            calls.append(weights.clone())
+            return weights
+
+        _steps(model, src, path, 5, [attnviz.Hook("cross", 1, "weights", look)])
+    assert len(seen["fused"]) == len(seen["modules"]) == 5
+    for a, b in zip(seen["fused"], seen["modules"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_only_training_mode_keeps_the_fused_step_out():
+    model = make_model()
     assert why_not_fused(model) is None
-    with attnviz.record(model) as trace:
-        assert "recorder" in why_not_fused(model)
-        greedy_decode(model, src, 1, None, max_len=6)
-    assert trace.n_calls("cross", 1) == 6  # every step recorded: the fused step stood aside
-    edit = attnviz.ZeroHeads("cross", 0, [0, 1, 2, 3])
-    edited = greedy_decode(model, src, 1, None, max_len=6, edits=[edit])
-    with attnviz.record(model, [edit], capture=None):
-        assert why_not_fused(model) is not None
-        modules = greedy_decode(model, src, 1, None, max_len=6, fused=False)
-    assert torch.equal(edited, modules)
-    assert not torch.equal(edited, greedy_decode(model, src, 1, None, max_len=6))
-    # an encoder-only edit leaves the decoder unwatched: the fused step may run
-    with attnviz.record(model, [attnviz.ZeroHeads("encoder_self", 0, 0)], capture=None):
-        assert why_not_fused(model) is None
+    with attnviz.record(model, [attnviz.ZeroHeads("cross", 0, 0)]):
+        assert why_not_fused(model) is None  # the step attends through the recorder's hooks
     model.train()
     assert "training" in why_not_fused(model)
+
+
+def test_the_stepper_takes_the_fused_step_and_records_every_call(monkeypatch):
+    model = make_model()
+    src = padded_source(model, b=1)
+    calls = []
+    real = FusedStep.__call__
+    monkeypatch.setattr(FusedStep, "__call__", lambda self, t: calls.append(1) or real(self, t))
+    stepper = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=7)
+    stepper.run()
+    assert len(calls) == 7
+    trace = stepper.trace()
+    assert trace.weights("cross", 1).shape[2] == trace.weights("decoder_self", 0).shape[2] == 7
 
 
 def test_the_cache_grows_in_chunks_up_to_its_capacity():
