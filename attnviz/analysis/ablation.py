@@ -25,7 +25,7 @@ from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
 from ..decode.batched import until_eos
-from .masked_lm import predictions, read_batch
+from .masked_lm import fillers_text, predictions, read_batch
 
 Head = tuple[str, int, int]  # (kind, layer, head)
 
@@ -161,16 +161,22 @@ def ablate(
     ablated = decode_again(ckpt, base, ablation)[0]
     real = as_numpy(base.real[0])
     tok = ckpt.tgt_tokenizer
+    positions = [int(i) for i in np.flatnonzero(real)] if base.mlm else []
+    baseline = outputs_of(ckpt, base, edits)[0]
+    if base.mlm:  # fillers at masks apart are not one word
+        said, ablated_said = (fillers_text(ckpt, ids, positions) for ids in (baseline, ablated))
+    else:
+        said, ablated_said = tok.decode(baseline), tok.decode(ablated)
     return AblationResult(
         heads=list(heads),
         text=text,
-        baseline=tok.decode(outputs_of(ckpt, base, edits)[0]),
-        ablated=tok.decode(ablated),
+        baseline=said,
+        ablated=ablated_said,
         baseline_tokens=[tok.token(i) for i in base.targets()[0]],
         prob_baseline=token_probs(ckpt, base, edits)[0][real],
         prob_ablated=token_probs(ckpt, base, ablation)[0][real],
         ablated_tokens=[tok.token(i) for i in ablated],
-        positions=[int(i) for i in np.flatnonzero(real)] if base.mlm else [],
+        positions=positions,
     )
 
 

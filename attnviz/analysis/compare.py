@@ -25,7 +25,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.model import KINDS
 from ..decode.scoring import Scored, score_reference
-from .masked_lm import score_read
+from .masked_lm import fillers_text, score_read, scored_positions
 
 
 @dataclass
@@ -233,8 +233,8 @@ def compare(
         if a.config.arch == "encoder-only":  # one read pass each, scored on a's fillers
             sa = score_read(a, text, None if targets is None else targets[i])
             sb = score_read(b, text, sa.ids)
-            tok = a.tgt_tokenizer
-            out.outputs.append((tok.decode(sa.argmax), tok.decode(sb.argmax),
+            at = scored_positions(a, a.encode_source(text).ids)
+            out.outputs.append((fillers_text(a, sa.argmax, at), fillers_text(b, sb.argmax, at),
                                 sa.argmax == sb.argmax))  # fmt: skip
         else:
             pa, pb = a.predict_details(text), b.predict_details(text)

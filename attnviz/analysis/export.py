@@ -23,7 +23,7 @@ from ..core.errors import InputError
 from ..core.record import Trace
 from ..data.tokenizer import Encoding
 from ..decode.greedy import GreedyStepper
-from .masked_lm import read_pass, special_token
+from .masked_lm import fillers_text, read_pass, special_token
 from .stats import HeadStats, head_stats, punctuation_ids
 from .words import pool_words, word_index, word_labels
 
@@ -186,7 +186,7 @@ def inspect_read(ckpt: Checkpoint, text: str) -> Inspection:
     tok, enc = ckpt.tgt_tokenizer, read.enc
     ids = read.argmax()
     return Inspection(
-        checkpoint=str(ckpt.path), text=text, output=tok.decode(ids),
+        checkpoint=str(ckpt.path), text=text, output=fillers_text(ckpt, ids, read.scored),
         src_tokens=list(enc.pieces), unknown=list(enc.unknown), out_ids=ids,
         out_tokens=[tok.token(i) for i in ids], tgt_tokens=[], trace=read.trace,
         probs=as_numpy(read.probs[read.scored]), vocab=list(tok.tokens),

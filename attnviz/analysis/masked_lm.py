@@ -131,6 +131,21 @@ def scored_positions(ckpt: Checkpoint, ids: Sequence[int]) -> list[int]:
     return masks or list(range(len(ids)))
 
 
+def fillers_text(ckpt: Checkpoint, ids: Sequence[int], positions: Sequence[int]) -> str:
+    """An encoder-only model's output as text: the filler ``ids[i]`` read at ``positions[i]``.
+    Fillers of adjacent positions are decoded together (one word may span masks); runs apart
+    are joined with `` … `` (two masks apart are two answers, not one word)."""
+    if len(ids) != len(positions):
+        raise InputError(f"{len(ids)} fillers for {len(positions)} positions")
+    runs: list[list[int]] = []
+    for i, (token, pos) in enumerate(zip(ids, positions, strict=True)):
+        if i and pos == positions[i - 1] + 1:
+            runs[-1].append(int(token))
+        else:
+            runs.append([int(token)])
+    return " … ".join(ckpt.tgt_tokenizer.decode(run) for run in runs)
+
+
 @dataclass
 class ReadPass:
     """One recorded pass of an encoder-only model over a text (batch of one).

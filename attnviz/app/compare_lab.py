@@ -1,7 +1,8 @@
 """The app's Compare tab: the step-through model (A) against another checkpoint (B).
 
 Plain Python, no gradio. A thin view over :func:`attnviz.analysis.compare` on the current
-input, both models teacher-forced on A's greedy output: the per-head divergence grid of each
+input, both models teacher-forced on A's greedy output (encoder-only: both read the sentence,
+A's top fillers scored): the per-head divergence grid of each
 kind (with the head of B each head of A is matched to) as clickable HTML (a cell carries
 ``data-kind``/``data-layer``/``data-head``; a click draws that head), one head of both models
 side by side with their difference, and the output tokens coloured by how their probability
@@ -28,7 +29,7 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
-from .kinds import is_decoder_only
+from .kinds import is_decoder_only, is_encoder_only
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 
@@ -36,7 +37,8 @@ from .views import display_token
 PANEL = "compare"
 INTRO = (
     "Compare the model above (**A**) with another checkpoint (**B**) on the current input: "
-    "both are teacher-forced on A's greedy output. Each grid cell is the mean Jensen–Shannon "
+    "both are teacher-forced on A's greedy output (an encoder-only pair: both read the same "
+    "sentence, and A's top fillers are scored). Each grid cell is the mean Jensen–Shannon "
     "divergence (bits, 0 = the same attention, 1 = no overlap) of head (layer, head) in A and "
     "the same head in B; **→H2** names the head of B it is matched to (heads of a layer "
     "paired to minimise the total divergence; underlined where it is another head). "
@@ -173,9 +175,10 @@ def head_figure(
     return plots.attention_difference(wa, wb, keys, queries, title=title, mask=mask)
 
 
-def tokens_html(result: Comparison) -> str:
+def tokens_html(result: Comparison, fillers: bool = False) -> str:
     """The target tokens as a strip: green where B gives them more probability, red where less;
-    hovering a token shows both probabilities and ranks."""
+    hovering a token shows both probabilities and ranks. ``fillers``: the tokens are an
+    encoder-only A's top filler at each mask token, not its greedy output."""
     spans = []
     for t in result.tokens[0]:
         c = float(np.clip(t.change, -1, 1))
@@ -187,8 +190,9 @@ def tokens_html(result: Comparison) -> str:
             f'color:#111827;padding:2px 4px;margin:1px;border-radius:3px;display:inline-block">'
             f"{html.escape(display_token(t.token))}</span>"
         )
+    what = "A's top filler at each mask token" if fillers else "A's greedy output"
     legend = (
-        "<small>Output tokens (A's greedy output): green = B more likely, red = B less likely; "
+        f"<small>Output tokens ({what}): green = B more likely, red = B less likely; "
         "hover a token for both probabilities and ranks.</small>"
     )
     return f'<div id="compare-token-strip">{"".join(spans)}</div>{legend}'
@@ -257,7 +261,8 @@ def compare(
     a_name = store.model_name(state.model)
     summary = _summary(result, a_name, b_name)
     return CompareView(
-        grids=grids, grid_html=grid_html(result, pick, (a_name, b_name)), head=fig, tokens_html=tokens_html(result),
+        grids=grids, grid_html=grid_html(result, pick, (a_name, b_name)), head=fig,
+        tokens_html=tokens_html(result, is_encoder_only(checkpoint_of(state))),
         message=summary, comparison=result,
     )  # fmt: skip
 

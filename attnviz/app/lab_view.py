@@ -26,6 +26,7 @@ class LabView:
     message: str = ""
     rows: list[list] = field(default_factory=list)  # table rows, where the panel has a table
     path: str | None = None  # a written file, for the export buttons
+    on_input: bool = False  # computed on the current input: it goes when the input changes
 
 
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:

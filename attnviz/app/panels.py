@@ -24,6 +24,7 @@ from ..train.induction import best_of
 from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
+from .kinds import is_encoder_only
 from .labs import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
@@ -73,7 +74,8 @@ def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
         f"on {html.escape(rep.inputs)}.</p><ul>{''.join(items)}</ul></div>"
     )
     rows = [s.to_dict() for s in rep.stats]
-    return LabView([plots.head_stats_figure(rows, "norm_entropy")], body)
+    fig = plots.head_stats_figure(rows, "norm_entropy")
+    return LabView([fig], body, on_input=texts is not None)
 
 
 #: Dev sources a corpus checkpoint's health check adds to the inputs given.
@@ -196,9 +198,12 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
         folder = Path(tempfile.mkdtemp(prefix="export-", dir=store.private_dir("exports")))
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", ins.text)[:32].strip("_") or "input"
         words = "-words" if unit == "words" else ""
-        path = folder / f"attnviz-{name}-step{len(ins.out_ids)}{words}.{what}"
+        # a sentence read (encoder-only) has no steps: its one pass is what is written
+        ckpt = checkpoint_of(state)
+        when = "read" if is_encoder_only(ckpt) else f"step{len(ins.out_ids)}"
+        path = folder / f"attnviz-{name}-{when}{words}.{what}"
         if what == "html":
-            report.write_html(ins, path, checkpoint_of(state), unit)
+            report.write_html(ins, path, ckpt, unit)
         elif what == "json":
             analysis.write_json(ins, path, unit)
         else:

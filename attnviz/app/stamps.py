@@ -19,7 +19,8 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
 
     ``mask``, ``attr``, ``attr_vs``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the
     shown step;
-    ``beam``, ``ablate`` and ``align`` the input; ``model`` the checkpoint file's version as
+    ``beam``, ``ablate`` and ``align`` the input (``health`` too, where a checkpoint
+    without a task was checked on it); ``model`` the checkpoint file's version as
     the last action read it (``state.version``: the header, health, playback range); ``reference`` (the Reference box's scored strip) the
     input, the checkpoint file and the output the step view shows (its mark of where the
     reference leaves that output).
@@ -40,6 +41,8 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "align": (state.model, state.epoch),
         "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
         "model": (state.model, version),
+        # a checkpoint without a task is checked on the current input (stamped only then)
+        "health": (state.model, version, state.epoch),
     }
 
 

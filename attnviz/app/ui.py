@@ -250,6 +250,8 @@ class Page:
             out[self.ref_plot] = shown_plot(dark([v.figure], theme)[0])
         elif "reference" in stale:
             out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: shown_plot(None)})
+        if "health" in stale:
+            out.update({self.health_html: STALE, self.health_plot: None})
         if "model" in plan.renew:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]

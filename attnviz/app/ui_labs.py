@@ -267,6 +267,9 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
 def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
     view = panels.health(state, extra)
     fig = dark(view.figures[:1], theme)[0] if view.figures else None
+    stamps = {k: v for k, v in stamps.items() if k != "health"}
+    if view.on_input:  # a checkpoint without a task was checked on the input: it follows it
+        stamps["health"] = stamp(state)["health"]
     return view.message, fig, stamps
 
 

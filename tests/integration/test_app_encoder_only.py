@@ -99,7 +99,7 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     assert health.figures[0].data
     for what in ("json", "npz", "html"):
         out = panels.export(state, what)
-        assert out.path and out.path.endswith(f".{what}"), out.message
+        assert out.path and out.path.endswith(f"-read.{what}"), out.message  # no steps
     lens = lensview.payload(state, "rollout")["lens"]
     assert "error" not in lens and len(lens["kinds"]["encoder_self"]) == 2
     roll = f32(lens["kinds"]["encoder_self"][1]["w"]).reshape(len(fill.ids), len(fill.ids))
@@ -107,6 +107,7 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     cmp = compare_lab.compare(state, bert, "encoder_self", "L1", "H0")
     assert not cmp.message.startswith("⚠") and "No head differs" in cmp.message
     assert len(cmp.grids) == 1 and 'data-kind="encoder_self"' in cmp.grid_html
+    assert "A's top filler at each mask token" in cmp.tokens_html
     other = compare_lab.compare(state, str(models_dir / "reverse"))
     assert other.message == "⚠ A is encoder-only and B is encoder-decoder: Compare lines up " \
         "two models of one kind head by head; pick a B of A&#x27;s kind"

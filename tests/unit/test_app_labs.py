@@ -108,6 +108,21 @@ def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path,
     assert panels.health_inputs(state, "abc\nhelloworld") == ("helloworld", "abc")
     one = panels.health(state)
     assert "on 1 given input," in one.message and "1 given inputs" not in one.message
+    # checked on the input, the report goes when another input is started, not with a step
+    from attnviz.app import stamps as app_stamps
+
+    assert one.on_input
+    shown = {"health": app_stamps.panel_stamps(state)["health"]}
+    assert app_stamps.follow(shown, session.step(state).state, "health").clear == frozenset()
+    other = session.step(state, "abc").state
+    assert app_stamps.follow(shown, other, "step").clear == {"health"}
+
+
+def test_health_of_a_model_with_a_task_follows_the_model_not_the_input(reverse_path):
+    from attnviz.app import panels
+
+    state = session.step(session.new_state(reverse_path), "helloworld").state
+    assert not panels.health(state, n=16).on_input  # checked on the task's own inputs
 
 
 def test_health_wording_agrees_with_itself(reverse_ckpt):

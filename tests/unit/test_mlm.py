@@ -86,3 +86,18 @@ def test_filled_answers_are_the_argmax_of_the_pass_at_each_mask():
         with torch.no_grad():
             logits = model(ids)[0]
         assert logits[len(s) + 2 : len(s) + 2 + n].argmax(-1).tolist() == f
+
+
+def test_fillers_at_masks_apart_are_two_answers_and_adjacent_ones_one_word():
+    from types import SimpleNamespace
+
+    from attnviz.analysis.masked_lm import fillers_text
+
+    pieces = {1: "ca", 2: "##ts", 3: "##l", 4: "##s"}
+    tok = SimpleNamespace(decode=lambda ids: "".join(pieces[i] for i in ids).replace("##", ""))
+    ckpt = SimpleNamespace(tgt_tokenizer=tok)
+    assert fillers_text(ckpt, [1, 2], [4, 5]) == "cats"  # one word over two masks
+    assert fillers_text(ckpt, [3, 4], [2, 7]) == "l … s"  # two masks apart: not "ls"
+    assert fillers_text(ckpt, [1, 2, 3], [0, 1, 9]) == "cats … l"
+    with pytest.raises(InputError, match="2 fillers for 1 positions"):
+        fillers_text(ckpt, [1, 2], [0])
