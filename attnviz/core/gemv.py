@@ -43,9 +43,11 @@ def wanted(weight: Tensor) -> bool:
     )
 
 
-def plan(weights: Sequence[Tensor], budget: int = BUDGET) -> set[int]:
+def plan(weights: Sequence[Tensor], budget: int | None = None) -> set[int]:
     """The ``id`` of each weight to copy: in the order given, while the copies fit ``budget``
-    elements (each weight once, however often it is listed: tied weights)."""
+    elements (default :data:`BUDGET`; each weight once, however often it is listed: tied
+    weights)."""
+    budget = BUDGET if budget is None else budget
     chosen, used = set(), 0
     for w in weights:
         if id(w) in chosen or not wanted(w):

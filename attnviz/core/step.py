@@ -161,9 +161,7 @@ class FusedStep:
             bias = self.bias(1, pos + 1, pos)
         end = pos + 1
         recorder = ACTIVE_RECORDER.get()
-        # what a watched self-attention is given, as the module path gives it: the causal row
-        # of one query, which blocks nothing (nothing is in its future)
-        causal = None if recorder is None else masks.causal_mask(1, end, device=tokens.device)
+        causal = None  # made once a hook watches a self-attention (below)
         rotary = None
         if self.inv_freq is not None:  # [1, R] twice
             rotary = rotary_angles(self.inv_freq, pos, 1, x.dtype)
@@ -192,7 +190,9 @@ class FusedStep:
                 z = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, scale=sa[2]
                 )  # [B, H, 1, Dh]
-            else:
+            else:  # given as the module path gives it: one query's causal row (blocks nothing)
+                if causal is None:
+                    causal = masks.causal_mask(1, end, device=q.device)  # [1, Tk]
                 z = watched_attention(hook, q, k, v, None, causal, sa[2], mask)
             out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
             x = x + out if self.norm_first else n1(x + out)
