@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..core.gemv import Copies
 from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
 from .state import SessionState
@@ -90,6 +91,33 @@ class DecoderCache:
             return len(self._items)
 
 
+#: Models whose weight copies are kept (each up to :data:`attnviz.core.gemv.BUDGET` elements).
+KEPT_COPIES = 2
+_COPIES: OrderedDict[int, tuple[torch.nn.Module, Copies]] = OrderedDict()
+_COPIES_LOCK = threading.Lock()
+
+
+def copies_of(ckpt: Checkpoint) -> Copies | None:
+    """Column-major copies of the checkpoint's decoder weights (:mod:`attnviz.core.gemv`),
+    made on its first stepper and kept for the :data:`KEPT_COPIES` models used last. Safe to
+    keep: the app loads checkpoints read-only, so their weights never change while held (a
+    rewritten file is a new checkpoint, hence new copies). None for a model without a decoder."""
+    model = ckpt.model
+    if model.decoder is None:
+        return None
+    with _COPIES_LOCK:
+        hit = _COPIES.get(id(model))
+        if hit is not None and hit[0] is model:
+            _COPIES.move_to_end(id(model))
+            return hit[1]
+    copies = Copies(model)  # outside the lock: other sessions' steps go on meanwhile
+    with _COPIES_LOCK:
+        _COPIES[id(model)] = (model, copies)
+        while len(_COPIES) > KEPT_COPIES:
+            _COPIES.popitem(last=False)
+    return copies
+
+
 def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
     """A stepper on the state's own source ids (``[Ts]``, encoded once when the input was
     started: never re-encoded from the text), with the checkpoint's special ids and
@@ -108,6 +136,7 @@ def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
         max_len=state.max_steps or ckpt.max_new_tokens,
         rules=ckpt.rules,
         capture=APP_CAPTURE,
+        copies=copies_of(ckpt),
     )
 
 

@@ -4,7 +4,8 @@ token per row, written as one function over weights gathered once per decode.
 A cached step of a small model is almost all per-call overhead (module calls, mask building,
 id checks), not arithmetic, and on a large one every module call still costs. :class:`FusedStep`
 runs the same operations on the same weights in the same order, without the module calls, with
-keys/values written in place into the :class:`~attnviz.core.model.DecoderCache`.
+keys/values written in place into the :class:`~attnviz.core.model.DecoderCache`. Where the
+caller holds column-major copies of the weights (:mod:`attnviz.core.gemv`), it multiplies them.
 
 Where a recorder (``attnviz.core.record``) watches or edits an attention module, the step
 attends through the recorder's hook exactly as the module would
@@ -31,15 +32,33 @@ from .positions import apply_rotary, rotary_angles, rotary_frequencies
 
 
 def why_not_fused(model: Transformer) -> str | None:
-    """Why the fused step cannot stand in for the module path now, or None when it can."""
+    """Why the fused step cannot stand in for the module path now, or None when it can: in
+    training mode (dropout), or where a PyTorch forward hook would see a module the fused step
+    does not call (a probe or a steering hook on a decoder layer, the embedding or the output
+    projection). The recorder's own hooks are not module hooks: the fused step runs them."""
     if model.training:
         return "the model is in training mode (dropout)"
+    if global_module_hooks():
+        return "a global module forward hook is registered"
+    for m in (model.tgt_embed, model.generator, *model.decoder.modules()):
+        if m._forward_hooks or m._forward_pre_hooks:
+            return f"a forward hook is registered on {type(m).__name__}"
     return None
 
 
-def fused_step(model: Transformer, cache: DecoderCache) -> FusedStep | None:
+def global_module_hooks() -> bool:
+    """Whether a forward hook is registered for every module
+    (``torch.nn.modules.module.register_module_forward_hook`` and its pre-hook)."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
+
+
+def fused_step(
+    model: Transformer, cache: DecoderCache, copies: gemv.Copies | None = None
+) -> FusedStep | None:
     """A :class:`FusedStep` for ``model`` and ``cache``, or None where the module path must run."""
-    return None if why_not_fused(model) else FusedStep(model, cache)
+    return None if why_not_fused(model) else FusedStep(model, cache, copies)
 
 
 def _norm(module: nn.Module | None) -> Callable[[Tensor], Tensor] | None:
@@ -55,20 +74,6 @@ def _scale(module: nn.Module) -> float:
     return module.scale if module.scale is not None else module.head_dim**-0.5
 
 
-def _matrices(model: Transformer) -> list[Tensor]:
-    """The weight matrices a cached step multiplies, the output matrix first."""
-    out = [model.generator.weight]
-    for layer in model.decoder.layers:
-        for m in (layer.self_attn, layer.cross_attn):
-            if m is not None:
-                out += [m.in_proj_weight, m.out_proj.weight]
-        if layer.ff is not None:
-            ff = layer.ff
-            out += [ff.linear1.weight, ff.linear2.weight]
-            out += [] if ff.gate is None else [ff.gate.weight]
-    return out
-
-
 def _bias_of(linear_bias: Tensor | None, part: slice) -> Tensor | None:
     return None if linear_bias is None else linear_bias[part]
 
@@ -77,15 +82,16 @@ class FusedStep:
     """Feed one token per row through the decoder with a cache; logits of the next token.
 
     Args:
-        model: the Transformer (eval mode; weights are read; on the CPU, copies laid out
-            for one-row products stand in for them, :mod:`attnviz.core.gemv`).
+        model: the Transformer (eval mode; its weights are read, never copied here).
         cache: from ``model.init_cache``; keys/values of this step are appended to it, so
             the module path and this one can take turns on the same cache.
+        copies: column-major copies of the weights (:class:`~attnviz.core.gemv.Copies`) that
+            stand in for them where they are current: faster one-row products on the CPU.
 
     Call with ``tokens [B]`` (ids already checked) -> logits ``[B, V]``.
     """
 
-    def __init__(self, model: Transformer, cache: DecoderCache):
+    def __init__(self, model: Transformer, cache: DecoderCache, copies: gemv.Copies | None = None):
         cfg = model.config
         self.cache = cache
         self.norm_first = cfg.norm_first
@@ -106,10 +112,8 @@ class FusedStep:
         self.bias = stack.bias if stack.position_bias is not None else None
         self.final = _norm(stack.norm)
         self.out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else None
-        copied = gemv.plan(_matrices(model))  # the output matrix first: the biggest read
-
-        def lay(w: Tensor) -> Tensor:  # the same values, laid out for one-row products
-            return gemv.streamed(w) if id(w) in copied else w
+        # the same values, laid out for one-row products where the caller holds copies
+        lay = copies.lay if copies is not None else lambda w: w
 
         self.generator = (lay(model.generator.weight), model.generator.bias)
         inner = self.inner
@@ -122,10 +126,7 @@ class FusedStep:
                     (lay(sa.out_proj.weight), sa.out_proj.bias),
                     None
                     if ca is None
-                    else (
-                        lay(ca.in_proj_weight)[:inner],
-                        _bias_of(ca.in_proj_bias, slice(0, inner)),
-                    ),
+                    else (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
                     None
                     if ca is None
                     else (lay(ca.out_proj.weight), ca.out_proj.bias, _scale(ca), ca),

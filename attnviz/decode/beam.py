@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,7 +265,7 @@ class _Search:
                     check_beam_size(model.config, k, horizon, src.shape[1], self.return_attention)
                 # the k start copies are the same at step 0: run one, use it k times
                 last = seqs[:1, -1:] if step == 0 else seqs[:, -1:]  # [1 or k, 1]
-                with record(model, capture=capture) as trace:
+                with record(model, capture=capture) if capture else nullcontext() as trace:
                     if step_fn is not None:  # the module path's math, through the same hooks
                         logits = step_fn(last[:, 0]).float()
                     else:

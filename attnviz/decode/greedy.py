@@ -26,6 +26,7 @@ from torch import Tensor
 from ..core import masks
 from ..core.cache import DecoderCache
 from ..core.errors import InputError
+from ..core.gemv import Copies
 from ..core.model import Transformer
 from ..core.record import AttentionRecord, Edit, Trace, record
 from ..core.step import fused_step
@@ -278,6 +279,9 @@ class GreedyStepper:
         capture: what is recorded of every attention (default scores, mask and weights); the
             app keeps ``("mask", "weights")``: a long input's encoder scores are as big as
             its weights and no view of the app reads them.
+        copies: column-major copies of the model's weights (:class:`~attnviz.core.gemv.Copies`)
+            for faster steps on the CPU; the caller keeps the weights' values while it holds
+            them (the app does, for the checkpoints it loads read-only).
     """
 
     def __init__(
@@ -291,6 +295,7 @@ class GreedyStepper:
         edits: Sequence[Edit] = (),
         rules: LogitRules | None = None,
         capture: Sequence[str] = STEP_FIELDS,
+        copies: Copies | None = None,
     ):
         src = as_batch(src_ids, "src_ids", model)
         if src.shape[0] != 1:
@@ -300,14 +305,19 @@ class GreedyStepper:
         self.edits = tuple(edits)
         self.rules = rules
         self.capture = tuple(capture)
+        self.copies = copies
         self.src = src.to(next(model.parameters()).device)
         self.max_len = default_max_len(model, src.shape[1], max_len)
+        # later ids are the argmax or a checked forced token; the first comes from the caller
+        vocab = model.config.tgt_vocab_size
+        decoder_only = model.config.arch == "decoder-only"
+        first = int(self.src[0, -1]) if decoder_only and self.src.shape[1] else bos_id
+        if first is not None and not 0 <= first < vocab:
+            raise InputError(f"tgt holds id {first}, outside the vocabulary 0..{vocab - 1}")
         pad = source_pad_mask(model, self.src, src_pad_mask)
         with eval_no_grad(model), record(model, self.edits, capture=self.capture) as enc_trace:
             start = start_decoding(model, self.src, pad, bos_id, self.max_len)
         self._cache, self._first = start.cache, int(start.first[0])
-        # later ids are the argmax or a checked forced token; this one comes from the caller
-        check_token_id(self._first, model.config.tgt_vocab_size, "the first token fed, id")
         self._prompt = start.cache.length  # positions before the first step
         self.encoder_trace = enc_trace
         self._steps: list[StepResult] = []
@@ -357,7 +367,7 @@ class GreedyStepper:
             eval_no_grad(self.model),
             record(self.model, self.edits, capture=self.capture) as trace,
         ):
-            fused = fused_step(self.model, self._cache)  # recorded through the same hooks
+            fused = fused_step(self.model, self._cache, self.copies)  # records through the hooks
             if fused is not None:
                 logits = fused(ids[0])[0].float()  # [V]
             else:

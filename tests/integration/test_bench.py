@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnviz.bench.app import GPT2_CASE
-from attnviz.bench.kinds import GPT2_ATTN_ROW, GPT2_ROW
+from attnviz.bench.kinds import GPT2_ATTN_ROW, GPT2_PLAIN_ROW, GPT2_ROW
 from attnviz.bench.suite import HF_ROW, TRAIN_ROW, bench_training
 from attnviz.cli.commands import build_parser, main
 
@@ -25,7 +25,7 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
     for expected in ("train step vs nn.Transformer", "inference forward vs nn.Transformer",
                      "forward with recording / without", "app step", "page payload per step",
                      "beam search", "trace of 6+6 layers",
-                     "peak RSS after 10 app sessions", HF_ROW, GPT2_ROW, GPT2_ATTN_ROW,
+                     "peak RSS after 10 app sessions", HF_ROW, GPT2_ROW, GPT2_ATTN_ROW, GPT2_PLAIN_ROW,
                      "greedy 64 tokens: naive loop / cached, module by module (before)",
                      "greedy 64 tokens: naive loop / cached, fused step (after)"):  # fmt: skip
         assert any(n.startswith(expected) for n in names), (expected, names)
@@ -44,13 +44,11 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
     assert any(r["name"].startswith("browser force a token:") for r in browser) or len(browser) == 1
     gpt2 = [r for r in browser if r["name"].endswith(GPT2_CASE)]  # the decoder-only page
     assert any("redrawn: step" in r["name"] for r in gpt2) or len(browser) == 1
-    for name in (GPT2_ROW, GPT2_ATTN_ROW):
+    for name in (GPT2_ROW, GPT2_ATTN_ROW, GPT2_PLAIN_ROW):
         gen = next(r for r in result["rows"] if r["name"] == name)
-        assert (
-            gen["unit"] == "ratio"
-            and gen["target"] == "<= 1.0"
-            and "tokens differ" not in gen["detail"]
-        )
+        target = "-" if name == GPT2_PLAIN_ROW else "<= 1.0"  # the library default: reported
+        assert gen["unit"] == "ratio" and gen["target"] == target
+        assert "tokens differ" not in gen["detail"]
     assert "| train step vs nn.Transformer |" in capsys.readouterr().out
 
 

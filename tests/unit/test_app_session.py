@@ -521,7 +521,7 @@ def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
                                                           "compare", "attr_alt", "attr_vs",
-                                                          "reference"}  # fmt: skip
+                                                          "reference", "health"}  # fmt: skip
     assert before["model"] == new["model"]
 
 

@@ -172,8 +172,9 @@ def test_contrast_equals_attribute_with_versus(models_dir, ckpt):
         st = ckpt.stepper(TEXT)
         st.sync([*s.tokens[:2], token])
         want = st.step().attention["cross", 1][2].numpy()
-        np.testing.assert_allclose(trace.y, want, rtol=1e-6)
-        np.testing.assert_allclose(view.next_rows[token], want, rtol=1e-6)
+        # the app's steppers multiply weight copies (float sums in another order)
+        np.testing.assert_allclose(trace.y, want, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(view.next_rows[token], want, rtol=1e-5, atol=1e-7)
     assert "next" in view.message and "step 4" in view.message
 
 

@@ -67,17 +67,18 @@ def test_fused_greedy_equals_module_path_and_recompute(overrides):
     assert torch.equal(fast, recompute)
 
 
-def test_fused_greedy_equals_the_recording_steppers_tokens():
-    """What the app shows (a recording stepper) and what fast decoding returns agree."""
+def test_the_recording_stepper_equals_the_module_path():
+    """What the app shows (a recording stepper, fused) and the decoder modules agree."""
     model = make_model()
     src = padded_source(model, b=1, ts=9)
     stepper = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=60)
     recorded = stepper.run()
-    fast = greedy_decode(model, src, model.config.bos_id, None, max_len=60)
-    assert fast[0].tolist() == recorded
-    with torch.no_grad():  # the recorded logits are the ones the fused step computes
+    modules = greedy_decode(model, src, model.config.bos_id, None, max_len=60, fused=False)
+    assert modules[0].tolist() == recorded
+    with torch.no_grad():  # the recorded logits are the ones the module path computes
         pad = src == model.config.pad_id
-        step = fused_step(model, model.init_cache(model.encode(src, pad), pad))
+        cache = model.init_cache(model.encode(src, pad), pad)
+        step = lambda t: model.decode(t[:, None], None, cache=cache)[:, -1]  # noqa: E731
         prev = torch.tensor([model.config.bos_id])
         for res in stepper.steps:
             assert torch.allclose(step(prev)[0], res.logits, atol=1e-5)
@@ -208,6 +209,51 @@ def test_a_hook_sees_the_same_tensors_on_both_paths():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["decoder_self", "cross"])
+def test_a_mask_hook_is_given_the_same_masks_on_both_paths(kind):
+    model = make_model()
+    src = padded_source(model)
+    seen = {"fused": [], "modules": []}
+    for path, calls in seen.items():
+
+        def look(*masks, calls=calls):  # (key_padding_mask, attn_mask)
+            calls.append(tuple(None if m is None else m.clone() for m in masks))
+
+        _steps(model, src, path, 4, [attnviz.Hook(kind, 0, "mask", look)])
+    assert len(seen["fused"]) == len(seen["modules"]) == 4
+    for a, b in zip(seen["fused"], seen["modules"], strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert (x is None) == (y is None)
+            assert x is None or torch.equal(x, y)
+    kpm, causal = seen["fused"][-1]  # the cached self-attention: its one causal row
+    if kind == "decoder_self":
+        assert kpm is None and causal.shape == (1, 4) and not causal.any()
+    else:
+        assert causal is None and torch.equal(kpm, src == model.config.pad_id)
+
+
+def test_a_module_forward_hook_keeps_the_fused_step_out():
+    """A PyTorch hook on a module the fused step does not call (a probe, a steering hook)."""
+    model = make_model()
+    src = padded_source(model, b=1)
+    seen = []
+    handle = model.decoder.layers[0].register_forward_hook(lambda m, i, o: seen.append(o))
+    try:
+        assert "forward hook" in why_not_fused(model)
+        stepper = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=4)
+        stepper.run()
+        assert len(seen) == 4  # every step ran the layer module
+        pre = model.generator.register_forward_pre_hook(lambda m, i: (torch.zeros_like(i[0]),))
+        try:
+            res = attnviz.GreedyStepper(model, src, model.config.bos_id, None, max_len=1).step()
+            assert torch.allclose(res.logits, model.generator.bias)  # the hook's zero input
+        finally:
+            pre.remove()
+    finally:
+        handle.remove()
+    assert why_not_fused(model) is None
+
+
 def test_only_training_mode_keeps_the_fused_step_out():
     model = make_model()
     assert why_not_fused(model) is None
@@ -261,8 +307,10 @@ def test_beam_search_with_the_fused_step_equals_the_module_path(overrides):
     src = padded_source(model)
     eos = model.config.eos_id
     fast = attnviz.beam_search(model, src, model.config.bos_id, eos, beam_size=3, max_len=12)
-    with attnviz.record(model) as trace:  # a watching recorder: the module path
-        slow = attnviz.beam_search(model, src, model.config.bos_id, eos, beam_size=3, max_len=12)
+    with attnviz.record(model) as trace:  # recorded through the fused step's hooks
+        slow = attnviz.beam_search(
+            model, src, model.config.bos_id, eos, beam_size=3, max_len=12, fused=False
+        )
     assert trace.n_calls("cross", 0) > 0
     for a, b in zip(fast, slow, strict=True):
         assert a.tokens == b.tokens
