@@ -203,11 +203,12 @@ def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=N
     cfg = ckpt.config
     punct = sorted(set(punctuation_ids(ckpt.src_tokenizer.tokens))
                    | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
-    eos = cfg.eos_id
-    if cfg.arch == "encoder-only":
+    eos, bos = cfg.eos_id, cfg.bos_id
+    if cfg.arch == "encoder-only":  # BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>
         eos = (special_token(ckpt, "sep") or (None, None))[1]
+        bos = int(np.asarray(src_ids)[0, 0])  # what every sentence read starts with
     return head_stats(trace, src_pad, tgt_pad, np.asarray(src_ids), np.asarray(tgt_ids),
-                      eos_id=eos, bos_id=cfg.bos_id, punct_ids=punct)  # fmt: skip
+                      eos_id=eos, bos_id=bos, punct_ids=punct)  # fmt: skip
 
 
 def from_stepper(

@@ -271,8 +271,16 @@ def _key_classes(ids, eos_id, bos_id, punct_ids) -> dict[str, np.ndarray]:
 
 
 def sink_heads(stats: Iterable[HeadStats], share: float = SINK_SHARE) -> list[HeadStats]:
-    """Heads that park most of their weight on sink keys (start, end, punctuation, first)."""
-    return [s for s in stats if not np.isnan(s.sink) and s.sink >= share]
+    """Heads that park most of their weight on sink keys (start, end, punctuation, first).
+
+    A uniform-looking head (normalised entropy >= :data:`UNIFORM_ENTROPY`) is no sink, however
+    much of its weight lands there: on a short input the sink keys are simply many of the
+    keys (3 of 6 get half of a uniform head's weight)."""
+    return [
+        s
+        for s in stats
+        if not np.isnan(s.sink) and s.sink >= share and not s.norm_entropy >= UNIFORM_ENTROPY
+    ]
 
 
 def changes_nothing(effect) -> bool:

@@ -187,7 +187,7 @@ def tokens_html(result: Comparison, fillers: bool = False) -> str:
                f"· change {t.change:+.4f}")  # fmt: skip
         spans.append(
             f'<span class="av-cmp-tok" title="{html.escape(tip)}" style="background:{colour};'
-            f'color:#111827;padding:2px 4px;margin:1px;border-radius:3px;display:inline-block">'
+            f'color:#111827;padding:2px 4px;margin:2px;border:1px solid #9ca3af;border-radius:3px;display:inline-block">'
             f"{html.escape(display_token(t.token))}</span>"
         )
     what = "A's top filler at each mask token" if fillers else "A's greedy output"

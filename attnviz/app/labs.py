@@ -267,12 +267,18 @@ def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     where = f"position {res.positions[worst]}" if read else f"step {worst + 1}"
     msg = (
         f"Switched off {len(heads)} head(s): {', '.join(sites)}.  \n"
-        f"{'Top filler per mask (else each token read)' if read else 'Output'} "
+        f"{_read_what(res.positions, state) if read else 'Output'} "
         f"{shown_output(res.baseline)} → {shown_output(res.ablated)} ({change}); "
         f"largest probability drop {-res.prob_change.min():.3f} at {where} "
         f"(“{html.escape(res.baseline_tokens[worst])}”)."
     )
     return LabView([fig], msg)
+
+
+def _read_what(positions: list[int], state: SessionState) -> str:
+    """What an encoder-only ablation compares: the fillers at the masks, or (a sentence
+    without a mask token, every position read) the model's reading of each token."""
+    return "Top filler per mask" if len(positions) < len(state.src_ids) else "Each token as read"
 
 
 def signif(x: float, digits: int = 4) -> float:

@@ -8,7 +8,9 @@ from __future__ import annotations
 INTRO = (
     "# attnviz — attention inspector\n"
     "Type an input (for a decoder-only model, a prompt to continue), then **Step** through "
-    "greedy decoding one token at a time and watch the attention matrices grow. Every weight shown is the one the model used in that forward "
+    "greedy decoding one token at a time and watch the attention matrices grow; an "
+    "encoder-only model (BERT) **Read**s a sentence in one pass and fills its mask tokens. "
+    "Every weight shown is the one the model used in that forward "
     "pass. Grey cells are *masked* (blocked by construction); dark purple cells are weights "
     "the model *learned* to be near zero."
 )

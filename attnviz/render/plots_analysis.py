@@ -178,7 +178,10 @@ def head_stats_figure(rows: Sequence[Mapping[str, Any]], metric: str = "entropy"
         traces,
         title=f"heads by {metric}",
         height=int(np.clip(140 + 70 * n_l, 260, 900)),
-        coloraxis=dict(colorscale=SCALE, colorbar=dict(title=metric)),
+        # a normalised metric keeps its 0-1 scale: heads that differ in the fifth digit
+        # would otherwise span the whole colour range
+        coloraxis=dict(colorscale=SCALE, colorbar=dict(title=metric))
+        | (dict(cmin=0.0, cmax=1.0) if metric.startswith("norm_") else {}),
         **head_grid(1, len(kinds), kinds, x, y, gaps=(0.06, 0), match=False),
     )
 

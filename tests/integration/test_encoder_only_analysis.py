@@ -41,6 +41,12 @@ def test_health_finds_no_nan_names_the_causal_leak_as_not_applying_and_reads_sin
     assert rep.passed
 
 
+def test_the_start_share_is_the_weight_on_cls(ckpt):
+    """BERT's start is [CLS], not the config's bos id: "on start token" equals "on first"."""
+    stats = analysis.inspect_text(ckpt, TEXT).stats
+    assert stats and all(s.bos == pytest.approx(s.first) and s.bos > 0 for s in stats)
+
+
 def on_cls(w):  # every query of a head on the first key, [CLS]
     out = torch.zeros_like(w)
     out[..., 0] = 1.0

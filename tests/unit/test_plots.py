@@ -294,6 +294,14 @@ def test_head_stats_figure_and_table():
     assert len(table.data[0].cells.values[0]) == len(rows)
 
 
+def test_a_normalised_metric_keeps_its_zero_to_one_scale():
+    """Heads that differ in the fifth digit must not span the whole colour range."""
+    rows = [dict(r, norm_entropy=0.99998 + 1e-6 * i) for i, r in enumerate(_head_rows())]
+    axis = plots.head_stats_figure(rows, metric="norm_entropy").layout.coloraxis
+    assert (axis.cmin, axis.cmax) == (0.0, 1.0)
+    assert plots.head_stats_figure(rows, metric="entropy").layout.coloraxis.cmax is None
+
+
 # -- training playback -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def snaps(batch):

@@ -50,3 +50,15 @@ def test_inspection_measures_end_and_start_shares(models_dir):
     assert all(np.isfinite(s.bos) and np.isfinite(s.sink) for s in dec)
     assert all(s.sink >= s.bos - 1e-9 for s in dec)  # the start token is a sink key
     assert all(np.isfinite(s.eos) for s in ins.stats)  # measured, no longer NaN
+
+
+def test_a_uniform_head_on_a_short_input_is_no_sink():
+    """3 sink keys of 6 get half of a uniform head's weight: that is no sink."""
+    from attnviz.analysis.stats import HeadStats
+
+    fields = {f: 0.0 for f in HeadStats.__dataclass_fields__}
+    uniform = HeadStats(**{**fields, "kind": "encoder_self", "layer": 0, "head": 0,
+                           "role": "", "sink": 0.5, "norm_entropy": 1.0})  # fmt: skip
+    focused = HeadStats(**{**fields, "kind": "encoder_self", "layer": 0, "head": 1,
+                           "role": "", "sink": 0.9, "norm_entropy": 0.2})  # fmt: skip
+    assert sink_heads([uniform, focused]) == [focused]
