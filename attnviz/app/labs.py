@@ -309,10 +309,16 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
         for e in effects
     ]
     top = effects[0]
+    said = (f"changed {top.changed_outputs} of {count(len(texts), 'output')}, "
+            f"largest probability change {top.max_prob_change:.2g}")  # fmt: skip
+    verdict = (
+        f"Largest effect: **{top.site}** ({said})"
+        if top.changed_outputs or top.max_prob_change >= 0.01
+        else f"No head matters much: the largest effect, **{top.site}**, {said}"
+    )
     msg = (
-        f"Each head zeroed alone on {count(len(texts), 'input')} (yours first). "
-        f"Most important: **{top.site}** (changed {top.changed_outputs} of "
-        f"{count(len(texts), 'output')}). The chart shows every head's effect, largest first."
+        f"Each head zeroed alone on {count(len(texts), 'input')} (yours first). {verdict}. "
+        "The chart shows every head's effect, largest first."
     )
     shown = effects[:RANK_SHOWN]
     fig = figures.paired_bars(  # replaces the last ablation's chart: it explains this ranking

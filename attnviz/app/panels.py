@@ -210,7 +210,7 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
             analysis.write_npz(ins, path, unit)
     except AttnvizError as exc:
         return error_view(exc, 0)
-    size = f"{path.stat().st_size // 1024} KB"
+    size = f"{path.stat().st_size / 1024:.1f} KB"
     return LabView([], f"Wrote {path.name} ({size}{', words' if words else ''}).", path=str(path))
 
 

@@ -161,7 +161,7 @@ def test_ranking_and_health_render_the_decoder_self_heads(page, tmp_path):
     page.locator("#rank-btn").click()
     page.wait_for_selector("#rank-table", state="visible")
     page.wait_for_function(
-        "() => document.querySelector('#ablate-message').innerText.includes('Most important')"
+        "() => document.querySelector('#ablate-message').innerText.includes('Each head zeroed alone')"
     )
     table = page.locator("#rank-table").inner_text()
     assert "decoder_self L" in table and "cross" not in table

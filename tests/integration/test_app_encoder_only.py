@@ -91,6 +91,7 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     # the table keeps the size the chart draws (a random model's effects are ~1e-5)
     drawn = ranked.figures[0].data[0].x[0]
     assert drawn > 0 and ranked.rows[0][2] == pytest.approx(drawn, rel=1e-3)
+    assert ranked.message.count("No head matters much") == 1  # not "most important" at 1e-5
     attr = labs.attribution(state, "L1")
     assert attr.message.startswith(f"Explaining the top filler at the first mask token: “{tops[0]}”")
     assert len(attr.figures) == 2 and len(attr.figures[0].data[0].y) == len(fill.ids)

@@ -69,6 +69,7 @@ def test_ranking_replaces_the_ablation_chart(done):
     assert ablated.figures[0].data[0].name == "all heads on"
     ranked = labs.rank_heads(done, n_inputs=3)
     assert len(ranked.figures) == 1 and "chart" in ranked.message
+    assert f"Largest effect: **{ranked.rows[0][0]}** (changed" in ranked.message  # trained
     fig = ranked.figures[0]
     assert [t.name for t in fig.data] == ["max |Δp|", "mean |Δp|"]
     shown = ranked.rows[: labs.RANK_SHOWN]
