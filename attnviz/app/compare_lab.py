@@ -14,6 +14,7 @@ checkpoints) come back as a one-line message.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ import plotly.graph_objects as go
 
 from ..analysis import compare as analysis_compare
 from ..analysis.compare import Comparison, check_comparable
+from ..analysis.masked_lm import scored_positions
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
@@ -175,27 +177,38 @@ def head_figure(
     return plots.attention_difference(wa, wb, keys, queries, title=title, mask=mask)
 
 
-def tokens_html(result: Comparison, fillers: bool = False) -> str:
+def tokens_html(result: Comparison, at: Sequence[int] | None = None) -> str:
     """The target tokens as a strip: green where B gives them more probability, red where less;
-    hovering a token shows both probabilities and ranks. ``fillers``: the tokens are an
-    encoder-only A's top filler at each mask token, not its greedy output."""
+    hovering a token shows both probabilities and ranks. ``at``: the tokens are an
+    encoder-only A's top filler at each of these positions, not its greedy output (fillers
+    of positions apart are parted by “…”, as the summary writes them)."""
     spans = []
-    for t in result.tokens[0]:
+    for k, t in enumerate(result.tokens[0]):
         c = float(np.clip(t.change, -1, 1))
         colour = _chip_colour(c)
         tip = (f"A: p={t.prob_a:.4f}, rank {t.rank_a} · B: p={t.prob_b:.4f}, rank {t.rank_b} "
                f"· change {t.change:+.4f}")  # fmt: skip
+        if at is not None:
+            tip = f"position {at[k]} · {tip}"
+            if k and at[k] != at[k - 1] + 1:
+                spans.append('<span class="av-cmp-gap"> … </span>')
         spans.append(
             f'<span class="av-cmp-tok" title="{html.escape(tip)}" style="background:{colour};'
             f'color:#111827;padding:2px 4px;margin:2px;border:1px solid #9ca3af;border-radius:3px;display:inline-block">'
             f"{html.escape(display_token(t.token))}</span>"
         )
-    what = "A's top filler at each mask token" if fillers else "A's greedy output"
+    what = "A's top filler at each mask token" if at is not None else "A's greedy output"
     legend = (
         f"<small>Output tokens ({what}): green = B more likely, red = B less likely; "
         "hover a token for both probabilities and ranks.</small>"
     )
     return f'<div id="compare-token-strip">{"".join(spans)}</div>{legend}'
+
+
+def _read_at(state: SessionState) -> list[int] | None:
+    """Where an encoder-only A's output is read in the state's sentence (None otherwise)."""
+    ckpt = checkpoint_of(state)
+    return scored_positions(ckpt, state.src_ids) if is_encoder_only(ckpt) else None
 
 
 def _chip_colour(change: float) -> str:
@@ -262,7 +275,7 @@ def compare(
     summary = _summary(result, a_name, b_name)
     return CompareView(
         grids=grids, grid_html=grid_html(result, pick, (a_name, b_name)), head=fig,
-        tokens_html=tokens_html(result, is_encoder_only(checkpoint_of(state))),
+        tokens_html=tokens_html(result, _read_at(state)),
         message=summary, comparison=result,
     )  # fmt: skip
 

@@ -109,6 +109,11 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     assert not cmp.message.startswith("⚠") and "No head differs" in cmp.message
     assert len(cmp.grids) == 1 and 'data-kind="encoder_self"' in cmp.grid_html
     assert "A's top filler at each mask token" in cmp.tokens_html
+    where = [f"position {p} ·" for p, _ in fill.fillers]  # each chip names its mask
+    assert all(w in cmp.tokens_html for w in where)
+    at = [p for p, _ in fill.fillers]
+    apart = any(b != a + 1 for a, b in zip(at, at[1:], strict=False))
+    assert ('class="av-cmp-gap"' in cmp.tokens_html) == apart
     other = compare_lab.compare(state, str(models_dir / "reverse"))
     assert other.message == "⚠ A is encoder-only and B is encoder-decoder: Compare lines up " \
         "two models of one kind head by head; pick a B of A&#x27;s kind"
