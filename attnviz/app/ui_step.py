@@ -182,7 +182,7 @@ def beam_box(p) -> None:
 
 def reference_box(p) -> None:
     kind_note(p, "reference")  # an encoder-only model: no output to score a reference against
-    with gr.Group(elem_id="reference-box") as p.kind_bodies["reference"]:
+    with gr.Column(elem_id="reference-box") as p.kind_bodies["reference"]:
         with gr.Row():
             p.reference = gr.Textbox(
                 label="Reference (the output you expect; pre-filled with the task's answer)",
