@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..core.errors import InputError
 from ..core.model import Transformer
 from ..core.record import Edit, record
 from ..core.step import fused_step
@@ -82,11 +81,7 @@ def greedy_decode(
         memory, kv = start.memory, start.cache
         step_fn = fused_step(model, kv) if kv is not None and fused else None
         prefix = start.prefix  # [B, 1 + t] (or the prompt and t)
-        vocab = model.config.tgt_vocab_size
-        last = start.first  # [B]
-        if step_fn is not None and not bool(((last >= 0) & (last < vocab)).all()):
-            bad = int(last[(last < 0) | (last >= vocab)][0])  # later ids come from the argmax
-            raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
+        last = start.first  # [B], checked by start_decoding
         finished = torch.zeros(b, dtype=torch.bool, device=src.device)
         ends = torch.tensor(end_ids(model, eos_id), dtype=torch.long, device=src.device)
         out = []

@@ -248,9 +248,6 @@ class _Search:
             first = int(start.first[0])
             nodes = [BeamNode(0, None, first, -1, 0.0, 0.0, False)]
             step_fn = fused_step(model, cache) if self.fused else None
-            if step_fn is not None and not 0 <= first < model.config.tgt_vocab_size:
-                vocab = model.config.tgt_vocab_size  # later ids come from the top-k
-                raise InputError(f"tgt holds id {first}, outside the vocabulary 0..{vocab - 1}")
             running = [_Slot([], [], 0 if i == 0 else None, []) for i in range(k)]
             run_scores = torch.zeros(1, k, device=device)  # [1, k], as transformers lays it out
             run_scores[:, 1:] = _PLACEHOLDER

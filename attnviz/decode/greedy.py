@@ -206,18 +206,31 @@ def start_decoding(
 
     Call inside the caller's ``eval_no_grad`` and ``record`` blocks: the encoder's (or the
     prompt's) attention is recorded where the caller records.
+
+    Raises:
+        InputError: an id fed at the first step outside the vocabulary, before anything runs
+            (later ids are the argmax or a checked forced token).
     """
     b = src.shape[0]
-    if model.config.arch == "decoder-only":
+    decoder_only = model.config.arch == "decoder-only"
+    if decoder_only:
+        first = src[:, -1]
+    else:
+        first = torch.full((b,), bos_id, dtype=torch.long, device=src.device)
+    vocab = model.config.tgt_vocab_size
+    outside = (first < 0) | (first >= vocab)
+    if bool(outside.any()):
+        bad = int(first[outside][0])
+        raise InputError(f"tgt holds id {bad}, outside the vocabulary 0..{vocab - 1}")
+    if decoder_only:
         kv = None
         if cache:
             kv = model.init_cache(None, capacity=src.shape[1] + n_new, batch=b)
             if src.shape[1] > 1:  # the prompt but its last token, into the cache (no logits)
                 model.decode(src[:, :-1], None, cache=kv, logits=False)
-        return Start(None, kv, src[:, -1], src)
+        return Start(None, kv, first, src)
     memory = model.encode(src, pad)
     kv = model.init_cache(memory, pad, capacity=n_new) if cache else None
-    first = torch.full((b,), bos_id, dtype=torch.long, device=src.device)
     return Start(memory, kv, first, first[:, None])
 
 
@@ -308,12 +321,6 @@ class GreedyStepper:
         self.copies = copies
         self.src = src.to(next(model.parameters()).device)
         self.max_len = default_max_len(model, src.shape[1], max_len)
-        # later ids are the argmax or a checked forced token; the first comes from the caller
-        vocab = model.config.tgt_vocab_size
-        decoder_only = model.config.arch == "decoder-only"
-        first = int(self.src[0, -1]) if decoder_only and self.src.shape[1] else bos_id
-        if first is not None and not 0 <= first < vocab:
-            raise InputError(f"tgt holds id {first}, outside the vocabulary 0..{vocab - 1}")
         pad = source_pad_mask(model, self.src, src_pad_mask)
         with eval_no_grad(model), record(model, self.edits, capture=self.capture) as enc_trace:
             start = start_decoding(model, self.src, pad, bos_id, self.max_len)

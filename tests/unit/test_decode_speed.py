@@ -299,6 +299,10 @@ def test_a_start_id_outside_the_vocabulary_is_refused_on_both_paths():
     for fused in (True, False):
         with pytest.raises(attnviz.InputError, match="id 19, outside the vocabulary 0..18"):
             greedy_decode(model, src, 19, None, max_len=3, fused=fused)
+        with pytest.raises(attnviz.InputError, match="id 19, outside the vocabulary 0..18"):
+            attnviz.beam_search(model, src, 19, None, beam_size=2, max_len=3, fused=fused)
+    with pytest.raises(attnviz.InputError, match="id 19, outside the vocabulary 0..18"):
+        attnviz.GreedyStepper(model, src, 19, None, max_len=3)  # before the encoder runs
 
 
 @pytest.mark.parametrize("overrides", [CONFIGS[0], CONFIGS[3]])
