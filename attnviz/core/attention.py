@@ -165,6 +165,11 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
 
+    @property
+    def score_scale(self) -> float:
+        """What ``q·kᵀ`` is multiplied by: ``1 / sqrt(Dh)``, or 1 where scaling is off (T5)."""
+        return self.scale if self.scale is not None else self.head_dim**-0.5
+
     def _split(self, x: Tensor) -> Tensor:
         b, t, width = x.shape
         return x.view(b, t, width // self.head_dim, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
@@ -241,9 +246,8 @@ class MultiHeadAttention(nn.Module):
             if dead is not None:
                 z = z.masked_fill(dead, 0.0)  # [B, H, Tq, Dh]
         else:
-            scale = self.scale if self.scale is not None else self.head_dim**-0.5
             z = watched_attention(
-                hook, q, k, v, key_padding_mask, attn_mask, scale, position_bias,
+                hook, q, k, v, key_padding_mask, attn_mask, self.score_scale, position_bias,
                 dropout=self.attn_dropout,
             )  # fmt: skip
         z = z.transpose(1, 2).reshape(b, tq, self.inner)  # [B, Tq, H * Dh]

@@ -69,11 +69,6 @@ def _norm(module: nn.Module | None) -> Callable[[Tensor], Tensor] | None:
     return lambda x: F.layer_norm(x, shape, w, b, eps)
 
 
-def _scale(module: nn.Module) -> float:
-    """What an attention module multiplies ``q·kᵀ`` by (1 / sqrt(Dh), or 1 for T5)."""
-    return module.scale if module.scale is not None else module.head_dim**-0.5
-
-
 def _bias_of(linear_bias: Tensor | None, part: slice) -> Tensor | None:
     return None if linear_bias is None else linear_bias[part]
 
@@ -122,14 +117,14 @@ class FusedStep:
             sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
             self.layers.append(
                 (
-                    (lay(sa.in_proj_weight), sa.in_proj_bias, _scale(sa), sa),
+                    (lay(sa.in_proj_weight), sa.in_proj_bias, sa.score_scale, sa),
                     (lay(sa.out_proj.weight), sa.out_proj.bias),
                     None
                     if ca is None
                     else (ca.in_proj_weight[:inner], _bias_of(ca.in_proj_bias, slice(0, inner))),
                     None
                     if ca is None
-                    else (lay(ca.out_proj.weight), ca.out_proj.bias, _scale(ca), ca),
+                    else (lay(ca.out_proj.weight), ca.out_proj.bias, ca.score_scale, ca),
                     None if ff is None else (lay(ff.linear1.weight), ff.linear1.bias, ff.act),
                     None if ff is None or ff.gate is None else (lay(ff.gate.weight), ff.gate.bias),
                     None if ff is None else (lay(ff.linear2.weight), ff.linear2.bias),
