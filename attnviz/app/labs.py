@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import analysis
 from ..analysis.health import count
+from ..analysis.stats import changes_nothing
 from ..core.errors import AttnvizError, InputError
 from ..render import plots
 from ..render.plots import KIND_TITLES
@@ -313,7 +314,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
             f"largest probability change {top.max_prob_change:.2g}")  # fmt: skip
     verdict = (
         f"Largest effect: **{top.site}** ({said})"
-        if top.changed_outputs or top.max_prob_change >= 0.01
+        if not changes_nothing(top)
         else f"No head matters much: the largest effect, **{top.site}**, {said}"
     )
     msg = (
