@@ -21,7 +21,6 @@ from ..checkpoint import Checkpoint
 from ..core.gemv import Copies
 from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
-from . import store
 from .state import SessionState
 
 MAX_STEPPERS = 64
@@ -94,7 +93,8 @@ class DecoderCache:
 
 #: Models whose weight copies are kept (each up to :data:`attnviz.core.gemv.BUDGET` elements).
 KEPT_COPIES = 2
-_COPIES = store.LRU(KEPT_COPIES)  # id(model) -> (model, Copies)
+_COPIES: OrderedDict[int, tuple[torch.nn.Module, Copies]] = OrderedDict()
+_COPIES_LOCK = threading.Lock()
 
 
 def copies_of(ckpt: Checkpoint) -> Copies | None:
@@ -105,11 +105,16 @@ def copies_of(ckpt: Checkpoint) -> Copies | None:
     model = ckpt.model
     if model.decoder is None:
         return None
-    hit = _COPIES.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    copies = Copies(model)  # outside the map's lock: other sessions' steps go on meanwhile
-    _COPIES.put(id(model), (model, copies))
+    with _COPIES_LOCK:
+        hit = _COPIES.get(id(model))
+        if hit is not None and hit[0] is model:
+            _COPIES.move_to_end(id(model))
+            return hit[1]
+    copies = Copies(model)  # outside the lock: other sessions' steps go on meanwhile
+    with _COPIES_LOCK:
+        _COPIES[id(model)] = (model, copies)
+        while len(_COPIES) > KEPT_COPIES:
+            _COPIES.popitem(last=False)
     return copies
 
 
