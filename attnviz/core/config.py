@@ -10,7 +10,7 @@ from typing import Any
 from .errors import ConfigError, shorten
 from .memory import check_size
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "silu")
 #: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
 #: Pegasus); fairseq's sinusoids (FSMT); a learned table per stack (BART, mBART); none, with a
 #: relative position bias added to the self-attention scores instead (T5).
@@ -56,7 +56,9 @@ class ModelConfig:
         n_encoder_layers / n_decoder_layers: depth of each stack (may differ).
         d_ff: hidden width of the position-wise feed-forward block.
         dropout: dropout on embeddings, attention weights, sublayer outputs and the FFN.
-        activation: ``"relu"`` or ``"gelu"`` (exact erf form, as ``torch.nn``).
+        activation: one of :data:`ACTIVATIONS`: ``"relu"``, ``"gelu"`` (exact erf form, as
+            ``torch.nn``), ``"gelu_tanh"`` (``F.gelu(approximate="tanh")``), ``"gelu_new"`` and
+            ``"gelu_fast"`` (the tanh GELU as transformers writes it out), ``"silu"``.
         norm_first: pre-norm residual blocks (``x + f(norm(x))``) instead of post-norm
             (``norm(x + f(x))``, the paper's and ``nn.Transformer``'s default).
         final_norm: a LayerNorm after each stack, as ``nn.Transformer`` has.

@@ -7,6 +7,8 @@ Shape legend as in :mod:`attnviz.core.model`, which ties these parts into the
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,10 +39,24 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
 
 
+def gelu_new(x: Tensor) -> Tensor:
+    """The tanh GELU written out as GPT-2 and T5 v1.1 compute it (transformers' ``gelu_new``):
+    the same function as ``F.gelu(approximate="tanh")``, not the same bits (up to 4.8e-7)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def gelu_fast(x: Tensor) -> Tensor:
+    """transformers' ``gelu_fast``: the tanh GELU with its constants folded."""
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+#: each activation by the formula its family computes, so imports are exact to the last bit
 ACTIVATION_FNS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": gelu_new,
+    "gelu_fast": gelu_fast,
     "silu": F.silu,
 }
 

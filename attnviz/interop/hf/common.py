@@ -20,9 +20,9 @@ WEIGHTS = "model.safetensors"
 ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
+    "gelu_new": "gelu_new",
     "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
+    "gelu_fast": "gelu_fast",
     "silu": "silu",
     "swish": "silu",
 }

@@ -245,11 +245,12 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     src_rows, tgt_rows = _vocab_rows(hf, tensors, folder)  # from the weights, never sized
     check_generation(gen, tgt_rows, folder)  # from config.json's vocab_size alone
     tokenizer, why = load_hf_tokenizer(folder, ids, tgt_rows, max(src_rows, tgt_rows))
+    family = REGISTRY[hf["model_type"]]
     if tokenizer is not None:
-        _check_tokenizer_specials(tokenizer, ids, folder)
+        if family.arch != "encoder-only":  # an encoder-only model generates nothing: no end
+            _check_tokenizer_specials(tokenizer, ids, folder)
         ids["unk_id"] = tokenizer.unk_id
     model = _build(folder, hf, ids, device, tensors)
-    family = REGISTRY[hf["model_type"]]
     make_rules = family.generation or generation_rules
     rules, max_new, ignored = make_rules(gen, model.config, hf, folder)
     if tokenizer is None:  # ids in, ids out: every id shows as #<id>
