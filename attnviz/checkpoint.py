@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ from .data.batch import Prompt
 from .data.tokenizer import Encoding, Tokenizer, check_text
 from .decode.batched import greedy_decode, greedy_texts, until_eos
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
+from .decode.decoding import Decoding
 from .decode.fill import fill_texts
 from .decode.greedy import GreedyStepper, LogitRules
 from .decode.scoring import Scored, score_reference
@@ -199,17 +200,14 @@ class Prediction:
     tokens: list[int]
 
 
-#: transformers' default number of new tokens for a decoder-only model (``max_length`` 20,
-#: counted on top of the prompt when a folder names no limit).
-DEFAULT_NEW_TOKENS = 20
-
-
 @dataclass
 class Checkpoint:
     """A loaded checkpoint: ``.model`` (eval mode), tokenizers, ``.config``, ``.meta``.
 
     ``rules`` and ``max_new_tokens`` come from a Hugging Face folder's generation config
-    (None for attnviz checkpoints); :meth:`predict` follows them. A Hugging Face folder
+    (None for attnviz checkpoints); they are made into one :class:`Decoding` value,
+    ``.decoding``, which every decode of this checkpoint asks (``predict``, the stepper, beam
+    search, the app's Step and Run): :meth:`limit` is its length rule. A Hugging Face folder
     without a working tokenizer reads and shows token ids (``meta["tokenizer_missing"]`` says
     why).
     """
@@ -224,6 +222,14 @@ class Checkpoint:
     max_new_tokens: int | None = None
     #: how a decoder-only model trained by attnviz reads a source (``<bos> source <sep>``)
     prompt: Prompt | None = None
+    decoding: Decoding = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        hf_prompt = self.config.arch == "decoder-only" and self.meta.get("format") == "huggingface"
+        self.decoding = Decoding.of(
+            self.config, self.rules, self.max_new_tokens,
+            self.meta.get("generation_config"), counts_prompt=hf_prompt,
+        )  # fmt: skip
 
     @property
     def task(self) -> str | None:
@@ -244,21 +250,12 @@ class Checkpoint:
             return log_mel(source, self.config.n_mels)[None].to(self.device)
         return torch.tensor([self.encode_source(source).ids], device=self.device)
 
-    def new_tokens(self, prompt_len: int, max_len: int | None = None) -> int | None:
-        """Most tokens to produce after an input of ``prompt_len`` ids: ``max_len`` when
-        given, else the folder's limit. A decoder-only folder's ``max_length`` counts the
-        prompt, as transformers counts it; with neither it nor ``max_new_tokens``,
-        transformers produces 20 new tokens (within the model's positions)."""
-        if max_len is not None:  # 0 is refused where it is used, never replaced
-            return max_len
-        gen = self.meta.get("generation_config") or {}
-        hf_prompt = self.config.arch == "decoder-only" and self.meta.get("format") == "huggingface"
-        if hf_prompt and gen.get("max_new_tokens") is None:
-            total = gen.get("max_length")
-            if isinstance(total, int) and not isinstance(total, bool):
-                return max(1, total - prompt_len)
-            return DEFAULT_NEW_TOKENS
-        return self.max_new_tokens
+    def limit(self, prompt_len: int, asked: int | None = None) -> int:
+        """Most tokens to produce after an input of ``prompt_len`` ids (or frames):
+        ``asked`` when given, else this checkpoint's limit (:meth:`Decoding.limit`: a
+        decoder-only folder's ``max_length`` counts the prompt, as transformers counts it),
+        within the model's positions."""
+        return self.decoding.limit(self.config, prompt_len, asked)
 
     def encode_source(self, text: str) -> Encoding:
         """Tokenize an input; empty or over-long input raises :class:`InputError`.
@@ -317,7 +314,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=self.max_new_tokens if max_len is None else max_len,
+            max_len=self.limit(src.shape[-1], max_len),
             src_pad_mask=src_pad_mask,
             edits=edits,
             cache=cache,
@@ -341,7 +338,7 @@ class Checkpoint:
             src,
             cfg.bos_id,
             cfg.eos_id,
-            max_len=self.new_tokens(src.shape[-1], max_len),
+            max_len=self.limit(src.shape[-1], max_len),
             rules=self.rules,
         )[0].tolist()
         tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
@@ -378,7 +375,7 @@ class Checkpoint:
             src[0],
             cfg.bos_id,
             cfg.eos_id,
-            max_len=self.new_tokens(src.shape[-1], max_len),
+            max_len=self.limit(src.shape[-1], max_len),
             edits=edits,
             rules=self.rules,
         )
@@ -391,10 +388,10 @@ class Checkpoint:
         if self.meta.get("engine") == "ctranslate2":
             from .decode.beam_ct2 import ct2_beam_search
 
-            cfg = self.config
+            cfg, src = self.config, self.source_tensor(text)
             return ct2_beam_search(
-                self.model, self.source_tensor(text), cfg.bos_id, cfg.eos_id, beam_size,
-                max_len=max_len or self.max_new_tokens, rules=self.rules,
+                self.model, src, cfg.bos_id, cfg.eos_id, beam_size,
+                max_len=self.limit(src.shape[-1], max_len), rules=self.rules,
             )  # fmt: skip
         return beam_predict(self, text, beam_size, max_len)
 

@@ -413,3 +413,29 @@ def build_one_stack(family: str, seed: int = 0):
             norm = any(s in name.lower() for s in ("norm", "ln_")) and name.endswith("weight")
             p.copy_((1.0 if norm else 0.0) + 0.3 * torch.randn_like(p))
     return model
+
+
+def gpt2_text_folder(folder: Path, **overrides):
+    """A random GPT-2 folder with a byte-level BPE tokenizer trained here (<|endoftext|> = 0);
+    returns ``(transformers model, tokenizer)``. ``overrides`` go to ``GPT2Config``."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"])
+    tok = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer)
+    tok.save_pretrained(folder)
+    config = transformers.GPT2Config(**{
+        **dict(vocab_size=len(tok), n_embd=40, n_layer=2, n_head=4, n_positions=64,
+               bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+        **overrides,
+    })  # fmt: skip
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            norm = "ln_" in name and name.endswith("weight")
+            p.copy_((1.0 if norm else 0.0) + 0.3 * torch.randn_like(p))
+    model.save_pretrained(folder, safe_serialization=True)
+    return model, tok

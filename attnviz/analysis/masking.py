@@ -35,7 +35,6 @@ from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
 from ..decode.batched import until_eos
-from ..decode.greedy import default_max_len
 from .ablation import greedy_each
 
 #: What the references of an experiment are (``MaskExperiment.reference``).
@@ -141,9 +140,9 @@ def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
     else:
         batch = source_batch(ids, ckpt.config, ckpt.device)
         out = ckpt.greedy(batch.src, batch.src_pad).tolist()
-    cfg, limit = ckpt.config, ckpt.max_new_tokens
+    cfg = ckpt.config
     return [
-        until_eos(row[: default_max_len(ckpt.model, len(own), limit)], cfg.eos_id, cfg.pad_id, cfg.end_ids)
+        until_eos(row[: ckpt.limit(len(own))], cfg.eos_id, cfg.pad_id, cfg.end_ids)
         for row, own in zip(out, ids, strict=True)
     ]
 

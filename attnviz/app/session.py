@@ -25,7 +25,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
-from ..decode.greedy import GreedyStepper, default_max_len
+from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
 from . import beamview, readview, speech, stamps, stepfigures, store, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
@@ -216,7 +216,7 @@ def _start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int)
         unknown=list(enc.unknown),
         tokens=[],
         step=0,
-        max_steps=default_max_len(ckpt.model, len(enc.ids), ckpt.max_new_tokens),
+        max_steps=ckpt.limit(len(enc.ids)),
         version=version,
         epoch=state.epoch + 1,
         page_rows=-1,

@@ -34,7 +34,6 @@ import numpy as np
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..data.audio import SAMPLING_RATE, load_audio, log_mel
-from ..decode.greedy import default_max_len
 from . import store
 from .state import SessionState
 
@@ -151,7 +150,7 @@ def start_state(state: SessionState, ckpt: Checkpoint, clip, version: int) -> Se
         unknown=[],
         tokens=[],
         step=0,
-        max_steps=default_max_len(ckpt.model, frames, ckpt.max_new_tokens),
+        max_steps=ckpt.limit(frames),
         version=version,
         epoch=state.epoch + 1,
         page_rows=-1,

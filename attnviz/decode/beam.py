@@ -438,7 +438,7 @@ def beam_predict(
         src,
         cfg.bos_id,
         cfg.eos_id,
-        max_len=ckpt.new_tokens(src.shape[-1], max_len),  # 0 is refused, not replaced
+        max_len=ckpt.limit(src.shape[-1], max_len),  # 0 is refused, not replaced
         rules=ckpt.rules,
         return_tree=return_tree,
         return_attention=return_attention,

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..core import masks
 from ..core.cache import DecoderCache
+from ..core.config import ModelConfig
 from ..core.errors import InputError
 from ..core.gemv import Copies
 from ..core.model import Transformer
@@ -86,20 +87,24 @@ def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None
     return pad if bool(pad.any()) else None
 
 
-def default_max_len(model: Transformer, src_len: int, max_len: int | None = None) -> int:
+def default_max_len(
+    model: Transformer | ModelConfig, src_len: int, max_len: int | None = None
+) -> int:
     """Most tokens to decode for a source of `src_len` tokens: `max_len`, else `2 * Ts + 16`,
-    within the positions the model has (after a decoder-only model's prompt)."""
-    if model.config.arch == "decoder-only":
-        limit = model.config.max_len - src_len
+    within the positions the model (or config) has (after a decoder-only model's prompt).
+    A checkpoint's own limit is :meth:`attnviz.decode.decoding.Decoding.limit`."""
+    cfg = model if isinstance(model, ModelConfig) else model.config
+    if cfg.arch == "decoder-only":
+        limit = cfg.max_len - src_len
         if limit < 1:
             raise InputError(
                 f"the prompt holds {src_len} tokens, and this model's max_len="
-                f"{model.config.max_len} leaves no position to decode into"
+                f"{cfg.max_len} leaves no position to decode into"
             )
     else:
-        limit = model.config.max_len - 1  # BOS takes position 0
+        limit = cfg.max_len - 1  # BOS takes position 0
     if max_len is None:  # an audio source's length says nothing about its text's
-        return limit if model.config.source == "audio" else min(limit, 2 * src_len + 16)
+        return limit if cfg.source == "audio" else min(limit, 2 * src_len + 16)
     if max_len < 1:
         raise InputError(f"max_len must be at least 1, got {max_len}")
     return min(limit, max_len)

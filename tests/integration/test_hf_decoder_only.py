@@ -165,30 +165,8 @@ def test_mistral_sliding_window_bounds_the_length(folders):
 @pytest.fixture(scope="module")
 def gpt2_with_tokenizer(tmp_path_factory):
     """A GPT-2 folder with a byte-level BPE tokenizer trained here (<|endoftext|> = 0)."""
-    import transformers
-    from tokenizers import ByteLevelBPETokenizer
-
     folder = tmp_path_factory.mktemp("gpt2_text")
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(
-        hf_families.CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"]
-    )
-    tok = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer)
-    tok.save_pretrained(folder)
-    config = transformers.GPT2Config(
-        vocab_size=len(tok), n_embd=40, n_layer=2, n_head=4, n_positions=64,
-        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )  # fmt: skip
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(
-                (1.0 if "ln_" in name and name.endswith("weight") else 0.0)
-                + 0.3 * torch.randn_like(p)
-            )
-    model.save_pretrained(folder, safe_serialization=True)
+    model, tok = hf_families.gpt2_text_folder(folder)
     return model, tok, folder
 
 
