@@ -143,6 +143,27 @@ def test_every_attention_weight_matches_transformers(folders, family):
 
 
 @needs_hf
+@pytest.mark.parametrize("family", ["t5", "t5-v1.1"])
+def test_t5_families_are_bit_exact(folders, family):
+    """Plain T5 (ReLU) and T5 v1.1 / Flan-T5 (gated ``gelu_new``) compute transformers' own
+    formulas, so the logits and every attention weight are equal to the last bit (the tanh GELU
+    as ``F.gelu(approximate="tanh")`` left v1.1 3.6e-5 off in the logits)."""
+    hf_model, folder = folders[family]
+    model = attnviz.load_checkpoint(folder).model
+    src, tgt, src_real, tgt_real = batch(model.config)
+    out = reference(hf_model, src, tgt, src_real, tgt_real)
+    with torch.no_grad(), attnviz.record(model) as trace:
+        logits = model(src, tgt, ~src_real, ~tgt_real)
+    assert (logits - out.logits).abs()[tgt_real].max().item() == 0.0
+    for kind, layers in (("encoder_self", out.encoder_attentions), ("cross", out.cross_attentions),
+                         ("decoder_self", out.decoder_attentions)):  # fmt: skip
+        rows = src_real if kind == "encoder_self" else tgt_real
+        for layer, ref in enumerate(layers):
+            diff = (trace.weights(kind, layer) - ref).abs().amax(dim=(1, 3))[rows].max().item()
+            assert diff == 0.0, f"{family} {kind} layer {layer}: {diff:.2e}"
+
+
+@needs_hf
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fused_path_equals_recording_path(folders, family):
     model = attnviz.load_checkpoint(folders[family][1]).model

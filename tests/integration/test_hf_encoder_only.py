@@ -73,3 +73,25 @@ def test_unsupported_bert_variants_are_refused_by_name(folders, tmp_path, change
     (tmp_path / "f" / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(InteropError, match=words):
         attnviz.load_checkpoint(tmp_path / "f")
+
+
+def test_an_encoder_only_folder_is_not_refused_for_an_end_id_it_never_uses(tmp_path):
+    """A BERT whose tokenizer names ``[SEP]`` as its end token and whose config names a pad id
+    of 2 and no end id opens: an encoder-only model generates nothing (it was refused with
+    "config.json's eos_token_id 2 is not the tokenizer's end token")."""
+    from helpers import tiny_bert
+
+    _, tok = tiny_bert(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["pad_token_id"] = 2
+    config.pop("eos_token_id", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tok_config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    tok_config["eos_token"] = "[SEP]"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    ckpt = attnviz.load_checkpoint(tmp_path)
+    assert ckpt.src_tokenizer.tokenizer_eos_id == tok.convert_tokens_to_ids("[SEP]")
+    enc = ckpt.encode_source("the cat sat")
+    with torch.no_grad(), attnviz.record(ckpt.model) as trace:
+        ckpt.model(torch.tensor([enc.ids]))
+    assert trace.weights("encoder_self", 0).shape[-1] == len(enc.ids)
