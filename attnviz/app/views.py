@@ -236,6 +236,9 @@ def messages(
                 f"⚠ {len(state.src_ids)} tokens: longer than anything this model was trained on "
                 f"({lengths.start}–{lengths.stop - 1}); expect mistakes."
             )
+    limit_note = state.src_ids and ckpt.decoding.note(ckpt.config, len(state.src_ids))
+    if limit_note and state.step == 0:
+        out.append(f"⚠ {html.escape(limit_note)}.")
     if state.stopped_at_limit:
         out.append(
             f"■ Stopped at the length limit ({state.max_steps} tokens) without producing "
