@@ -136,6 +136,13 @@ def _jsonl(path: Path, langs: Sequence[str] | None) -> Iterator[tuple[int, str, 
         src, tgt = (tr[lang] for lang in order)
         if not isinstance(src, str) or not isinstance(tgt, str):
             raise CorpusError(f"{path}:{n}: the texts of {order} must be strings")
+        for lang, text in zip(order, (src, tgt), strict=True):
+            bad = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+            if bad is not None:  # a JSON \ud800 escape: no character, and no UTF-8 for it
+                raise CorpusError(
+                    f"{path}:{n}: the {lang!r} text holds a lone surrogate (U+{ord(text[bad]):04X}"
+                    f" at character {bad + 1}), which is no character; fix or drop the line"
+                )
         yield n, src, tgt
 
 
