@@ -33,7 +33,8 @@ DEFAULT_ALIGNMENT = 32
 MAX_HEADER_BYTES = 1 << 28
 #: Most Python values (strings, numbers in non-numpy arrays, nested arrays) the metadata
 #: may turn into, so a header of tiny items cannot fill memory with objects.
-MAX_ITEMS = 1 << 23
+MAX_ITEMS = 1 << 22
+MAX_TENSORS = 1 << 20  # real files hold a few thousand (experts are stacked in one tensor)
 MAX_DEPTH = 8  # arrays inside arrays
 MAX_RANK = 4  # GGML_MAX_DIMS
 MAX_NAME_BYTES = 1 << 10  # llama.cpp allows 64
@@ -237,11 +238,16 @@ def _parse(cur: _Cursor, path: Path) -> GGUFFile:
         swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
         if swapped in (1, 2, 3):
             raise cur.fail("a big-endian GGUF file, which attnviz does not read")
-        hint = " (from before 2023-08; convert it again with llama.cpp)" if version == 1 else ""
+        hint = "; convert it again with a current llama.cpp" if version == 1 else ""
         raise cur.fail(f"GGUF version {version}, which attnviz does not read (2 or 3){hint}")
     n_tensors, n_kv = cur.take("<Q"), cur.take("<Q")
     cur.need(n_kv * _MIN_KV_BYTES, f"{n_kv} metadata entries")
     cur.need(n_tensors * _MIN_TENSOR_BYTES, f"{n_tensors} tensors")
+    if n_tensors > MAX_TENSORS:
+        raise cur.fail(
+            f"the header claims {n_tensors} tensors (attnviz reads at most {MAX_TENSORS})"
+        )
+    cur.count(n_kv)
 
     metadata: dict[str, Any] = {}
     types: dict[str, int] = {}
