@@ -55,6 +55,7 @@ _SCALARS: dict[int, tuple[str, str]] = {
     11: ("<q", "<i8"),
     12: ("<d", "<f8"),
 }
+_U64 = struct.Struct("<Q")
 _MIN_VALUE_BYTES = 1  # the smallest value (u8, i8, bool)
 _MIN_KV_BYTES = 8 + 4 + _MIN_VALUE_BYTES  # key length, value type, value
 _MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, rank, one dim, type, offset
@@ -167,9 +168,27 @@ class _Cursor:
         if limit is not None and length > limit:
             raise self.fail(f"{self.where} claims {what} of {length} bytes (at most {limit})")
         self.need(length, f"{what} of {length} bytes")
-        raw = bytes(self.buf[self.pos : self.pos + length])
+        text = str(self.buf[self.pos : self.pos + length], "utf-8", "replace")
         self.pos += length
-        return raw.decode("utf-8", errors="replace")
+        return text
+
+    def strings(self, n: int) -> list[str]:
+        """``n`` strings in a row: :meth:`string` unrolled, as vocabularies hold 10^5 of them."""
+        buf, pos, end, out = self.buf, self.pos, self.end, []
+        unpack, append = _U64.unpack_from, out.append
+        for _ in range(n):
+            if end - pos < 8:
+                self.pos = end
+                self.take("<Q")  # raises: the file ends here
+            (length,) = unpack(buf, pos)
+            pos += 8
+            if length > end - pos:
+                self.pos = pos
+                self.need(length, f"a string of {length} bytes")  # raises
+            append(str(buf[pos : pos + length], "utf-8", "replace"))
+            pos += length
+        self.pos = pos
+        return out
 
     def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype in _SCALARS:
@@ -195,7 +214,7 @@ class _Cursor:
         if itype == _STRING:
             self.need(n * 8, f"an array of {n} elements")
             self.count(n)
-            return [self.string() for _ in range(n)]
+            return self.strings(n)
         if itype == _ARRAY:
             self.need(n * 12, f"an array of {n} elements")
             self.count(n)
