@@ -291,7 +291,7 @@ def _parse(cur: _Cursor, path: Path) -> GGUFFile:
         if data_offset + rel + n_bytes > file_size:
             raise cur.fail(
                 f"{where} claims {n_bytes} bytes at offset {rel} of the data section, past "
-                f"the end of the file ({file_size - data_offset} data bytes; truncated?)"
+                f"the end of the file ({max(0, file_size - data_offset)} data bytes; truncated?)"
             )
         if rel < end_of_previous:
             raise cur.fail(f"{where} overlaps tensor '{shorten(previous)}'")
