@@ -172,10 +172,19 @@ def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Ins
     model: its one pass over ``text``, :func:`inspect_read`)."""
     if ckpt.config.arch == "encoder-only":
         return inspect_read(ckpt, text)
-    enc = ckpt.encode_source(text)
     stepper = ckpt.stepper(text, max_len)  # the checkpoint's generation rules
+    enc = frames_encoding(stepper) if ckpt.is_audio else ckpt.encode_source(text)
     stepper.run()
     return from_stepper(ckpt, text, enc, stepper)
+
+
+def frames_encoding(stepper: GreedyStepper) -> Encoding:
+    """A speech model's source as an :class:`Encoding`: one piece per encoder frame, named by
+    its time (``"0.02s"``, 20 ms apart), ids -1 (a frame is no token)."""
+    from .timestamps import FRAMES_PER_SECOND
+
+    n = int(stepper.encoder_trace.weights("encoder_self", 0).shape[-1])  # [1, H, Ts, Ts]
+    return Encoding([-1] * n, [f"{i / FRAMES_PER_SECOND:.2f}s" for i in range(n)], [])
 
 
 def inspect_read(ckpt: Checkpoint, text: str) -> Inspection:
@@ -201,7 +210,8 @@ def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=N
     key ids (the decoder's inputs, start token first). An encoder-only model's end is its
     separator ([SEP]); its start ([CLS]) is the first token, a sink key of every model."""
     cfg = ckpt.config
-    punct = sorted(set(punctuation_ids(ckpt.src_tokenizer.tokens))
+    src_tokens = ckpt.src_tokenizer.tokens if ckpt.src_tokenizer is not None else []  # audio
+    punct = sorted(set(punctuation_ids(src_tokens))
                    | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
     eos, bos = cfg.eos_id, cfg.bos_id
     if cfg.arch == "encoder-only":  # BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>
@@ -239,7 +249,7 @@ def from_stepper(
         probs=np.stack([as_numpy(s.probs) for s in steps]),
         vocab=list(tok.tokens),
         stats=key_stats(ckpt, trace, [enc.ids], [keys]),
-        src_kind=ckpt.src_tokenizer.kind,
+        src_kind=ckpt.src_tokenizer.kind if ckpt.src_tokenizer is not None else "audio",
         tgt_kind=tok.kind,
     )
 

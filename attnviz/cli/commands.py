@@ -22,24 +22,49 @@ from .analysis import task_inputs  # noqa: F401  (public here before cli_analysi
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "reverse"
 
 
+def source_of(ckpt, args: argparse.Namespace) -> str:
+    """The input a command runs ``ckpt`` on: ``--audio CLIP`` for a speech model (a path in
+    ``--text`` is read as the clip too), else ``--text``."""
+    audio = getattr(args, "audio", None)
+    if audio is not None and not ckpt.is_audio:
+        raise AttnvizError("--audio is for speech models (Whisper); this model reads --text")
+    source = audio if audio is not None else args.text
+    if source is None:
+        raise AttnvizError("give the input: --audio CLIP for a speech model, else --text TEXT")
+    return source
+
+
 def _step_through(args: argparse.Namespace) -> int:
-    """Greedy-decode one input step by step, printing where cross-attention looks."""
+    """Greedy-decode one input step by step, printing where the last layer looks (the source
+    through cross-attention; a decoder-only model's prompt and output so far through
+    self-attention)."""
+    from ..analysis.export import frames_encoding
+
     ckpt = load_checkpoint(args.model)
-    enc = ckpt.encode_source(args.text)
+    source = source_of(ckpt, args)
+    if ckpt.config.arch == "encoder-only":
+        raise AttnvizError("an encoder-only model generates nothing to step through: use inspect")
+    stepper = ckpt.stepper(source)  # the checkpoint's ids and generation rules
+    enc = frames_encoding(stepper) if ckpt.is_audio else ckpt.encode_source(source)
     if enc.unknown:
         print(f"note: not in this model's vocabulary, read as <unk>: {' '.join(enc.unknown)}")
-    stepper = ckpt.stepper(args.text)  # the checkpoint's ids and generation rules
     last = ckpt.config.n_decoder_layers - 1
+    one_stack = ckpt.config.arch == "decoder-only"
+    kind = "decoder_self" if one_stack else "cross"
     print(f"model : {args.model} (task {ckpt.task}, {ckpt.model.num_parameters():,} parameters)")
-    print(f"input : {args.text}")
+    print(f"input : {source}")
+    keys = list(enc.pieces)
     for res in iter(stepper.step, None):
-        cross = res.attention["cross", last].mean(0)  # [Ts], mean over heads
-        src_pos = int(cross.argmax())
+        row = res.attention[kind, last].mean(0)  # [Tk], mean over heads
+        pos = int(row.argmax())
+        where = "time" if ckpt.is_audio else "position"
         print(
             f"  step {res.step:2d}: {ckpt.tgt_tokenizer.token(res.token):8s} p={res.prob:.2f}  "
-            f"looks most at input position {src_pos} ({enc.pieces[src_pos]!r}, "
-            f"weight {float(cross[src_pos]):.2f})"
+            f"looks most at {where} {pos} ({keys[pos] if pos < len(keys) else '?'!r}, "
+            f"weight {float(row[pos]):.2f})"
         )
+        if one_stack:
+            keys.append(ckpt.tgt_tokenizer.token(res.token))
         if res.done:
             break
     print(f"output: {ckpt.tgt_tokenizer.decode(stepper.tokens)}")
@@ -124,8 +149,9 @@ def _inspect(args: argparse.Namespace) -> int:
         raise AttnvizError("--words goes with --json, --npz or --html")
     unit = "words" if args.words else "pieces"
     ckpt = load_checkpoint(args.checkpoint)
-    result = export.inspect_text(ckpt, args.text)
-    print(f"input : {args.text}")
+    source = source_of(ckpt, args)
+    result = export.inspect_text(ckpt, source)
+    print(f"input : {source}")
     if result.unknown:
         print(f"note  : read as <unk>: {' '.join(result.unknown)}")
     print(f"output: {result.output}")
@@ -195,7 +221,8 @@ def _add_model_parsers(sub) -> None:
         help="decode one input and export its attention (HTML page, JSON, NPZ)",
     )
     i.add_argument("checkpoint")
-    i.add_argument("--text", required=True, help="the input")
+    i.add_argument("--text", help="the input (a speech model: the clip's path)")
+    i.add_argument("--audio", metavar="CLIP", help="a speech model's input: an audio file")
     i.add_argument("--html", help="write one self-contained offline HTML page with every view")
     i.add_argument("--json", help="write tokens, weights, masks and probabilities as JSON")
     i.add_argument("--npz", help="write the same arrays as a NumPy .npz")
@@ -385,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=str(DEFAULT_MODEL), help="checkpoint folder (default models/reverse)"
     )
     p.add_argument("--text", default="helloworld", help="input text")
+    p.add_argument("--audio", metavar="CLIP", help="a speech model's input: an audio file")
     p.set_defaults(func=_step_through)
     _add_train_parser(sub)
     cli_analysis.add_analysis_parsers(sub)
