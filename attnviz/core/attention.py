@@ -27,6 +27,7 @@ class AttentionHook(Protocol):
     """What a recorder hands an attention module for one call (see ``attnviz.core.record``)."""
 
     def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple: ...
+    def edit_window(self, window: Tensor | None) -> Tensor | None: ...
     def edit_weights(self, weights: Tensor) -> Tensor: ...
     def edit_heads(self, head_output: Tensor) -> Tensor: ...
     def save(self, **tensors: Tensor | None) -> None: ...
@@ -89,6 +90,7 @@ def watched_attention(
     position_bias: Tensor | None = None,
     *,
     dropout: Callable[[Tensor], Tensor] | None = None,
+    window: Tensor | None = None,
 ) -> Tensor:
     """Attention that a recorder watches: its mask edits, the explicit math, its weight and
     head edits, then what it keeps. The module path and the fused cached step
@@ -101,11 +103,15 @@ def watched_attention(
         attn_mask: ``[Tq, Tk]`` bool, True = blocked (the causal mask), or None.
         scale: multiplies ``q·kᵀ``; position_bias: ``[1, H, Tq, Tk]`` or None (T5).
         dropout: on the weights that meet the values (training only).
+        window: ``[Tq, Tk]`` bool, the sliding-window mask of a local layer, or None; a
+            stage of its own (edited by ``edit_window``, kept as ``window``), combined with
+            the others into the mask applied.
     Returns:
         The heads' output ``[B, H, Tq, Dh]`` after any head edit.
     """
+    window = hook.edit_window(window)
     key_padding_mask, attn_mask = hook.edit_masks(key_padding_mask, attn_mask)
-    mask = masks.combine(key_padding_mask, attn_mask)  # [B|1, 1, Tq|1, Tk]
+    mask = masks.combine(key_padding_mask, attn_mask, window)  # [B|1, 1, Tq|1, Tk]
     z, weights, scores = eager_attention(
         q, k, v, mask, scale, position_bias, edit_weights=hook.edit_weights, dropout=dropout
     )
@@ -117,6 +123,7 @@ def watched_attention(
         values=v,
         head_output=z,
         position_bias=position_bias,
+        window=window,
     )
     return z
 
@@ -133,7 +140,9 @@ class MultiHeadAttention(nn.Module):
     (``in_proj_weight`` is ``[(H + 2 * Hkv) * Dh, D]``, the cache holds Hkv heads) and query
     head ``h`` attends with key/value head ``h // (H / Hkv)``; the weights recorded stay one
     matrix per query head. ``qkv_bias`` (None: ``bias``) sets the Q/K/V biases apart from the
-    output's (Qwen2).
+    output's (Qwen2). ``query_scale`` replaces ``1 / sqrt(Dh)`` (Gemma 3's
+    ``query_pre_attn_scalar ** -0.5``); ``qk_norms`` (Gemma 3) are two norms over Dh applied to
+    each head's queries and keys of self-attention before rotary.
     """
 
     def __init__(
@@ -148,6 +157,8 @@ class MultiHeadAttention(nn.Module):
         scale: bool = True,
         n_kv_heads: int | None = None,
         qkv_bias: bool | None = None,
+        query_scale: float | None = None,
+        qk_norms: tuple[nn.Module, nn.Module] | None = None,
     ):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
@@ -158,6 +169,9 @@ class MultiHeadAttention(nn.Module):
         self.kind, self.layer = kind, layer
         self.dropout = dropout
         self.scale = None if scale else 1.0  # None: SDPA's and the paper's 1 / sqrt(Dh)
+        if query_scale is not None:
+            self.scale = query_scale
+        self.q_norm, self.k_norm = qk_norms if qk_norms is not None else (None, None)
         rows = inner + 2 * self.kv_inner
         self.in_proj_weight = nn.Parameter(torch.empty(rows, d_model))
         has_qkv_bias = bias if qkv_bias is None else qkv_bias
@@ -202,6 +216,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVBuffer | None = None,
         position_bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
+        window: Tensor | None = None,
     ) -> Tensor:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
 
@@ -215,6 +230,7 @@ class MultiHeadAttention(nn.Module):
             position_bias: ``[1, H, Tq, Tk]`` added to the scores before the mask (T5).
             rotary: ``(cos, sin)`` ``[Tq, R]`` of the queries' positions: queries and the new
                 keys are rotated before the keys are cached (self-attention only).
+            window: ``[Tq, Tk]`` bool, True = beyond the sliding window (local layers).
         Returns:
             ``[B, Tq, D]``.
         """
@@ -223,6 +239,8 @@ class MultiHeadAttention(nn.Module):
             qkv = self._project(x, slice(None))  # [B, T, (H + 2 * Hkv) * Dh]
             q, k, v = qkv.split([self.inner, self.kv_inner, self.kv_inner], dim=-1)
             q, k, v = self._split(q), self._split(k), self._split(v)  # [B, H|Hkv, T, Dh]
+            if self.q_norm is not None:  # QK-norm over Dh, before rotary (Gemma 3)
+                q, k = self.q_norm(q), self.k_norm(k)
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:
@@ -237,7 +255,7 @@ class MultiHeadAttention(nn.Module):
         if position_bias is not None:
             position_bias = position_bias.to(q.dtype)
         if hook is None:
-            mask = masks.combine(key_padding_mask, attn_mask)
+            mask = masks.combine(key_padding_mask, attn_mask, window)
             allowed, dead = masks.sdpa_mask(mask, position_bias)
             p = self.dropout if self.training else 0.0
             z = F.scaled_dot_product_attention(
@@ -248,7 +266,7 @@ class MultiHeadAttention(nn.Module):
         else:
             z = watched_attention(
                 hook, q, k, v, key_padding_mask, attn_mask, self.score_scale, position_bias,
-                dropout=self.attn_dropout,
+                dropout=self.attn_dropout, window=window,
             )  # fmt: skip
         z = z.transpose(1, 2).reshape(b, tq, self.inner)  # [B, Tq, H * Dh]
         return self.out_proj(z)

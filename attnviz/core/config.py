@@ -32,8 +32,10 @@ MAX_LAYERS = 1024
 BOOL_FIELDS = (
     "norm_first", "final_norm", "share_embeddings", "tie_output", "gated_ff", "scale_embeddings",
     "embed_norm", "bias", "scale_attention", "output_bias", "scale_decoder_output",
-    "head_transform", "attn_only",
+    "head_transform", "attn_only", "qk_norm", "sandwich_norm", "embed_scale_in_dtype",
 )  # fmt: skip
+#: What each decoder layer's self-attention sees: every earlier key, or a sliding window.
+LAYER_TYPES = ("full_attention", "sliding_attention")
 def _show(value: Any) -> str:
     """A value from a config file as a message shows it: ``repr``, cut to a sane length."""
     return shorten(repr(value))
@@ -124,6 +126,26 @@ class ModelConfig:
         attn_only: layers without feed-forward blocks (attention and residual stream only,
             as in the two-layer models where induction heads were described); ``d_ff``,
             ``activation`` and ``gated_ff`` are unused.
+
+        Sliding windows and Gemma 3's parts (decoder-only models; defaults change nothing):
+
+        sliding_window: the window W of local layers: a query at position ``i`` may not
+            attend to keys ``j`` with ``i - j >= W`` (W keys, itself included), a mask of its
+            own beside the causal one (:func:`attnviz.core.masks.sliding_window_mask`).
+            None = no window.
+        layer_types: per decoder layer, ``"sliding_attention"`` or ``"full_attention"``
+            (:data:`LAYER_TYPES`); None = every layer local when ``sliding_window`` is set.
+        rope_local_theta: rotary base of the sliding layers, unscaled (Gemma 3: 10,000 beside
+            ``rope_theta`` 1,000,000 and its scaling on the full layers); None = one base.
+        qk_norm: an RMSNorm over Dh on each head's queries and keys, before rotary.
+        sandwich_norm: a norm on each sublayer's output too, before the residual add
+            (Gemma: ``x + norm(attn(norm(x)))``); needs ``norm_first``.
+        norm_offset: RMSNorms scale by ``norm_offset + weight``, in float32 before casting
+            back (Gemma's ``1 + weight``: 1.0); 0 = T5's ``weight * norm(x)``.
+        query_pre_attn_scalar: scores are scaled by ``query_pre_attn_scalar ** -0.5`` instead
+            of ``Dh ** -0.5`` (Gemma 3); None = Dh.
+        embed_scale_in_dtype: the sqrt(D) embedding scale is rounded to the table's dtype
+            before it multiplies (Gemma: 55.4256 becomes 55.5 in bfloat16).
     """
 
     src_vocab_size: int
@@ -177,6 +199,15 @@ class ModelConfig:
     type_vocab_size: int = 0
     head_transform: bool = False
     attn_only: bool = False
+    # -- sliding windows and Gemma 3 -------------------------------------------------------
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    rope_local_theta: float | None = None
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    norm_offset: float = 0.0
+    query_pre_attn_scalar: float | None = None
+    embed_scale_in_dtype: bool = False
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -318,6 +349,51 @@ class ModelConfig:
             )
         if self.type_vocab_size and not self.has_encoder:
             raise ConfigError("type_vocab_size (token types) needs an encoder stack")
+        self._check_local()
+
+    def _check_local(self) -> None:
+        """Sliding windows and Gemma 3's parts: types, ranges, and a decoder-only model."""
+        window, types = self.sliding_window, self.layer_types
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool)
+                                   or window < 1):  # fmt: skip
+            raise ConfigError(f"sliding_window must be a positive integer, got {_show(window)}")
+        if isinstance(types, list):  # from JSON: kept as a tuple (the config is hashable)
+            object.__setattr__(self, "layer_types", types := tuple(types))
+        if types is not None and (
+            not isinstance(types, tuple) or len(types) != self.n_decoder_layers
+            or not all(isinstance(t, str) and t in LAYER_TYPES for t in types)
+        ):  # fmt: skip
+            raise ConfigError(
+                f"layer_types must list one of {LAYER_TYPES} per decoder layer "
+                f"({self.n_decoder_layers}), got {_show(types)}"
+            )
+        if types is not None and "sliding_attention" in types and window is None:
+            raise ConfigError("layer_types names sliding layers but sliding_window is not set")
+        for name in ("rope_local_theta", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if value is not None and (not _real(value) or not value > 0):
+                raise ConfigError(f"{name} must be a positive number or null, got {_show(value)}")
+        if not _real(self.norm_offset) or abs(self.norm_offset) > 16:
+            raise ConfigError(f"norm_offset must be a number, got {_show(self.norm_offset)}")
+        used = [name for name, on in (
+            ("sliding_window", window is not None), ("layer_types", types is not None),
+            ("rope_local_theta", self.rope_local_theta is not None), ("qk_norm", self.qk_norm),
+            ("sandwich_norm", self.sandwich_norm),
+        ) if on]  # fmt: skip
+        if used and self.arch != "decoder-only":
+            raise ConfigError(f"{', '.join(used)}: for decoder-only models only here")
+        if self.sandwich_norm and not self.norm_first:
+            raise ConfigError("sandwich_norm needs norm_first (a norm before each sublayer)")
+        if self.sandwich_norm and self.attn_only:
+            raise ConfigError("sandwich_norm needs the feed-forward blocks (attn_only is set)")
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of decoder layer ``layer``, None where it sees every key."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is not None and self.layer_types[layer] != "sliding_attention":
+            return None
+        return self.sliding_window
 
     @property
     def has_encoder(self) -> bool:
@@ -363,6 +439,7 @@ class ModelConfig:
         cross = 4 * inner * d + qkv_bias + out_bias
         attention = 2 * (inner + kv_inner) * d + out_bias
         attention += (inner + 2 * kv_inner) if self.has_qkv_bias else 0
+        attention += 2 * self.head_dim if self.qk_norm else 0
         ff = (3 if self.gated_ff else 2) * d * self.d_ff
         ff += ((2 if self.gated_ff else 1) * self.d_ff + d) if self.bias else 0
         stack = (norm if self.final_norm else 0) + (norm if self.embed_norm else 0)
@@ -383,6 +460,7 @@ class ModelConfig:
             embeddings += self.tgt_vocab_size * d
         with_cross = self.has_encoder and self.has_decoder
         decoder_layer = attention + ff + 2 * norm + ((cross + norm) if with_cross else 0)
+        decoder_layer += 2 * norm if self.sandwich_norm else 0
         parts = {
             "embeddings": embeddings + self.type_vocab_size * d,
             "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack
@@ -430,7 +508,8 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field (``end_ids`` a list, as JSON reads it back)."""
-        return {**dataclasses.asdict(self), "end_ids": list(self.end_ids)}
+        types = None if self.layer_types is None else list(self.layer_types)
+        return {**dataclasses.asdict(self), "end_ids": list(self.end_ids), "layer_types": types}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

@@ -75,6 +75,11 @@ class Edit:
         """``([B, Tk] | None, [Tq, Tk] | None)`` bool masks (True = blocked) -> the pair used."""
         return key_padding_mask, attn_mask
 
+    def edit_window(self, window: Tensor | None) -> Tensor | None:
+        """A local layer's sliding-window mask ``[Tq, Tk]`` (True = beyond the window; None
+        on a layer that sees every key) -> the one used. Called before :meth:`edit_masks`."""
+        return window
+
     def edit_weights(self, weights: Tensor) -> Tensor:
         """Post-softmax weights ``[B, H, Tq, Tk]`` -> the weights that meet the values."""
         return weights
@@ -153,10 +158,12 @@ class ReplaceWeights(Edit):
 
 @dataclass(frozen=True)
 class DropMask(Edit):
-    """Switch a mask off: ``which`` is ``"causal"``, ``"padding"`` or ``"both"``.
+    """Switch a mask off: ``which`` is ``"causal"``, ``"padding"``, ``"both"`` (those two) or
+    ``"sliding"`` (the sliding window of local layers, the causal mask kept).
 
     ``kinds`` (default: every kind that has that mask) and ``layers`` (default: all) choose
-    where. The causal mask exists only in ``"decoder_self"``.
+    where. The causal mask and the window exist only in ``"decoder_self"``; ``"causal"`` and
+    ``"both"`` leave a window in place (it still blocks keys too far back).
     """
 
     which: str = "causal"
@@ -168,19 +175,34 @@ class DropMask(Edit):
         object.__setattr__(self, "layers", _as_tuple(self.layers, "layers", int))
 
     def validate(self, model: Transformer) -> None:
-        if self.which not in ("causal", "padding", "both"):
-            raise EditError(f"which must be 'causal', 'padding' or 'both', got {self.which!r}")
-        default = ("decoder_self",) if self.which == "causal" else KINDS
+        if self.which not in WHICH:
+            raise EditError(f"which must be one of {WHICH}, got {self.which!r}")
+        own = self.which in ("causal", "sliding")
+        default = ("decoder_self",) if own else KINDS
         for kind in self.kinds or default:
             for layer in self.layers or (None,):
                 _check_site(model, kind, layer)
-            if self.which == "causal" and kind != "decoder_self":
-                raise EditError(f"{kind} has no causal mask; only decoder_self has one")
+            if own and kind != "decoder_self":
+                raise EditError(f"{kind} has no {self.which} mask; only decoder_self has one")
+        if self.which == "sliding":
+            cfg = model.config
+            local = [i for i in range(cfg.n_decoder_layers) if cfg.layer_window(i) is not None]
+            if not local:
+                raise EditError("this model has no sliding-window layers")
+            full = [i for i in self.layers or () if i not in local]
+            if full:
+                raise EditError(
+                    f"decoder_self layers {full} see every key (no sliding window); the local "
+                    f"layers are {local}"
+                )
 
     def matches(self, kind: str, layer: int) -> bool:
         return (self.kinds is None or kind in self.kinds) and (
             self.layers is None or layer in self.layers
         )
+
+    def edit_window(self, window: Tensor | None) -> Tensor | None:
+        return None if self.which == "sliding" else window
 
     def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
         if self.which in ("padding", "both"):
@@ -189,6 +211,9 @@ class DropMask(Edit):
             attn_mask = None
         return key_padding_mask, attn_mask
 
+
+#: What :class:`DropMask` can switch off.
+WHICH = ("causal", "padding", "both", "sliding")
 
 #: Stages a :class:`Hook` can sit at, in forward order.
 STAGES = ("mask", "weights", "heads")

@@ -20,23 +20,32 @@ from .positions import RelativePositionBias, rotary_angles, rotary_frequencies
 
 
 class RMSNorm(nn.Module):
-    """T5's norm: scale by the root mean square (in float32), no centring, no bias."""
+    """T5's norm: scale by the root mean square (in float32), no centring, no bias.
 
-    def __init__(self, d_model: int, eps: float):
+    With an ``offset`` (Gemma: 1.0) the scale is ``offset + weight``, applied in float32
+    before the cast back, as Gemma computes it; the weight starts at ``1 - offset``.
+    """
+
+    def __init__(self, d_model: int, eps: float, offset: float = 0.0):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps, self.offset = eps, offset
+        self.weight = nn.Parameter(torch.full((d_model,), 1.0 - offset))
 
     def forward(self, x: Tensor) -> Tensor:
-        variance = x.float().pow(2).mean(-1, keepdim=True)  # [B, T, 1]
-        return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+        """``x [..., W]`` -> ``[..., W]`` (W: D, or Dh for a per-head QK-norm)."""
+        variance = x.float().pow(2).mean(-1, keepdim=True)  # [..., 1]
+        normed = x.float() * torch.rsqrt(variance + self.eps)  # [..., W] float32
+        if self.offset:
+            return (normed * (self.offset + self.weight.float())).to(x.dtype)
+        return self.weight * normed.to(x.dtype)
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
-    """The config's norm over D: LayerNorm or RMSNorm."""
+def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
+    """The config's norm over D (or over ``width``): LayerNorm or RMSNorm."""
+    width = cfg.d_model if width is None else width
     if cfg.norm == "rms":
-        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        return RMSNorm(width, cfg.layer_norm_eps, cfg.norm_offset)
+    return nn.LayerNorm(width, eps=cfg.layer_norm_eps)
 
 
 def gelu_new(x: Tensor) -> Tensor:
@@ -84,10 +93,13 @@ class FeedForward(nn.Module):
 
 
 def _attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
+    query_scale = None if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar**-0.5
+    qk_norms = (make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)) if cfg.qk_norm else None
     return MultiHeadAttention(
         cfg.d_model, cfg.n_heads, cfg.dropout, kind, layer,
         head_dim=cfg.head_dim, bias=cfg.bias, scale=cfg.scale_attention,
         n_kv_heads=cfg.kv_heads if kind != "cross" else None, qkv_bias=cfg.qkv_bias,
+        query_scale=query_scale, qk_norms=qk_norms,
     )  # fmt: skip
 
 
@@ -144,7 +156,9 @@ class DecoderLayer(nn.Module):
 
     A decoder-only model's layers have no cross-attention (``cross_attn`` and ``norm2`` are
     None): masked self-attention, then feed-forward (``norm3``). An attention-only model's
-    layers have no feed-forward (``ff`` and its norm are None).
+    layers have no feed-forward (``ff`` and its norm are None). With ``sandwich_norm``
+    (Gemma) ``post_norm1`` and ``post_norm3`` norm each sublayer's output before the residual
+    add; ``window`` is the layer's sliding window (None: it sees every earlier key).
     """
 
     def __init__(self, cfg: ModelConfig, layer: int, cross: bool = True):
@@ -156,6 +170,9 @@ class DecoderLayer(nn.Module):
         self.norm1 = make_norm(cfg)
         self.norm2 = make_norm(cfg) if cross else None
         self.norm3 = None if cfg.attn_only else make_norm(cfg)
+        self.post_norm1 = make_norm(cfg) if cfg.sandwich_norm else None
+        self.post_norm3 = make_norm(cfg) if cfg.sandwich_norm else None
+        self.window = cfg.layer_window(layer) if not cross else None
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
         self.dropout3 = nn.Dropout(cfg.dropout)
@@ -171,9 +188,10 @@ class DecoderLayer(nn.Module):
         cross_kv: tuple[Tensor, Tensor] | None = None,
         position_bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
+        window: Tensor | None = None,
     ) -> Tensor:
         """``x [B, Tt, D]``, ``memory [B, Ts, D]`` (None without cross-attention) ->
-        ``[B, Tt, D]``."""
+        ``[B, Tt, D]``; ``window [Tt, Tk]`` bool, the sliding-window mask of a local layer."""
 
         def self_block(h: Tensor) -> Tensor:
             out = self.self_attn(
@@ -183,7 +201,10 @@ class DecoderLayer(nn.Module):
                 cache=self_cache,
                 position_bias=position_bias,
                 rotary=rotary,
+                window=window,
             )
+            if self.post_norm1 is not None:
+                out = self.post_norm1(out)
             return self.dropout1(out)
 
         def cross_block(h: Tensor) -> Tensor:
@@ -195,7 +216,12 @@ class DecoderLayer(nn.Module):
             x = x + self_block(self.norm1(x))
             if cross:
                 x = x + cross_block(self.norm2(x))
-            return x if self.ff is None else x + self.dropout3(self.ff(self.norm3(x)))
+            if self.ff is None:
+                return x
+            out = self.ff(self.norm3(x))
+            if self.post_norm3 is not None:
+                out = self.post_norm3(out)
+            return x + self.dropout3(out)
         x = self.norm1(x + self_block(x))
         if cross:
             x = self.norm2(x + cross_block(x))
@@ -229,12 +255,15 @@ class Stack(nn.Module):
         """Relative position bias ``[1, H, Tq, Tk]`` of this stack's self-attention, or None."""
         return None if self.position_bias is None else self.position_bias(tq, tk, start)
 
-    def rotary(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor] | None:
+    def rotary(
+        self, start: int, length: int, like: Tensor, local: bool = False
+    ) -> tuple[Tensor, Tensor] | None:
         """``(cos, sin)`` ``[T, R]`` of positions ``start..start+length-1`` (dtype of
-        ``like``), or None without rotary positions."""
+        ``like``), or None without rotary positions; ``local``: the sliding layers' own base
+        (``rope_local_theta``) where the config sets one."""
         if self.config.positions != "rotary":
             return None
-        inv_freq = rotary_frequencies(self.config, like.device)
+        inv_freq = rotary_frequencies(self.config, like.device, local=local)
         return rotary_angles(inv_freq, start, length, like.dtype)
 
     def finish(self, x: Tensor) -> Tensor:

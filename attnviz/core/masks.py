@@ -70,6 +70,28 @@ def causal_mask(tq: int, tk: int | None = None, device: torch.device | str | Non
     return k_pos > q_pos
 
 
+def sliding_window_mask(
+    tq: int, window: int, tk: int | None = None, device: torch.device | str | None = None
+) -> Tensor:
+    """Sliding-window mask: what a local layer blocks beyond the causal mask.
+
+    The queries are the last ``tq`` of the ``tk`` positions (as in :func:`causal_mask`); the
+    query at position ``i`` may not attend to a key ``j`` with ``i - j >= window``, so it sees
+    at most ``window`` keys, itself included (transformers' ``sliding_window_overlay``:
+    ``kv_idx > q_idx - sliding_window``, the convention of Gemma 3, Mistral and Qwen2 alike).
+    Future keys are left to the causal mask: the two never block the same cell.
+
+    Returns:
+        ``[Tq, Tk]`` bool, True where the key is ``window`` or more positions behind.
+    """
+    tk = tq if tk is None else tk
+    if tk < tq:
+        raise MaskError(f"window mask needs at least as many keys as queries, got Tq={tq}, Tk={tk}")
+    q_pos = torch.arange(tq, device=device).unsqueeze(1) + (tk - tq)  # [Tq, 1]
+    k_pos = torch.arange(tk, device=device).unsqueeze(0)  # [1, Tk]
+    return q_pos - k_pos >= window
+
+
 def as_bool_mask(
     mask: Tensor | None,
     shape: tuple[int, ...],
@@ -119,16 +141,21 @@ def as_bool_mask(
     )
 
 
-def combine(key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
-    """Merge a key padding mask and a per-query mask into one mask for attention.
+def combine(
+    key_padding_mask: Tensor | None, attn_mask: Tensor | None, window: Tensor | None = None
+) -> Tensor | None:
+    """Merge a key padding mask and per-query masks into one mask for attention.
 
     Args:
         key_padding_mask: ``[B, Tk]`` bool or None.
         attn_mask: ``[Tq, Tk]`` bool or None (e.g. causal).
+        window: ``[Tq, Tk]`` bool or None: a sliding window (:func:`sliding_window_mask`).
     Returns:
         None when both are None, else bool broadcastable to ``[B, H, Tq, Tk]``:
         ``[B, 1, 1|Tq, Tk]`` or ``[1, 1, Tq, Tk]``.
     """
+    if window is not None:
+        attn_mask = window if attn_mask is None else attn_mask | window
     if key_padding_mask is None and attn_mask is None:
         return None
     if key_padding_mask is None:

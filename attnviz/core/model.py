@@ -36,6 +36,14 @@ from .positions import sinusoidal_positions as sinusoidal_positions  # imported 
 KINDS = ("encoder_self", "decoder_self", "cross")
 
 
+def embed_scale(cfg: ModelConfig, dtype: torch.dtype) -> float | Tensor:
+    """What token embeddings are multiplied by: sqrt(D), rounded to the table's ``dtype``
+    first where the config says so (Gemma: 55.4256 becomes 55.5 in bfloat16)."""
+    if cfg.embed_scale_in_dtype:
+        return torch.tensor(cfg.d_model**0.5).to(dtype)  # as Gemma computes it
+    return math.sqrt(cfg.d_model)
+
+
 class Transformer(nn.Module):
     """Transformer ("Attention Is All You Need"), every part written out, in three kinds.
 
@@ -144,7 +152,7 @@ class Transformer(nn.Module):
             stack = self.encoder if table is self.src_embed else self.decoder
         x = table(ids)  # [B, T, D]
         if cfg.scale_embeddings:
-            x = x * math.sqrt(cfg.d_model)
+            x = x * embed_scale(cfg, x.dtype)
         if self.type_embed is not None and stack is self.encoder:
             x = x + self._types(types, ids)
         elif types is not None:
@@ -303,10 +311,18 @@ class Transformer(nn.Module):
         x = self._embed(self.tgt_embed, tgt, start, stack=self.decoder)
         bias = self.decoder.bias(t, start + t, start)  # [1, H, Tt, start + Tt] or None
         rotary = self.decoder.rotary(start, t, x)  # [Tt, R] twice, or None
+        local = self.decoder.rotary(start, t, x, local=True)  # the sliding layers' own base
+        windows: dict[int, Tensor] = {}  # sliding window -> its mask [Tt, start + Tt]
         for i, layer in enumerate(self.decoder.layers):
             self_cache = cache.self_kv[i] if cache is not None else None
             cross_kv = cache.cross_kv[i] if cache is not None and cross else None
-            x = layer(x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv, bias, rotary)
+            w = layer.window
+            if w is not None and w not in windows:
+                windows[w] = masks.sliding_window_mask(t, w, start + t, device=tgt.device)
+            x = layer(
+                x, memory, tgt_pad, src_pad, causal, self_cache, cross_kv, bias,
+                rotary if w is None else local, windows.get(w),
+            )  # fmt: skip
         x = self.decoder.finish(x)
         if not logits:
             return x

@@ -152,16 +152,19 @@ def encoder_position_table(cfg: ModelConfig) -> Tensor | None:
 
 
 # -- rotary position embeddings (Llama, GPT-NeoX) ----------------------------------------------
-def rotary_frequencies(cfg: ModelConfig, device=None) -> Tensor:
+def rotary_frequencies(cfg: ModelConfig, device=None, local: bool = False) -> Tensor:
     """Inverse frequencies of the rotated dims, ``[R / 2]`` float32 (R = ``cfg.rotary_width``).
 
     ``theta ** (-2i / R)``, then the config's scaling: Llama 3 divides the low frequencies
     (wavelength above ``original / low_freq_factor``) by ``rope_factor``, keeps the high ones
     (wavelength below ``original / high_freq_factor``) and blends in between; ``"linear"``
     divides every frequency by ``rope_factor`` (the same as dividing the positions).
+    ``local``: the sliding layers' base ``rope_local_theta``, unscaled, where it is set.
     """
     dim = cfg.rotary_width
     exponent = torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim
+    if local and cfg.rope_local_theta is not None:
+        return 1.0 / (cfg.rope_local_theta**exponent)  # [R / 2]
     inv_freq = 1.0 / (cfg.rope_theta**exponent)  # [R / 2]
     if cfg.rope_scaling == "linear":
         return inv_freq / cfg.rope_factor

@@ -33,7 +33,7 @@ from .errors import EditError, TraceLookupError
 from .model import ACTIVE_RECORDER, KINDS, MultiHeadAttention, Transformer
 
 #: What a record can hold, in hook-point order.
-FIELDS = ("scores", "mask", "weights", "values", "head_output", "position_bias")
+FIELDS = ("scores", "mask", "weights", "values", "head_output", "position_bias", "window")
 
 
 @dataclass
@@ -50,6 +50,9 @@ class AttentionRecord:
         head_output: ``[B, H, Tq, Dh]`` per-head output (after any head edit) or None.
         position_bias: ``[1, H, Tq, Tk]`` relative position bias already inside ``scores``
             (T5 self-attention), or None where the model has none.
+        window: ``[1, 1, Tq, Tk]`` bool, the cells of ``mask`` that the sliding window
+            blocks (a local layer's), or None where the layer had no window (a full-attention
+            layer, or one whose window an edit removed).
     """
 
     kind: str
@@ -61,6 +64,7 @@ class AttentionRecord:
     values: Tensor | None = None
     head_output: Tensor | None = None
     position_bias: Tensor | None = None
+    window: Tensor | None = None
 
 
 class Trace:
@@ -134,8 +138,24 @@ class Trace:
         return self._field(kind, layer, "scores", call)
 
     def mask(self, kind: str, layer: int, call: int = -1) -> Tensor:
-        """Mask applied, bool True = blocked, ``[B, 1, Tq, Tk]``."""
+        """Mask applied, bool True = blocked, ``[B, 1, Tq, Tk]``: padding, causal and sliding
+        window together (:meth:`window` tells the window's cells apart)."""
         return self._field(kind, layer, "mask", call)
+
+    def window(self, kind: str, layer: int, call: int = -1) -> Tensor:
+        """The cells of :meth:`mask` blocked by the sliding window, bool ``[B, 1, Tq, Tk]``:
+        all False on a layer without one (full attention, or its window dropped by
+        ``DropMask("sliding")``). Never the same cell as the causal mask (the window blocks
+        keys ``window`` or more positions behind the query; the causal mask, keys ahead)."""
+        rec = self.get(kind, layer, call)
+        mask = self._field(kind, layer, "mask", call)
+        if rec.window is None:
+            return torch.zeros_like(mask)
+        return rec.window.expand_as(mask)
+
+    def is_sliding(self, kind: str, layer: int, call: int = -1) -> bool:
+        """Whether that call of the layer attended through a sliding window."""
+        return self.get(kind, layer, call).window is not None
 
     def values(self, kind: str, layer: int, call: int = -1) -> Tensor:
         """Values ``[B, H, Tk, Dh]``."""
@@ -198,6 +218,11 @@ class _Hook:
             key_padding_mask, attn_mask = e.edit_masks(key_padding_mask, attn_mask)
         return key_padding_mask, attn_mask
 
+    def edit_window(self, window: Tensor | None) -> Tensor | None:
+        for e in self.edits:
+            window = e.edit_window(window)
+        return window
+
     def edit_weights(self, weights: Tensor) -> Tensor:
         for e in self.edits:
             weights = e.edit_weights(weights)
@@ -217,6 +242,8 @@ class _Hook:
                 continue
             if name == "mask":
                 value = _full_mask(value, tensors["weights"])
+            if name == "window" and value is not None:
+                value = value[None, None]  # [1, 1, Tq, Tk]
             if value is not None and self.detach:
                 value = value.detach()
             if value is not None and self.dtype is not None and value.is_floating_point():
@@ -244,6 +271,9 @@ class _Chain:
 
     def edit_masks(self, key_padding_mask: Tensor | None, attn_mask: Tensor | None) -> tuple:
         return self.inner.edit_masks(*self.outer.edit_masks(key_padding_mask, attn_mask))
+
+    def edit_window(self, window: Tensor | None) -> Tensor | None:
+        return self.inner.edit_window(self.outer.edit_window(window))
 
     def edit_weights(self, weights: Tensor) -> Tensor:
         return self.inner.edit_weights(self.outer.edit_weights(weights))

@@ -17,7 +17,6 @@ to the module path: the same logits, and the same recorded tensors.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -27,7 +26,7 @@ from torch import Tensor, nn
 from . import gemv, masks
 from .attention import watched_attention
 from .layers import RMSNorm
-from .model import ACTIVE_RECORDER, DecoderCache, Transformer
+from .model import ACTIVE_RECORDER, DecoderCache, Transformer, embed_scale
 from .positions import apply_rotary, rotary_angles, rotary_frequencies
 
 
@@ -94,12 +93,17 @@ class FusedStep:
         self.kv_inner = cfg.kv_heads * cfg.head_dim
         self.heads, self.head_dim = cfg.n_heads, cfg.head_dim
         self.kv_heads = cfg.kv_heads
-        self.inv_freq = (
-            rotary_frequencies(cfg, model.tgt_embed.weight.device) if cfg.rotary_width else None
+        device = model.tgt_embed.weight.device
+        self.inv_freq = rotary_frequencies(cfg, device) if cfg.rotary_width else None
+        # the sliding layers' own rotary base (Gemma 3), else the same frequencies
+        self.local_freq = (
+            rotary_frequencies(cfg, device, local=True)
+            if cfg.rotary_width and cfg.rope_local_theta is not None
+            else self.inv_freq
         )
         stack = model.decoder
         self.table = model.tgt_embed.weight  # [V, D]
-        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else None
+        self.embed_scale = embed_scale(cfg, self.table.dtype) if cfg.scale_embeddings else None
         self.offset = cfg.position_offset
         pos = model.pe  # [max_len + offset, D], a learned table, or None (T5)
         self.positions = stack.pos_embed.weight if pos is None and stack.pos_embed else pos
@@ -129,6 +133,8 @@ class FusedStep:
                     None if ff is None or ff.gate is None else (lay(ff.gate.weight), ff.gate.bias),
                     None if ff is None else (lay(ff.linear2.weight), ff.linear2.bias),
                     (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3)),
+                    # Gemma 3: QK-norm, sandwich norms, the sliding window (None: every key)
+                    (sa.q_norm, sa.k_norm, layer.post_norm1, layer.post_norm3, layer.window),
                 )
             )
         # cross-attention mask in SDPA's convention, computed once for the whole decode
@@ -158,11 +164,16 @@ class FusedStep:
         end = pos + 1
         recorder = ACTIVE_RECORDER.get()
         causal = None  # made once a hook watches a self-attention (below)
-        rotary = None
+        rotary = local = None
         if self.inv_freq is not None:  # [1, R] twice
             rotary = rotary_angles(self.inv_freq, pos, 1, x.dtype)
-        for i, (sa, so, cq, co, f1, gate, f2, norms) in enumerate(self.layers):
+            local = rotary
+            if self.local_freq is not self.inv_freq:
+                local = rotary_angles(self.local_freq, pos, 1, x.dtype)
+        for i, (sa, so, cq, co, f1, gate, f2, norms, extra) in enumerate(self.layers):
             n1, n2, n3 = norms
+            q_norm, k_norm, post1, post3, window = extra
+            rot = rotary if window is None else local
             # -- masked self-attention over the cache (one query: nothing is in its future)
             h = n1(x) if self.norm_first else x
             qkv = F.linear(h, sa[0], sa[1])  # [B, (H + 2 * Hkv) * Dh]
@@ -170,10 +181,13 @@ class FusedStep:
             kv = buf.reserve(end, qkv)  # [2, B, Hkv, room, Dh]
             new_kv = qkv[:, inner:].view(b, 2, hkv, dh).transpose(0, 1)  # [2, B, Hkv, Dh]
             q = qkv[:, :inner].view(b, h_, 1, dh)  # [B, H, 1, Dh]
-            if rotary is not None:
-                q = apply_rotary(q, *rotary)
+            if q_norm is not None:  # over Dh, before rotary
+                q = q_norm(q)
+                new_kv = torch.stack([k_norm(new_kv[0]), new_kv[1]])
+            if rot is not None:
+                q = apply_rotary(q, *rot)
                 new_kv = torch.stack(
-                    [apply_rotary(new_kv[0][:, :, None], *rotary)[:, :, 0], new_kv[1]]
+                    [apply_rotary(new_kv[0][:, :, None], *rot)[:, :, 0], new_kv[1]]
                 )
             kv[:, :, :, pos].copy_(new_kv)
             buf.length = end
@@ -183,14 +197,21 @@ class FusedStep:
             mask = None if bias is None else bias.to(q.dtype)
             hook = recorder.hook_for(sa[3]) if recorder is not None else None
             if hook is None:
+                if window is not None and end > window:  # keys 0..pos-W are out of reach
+                    mask = torch.arange(end, device=q.device) > pos - window  # [Tk], allowed
                 z = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, scale=sa[2]
                 )  # [B, H, 1, Dh]
             else:  # given as the module path gives it: one query's causal row (blocks nothing)
                 if causal is None:
                     causal = masks.causal_mask(1, end, device=q.device)  # [1, Tk]
-                z = watched_attention(hook, q, k, v, None, causal, sa[2], mask)
+                win = None
+                if window is not None:
+                    win = masks.sliding_window_mask(1, window, end, device=q.device)  # [1, Tk]
+                z = watched_attention(hook, q, k, v, None, causal, sa[2], mask, window=win)
             out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
+            if post1 is not None:
+                out = post1(out)
             x = x + out if self.norm_first else n1(x + out)
             # -- cross-attention to the cached encoder keys/values (none in a decoder-only model)
             if cq is not None:
@@ -216,6 +237,8 @@ class FusedStep:
             if gate is not None:
                 a = a * F.linear(h, gate[0], gate[1])
             out = F.linear(a, f2[0], f2[1])
+            if post3 is not None:
+                out = post3(out)
             x = x + out if self.norm_first else n3(x + out)
         if self.final is not None:
             x = self.final(x)
