@@ -57,7 +57,7 @@ def _step_through(args: argparse.Namespace) -> int:
     for res in iter(stepper.step, None):
         row = res.attention[kind, last].mean(0)  # [Tk], mean over heads
         pos = int(row.argmax())
-        where = "time" if ckpt.is_audio else "position"
+        where = "time" if ckpt.is_audio else "position" if one_stack else "input position"
         print(
             f"  step {res.step:2d}: {ckpt.tgt_tokenizer.token(res.token):8s} p={res.prob:.2f}  "
             f"looks most at {where} {pos} ({keys[pos] if pos < len(keys) else '?'!r}, "
