@@ -23,7 +23,10 @@ import attnviz
 from attnviz.core.errors import AttnvizError, InteropError
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from ctranslate2.specs import common_spec, transformer_spec  # noqa: E402
+from ctranslate2.specs import common_spec  # noqa: E402
+
+from tests.ct2_specs import SRC_VOCAB, TGT_VOCAB  # noqa: E402
+from tests.ct2_specs import spec_folder as _spec_folder  # noqa: E402
 
 MAX_LEN = 20  # decoding length for both engines (CTranslate2's default is 256)
 
@@ -185,68 +188,6 @@ def test_token_input_unknown_tokens_and_ids(marian):
 
 
 # -- OpenNMT-py style specs written by ctranslate2's own spec classes --------------------------
-SRC_VOCAB = ["<unk>", "<blank>", "<s>", "</s>"] + [f"s{i}" for i in range(20)]
-TGT_VOCAB = ["<unk>", "<blank>", "<s>", "</s>"] + [f"t{i}" for i in range(27)]
-
-
-def _spec_folder(folder: Path, positions: int | None = 64, seed: int = 0, **spec_options) -> Path:
-    """A pre-norm GELU TransformerSpec with random weights, saved by ctranslate2 itself.
-
-    ``positions``: rows of a random position table (as OpenNMT-py stores its own), or None
-    for none (CTranslate2 computes sinusoids, as for OpenNMT-tf).
-    """
-    rng = np.random.default_rng(seed)
-    d, ff = 24, 40
-
-    def rand(*shape, base=0.0):
-        return (base + 0.3 * rng.standard_normal(shape)).astype(np.float32)
-
-    def linear(spec, rows, cols):
-        spec.weight, spec.bias = rand(rows, cols), rand(rows)
-
-    def norm(spec):
-        spec.gamma = rand(d, base=1.0)
-        if hasattr(spec, "beta"):  # not in RMS norms
-            spec.beta = rand(d)
-
-    options = dict(pre_norm=True, activation=common_spec.Activation.GELU) | spec_options
-    spec = transformer_spec.TransformerSpec.from_config((2, 3), 4, **options)
-    for layer in [*spec.encoder.layer, *spec.decoder.layer]:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d, d)
-        linear(layer.self_attention.linear[1], d, d)
-        if hasattr(layer, "attention"):
-            norm(layer.attention.layer_norm)
-            for linear_spec, rows in zip(layer.attention.linear, (d, 2 * d, d), strict=True):
-                linear(linear_spec, rows, d)
-        norm(layer.ffn.layer_norm)
-        linear(layer.ffn.linear_0, ff, d)
-        linear(layer.ffn.linear_1, d, ff)
-        if hasattr(layer.ffn, "linear_0_noact"):
-            linear(layer.ffn.linear_0_noact, ff, d)
-        for name in ("relative_position_keys", "relative_position_values"):
-            if hasattr(layer.self_attention, name):
-                setattr(layer.self_attention, name, rand(2 * 8 + 1, d // 4))
-    spec.encoder.embeddings[0].weight = rand(len(SRC_VOCAB), d)
-    spec.decoder.embeddings.weight = rand(len(TGT_VOCAB), d)
-    linear(spec.decoder.projection, len(TGT_VOCAB), d)
-    spec.decoder.projection.weight *= 4  # outputs that depend on the input
-    spec.decoder.projection.bias[TGT_VOCAB.index("<blank>")] = -30  # as trained models have it
-    for stack in (spec.encoder, spec.decoder):
-        for name in ("layer_norm", "layernorm_embedding"):
-            if hasattr(stack, name):
-                norm(getattr(stack, name))
-        if positions and hasattr(stack, "position_encodings"):
-            stack.position_encodings.encodings = rand(positions, d)
-    spec.register_source_vocabulary(SRC_VOCAB)
-    spec.register_target_vocabulary(TGT_VOCAB)
-    spec.validate()
-    spec.optimize(None)
-    folder.mkdir(parents=True, exist_ok=True)
-    spec.save(str(folder))
-    return folder
-
-
 POST_NORM = dict(pre_norm=False, layernorm_embedding=True, activation=common_spec.Activation.RELU)
 
 
@@ -442,10 +383,11 @@ def test_beam_search_follows_ctranslate2_length_penalty(tmp_path, length_penalty
     [
         ('{"a": 1}', "must be a list of token strings"),
         ("[1, 2, 3]", "must be a list of token strings"),
-        ("[" * 100000 + "]" * 100000, "is not readable"),
+        ("[" * 100000 + "]" * 100000, "more than a vocabulary of 24 tokens takes"),
+        ("[" * 5000 + "]" * 5000, "is not readable"),
         ("not json", "is not readable"),
     ],
-    ids=["object", "numbers", "deeply-nested", "not-json"],
+    ids=["object", "numbers", "deeply-nested-large", "deeply-nested", "not-json"],
 )
 def test_hostile_vocabulary_files_are_one_line(tmp_path, text, match):
     folder = _spec_folder(tmp_path / "m")

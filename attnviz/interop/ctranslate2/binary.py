@@ -46,6 +46,8 @@ _SCALE = "_scale"
 # The smallest a variable's header can be: an empty name (length + NUL), rank, dtype, size.
 _MIN_VARIABLE = 2 + 1 + 1 + 1 + 4
 _MIN_ALIAS = 2 * (2 + 1)
+#: Highest rank a variable may have (CTranslate2's specs use at most 3: convolution weights).
+MAX_RANK = 8
 
 
 @dataclass
@@ -142,7 +144,15 @@ def _read_entries(cur: _Cursor) -> tuple[int, str, int, list[_Entry], dict[str, 
             raise cur.fail(f"variable {i} has an empty or repeated name {shorten(repr(name))}")
         seen.add(name)
         rank = cur.u8(f"the rank of {shorten(name)}")
+        if rank > MAX_RANK:
+            raise cur.fail(f"{shorten(name)} has rank {rank} (at most {MAX_RANK})")
         shape = struct.unpack(f"<{rank}I", cur.read(4 * rank, f"the shape of {shorten(name)}"))
+        claimed = math.prod(max(d, 1) for d in shape)
+        if claimed > cur.size:  # an empty tensor whose other sizes claim more than the file
+            raise cur.fail(
+                f"{shorten(name)} {list(shape)} claims {claimed} elements, more than the "
+                f"{cur.size} bytes the file holds"
+            )
         type_id = cur.u8(f"the dtype of {shorten(name)}")
         if type_id >= len(DTYPES):
             raise cur.fail(f"{shorten(name)} has an unknown dtype id {type_id}")

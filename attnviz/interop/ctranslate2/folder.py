@@ -103,15 +103,16 @@ def load_ct2_checkpoint(path: str | Path, device: str | torch.device = "cpu") ->
 
 
 # -- TransformerSpec ---------------------------------------------------------------------------
-def _vocabularies(folder: Path) -> tuple[list[str], list[str]]:
-    shared = read_vocabulary(folder, "shared_vocabulary")
+def _vocabularies(folder: Path, src_rows: int, tgt_rows: int) -> tuple[list[str], list[str]]:
+    """The source and target vocabularies, each file's size bounded by its embedding rows."""
+    shared = read_vocabulary(folder, "shared_vocabulary", max(src_rows, tgt_rows))
     if shared is not None:
         return shared, shared
     src, tgt = (
-        read_vocabulary(folder, "source_vocabulary"),
-        read_vocabulary(folder, "target_vocabulary"),
+        read_vocabulary(folder, "source_vocabulary", src_rows),
+        read_vocabulary(folder, "target_vocabulary", tgt_rows),
     )
-    if src is None and read_vocabulary(folder, "source_1_vocabulary") is not None:
+    if src is None and read_vocabulary(folder, "source_1_vocabulary", src_rows) is not None:
         raise InteropError(
             f"{folder}: several source vocabularies (source factors) are not implemented"
         )
@@ -168,7 +169,7 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
         )
     fields, ours = convert_transformer(model_bin.variables, folder, float(eps))
     vocab = fields.pop("vocab")
-    src_vocab, tgt_vocab = _vocabularies(folder)
+    src_vocab, tgt_vocab = _vocabularies(folder, vocab["src"].shape[0], vocab["tgt"].shape[0])
     for side, tokens, rows in (
         ("source", src_vocab, vocab["src"].shape[0]),
         ("target", tgt_vocab, vocab["tgt"].shape[0]),

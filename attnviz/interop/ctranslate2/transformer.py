@@ -36,7 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...core.errors import InteropError
+from ...core.errors import InteropError, shorten
+from ...core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
 from ...core.positions import sinusoidal_positions, split_sinusoidal_positions
 from ..hf.common import Source
 
@@ -52,8 +53,14 @@ _NEUTRAL_FLAGS = {
     "decoder/alignment_layer": None,  # which cross-attention CTranslate2 returns as alignment
     "decoder/alignment_heads": None,
 }
+#: the fewest variables an encoder / decoder layer has (weights of 2 / 3 attention linears and
+#: 2 feed-forward linears, gamma and beta of 2 / 3 norms; biases and gates come on top)
+_ENCODER_LAYER_VARIABLES = 2 + 2 + 2 * 2
+_DECODER_LAYER_VARIABLES = 3 + 2 + 2 + 3 * 2
 #: rows of the position table built where the file carries none (CTranslate2 computes it)
 COMPUTED_POSITIONS = 1024
+#: copies of a position table alive while it is computed and compared (float64 temporaries)
+TABLE_COPIES = 6
 
 
 def _scalar(src: Source, name: str) -> float | None:
@@ -105,6 +112,21 @@ def computed_positions(rows: int, d_model: int) -> Tensor:
     return torch.cat([table, torch.zeros(rows, d_model % 2)], dim=1)
 
 
+def check_table(rows: int, d_model: int, where: Path, what: str) -> None:
+    """Refuse to compute a ``[rows, d_model]`` position table this process has no memory for
+    (its sizes come from the file: an empty table may claim 2^29 rows).
+
+    Raises:
+        InteropError: one line with the sizes and the budget.
+    """
+    needed = TABLE_COPIES * BYTES_PER_NUMBER * rows * max(d_model, 1)
+    if needed > (256 << 20) and needed > available_memory() * MEMORY_FRACTION:
+        raise InteropError(
+            f"{where}: {what} of {rows:,} x {d_model:,} would need {needed / 2**30:.1f} GB, "
+            "more than this process can use; the file's sizes are not a model's"
+        )
+
+
 def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Config fields and weights for the position tables (one per stack, maybe one tensor)."""
     tables = {
@@ -113,6 +135,7 @@ def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], 
         if src.has(f"{stack}/position_encodings/encodings")
     }
     if not tables:  # CTranslate2 computes them: loaded as a table, the numbers it uses
+        check_table(COMPUTED_POSITIONS, d_model, where, "the computed position table")
         table = computed_positions(COMPUTED_POSITIONS, d_model)
         weights = {"encoder.pos_embed.weight": table, "decoder.pos_embed.weight": table.clone()}
         return {"positions": "learned", "max_len": COMPUTED_POSITIONS}, weights
@@ -127,6 +150,7 @@ def _positions(src: Source, where: Path, d_model: int) -> tuple[dict[str, Any], 
             f"d_model={d_model}"
         )
     rows = enc.shape[0]
+    check_table(rows, d_model, where, "the position table")
     for kind, make in (("sinusoidal_split", split_sinusoidal_positions),
                        ("sinusoidal", sinusoidal_positions)):  # fmt: skip
         table = make(rows, d_model)
@@ -167,10 +191,36 @@ def _same(values: dict[str, float | None], where: Path, what: str) -> float | No
     return distinct.pop() if distinct else None
 
 
-def _count_layers(tensors: dict[str, Tensor], stack: str) -> int:
-    n = 0
-    while any(k.startswith(f"{stack}/layer_{n}/") for k in tensors):
-        n += 1
+def count_layers(tensors: dict[str, Tensor], stack: str, where: Path, per_layer: int) -> int:
+    """How many ``{stack}/layer_N/`` blocks the variables hold, read in one pass over the
+    names; the blocks must be numbered 0..n-1 and each needs at least ``per_layer`` variables
+    (so a file of 20,000 names ``encoder/layer_N/x`` is refused at once, not built).
+
+    Raises:
+        InteropError: numbers with gaps, or too few variables for the layers they name.
+    """
+    prefix = f"{stack}/layer_"
+    counts: dict[int, int] = {}
+    for name in tensors:
+        if name.startswith(prefix):
+            number = name[len(prefix) :].partition("/")[0]
+            if not number.isdigit():
+                continue  # layer_norm/..., or a name the leftovers check names
+            if len(number) > 6:
+                raise InteropError(f"{where}: {shorten(name)} names a layer number too high")
+            counts[int(number)] = counts.get(int(number), 0) + 1
+    n = len(counts)
+    if counts and max(counts) != n - 1:
+        raise InteropError(
+            f"{where}: the {stack} layers are not numbered 0..{n - 1} (layer {max(counts)} "
+            "is named)"
+        )
+    thin = [i for i, c in sorted(counts.items()) if c < per_layer]
+    if thin:
+        raise InteropError(
+            f"{where}: {stack}/layer_{thin[0]} has {counts[thin[0]]} variables, fewer than the "
+            f"{per_layer} a layer needs ({len(thin)} such layers)"
+        )
     return n
 
 
@@ -201,13 +251,16 @@ def convert_transformer(
     if int(act) not in ACTIVATIONS:
         raise InteropError(f"{where}: activation id {act:g} is not implemented in attnviz")
     start_from_zero = bool(_flag(src, "decoder/start_from_zero_embedding", 0))
-    n_enc, n_dec = _count_layers(tensors, "encoder"), _count_layers(tensors, "decoder")
+    n_enc = count_layers(tensors, "encoder", where, _ENCODER_LAYER_VARIABLES)
+    n_dec = count_layers(tensors, "decoder", where, _DECODER_LAYER_VARIABLES)
     if not n_enc or not n_dec:
         raise InteropError(f"{where}: a TransformerSpec needs encoder and decoder layers")
     emb = src.tensors.get("decoder/embeddings/weight")
     if emb is None or emb.dim() != 2:
         raise InteropError(f"{where}: the weights lack decoder/embeddings/weight")
     d_model = int(emb.shape[1])
+    if not d_model or not emb.shape[0]:
+        raise InteropError(f"{where}: decoder/embeddings/weight {list(emb.shape)} is empty")
     ours: dict[str, Tensor] = {}
     biases: set[bool] = set()
     gates: set[bool] = set()

@@ -20,27 +20,48 @@ from ...data.tokenizer import Encoding, SpecialIds, content_ids
 from ..hf_tokenizer import EXTRA, HFTokenizer
 
 #: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
-MAX_VOCABULARY_BYTES = 256 << 20
+MAX_VOCABULARY_BYTES = 64 << 20
+#: Most tokens a vocabulary may list.
+MAX_VOCABULARY_TOKENS = 4_000_000
+#: Bytes one token may take in a vocabulary file (JSON escapes included), for the size cap.
+MAX_TOKEN_BYTES = 1024
 
 
-def read_vocabulary(folder: Path, name: str) -> list[str] | None:
+def read_vocabulary(folder: Path, name: str, rows: int | None = None) -> list[str] | None:
     """``{name}.json`` (a JSON list of strings) or ``{name}.txt`` (one token a line), or None
     when the folder has neither.
 
     A token listed twice keeps both ids (the first is the one text reads as, as in
-    CTranslate2).
+    CTranslate2). The file's size and its count of lines are checked before it is parsed.
 
+    Args:
+        rows: the embedding rows the vocabulary must name (bounds the file's size).
     Raises:
-        CheckpointError: a file that is too big, not UTF-8, or not a list of strings.
+        CheckpointError: a file that is too big for ``rows`` tokens, not UTF-8, or not a list
+            of strings.
     """
+    limit = MAX_VOCABULARY_BYTES
+    if rows is not None:
+        limit = min(limit, (rows + 1) * MAX_TOKEN_BYTES)
+    most = MAX_VOCABULARY_TOKENS if rows is None else rows
     for suffix in (".json", ".txt"):
         path = folder / f"{name}{suffix}"
         if not path.is_file():
             continue
-        if path.stat().st_size > MAX_VOCABULARY_BYTES:
-            raise CheckpointError(f"{shorten(path, 300)} is larger than any vocabulary")
+        size = path.stat().st_size
+        if size > limit:
+            raise CheckpointError(
+                f"{shorten(path, 300)} has {size:,} bytes, more than a vocabulary of "
+                f"{most:,} tokens takes ({limit:,})"
+            )
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
+            lines = raw.count(b"\n") if suffix == ".txt" else 0
+            if lines > most + 1:
+                raise CheckpointError(
+                    f"{shorten(path, 300)} has {lines:,} lines for a vocabulary of {most:,} tokens"
+                )
+            text = raw.decode("utf-8")
             tokens = json.loads(text) if suffix == ".json" else text.split("\n")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise CheckpointError(f"{shorten(path, 300)} is not readable ({exc})") from None

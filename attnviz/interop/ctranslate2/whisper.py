@@ -217,8 +217,8 @@ def load_whisper_spec(folder: Path, model_bin: ModelBin, config: dict, device) -
     the prompt ``<|startoftranscript|> <|notimestamps|>`` (English-only models; a multilingual
     one gets ``<|en|> <|transcribe|>`` first) and whose ``beam`` is CTranslate2's."""
     fields, ours, enc_table, tied = convert_whisper(model_bin, folder)
-    vocab = read_vocabulary(folder, "vocabulary")
     rows = ours["tgt_embed.weight"].shape[0]
+    vocab = read_vocabulary(folder, "vocabulary", rows)
     if vocab is None or len(vocab) != rows:
         got = "no vocabulary.txt" if vocab is None else f"{len(vocab)} tokens"
         raise InteropError(f"{folder}: {got} for {rows} embedding rows")
