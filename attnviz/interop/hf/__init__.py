@@ -24,6 +24,7 @@ from . import (  # noqa: F401  (each registers its family)
     bart,
     bert,
     fsmt,
+    gemma3,
     gpt2,
     llama,
     marian,

@@ -3,8 +3,10 @@
 Decoder-only, pre-norm RMS norms with a final one, rotary positions (Llama 3's scaling where
 the folder says so), grouped-query attention, a gated SiLU feed-forward (``gate_proj`` is our
 ``linear1``, ``up_proj`` our ``gate``), no biases but Qwen2's on Q/K/V. Sliding-window
-attention (Mistral, Qwen2) changes nothing on sequences no longer than the window, so the
-model's length limit is cut to the window instead of refusing the folder.
+attention (Mistral: every layer; Qwen2, where ``use_sliding_window`` is on: the layers its
+``layer_types`` names, or those from ``max_window_layers`` on) is the model's own window mask
+(``ModelConfig.sliding_window`` / ``layer_types``), with transformers' convention: a query
+at ``i`` sees keys ``j`` with ``i - j < sliding_window``.
 """
 
 from __future__ import annotations
@@ -38,19 +40,27 @@ class Variant:
 
     Attributes:
         qkv_bias: Q/K/V projections carry biases (Qwen2) whatever config.json says.
-        sliding: the family has a sliding window (``sliding_window``); ``use_sliding_window``
-            names the switch where there is one (Qwen2).
+        sliding: the family has a sliding window (``sliding_window``); ``sliding_switch``
+            names the switch where there is one (Qwen2's ``use_sliding_window``), and
+            ``window_layers`` the key of the first local layer where not every layer is local
+            (Qwen2's ``max_window_layers``: layers from that index on).
     """
 
     qkv_bias: bool = False
     sliding: bool = False
     sliding_switch: str | None = None
+    window_layers: str | None = None
 
 
 VARIANTS = {
     "llama": Variant(),
     "mistral": Variant(sliding=True),
-    "qwen2": Variant(qkv_bias=True, sliding=True, sliding_switch="use_sliding_window"),
+    "qwen2": Variant(
+        qkv_bias=True,
+        sliding=True,
+        sliding_switch="use_sliding_window",
+        window_layers="max_window_layers",
+    ),
 }
 
 ROPE_TYPES = {"default": "none", "llama3": "llama3", "linear": "linear"}
@@ -100,20 +110,14 @@ def config(
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if hf.get(key) is not None:
             raise InteropError(f"{where}: soft-capping ({key}) is not supported")
-    max_len = opt_int(hf, "max_position_embeddings", 2048, where)
-    window = hf.get("sliding_window")
-    switched_on = variant.sliding_switch is None or bool(hf.get(variant.sliding_switch))
-    if variant.sliding and window is not None and switched_on:
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise InteropError(f"{where}/config.json: sliding_window must be a positive integer")
-        max_len = min(max_len, window)  # within the window, sliding changes nothing
+    n = int_of(hf, "num_hidden_layers", where)
     return dict(
         d_model=d,
         n_heads=heads,
         n_kv_heads=opt_int(hf, "num_key_value_heads", heads, where),
         d_head=head_dim,
         n_encoder_layers=0,
-        n_decoder_layers=int_of(hf, "num_hidden_layers", where),
+        n_decoder_layers=n,
         d_ff=int_of(hf, "intermediate_size", where),
         activation=activation(hf.get("hidden_act", "silu"), where),
         gated_ff=True,
@@ -125,9 +129,34 @@ def config(
         qkv_bias=True if variant.qkv_bias else None,
         output_bias=False,
         scale_embeddings=False,
-        max_len=max_len,
+        max_len=opt_int(hf, "max_position_embeddings", 2048, where),
+        **window_fields(hf, variant, n, where),
         **rope_fields(hf, head_dim, where),
     )
+
+
+def window_fields(hf: dict, variant: Variant, n: int, where: Path) -> dict[str, Any]:
+    """``sliding_window`` and ``layer_types`` of a Mistral or Qwen2 folder (none for Llama,
+    nor where the folder's window is off), as transformers reads them."""
+    window = hf.get("sliding_window")
+    switched_on = variant.sliding_switch is None or bool(hf.get(variant.sliding_switch))
+    if not variant.sliding or window is None or not switched_on:
+        return {}
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise InteropError(f"{where}/config.json: sliding_window must be a positive integer")
+    if variant.window_layers is None:  # every layer local (Mistral)
+        return dict(sliding_window=window)
+    types = hf.get("layer_types")
+    if types is None:
+        first_local = opt_int(hf, variant.window_layers, 28, where)
+        types = ["sliding_attention" if i >= first_local else "full_attention" for i in range(n)]
+    if (
+        not isinstance(types, list)
+        or len(types) != n
+        or any(t not in ("sliding_attention", "full_attention") for t in types)
+    ):
+        raise InteropError(f"{where}/config.json: layer_types must name one type per layer ({n})")
+    return dict(sliding_window=window, layer_types=tuple(types))
 
 
 def table(cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
