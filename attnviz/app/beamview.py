@@ -394,6 +394,10 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
         ckpt = checkpoint_of(state)
         refuse(ckpt, "beam")  # an encoder-only model generates nothing
         size = beam_size_of(beam_size)
+        if ckpt.is_audio:  # the clip the step view started on: never a path typed in a box
+            if not state.started:
+                raise InputError("no clip: pick, upload or record one, then Step, then beam")
+            text = state.text
         text = state.text if text is None else text
         if not (text or "").strip():
             raise InputError("type an input first")
@@ -403,6 +407,8 @@ def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = 
     except AttnvizError as exc:
         return BeamView(None, warning(exc))
     panel.line = summary(panel, greedy, ckpt.tgt_tokenizer)
+    if ckpt.is_audio:  # the clip's file name, not the server's folders
+        panel.line = panel.line.replace(html.escape(text), html.escape(Path(text).name))
     panel.attended = "causal self-attention" if is_decoder_only(ckpt) else "cross-attention"
     return BeamView(panel, panel_html(panel), files=write_files(panel))
 

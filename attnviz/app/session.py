@@ -230,9 +230,15 @@ def _cleared(state: SessionState, text: str | None) -> SessionState:
     if text is None or text == state.text:
         return state
     return dataclasses.replace(
-        state, text=text or "", src_ids=[], src_pieces=[], unknown=[], tokens=[], step=0,
-        epoch=state.epoch + 1, page_rows=-1, forced=[],
+        state, text=text or "", audio="", src_ids=[], src_pieces=[], unknown=[], tokens=[],
+        step=0, epoch=state.epoch + 1, page_rows=-1, forced=[],
     )  # fmt: skip
+
+
+def _given(ckpt: Checkpoint, text: str | None, clip: str | None) -> str | None:
+    """The input an action was given: a speech model's is the clip (the page's audio
+    component: ``""`` when it holds none), never the text box; other models' the text."""
+    return clip if ckpt.is_audio else text
 
 
 def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
@@ -244,23 +250,27 @@ def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
     return state
 
 
-def start(state: SessionState, text: str) -> DecodeView:
-    """Encode ``text`` and get ready to decode (nothing decoded yet)."""
-    op = None
+def start(state: SessionState, text: str | None, clip: str | None = None) -> DecodeView:
+    """Encode ``text`` (a speech model: ``clip``, the page's audio; see :func:`_given`) and
+    get ready to decode (nothing decoded yet)."""
+    op, given = None, text
     try:
         s, op = _open(state)
-        return _show(_start_state(s, op.ckpt, text, op.version), op)
+        given = _given(op.ckpt, text, clip)
+        return _show(_start_state(s, op.ckpt, given, op.version), op)
     except AttnvizError as exc:
-        return _refused(_cleared(state, text), exc, op)
+        return _refused(_cleared(state, given), exc, op)
 
 
-def step(state: SessionState, text: str | None = None) -> DecodeView:
-    """One greedy token further (replayed from history after Back, otherwise decoded)."""
-    op = None
+def step(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
+    """One greedy token further (replayed from history after Back, otherwise decoded); a
+    speech model's input is ``clip`` (see :func:`_given`)."""
+    op, given = None, text
     try:
         s, op = _open(state)
         refuse(op.ckpt, "decode")  # an encoder-only model generates nothing
-        s = _ensure(s, op, text)
+        given = _given(op.ckpt, text, clip)
+        s = _ensure(s, op, given)
         if s.done:
             raise InputError("the output is complete: press Back, Reset or scrub")
         with DECODERS.hold(s, op.ckpt, op.version) as stepper:  # holds s.tokens
@@ -270,16 +280,17 @@ def step(state: SessionState, text: str | None = None) -> DecodeView:
             decoded = _decoded(s, stepper)
         return _show(s, op, decoded=decoded)
     except AttnvizError as exc:
-        return _refused(_cleared(state, text), exc, op)
+        return _refused(_cleared(state, given), exc, op)
 
 
-def run(state: SessionState, text: str | None = None) -> DecodeView:
+def run(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
     """Decode to EOS (or the length limit) from where the view is (an encoder-only model:
-    read the sentence)."""
-    op = None
+    read the sentence; a speech model: ``clip``, see :func:`_given`)."""
+    op, given = None, text
     try:
         s, op = _open(state)
-        s = _ensure(s, op, text)
+        given = _given(op.ckpt, text, clip)
+        s = _ensure(s, op, given)
         if is_encoder_only(op.ckpt):  # Read: one pass over the sentence, nothing to decode
             return _show(s, op)
         with DECODERS.hold(s, op.ckpt, op.version) as stepper:
@@ -288,7 +299,7 @@ def run(state: SessionState, text: str | None = None) -> DecodeView:
             decoded = _decoded(s, stepper)
         return _show(s, op, decoded=decoded)
     except AttnvizError as exc:
-        return _refused(_cleared(state, text), exc, op)
+        return _refused(_cleared(state, given), exc, op)
 
 
 def back(state: SessionState) -> DecodeView:
@@ -411,7 +422,7 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
         new, op = _open(new)  # load now: a broken file is reported here, not at the first step
     except AttnvizError as exc:
         return render(state, message=warning(exc))
-    if not typed.strip():
+    if not typed.strip() or op.ckpt.is_audio:  # a speech model's input is the clip, not text
         return _show(new, op)
     try:
         return _show(_start_state(new, op.ckpt, typed, op.version), op)

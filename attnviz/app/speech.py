@@ -45,6 +45,8 @@ FRAMES_PER_SECOND = 50
 ENCODER_FRAMES = 1500
 #: The short clips offered as examples (``assets/speech/make_examples.sh`` makes them).
 EXAMPLES_DIR = store.ASSETS_DIR / "speech"
+#: What a Step with no clip on screen says (the clip is a speech model's only input in the app).
+NO_CLIP = "no clip: upload or record one, or pick an example, then Step"
 #: What a lab says when it does not apply to a speech model (one sentence).
 NOT_FOR_AUDIO = (
     "This panel works on text inputs and does not apply to a speech model: use the step "
@@ -82,6 +84,49 @@ def example_name(path: str) -> str:
     return Path(path).stem.replace("_", " ")
 
 
+def example_says(name: str | None) -> str:
+    """What an example clip says (the ``.txt`` beside it, written by the script that made
+    it), so a user can judge the transcript; ``""`` when unknown."""
+    for path in examples():
+        if example_name(path) == name:
+            txt = Path(path).with_suffix(".txt")
+            return txt.read_text(encoding="utf-8").strip() if txt.is_file() else ""
+    return ""
+
+
+def example_of(clip: str | None) -> str | None:
+    """The example's menu name when ``clip`` (a file the page holds: gradio copies the
+    example into its cache) is one of the example clips, byte for byte; else None."""
+    if not clip:
+        return None
+    path = Path(clip)
+    for ex in examples():
+        if Path(ex).name == path.name:
+            try:
+                same = path.stat().st_size == Path(ex).stat().st_size and (
+                    path.read_bytes() == Path(ex).read_bytes()
+                )
+            except OSError:
+                return None
+            return example_name(ex) if same else None
+    return None
+
+
+def clip_name(clip: str | None) -> str:
+    """The clip's file name alone (never the server's folder it lies in)."""
+    return Path(str(clip)).name if clip else ""
+
+
+def clip_note(clip: str | None) -> str:
+    """The line under the clip: its file name and, for an example, what it says."""
+    if not clip:
+        return "No clip: upload or record one, or pick an example."
+    name = example_of(clip)
+    says = example_says(name) if name else ""
+    line = f"Clip **{clip_name(clip)}**"
+    return f"{line} says: “{says}”" if says else line
+
+
 def time_label(frame: int) -> str:
     """An encoder frame's time: ``"1.24s"``."""
     return f"{frame / FRAMES_PER_SECOND:.2f}s"
@@ -115,9 +160,14 @@ def store_clip(source) -> tuple[str, float]:
     """
     if isinstance(source, str | Path):
         if not str(source).strip():
-            raise InputError("no clip: upload or record one, or pick an example, then Step")
+            raise InputError(NO_CLIP)
         source = _readable(source)
-    samples = load_audio(source)
+        try:
+            samples = load_audio(source)
+        except InputError as exc:  # the file's name only: not the server's folders
+            raise InputError(str(exc).replace(str(source), source.name)) from None
+    else:
+        samples = load_audio(source)
     digest = hashlib.sha256(samples.tobytes()).hexdigest()[:24]
     kept = store.private_dir("speech") / f"{digest}.npy"
     if not kept.is_file():

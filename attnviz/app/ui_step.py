@@ -120,17 +120,19 @@ def top(p) -> None:
 
 def speech_input(p) -> None:
     """A speech model's input: a clip (upload or microphone) and example clips, shown
-    instead of the text box; the clip's path goes into the (hidden) text box, so Step,
-    Run and the API take it as the input."""
+    instead of the text box. The clip the audio component holds is the speech model's only
+    input (Step, Run and the API take it as ``clip``); the text box never reaches it."""
     with gr.Row(visible=False, elem_id="speech-input") as p.speech_row:
         p.audio_in = gr.Audio(
             sources=["upload", "microphone"], type="filepath", label="Input clip (≤ 30 s)",
             elem_id="input-audio", scale=3,
         )  # fmt: skip
-        p.speech_examples = gr.Dropdown(
-            label="Example clips (espeak-ng)", choices=speech_example_choices(),
-            elem_id="speech-examples", scale=1,
-        )  # fmt: skip
+        with gr.Column(scale=1):
+            p.speech_examples = gr.Dropdown(
+                label="Example clips (espeak-ng)", choices=speech_example_choices(), value=None,
+                elem_id="speech-examples",
+            )  # fmt: skip
+            p.clip_note = gr.Markdown(speech.clip_note(None), elem_id="clip-note")
 
 
 def whatif_box(p, state: SessionState) -> None:
@@ -223,6 +225,13 @@ def speech_example_path(name: str | None) -> str | None:
     return None
 
 
+def clip_changed(state: SessionState, stamps: dict, clip: str | None) -> tuple:
+    """The audio component's clip changed: it is the input now (nothing decoded yet; none:
+    the previous clip is dropped); the examples menu shows its name only when it is one."""
+    view = session.start(state, None, clip=clip or "")
+    return (*answer(view, stamps), speech.example_of(clip), speech.clip_note(clip))
+
+
 def wire_decoding(p) -> None:
     """Step, Run, Back, Reset, scrub, a forced token, the model menu and uploads: each one
     session action, its view sent as the decoding outputs."""
@@ -237,10 +246,10 @@ def wire_decoding(p) -> None:
         (p.run_btn.click, session.run, "run"),
         (p.input_text.submit, session.start, "start"),
     )
-    for trigger, fn, name in with_text:
+    for trigger, fn, name in with_text:  # a speech model's input: the clip on screen alone
         trigger(
-            lambda t, s, stamps, fn=fn: answer(fn(s, t), stamps), [p.input_text, p.state, p.stamps],
-            outs, api_name=name, **FAST,
+            lambda t, s, stamps, clip=None, fn=fn: answer(fn(s, t, clip=clip or ""), stamps),
+            [p.input_text, p.state, p.stamps, p.audio_in], outs, api_name=name, **FAST,
         )  # fmt: skip
     for trigger, fn, name in ((p.back_btn.click, session.back, "back"),
                               (p.reset_btn.click, session.reset, "reset")):  # fmt: skip
@@ -263,11 +272,17 @@ def wire_decoding(p) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
-    # a speech model: the clip chosen, uploaded or recorded is the input (its path)
+    # a speech model: an example chosen is put in the audio component, and the clip it holds
+    # (chosen, uploaded, recorded or cleared) becomes the input at once
     p.speech_examples.input(
-        lambda e: speech_example_path(e) or gr.skip(), [p.speech_examples], [p.audio_in], **HIDDEN
-    )
-    p.audio_in.change(lambda a: a or gr.skip(), [p.audio_in], [p.input_text], **HIDDEN, **FAST)
+        lambda e: speech_example_path(e) or gr.skip(), [p.speech_examples], [p.audio_in],
+        api_name="speech_example",
+    )  # fmt: skip
+    p.audio_in.change(
+        lambda s, stamps, clip=None: clip_changed(s, stamps, clip),
+        [p.state, p.stamps, p.audio_in], [*outs, p.speech_examples, p.clip_note],
+        api_name="clip", **MODEL_EVENTS,
+    )  # fmt: skip
     p.input_text.change(  # the input edited but not run: say the panels show another
         labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
     )

@@ -32,7 +32,7 @@ def ckpt():
 @pytest.fixture(scope="module")
 def first(ckpt):
     state = session.new_state(str(ckpt.path))
-    return session.step(state, CLIP)
+    return session.step(state, clip=CLIP)
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +118,10 @@ def test_run_back_and_the_word_timeline(stepped, ckpt):
 def test_bad_clips_keep_the_app_working(first, tmp_path):
     bad = tmp_path / "notes.wav"
     bad.write_text("no sound here")
-    v = session.step(first.state, str(bad))
+    v = session.step(first.state, clip=str(bad))
     assert v.message.startswith("⚠") and "not an audio file" in v.message
     assert "\n" not in v.message and not v.state.started
-    again = session.step(v.state, CLIP)
+    again = session.step(v.state, clip=CLIP)
     assert again.state.step == 1 and again.payload["tokens"] == ["<|notimestamps|>"]
     DECODERS.forget(again.state.sid)
 
