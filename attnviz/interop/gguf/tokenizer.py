@@ -138,6 +138,7 @@ class _Backend:
 
     def __init__(self, tok, spec: dict):
         self.backend_tokenizer = tok
+        self._pieces: list[str | None] | None = None
         self.eos_token_id = spec["ids"].get("eos")
         self.all_special_ids = sorted(
             {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
@@ -172,7 +173,14 @@ class _Backend:
         return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str | None]:
-        return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
+        """The piece of each id (None for an id no piece has)."""
+        if self._pieces is None:  # one table: 262,144 id_to_token calls take half a second
+            self._pieces = [None] * len(self)
+            for piece, i in self.get_vocab().items():
+                if 0 <= i < len(self._pieces):
+                    self._pieces[i] = piece
+        n = len(self._pieces)
+        return [self._pieces[i] if 0 <= i < n else None for i in map(int, ids)]
 
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
@@ -486,22 +494,25 @@ def _cached(path: Path, spec: dict):
 
 
 def _load(text: str, spec: dict, where: str):
-    """``tokenizers`` JSON -> a Tokenizer, checked to be one this module writes for ``spec``."""
+    """``tokenizers`` JSON -> a Tokenizer, checked to be one this module writes for ``spec``
+    (its components by :func:`check_folder`, its size by the file's) before it reads text."""
     from tokenizers import Tokenizer
 
-    doc = json.loads(text)
-    check_folder(doc)
-    vocab = doc["model"].get("vocab")
-    if not isinstance(vocab, dict) or len(vocab) != len(set(spec["tokens"])):
-        raise InteropError(f"{shorten(where)} does not hold this file's vocabulary")
     with rust_panics(f"reading the tokenizer of {shorten(spec['source'])}"):
         try:
             tok = Tokenizer.from_str(text)
         except Exception as exc:  # the Rust library's errors are plain Exceptions
-            raise InteropError(f"{shorten(spec['source'])}: its tokenizer does not build "
+            raise InteropError(f"{shorten(where)}: the tokenizer does not build "
                                f"({one_line(exc, 200)})") from None  # fmt: skip
     tok.no_padding()
     tok.no_truncation()
+    parts = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+    doc = {part: getattr(tok, part) for part in parts}
+    doc = {part: json.loads(c.__getstate__()) for part, c in doc.items() if c is not None}
+    check_folder({**doc, "model": {"type": type(tok.model).__name__}})
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if type(tok.model).__name__ != "BPE" or not 0 < size <= len(spec["tokens"]):
+        raise InteropError(f"{shorten(where)} does not hold this file's vocabulary")
     return tok
 
 
