@@ -198,7 +198,7 @@ class FusedStep:
             hook = recorder.hook_for(sa[3]) if recorder is not None else None
             if hook is None:
                 if window is not None and end > window:  # keys 0..pos-W are out of reach
-                    mask = torch.arange(end, device=q.device) > pos - window  # [Tk], allowed
+                    mask = (torch.arange(end, device=q.device) > pos - window)[None]  # [1, Tk]
                 z = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, scale=sa[2]
                 )  # [B, H, 1, Dh]
