@@ -1,4 +1,5 @@
-"""What an uploaded file is, from its bytes (never from its name alone; nothing is unpickled)."""
+"""What an uploaded file is, from its bytes (never from its name alone; nothing is unpickled),
+and how large an upload may be."""
 
 from __future__ import annotations
 
@@ -7,6 +8,37 @@ import struct
 import zipfile
 
 _PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
+#: The largest file the page takes by default (``attnviz app --max-upload``); gradio's own
+#: cap, 200 MB, fits no real model.
+MAX_UPLOAD = "2gb"
+_UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
+
+
+def upload_bytes(size: str | int) -> int:
+    """An upload cap in bytes: ``"2gb"``, ``"500 MB"``, ``"1.5GB"`` or a number of bytes
+    (1 KB = 1024 bytes, as gradio counts).
+
+    Raises:
+        ValueError: one line, for anything else.
+    """
+    text = str(size).strip().lower().replace(" ", "")
+    num = text.rstrip("kmgtb")
+    unit = text[len(num) :]
+    try:
+        n = int(float(num) * _UNITS[unit])
+    except (KeyError, ValueError, OverflowError):
+        raise ValueError(f"not a size: {size!r} (try 2gb, 500mb or a number of bytes)") from None
+    if n <= 0:
+        raise ValueError(f"an upload cap must be above 0 bytes, got {size!r}")
+    return n
+
+
+def size_label(n: int) -> str:
+    """Bytes as a person reads them: ``"2 GB"``, ``"500 MB"``, ``"1.5 GB"``."""
+    for unit in ("TB", "GB", "MB", "KB"):
+        if n >= _UNITS[unit.lower()]:
+            return f"{n / _UNITS[unit.lower()]:.3g} {unit}"
+    return f"{n} bytes"
 
 
 def what_is(head: bytes, is_torch_zip: bool = False) -> str:

@@ -39,6 +39,14 @@ UPLOAD_HELP = (
     "model.safetensors + config.json (+ snapshots.safetensors), a Hugging Face folder's "
     "files (config, safetensors weights, tokenizer files), or one .zip of the folder"
 )
+
+
+def upload_help(cap: str) -> str:
+    """The upload's help with its cap (``cap``: ``"2 GB"``) and what to do above it."""
+    return (
+        f"{UPLOAD_HELP}. At most **{cap}** a file (`attnviz app --max-upload SIZE`); "
+        "a larger model: start the app with `attnviz app --model PATH`."
+    )
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
 THEME_JS = (
     "(...a) => { a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light';"

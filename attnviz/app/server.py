@@ -14,10 +14,11 @@ import torch
 
 from ..core.errors import AttnvizError
 from . import store
+from .filekinds import MAX_UPLOAD, upload_bytes
 from .session import APP_THREADS
 
 CSS_FILE = store.ASSETS_DIR / "app.css"
-MAX_FILE_SIZE = "200mb"
+MAX_FILE_SIZE = MAX_UPLOAD  # an upload's cap (gradio's own, 200 MB, fits no real model)
 MAX_SESSIONS = 1000  # sessions gradio keeps in memory at most (oldest dropped; default 10000)
 QUEUE_CONCURRENCY = 2  # queued events (labs, model loads) running at once
 SHARE_WARNING = (
@@ -27,18 +28,24 @@ SHARE_WARNING = (
 )
 
 
-def launch_kwargs(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False) -> dict:
+def launch_kwargs(
+    host: str = "127.0.0.1",
+    port: int | None = 7860,
+    share: bool = False,
+    max_upload: str | int = MAX_FILE_SIZE,
+) -> dict:
     """Arguments of ``demo.launch`` shared by :func:`main` and the tests.
 
     Binds ``host`` only (default loopback: this machine alone); gradio serves no file outside
-    its own cache and the files the app returns (nothing in ``allowed_paths``).
+    its own cache and the files the app returns (nothing in ``allowed_paths``); an upload
+    larger than ``max_upload`` (:func:`upload_bytes`) is refused.
     """
     css = CSS_FILE.read_text() if CSS_FILE.is_file() else None
     return dict(
         server_name=host,
         server_port=port,
         share=share,
-        max_file_size=MAX_FILE_SIZE,
+        max_file_size=upload_bytes(max_upload),
         state_session_capacity=MAX_SESSIONS,
         css=css,
         theme="soft",  # gradio's built-in Soft theme, by name
@@ -73,12 +80,25 @@ def parser() -> argparse.ArgumentParser:
         help=f"torch threads per request (default {APP_THREADS}: requests run side by side)",
     )  # fmt: skip
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    ap.add_argument(
+        "--max-upload", type=_size_arg, default=MAX_FILE_SIZE, metavar="SIZE",
+        help=f"largest file the page takes (default {MAX_FILE_SIZE}; e.g. 500mb, 8gb); "
+        "a model larger than that: pass --model PATH",
+    )  # fmt: skip
     return ap
+
+
+def _size_arg(text: str) -> str:
+    try:
+        upload_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
-    [--no-browser]``: check the model, then serve the page until Ctrl+C."""
+    [--no-browser] [--max-upload SIZE]``: check the model, then serve the page until Ctrl+C."""
     args = parser().parse_args(argv)
     store.clean_stale_dirs()  # uploads and exports of an app that was killed
     try:
@@ -95,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, args.threads))
     for line in exposure_warnings(args.host, args.share):
         print(line, file=sys.stderr, flush=True)
-    demo = build_app(model, device)
+    demo = build_app(model, device, max_upload=args.max_upload)
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     inbrowser = sys.stdout.isatty() and not args.no_browser
-    demo.launch(inbrowser=inbrowser, **launch_kwargs(args.host, args.port, args.share))
+    kwargs = launch_kwargs(args.host, args.port, args.share, args.max_upload)
+    demo.launch(inbrowser=inbrowser, **kwargs)
     return 0
 
 

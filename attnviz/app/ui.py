@@ -25,7 +25,18 @@ import gradio as gr
 
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
-from . import panels, reference, session, speech, store, ui_align, ui_compare, ui_labs, ui_step
+from . import (
+    filekinds,
+    panels,
+    reference,
+    session,
+    speech,
+    store,
+    ui_align,
+    ui_compare,
+    ui_labs,
+    ui_step,
+)
 from .decoders import DECODERS
 from .kinds import input_label, is_decoder_only, is_encoder_only, note
 from .pagetext import MASK_INTRO, STALE
@@ -52,7 +63,8 @@ class Page:
     """Every component of the page (laid out by the ``ui_*`` modules, as its attributes) and
     how session results map onto them."""
 
-    def __init__(self, state: SessionState, ttl_s: float = SESSION_TTL_S):
+    def __init__(self, state: SessionState, ttl_s: float = SESSION_TTL_S, upload_cap: str = ""):
+        self.upload_cap = upload_cap  # the largest upload, in words ("2 GB")
         self.state = gr.State(state, time_to_live=ttl_s, delete_callback=forget_session)
         self.stamps = gr.State({})  # panel -> the state it was computed for
         self.active = gr.State("step")  # the selected tab
@@ -273,9 +285,14 @@ def forget_session(state: SessionState) -> None:
 
 
 def build_app(
-    model: str | None = None, device: str = "cpu", *, session_ttl_s: float = SESSION_TTL_S
+    model: str | None = None,
+    device: str = "cpu",
+    *,
+    session_ttl_s: float = SESSION_TTL_S,
+    max_upload: str | int = filekinds.MAX_UPLOAD,
 ) -> gr.Blocks:
-    """The whole page, on ``model`` (a folder; default the first shipped model).
+    """The whole page, on ``model`` (a folder; default the first shipped model); the page
+    says the upload cap ``max_upload`` (what ``launch`` is given).
 
     A session's state (and its server-side decoder) is freed ``session_ttl_s`` seconds after
     its last decoding event; gradio's temporary files (uploads, exports) after an hour.
@@ -286,7 +303,8 @@ def build_app(
     speech.register_models()  # Whisper tiny.en when its package is installed
     # analytics off: a local inspection tool sends nothing anywhere
     with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
-        p = Page(session.new_state(model, device), session_ttl_s)
+        cap = filekinds.size_label(filekinds.upload_bytes(max_upload))
+        p = Page(session.new_state(model, device), session_ttl_s, cap)
         # in this order: a tab's select events run in the order they were wired, the tab
         # tracked (``p.active``, by ui_labs) before the what-if, Alignment and Compare draw
         ui_step.wire(p)

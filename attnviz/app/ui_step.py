@@ -23,12 +23,12 @@ from .pagetext import (
     FORCE_JS,
     INTRO,
     THEME_JS,
-    UPLOAD_HELP,
     UPLOAD_LABEL,
     VIZ_ON_LOAD,
     VIZ_TEMPLATE,
     WHATIF_JS,
     WHATIF_ON_LOAD,
+    upload_help,
 )
 from .stamps import panel_stamps as stamp
 from .stamps import stale_panels
@@ -81,7 +81,7 @@ def top(p) -> None:
             p.model_info = gr.Markdown(elem_id="model-info")
         with gr.Column(scale=1):
             p.upload = gr.File(label=UPLOAD_LABEL, file_count="multiple", elem_id="upload")
-            gr.Markdown(UPLOAD_HELP, elem_classes="explain")
+            gr.Markdown(upload_help(p.upload_cap), elem_classes="explain", elem_id="upload-help")
     with gr.Row():
         p.input_text = gr.Textbox(
             label="Input", placeholder="type an input", elem_id="input-text", scale=3

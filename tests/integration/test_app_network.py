@@ -127,8 +127,8 @@ def test_binds_loopback_only_and_limits_uploads(server):
     demo, port = server
     assert app_server.launch_kwargs()["server_name"] == "127.0.0.1"
     assert demo.server_name == "127.0.0.1"
-    assert app_server.launch_kwargs()["max_file_size"] == app_server.MAX_FILE_SIZE == "200mb"
-    assert demo.max_file_size == 200 * 1024 * 1024
+    assert app_server.MAX_FILE_SIZE == "2gb"
+    assert app_server.launch_kwargs()["max_file_size"] == demo.max_file_size == 2 * 1024**3
     assert app_server.launch_kwargs()["share"] is False
     assert not app_server.launch_kwargs().get("allowed_paths")
     # the sockets the server listens on: loopback only
@@ -152,7 +152,7 @@ class FakeDemo:
 @pytest.fixture
 def fake_launch(monkeypatch, capsys):
     calls: list = []
-    monkeypatch.setattr(ui, "build_app", lambda model, device: FakeDemo(calls, capsys))
+    monkeypatch.setattr(ui, "build_app", lambda model, device, **kw: FakeDemo(calls, capsys))
     return calls
 
 
@@ -165,7 +165,7 @@ def run_main(calls: list, *args: str) -> tuple[dict, str]:
 def test_default_launch_is_local_and_quiet(fake_launch):
     kwargs, err = run_main(fake_launch)
     assert kwargs["server_name"] == "127.0.0.1" and kwargs["share"] is False
-    assert kwargs["max_file_size"] == "200mb"
+    assert kwargs["max_file_size"] == 2 * 1024**3
     assert "WARNING" not in err
 
 
