@@ -272,5 +272,10 @@ def _check(ckpt: Checkpoint, k: int) -> None:
             f"mask filling needs an encoder-only model (BERT, RoBERTa); this one is "
             f"{ckpt.config.arch}"
         )
+    if not ckpt.config.lm_head:
+        raise InputError(
+            "this base encoder has no masked-LM head: it fills no mask (its attention and "
+            "embeddings are read with attnviz.record / Checkpoint.embed)"
+        )
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
         raise InputError(f"k must be 1 to 100, got {k!r}")

@@ -32,7 +32,7 @@ MAX_LAYERS = 1024
 BOOL_FIELDS = (
     "norm_first", "final_norm", "share_embeddings", "tie_output", "gated_ff", "scale_embeddings",
     "embed_norm", "bias", "scale_attention", "output_bias", "scale_decoder_output",
-    "head_transform", "attn_only", "qk_norm", "sandwich_norm", "embed_scale_in_dtype",
+    "head_transform", "attn_only", "qk_norm", "sandwich_norm", "embed_scale_in_dtype", "lm_head",
 )  # fmt: skip
 #: What each decoder layer's self-attention sees: every earlier key, or a sliding window.
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -123,6 +123,9 @@ class ModelConfig:
             input (BERT); 0 = none.
         head_transform: a dense layer, the activation and a norm between the last encoder
             layer and the output projection (BERT's masked-LM head).
+        lm_head: the model has an output projection it was trained with; False = a base
+            encoder (BertModel, a sentence embedder): ``model(ids)`` is refused, ``encode``
+            gives its states.
         attn_only: layers without feed-forward blocks (attention and residual stream only,
             as in the two-layer models where induction heads were described); ``d_ff``,
             ``activation`` and ``gated_ff`` are unused.
@@ -199,6 +202,7 @@ class ModelConfig:
     type_vocab_size: int = 0
     head_transform: bool = False
     attn_only: bool = False
+    lm_head: bool = True
     # -- sliding windows and Gemma 3 -------------------------------------------------------
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None

@@ -366,6 +366,8 @@ class Transformer(nn.Module):
             if token_type_ids is not None:
                 raise InputError("a decoder-only model has no token types")
             return self.decode(src, None, tgt_pad_mask=mask)
+        if not cfg.lm_head:
+            raise InputError("this base encoder has no output head: use model.encode(ids)")
         x = self.encode(src, mask, token_type_ids)  # [B, T, D]
         if self.head is not None:
             x = self.head(x)

@@ -1,9 +1,14 @@
-"""The BERT family with its masked-LM head: BERT, RoBERTa, DistilBERT, one loader with their
-tensor names and position rules as data.
+"""The BERT family: BERT, RoBERTa, DistilBERT, one loader with their tensor names and position
+rules as data, with their masked-LM head or without one.
 
 Encoder-only, post-norm LayerNorms, a LayerNorm on the embeddings, learned positions (from
 row ``pad_id + 1`` in RoBERTa), token types (BERT, RoBERTa), and the head: dense, GELU,
 LayerNorm, then the output matrix tied to the token table, with its own bias.
+
+A base encoder (``BertModel``, ``RobertaModel``, ``DistilBertModel``; the Transformer of a
+sentence-transformers folder) keeps its tensors without the member's prefix and has no head;
+it opens with ``lm_head=False`` (its states are what it gives) and its pooler, trained for
+next-sentence prediction and read by nothing here, is left out.
 """
 
 from __future__ import annotations
@@ -110,11 +115,19 @@ NAMES = {
 }
 
 
+def is_base(n: Names, names: set[str] | Any) -> bool:
+    """A base encoder's tensors: the token table without the member's prefix, and no head."""
+    table = f"{n.embeddings}word_embeddings.weight"
+    return table in names and f"{n.prefix}{table}" not in names
+
+
 def config(
     hf: dict, where: Path, tensors: dict[str, Tensor], ids: dict[str, int]
 ) -> dict[str, Any]:
     """config.json -> :class:`ModelConfig` fields of a BERT, RoBERTa or DistilBERT folder."""
     names = NAMES[hf["model_type"]]
+    base = is_base(names, tensors)
+    prefix = "" if base else names.prefix
     kind = hf.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise InteropError(f"{where}: position_embedding_type {str(kind)[:40]!r} is not supported")
@@ -125,7 +138,7 @@ def config(
     offset = ids["pad_id"] + 1 if names.offset_from_pad else 0
     if rows <= offset:
         raise InteropError(f"{where}: max_position_embeddings={rows} leaves no position")
-    types = f"{names.prefix}{names.embeddings}token_type_embeddings.weight"
+    types = f"{prefix}{names.embeddings}token_type_embeddings.weight"
     return dict(
         fields,
         n_decoder_layers=0,
@@ -137,15 +150,18 @@ def config(
         embed_norm=True,
         scale_embeddings=False,
         type_vocab_size=int(tensors[types].shape[0]) if types in tensors else 0,
-        head_transform=True,
-        output_bias=True,
+        head_transform=not base,
+        output_bias=not base,
+        lm_head=not base,
     )
 
 
 def table(n: Names, cfg: ModelConfig, names: set[str] | None = None) -> list[Rule]:
     """One member's table: embeddings' positions, types and norm, the layers, and the head
-    (dense, norm, output bias; the token table and output matrix are common)."""
-    emb = f"{n.prefix}{n.embeddings}"
+    (dense, norm, output bias; the token table and output matrix are common); a base
+    encoder's without the prefix and the head, its pooler dropped."""
+    prefix = n.prefix if cfg.lm_head else ""
+    emb = f"{prefix}{n.embeddings}"
     rules: list[Rule] = [
         One("encoder.pos_embed.weight", f"{emb}position_embeddings.weight"),
         Linear("encoder.embed_norm", f"{emb}LayerNorm"),
@@ -160,7 +176,9 @@ def table(n: Names, cfg: ModelConfig, names: set[str] | None = None) -> list[Rul
         Linear("ff.linear2", n.linear2),
         Linear("norm2", n.norm2),
     )
-    rules += layers(layer, cfg.n_encoder_layers, "encoder.layers.", f"{n.prefix}{n.layers}")
+    rules += layers(layer, cfg.n_encoder_layers, "encoder.layers.", f"{prefix}{n.layers}")
+    if not cfg.lm_head:
+        return rules + [Dropped("", "pooler.dense.weight"), Dropped("", "pooler.dense.bias")]
     dense, norm, bias, matrix = n.head
     rules += [Linear("head.dense", dense), Linear("head.norm", norm), One("generator.bias", bias)]
     copy = matrix.removesuffix("weight") + "bias"  # older folders: the bias twice
@@ -181,6 +199,9 @@ for _model_type, _names in NAMES.items():
             table=partial(table, _names),
             lm_keys=(_names.head[3],),
             arch="encoder-only",
-            embed_keys=(f"{_names.prefix}{_names.embeddings}word_embeddings.weight",),
+            embed_keys=(
+                f"{_names.prefix}{_names.embeddings}word_embeddings.weight",
+                f"{_names.embeddings}word_embeddings.weight",  # a base encoder's
+            ),
         )
     )
