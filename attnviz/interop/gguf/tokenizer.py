@@ -221,7 +221,9 @@ def read_spec(metadata: dict, vocab_rows: int, source: str) -> dict:
     for i, t in enumerate(tokens):
         if type(t) is not str or len(t) > MAX_TOKEN_CHARS:
             what = f"{len(t)} characters long" if type(t) is str else type(t).__name__
-            raise bad("tokens", f"[{i}] is {what}, not a string of at most {MAX_TOKEN_CHARS}")
+            raise bad(
+                "tokens", f"[{i}] is {what}, not a string (at most {MAX_TOKEN_CHARS} characters)"
+            )
         total += len(t)
     if total > MAX_TOTAL_CHARS:
         raise bad("tokens", f"spell {total:,} characters (at most {MAX_TOTAL_CHARS:,})")
@@ -503,7 +505,7 @@ def _load(text: str, spec: dict, where: str):
             tok = Tokenizer.from_str(text)
         except Exception as exc:  # the Rust library's errors are plain Exceptions
             raise InteropError(f"{shorten(where)}: the tokenizer does not build "
-                               f"({one_line(exc, 200)})") from None  # fmt: skip
+                               f"({one_line(exc, 200)}); its vocabulary and merges disagree") from None  # fmt: skip
     tok.no_padding()
     tok.no_truncation()
     parts = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
