@@ -23,6 +23,7 @@ from ...core.weights import build_model
 from ...decode.greedy import LogitRules
 from ..hf.common import read_json
 from .binary import VERSIONS, ModelBin, read_model_bin
+from .spm import SpmModels, SpmTokenizer, find_models
 from .transformer import convert_transformer
 from .vocabulary import VocabTokenizer, folder_tokenizer, read_vocabulary
 
@@ -48,12 +49,20 @@ def register_spec(name: str, load: Callable[[Path, ModelBin, dict, Any], Checkpo
     SPECS[name] = load
 
 
+def _model_folder(path: Path) -> Path:
+    """The CTranslate2 folder meant by ``path``: itself, the folder of a ``model.bin`` given,
+    or the ``model/`` inside an Argos Translate package."""
+    if path.is_file():
+        return path.parent if path.name == WEIGHTS else path
+    if not (path / WEIGHTS).is_file() and (path / "model" / WEIGHTS).is_file():
+        return path / "model"
+    return path
+
+
 def is_ct2_folder(path: str | Path) -> bool:
     """True for a folder (or its ``model.bin``) with ``model.bin`` and a ``config.json`` that
     is not a Hugging Face or attnviz one (those name a ``model_type`` or a ``config``)."""
-    folder = Path(path).expanduser()
-    if folder.name == WEIGHTS and folder.is_file():
-        folder = folder.parent
+    folder = _model_folder(Path(path).expanduser())
     if not (folder / WEIGHTS).is_file() or not (folder / CONFIG).is_file():
         return False
     try:
@@ -89,9 +98,7 @@ def load_ct2_checkpoint(path: str | Path, device: str | torch.device = "cpu") ->
             that do not fit the weights.
         CheckpointError: a missing, cut-short or lying ``model.bin``, unreadable JSON.
     """
-    folder = Path(path).expanduser()
-    if folder.is_file():
-        folder = folder.parent
+    folder = _model_folder(Path(path).expanduser())
     config = read_json(folder / CONFIG)
     spec = read_spec_name(folder / WEIGHTS)
     if spec not in SPECS:
@@ -159,6 +166,10 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
     row of zeros is added at the end of the embeddings and the output matrix as that token;
     it is never produced (its logit is :data:`ABSENT_LOGIT` and it is banned, as CTranslate2
     cannot produce it).
+
+    Text is read with the folder's ``tokenizer.json`` where its ids are the vocabulary's, else
+    with the SentencePiece model the folder is shipped with (:mod:`.spm`), else as tokens
+    separated by spaces.
     """
     if config.get("multi_query_attention"):
         raise InteropError(f"{folder}: multi_query_attention is not implemented in attnviz")
@@ -256,9 +267,16 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
     tokenizer, why = None, None
     if src_vocab == tgt_vocab and not (add_bos or add_eos):
         tokenizer, why = folder_tokenizer(folder, tgt_vocab, specials, int(grow))
+    spm = find_models(folder, config) if tokenizer is None else SpmModels()
     if tokenizer is not None:
         src_tok, tgt_tok = tokenizer, tokenizer.for_target()
+    elif spm.source is not None:
+        src_tok = SpmTokenizer(names[0], specials, spm.source, spm.paths[0], prefix, suffix,
+                               hidden=hidden)  # fmt: skip
+        tgt_tok = SpmTokenizer(names[1], specials, spm.target, spm.paths[-1], side="target",
+                               hidden=hidden)  # fmt: skip
     else:
+        why = why or spm.why
         why = why or f"{folder} has only a token vocabulary: type tokens separated by spaces"
         src_tok = VocabTokenizer(names[0], specials, prefix, suffix, why, hidden=hidden)
         tgt_tok = VocabTokenizer(names[1], specials, why=why, side="target", hidden=hidden)
@@ -269,6 +287,7 @@ def load_transformer_spec(folder: Path, model_bin: ModelBin, config: dict, devic
         "ct2_config": config,
         "stored_dtypes": _weight_dtypes(model_bin),
         "tokenizer_missing": why,
+        "sentencepiece": [str(p) for p in spm.paths],
     }
     rules = LogitRules(banned=(len(tgt_vocab),)) if grow else None
     return Checkpoint(

@@ -25,6 +25,8 @@ MAX_VOCABULARY_BYTES = 64 << 20
 MAX_VOCABULARY_TOKENS = 4_000_000
 #: Bytes one token may take in a vocabulary file (JSON escapes included), for the size cap.
 MAX_TOKEN_BYTES = 1024
+#: A text is refused when more than 1 / MOSTLY_UNKNOWN of its tokens are not in the vocabulary.
+MOSTLY_UNKNOWN = 2
 
 
 def read_vocabulary(folder: Path, name: str, rows: int | None = None) -> list[str] | None:
@@ -130,13 +132,30 @@ class VocabTokenizer(SpecialIds):
 
     def encode(self, text: str) -> Encoding:
         """Tokens (or ``#<id>``) -> ids; an unknown token -> the unknown id, listed in
-        ``unknown``."""
+        ``unknown``.
+
+        Raises:
+            InputError: more than half of the tokens are unknown (raw text typed into a
+                folder whose subword model is missing: it would be translated as ``<unk>``).
+        """
         pieces = self.split(text)
         found = [self._id(p) for p in pieces]
         ids = [self.unk_id if i is None else i for i in found]
         unknown = [p for p, i in zip(pieces, found, strict=True) if i is None]
+        if len(unknown) * MOSTLY_UNKNOWN > len(pieces):
+            raise InputError(self._too_many_unknown(unknown, len(pieces)))
         ids = [*self.prefix, *ids, *self.suffix]
         return Encoding(ids, [self.token(i) for i in ids], list(dict.fromkeys(unknown)))
+
+    def _too_many_unknown(self, unknown: list[str], n: int) -> str:
+        """The one line refusing a text most of whose ``n`` tokens are ``unknown``."""
+        return (
+            f"{len(unknown)} of {n} tokens are not in the vocabulary "
+            f"({shorten(', '.join(map(repr, dict.fromkeys(unknown))), 80)}): this folder reads "
+            "text as its tokens separated by spaces; to type plain text, put the "
+            "sentencepiece.model the model was trained with beside model/ (or source.spm and "
+            "target.spm in the folder)"
+        )
 
     def decode(self, ids: Iterable[int], *, stop_at_eos: bool = True) -> str:
         """Ids -> their tokens joined by spaces, up to the end id, without ``hidden`` ids (as
