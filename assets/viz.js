@@ -191,6 +191,13 @@
     b.click();
   }
   AV.encPending = "";
+  // the step view's layer/head of a kind, told to the server (hidden #view-btn): the panels
+  // drawn there (Reference, a beam node) show the same layer and head
+  function tellView(k) {
+    AV.viewPending = `${k} ${view[k][0]} ${view[k][1]}`;
+    document.querySelector("#view-btn")?.click();
+  }
+  AV.viewPending = "";
 
   // -- lenses other than the weights -----------------------------------------------------------
   function lensCovers() { return !!LENS && LENS.epoch === S.epoch && S.step <= LENS.n; }
@@ -670,8 +677,8 @@
       const layer = el("select", { class: "av-layer", "aria-label": "layer" });
       const headSel = el("select", { class: "av-headsel", "aria-label": "head" });
       // drawn now, or (a long input's encoder) once the layer/head asked for is here
-      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
-      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); });
+      layer.addEventListener("change", () => { view[k][0] = +layer.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); tellView(k); });
+      headSel.addEventListener("change", () => { view[k][1] = headSel.value; measure(); if (drawKind(k) !== false) AV.drawn.t = performance.now(); tellView(k); });
       const h = p.querySelector(".av-head");
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "layer " }), layer), h.querySelector(".av-png"));
       h.insertBefore(el("label", { class: "av-ctl" }, el("span", { text: "head " }), headSel), h.querySelector(".av-png"));
@@ -826,6 +833,18 @@
   // the word row holding the newest query piece (words mode's outline)
   function wordRow(kind) { const w = wordsOf(kind)[1], q = Math.max(qOf(kind), 0); return w.index[q] ?? q; }
 
+  // keys pooled in blocks of b: a cell is the largest unmasked weight of its block, masked
+  // only where every key of it is; labelled by its first and last key
+  function poolKeys(mat, b) {
+    const tk = Math.ceil(mat.tk / b), z = new Float32Array(mat.tq * tk), m = new Uint8Array(mat.tq * tk).fill(1), xl = [];
+    for (let j = 0; j < tk; j++) xl.push(`${mat.xl[j * b]}–${mat.xl[Math.min(mat.tk, (j + 1) * b) - 1]}`);
+    for (let q = 0; q < mat.tq; q++) for (let k = 0; k < mat.tk; k++) {
+      const i = q * tk + Math.floor(k / b), v = mat.z[q * mat.tk + k];
+      if (!mat.m[q * mat.tk + k] && (m[i] || v > z[i])) { z[i] = v; m[i] = 0; }
+    }
+    return { ...mat, z, m, tk, xl };
+  }
+
   function drawRows() {
     for (const [id, kind] of [["heatmap-rows-cross", "cross"], ["heatmap-rows-decoder", "decoder_self"]]) {
       const p = document.getElementById(id);
@@ -847,8 +866,12 @@
       }
       let mat = { z, m, tq: L * H, tk, xl, yl: names };
       if (ui.words) mat = toWords(mat, wordsOf(kind)[0], { index: names.map((_, i) => i), text: names });
+      // more keys than fit the panel at 2 px (a clip's 1500 frames): each cell the largest of
+      // `pool` keys, so the panel, its buttons and its colour bar stay within the page's width
+      const fit = Math.max(40, Math.floor(((WIDTHS[id] || 600) - 56 - 130) / 2)), pool = Math.ceil(mat.tk / fit);
+      if (pool > 1) mat = poolKeys(mat, pool);
       canvas._redraw = () => { measure(); drawRows(); };
-      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}${ui.words ? " · words (summed over each word's pieces)" : ""}`;
+      const t = `${S.titles[kind] || kind}: rows added at step ${S.step} (query “${yl[q]}”), one per layer × head${lensSuffix()}${ui.words ? " · words (summed over each word's pieces)" : ""}${pool > 1 ? ` · each cell: the largest of ${pool} keys (open the panel above for every key)` : ""}`;
       title.textContent = t;
       empty.style.display = "none"; canvas.style.display = "block";
       drawPanels(canvas, [{ mat }], { title: t, vmax: vmaxOf([mat]), maxCell: 22, maxH: 400 });

@@ -47,6 +47,8 @@ def upload_help(cap: str) -> str:
         f"{UPLOAD_HELP}. At most **{cap}** a file (`attnviz app --max-upload SIZE`); "
         "a larger model: start the app with `attnviz app --model PATH`."
     )
+
+
 # Events that draw figures read the page's theme (the OS preference gradio follows) first.
 THEME_JS = (
     "(...a) => { a[a.length - 1] = document.body.classList.contains('dark') ? 'dark' : 'light';"
@@ -86,6 +88,9 @@ BEAM_NODE_JS = (
 ENC_JS = (
     "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.encPending) || ''; return a; }"
 )
+# the step view's layer/head menus changed: the page keeps "kind layer head" in AV.viewPending
+# and presses the hidden view button, so the Reference and beam-node heatmaps follow it
+VIEW_JS = "(...a) => { a[a.length - 1] = (window.AttnViz && window.AttnViz.viewPending) || ''; return a; }"
 STALE = "<i>The input, step or model changed since this was computed: run it again.</i>"
 # a source token clicked in the what-if strip: the page sets its position and presses the
 # hidden what-if button, whose event reads it (the force-a-token pattern)

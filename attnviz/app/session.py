@@ -15,6 +15,7 @@ the page shows. A user error (bad input, bad file) never raises: it comes back a
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from collections.abc import Callable
 
@@ -59,6 +60,7 @@ __all__ = [
     "goto",
     "new_state",
     "open_head",
+    "remember_view",
     "render",
     "reset",
     "run",
@@ -389,6 +391,20 @@ def set_view(state: SessionState, kind: str, layer: str | int, head: str) -> Dec
         return dataclasses.replace(s, view={**s.view, kind: [layer_i, str(head)]})
 
     return _apply(state, change)
+
+
+def remember_view(state: SessionState, value: str) -> SessionState:
+    """The page's step view now shows ``value`` (``"cross 1 H2"``: kind, layer, head): kept in
+    the state so the panels drawn by the server (Reference, a beam node) show the same layer
+    and head. Anything else (a stale or hand-made value) leaves the state as it is."""
+    try:
+        kind, layer, head = str(value).split(" ", 2)
+        layer_i = layer_number(layer)
+    except (ValueError, InputError):
+        return state
+    if kind not in KINDS or not (head in ("mean", "all heads") or re.fullmatch(r"H\d{1,4}", head)):
+        return state
+    return dataclasses.replace(state, view={**state.view, kind: [layer_i, head]})
 
 
 def set_model_kind(state: SessionState, kind: str) -> DecodeView:

@@ -24,6 +24,7 @@ from .pagetext import (
     INTRO,
     THEME_JS,
     UPLOAD_LABEL,
+    VIEW_JS,
     VIZ_ON_LOAD,
     VIZ_TEMPLATE,
     WHATIF_JS,
@@ -111,6 +112,9 @@ def top(p) -> None:
     # a long input's page asks for the encoder layer and head it shows through these
     p.enc_btn = gr.Button("encoder", elem_id="enc-btn", elem_classes="av-hidden")
     p.enc_value = gr.Textbox("", elem_id="enc-value", elem_classes="av-hidden")
+    # the step view's layer/head menus: the page tells the session what it shows
+    p.view_btn = gr.Button("view", elem_id="view-btn", elem_classes="av-hidden")
+    p.view_value = gr.Textbox("", elem_id="view-value", elem_classes="av-hidden")
     p.theme = gr.Textbox("light", elem_id="theme", elem_classes="av-hidden")
     p.status = gr.HTML(elem_id="status")
     beam_box(p)
@@ -292,6 +296,9 @@ def wire_decoding(p) -> None:
         btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.enc_btn.click(
         session.encoder_view, [p.state, p.enc_value], [p.viz], js=ENC_JS, **HIDDEN, **FAST
+    )  # fmt: skip
+    p.view_btn.click(
+        session.remember_view, [p.state, p.view_value], [p.state], js=VIEW_JS, **HIDDEN, **FAST
     )  # fmt: skip
     wire_beam(p)
     p.model_pick.input(

@@ -127,3 +127,17 @@ def test_reference_bad_input_is_one_line(models_dir):
         assert "\n" not in view.message and view.html == "" and view.figure is None
     fresh = session.new_state(str(models_dir / "reverse"))
     assert reference.score(fresh, "abc").message.startswith("⚠")
+
+
+def test_reference_follows_the_layer_and_head_the_page_shows(models_dir):
+    """The page's layer/head menus tell the session (hidden #view-btn -> remember_view): the
+    Reference heatmap draws that layer and head, not the default last layer's mean."""
+    ckpt = store.get_checkpoint(str(models_dir / "reverse"), "cpu")
+    s = session.run(session.new_state(str(models_dir / "reverse")), TEXT).state
+    s = session.remember_view(s, "cross 0 H2")
+    view = reference.score(s, "dlrowolleh")
+    z = np.asarray(view.figure.data[0].z, dtype=float)  # [Tt, Ts]
+    want = ckpt.score(TEXT, "dlrowolleh").trace.numpy("cross", 0)[0, 2]
+    assert np.allclose(z, want, atol=1e-6) and "layer 0" in view.figure.layout.title.text
+    for stale in ("", "cross", "cross x H1", "nope 0 H1", "cross 0 Hx", "cross 0 x2", "cross 0 <b>"):
+        assert session.remember_view(s, stale) == s  # nothing but a view the page can name
