@@ -104,6 +104,22 @@ FOLDER_TYPES = {
         "Sequence",
     },  # fmt: skip
 }
+#: Word splitters transformers' GGUF tokenizers use (Qwen 3.5, Mistral's Tekken, GPT-4o's).
+QWEN35_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+TEKKEN_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+GPT4O_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTION
+    + r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTION
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)  # fmt: skip
 #: The only regular expressions a folder's tokenizer may run, besides alternations of plain
 #: strings (sentencepiece's user-defined pieces): those transformers' converters write
 #: (GPT-2's and Llama 3's word splitters, sentencepiece's space handling).
@@ -115,6 +131,7 @@ KNOWN_PATTERNS = frozenset({
     r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+",
     " {2,}", r"\A +| +\z", r"\A▁", r"\s+",
+    QWEN35_SPLIT, TEKKEN_SPLIT, GPT4O_SPLIT,
 })  # fmt: skip
 #: Characters with a meaning in a regular expression (escaped, they stand for themselves).
 _REGEX_META = frozenset(".^$*+?{}[]()")

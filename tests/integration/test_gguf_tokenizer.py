@@ -61,7 +61,7 @@ def _trained(kind: str):
     return json.loads(tok._tokenizer.to_str())["model"]
 
 
-def _write_llama(path, add_bos: bool | None = True) -> None:
+def _write_llama(path, add_bos: bool | None = True, arch: str = "llama") -> None:
     """A llama-architecture file with a sentencepiece vocabulary: <unk>, <s>, </s>, the 256
     byte tokens, a user-defined token, then trained pieces with descending scores."""
     model = _trained("llama")
@@ -72,7 +72,7 @@ def _write_llama(path, add_bos: bool | None = True) -> None:
     tokens += pieces
     types += [1] * len(pieces)
     scores = [0.0] * (len(tokens) - len(pieces)) + [-float(i) for i in range(len(pieces))]
-    w = _writer(path, "llama", len(tokens))
+    w = _writer(path, arch, len(tokens))
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -172,8 +172,10 @@ def test_sentencepiece_file_gives_transformers_ids(tmp_path, add_bos):
     assert ours.decode(ours.encode("Café über 日本").ids) == "Café über 日本"
 
 
-@pytest.mark.parametrize(("pre", "arch"), [("qwen2", "qwen2"), ("llama-bpe", "llama"),
-                                           ("default", "qwen2")])  # fmt: skip
+@pytest.mark.parametrize(("pre", "arch"), [
+    ("qwen2", "qwen2"), ("llama-bpe", "llama"), ("default", "qwen2"), ("gpt-4o", "qwen2"),
+    ("tekken", "llama"), ("qwen35", "qwen2"),
+])  # fmt: skip
 def test_byte_level_file_gives_transformers_ids(tmp_path, pre, arch):
     path = tmp_path / "bpe.gguf"
     _write_gpt2(path, pre, arch)
@@ -184,6 +186,15 @@ def test_byte_level_file_gives_transformers_ids(tmp_path, pre, arch):
     for text in HARD:
         assert ours.decode(ours.encode(text).ids) == text
     assert ours.encode("<|im_start|>").ids == [len(md["tokenizer.ggml.tokens"]) - 1]
+
+
+def test_phi3_sentencepiece_file_gives_transformers_ids(tmp_path):
+    path = tmp_path / "phi3.gguf"
+    _write_llama(path, arch="phi3")
+    md = _metadata(path)
+    ours, ref = gguf_tokenizer(md, len(md["tokenizer.ggml.tokens"]), str(path)), _reference(path)
+    _same_json(ours, ref)
+    _same_ids(ours, ref)
 
 
 def test_pieces_specials_and_target_side(tmp_path):
