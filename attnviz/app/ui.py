@@ -101,6 +101,8 @@ class Page:
             place: gr.Markdown(value=note(ckpt, place), visible=bool(note(ckpt, place)))
             for place in self.kind_notes
         }
+        if audio and "mask" in hidden:  # said at once: no list of 1500 frames to block first
+            hidden["mask"] = gr.Markdown(value=speech.NOT_FOR_AUDIO, visible=True)
         bodies = {place: {"whatif": self.wi_box, "mask": self.blocked}.get(place)
                   or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
         decodes = not note(ckpt, "decode")  # an encoder-only model reads, nothing more
@@ -113,7 +115,8 @@ class Page:
         return {
             **{c: type(c)(visible=decodes) for c in self.decoding_parts()},
             self.run_btn: gr.Button("Run ▶▶" if decodes else "Read ▶"),
-            self.mask_body: gr.Column(visible=not reads),  # no mask lab for encoder-only yet
+            # no mask lab for encoder-only yet, nor for a speech model
+            self.mask_body: gr.Column(visible=not reads and not audio),
             **{self.kind_notes[k]: v for k, v in hidden.items()},
             **{b: type(b)(visible=not note(ckpt, k)) for k, b in bodies.items() if b},
             self.input_text: gr.Textbox(

@@ -144,8 +144,10 @@ def mask_panels(p, state, causal, padding, blocked, kind, layer, head, theme="li
 
 
 def block_choices(state: SessionState, chosen: list[str] | None):
-    """Source tokens of the current input as "position: token" choices."""
-    choices = [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
+    """Source tokens of the current input as "position: token" choices (a clip's 1500 frames:
+    none, the Mask lab does not apply to a speech model and says so)."""
+    pieces = [] if state.audio else state.src_pieces
+    choices = [f"{i}: {display_token(t)}" for i, t in enumerate(pieces)]
     return gr.CheckboxGroup(choices=choices, value=[c for c in chosen or [] if c in choices])
 
 

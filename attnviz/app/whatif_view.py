@@ -275,7 +275,7 @@ def run(
 #: scoped to the component, so dark-only shades are in ``assets/app.css``).
 CSS = """
 .av-wi-title { font-size: 0.9em; color: var(--body-text-color-subdued); margin: 4px 0; }
-.av-wi-tokens { display: flex; flex-wrap: wrap; gap: 3px; }
+.av-wi-tokens { display: flex; flex-wrap: wrap; gap: 3px; max-height: 16em; overflow-y: auto; }
 .av-wi-src { cursor: pointer; padding: 3px 7px; border-radius: 4px; white-space: pre;
   font-family: var(--font-mono); color: #1f2937; border: 1px solid var(--border-color-primary); }
 .av-wi-src:hover, .av-wi-src:focus { outline: 2px solid #2563eb; outline-offset: 1px; }

@@ -1,7 +1,9 @@
 """Whisper tiny.en in a real headless Chromium: pick it in the model menu, choose an example
 clip, Step, and read the cross-attention cells the page drew: they are the weights the model
 recorded (the library's own stepper on the same clip). The time strip under the heatmap and
-playback of a clicked word are checked too. No timings are asserted
+playback of a clicked word are checked too, and the page's fit: the rows panel within the
+page's width, the Mask lab saying at once that it does not apply, what the example says, the
+upload cap, and a cleared clip decoding nothing. No timings are asserted
 (``assets/speech/shoot.py`` measures them)."""
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def page(browser, models_dir):
         assert not page.locator("#input-text").is_visible()  # the clip is the input
         page.locator("#speech-examples input").click()
         page.get_by_role("option", name="hello world").click()
-        page.wait_for_timeout(1500)  # the clip's path reaches the hidden input box
+        page.wait_for_function("() => document.querySelector('#clip-note')?.innerText.includes('hello_world.wav')")  # fmt: skip
         for i in (1, 2):
             page.locator("#step-btn").click()
             page.wait_for_function(f"() => window.AttnViz.drawn.step === {i}")
@@ -104,3 +106,44 @@ def test_specials_spectrogram_strip_and_playback(page):
     playing = page.evaluate("() => window.AVSpeech.playing")
     assert playing == pytest.approx({"start": w["start"], "end": w["end"]}, abs=1e-6)
     assert page.evaluate("() => document.querySelector('#speech-audio').src.startsWith('data:audio/wav')")  # fmt: skip
+
+
+def test_the_example_is_loaded_and_says_its_text(page):
+    note = page.locator("#clip-note").inner_text()
+    assert "hello_world.wav" in note and "Hello world, this is a test." in note
+    assert "/tmp" not in note and "⚠" not in page.locator("#status").inner_text()
+    assert "2 GB" in page.locator("#upload-help").inner_text()  # the upload's cap, said
+
+
+def test_the_rows_panel_fits_the_page(page):
+    fits = page.evaluate(
+        """() => {
+      const c = document.querySelector('#heatmap-rows-cross canvas');
+      return {right: c.getBoundingClientRect().right, width: window.innerWidth,
+              scroll: document.documentElement.scrollWidth,
+              title: document.querySelector('#heatmap-rows-cross .av-title').textContent};
+    }"""
+    )
+    assert fits["right"] <= fits["width"] and fits["scroll"] <= fits["width"], fits
+    assert "each cell: the largest of" in fits["title"]
+
+
+def test_the_mask_lab_says_at_once_it_does_not_apply(page):
+    page.get_by_role("tab", name="Mask lab").click()
+    page.wait_for_function(
+        "() => document.body.innerText.includes('does not apply to a speech model')"
+    )
+    assert page.locator("#block-tokens input").count() == 0
+    assert page.evaluate("() => document.documentElement.scrollHeight") < 6000
+    page.get_by_role("tab", name="Step through").click()
+
+
+def test_a_cleared_clip_decodes_nothing(page):
+    page.locator("#input-audio button[aria-label='Clear']").first.click()
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('no clip')")
+    assert page.locator("#output-text textarea").input_value() == ""
+    page.locator("#step-btn").click()
+    page.wait_for_timeout(1500)
+    assert "no clip" in page.locator("#status").inner_text()
+    assert page.locator("#output-text textarea").input_value() == ""
+    assert page.evaluate("() => document.querySelector('#speech-examples input').value") == ""
