@@ -240,6 +240,7 @@ def _bad_cases(md: dict) -> dict:
     return {
         "tokens not a list": {"tokenizer.ggml.tokens": "abc"},
         "a token not a string": {"tokenizer.ggml.tokens": [*toks[:5], 7, *toks[6:]]},
+        "a lone surrogate": {"tokenizer.ggml.tokens": [*toks[:5], "\udcff", *toks[6:]]},
         "10^7 tokens": {"tokenizer.ggml.tokens": ["a"] * 10_000_000},
         "scores too short": {"tokenizer.ggml.scores": np.zeros(n - 1, np.float32)},
         "a NaN score": {"tokenizer.ggml.scores": [float("nan")] * n},

@@ -67,6 +67,11 @@ def read_spec(metadata: dict, vocab_rows: int, source: str) -> dict:
         total += len(t)
     if total > MAX_TOTAL_CHARS:
         raise bad("tokens", f"spell {total:,} characters (at most {MAX_TOTAL_CHARS:,})")
+    try:
+        "".join(tokens).encode("utf-8")
+    except UnicodeEncodeError:
+        i = next(i for i, t in enumerate(tokens) if not _utf8(t))
+        raise bad("tokens", f"[{i}] is not valid UTF-8 text") from None
 
     spec: dict = {"kind": kind, "tokens": list(tokens), "source": source}
     spec["arch"] = str(metadata.get("general.architecture", ""))[:64]
@@ -106,6 +111,14 @@ def read_spec(metadata: dict, vocab_rows: int, source: str) -> dict:
     spec["specials"] = {"pad": ids.get("pad", eos), "bos": ids.get("bos", eos), "eos": eos,
                         "unk": ids.get("unk", 0)}  # fmt: skip
     return spec
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _numbers(metadata: dict, key: str, n: int, kind: type, bad) -> list | None:
