@@ -3,6 +3,7 @@ registry (:data:`~attnviz.interop.hf.registry.REGISTRY`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -236,29 +237,56 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     hf = read_hf_config(folder)
     tensors = read_hf_weights(folder)  # first: a pickle or no weights is the first thing to say
     gen = read_generation_config(folder, hf)
+
+    def tokenizer(ids: dict[str, int], tgt_rows: int, limit: int):
+        return load_hf_tokenizer(folder, ids, tgt_rows, limit)
+
+    return checkpoint_from_parts(hf, tensors, gen, folder, tokenizer, device=device)
+
+
+#: ``(special ids, target vocabulary rows, ids the model takes) -> (tokenizer or None, why)``
+TokenizerSource = Callable[[dict[str, int], int, int], tuple[Any, str | None]]
+
+
+def checkpoint_from_parts(
+    hf: dict,
+    tensors: dict[str, Tensor],
+    gen: dict,
+    where: Path,
+    tokenizer: TokenizerSource,
+    meta: dict | None = None,
+    device: str | torch.device = "cpu",
+):
+    """A :class:`attnviz.Checkpoint` from what a Hugging Face folder holds, however it was
+    read: ``config.json`` as a dict (``model_type`` one of :data:`REGISTRY`), the tensors by
+    transformers' names, the generation settings, and a tokenizer source called once the
+    special ids and vocabulary rows are known. ``meta`` is merged over the folder's meta
+    (``format``, ``model_type``, ``hf_config``, ...); ``where`` names the source in errors.
+    ``tensors`` is emptied as the model takes them (one copy of the weights at a time)."""
     ids = special_ids(hf, gen)
     for role, value in ids.items():
         if role == "end_ids":  # a config's further end ids: checked with the config
             continue
         if not isinstance(value, int) or isinstance(value, bool):
-            raise InteropError(f"{folder}: no usable {role} in config.json ({value!r})")
-    src_rows, tgt_rows = _vocab_rows(hf, tensors, folder)  # from the weights, never sized
-    check_generation(gen, tgt_rows, folder)  # from config.json's vocab_size alone
-    tokenizer, why = load_hf_tokenizer(folder, ids, tgt_rows, max(src_rows, tgt_rows))
+            raise InteropError(f"{where}: no usable {role} in config.json ({value!r})")
+    src_rows, tgt_rows = _vocab_rows(hf, tensors, where)  # from the weights, never sized
+    check_generation(gen, tgt_rows, where)  # from config.json's vocab_size alone
+    tok, why = tokenizer(ids, tgt_rows, max(src_rows, tgt_rows))
     family = REGISTRY[hf["model_type"]]
-    if tokenizer is not None:
+    if tok is not None:
         if family.arch != "encoder-only":  # an encoder-only model generates nothing: no end
-            _check_tokenizer_specials(tokenizer, ids, folder)
-        ids["unk_id"] = tokenizer.unk_id
-    model = _build(folder, hf, ids, device, tensors)
+            _check_tokenizer_specials(tok, ids, where)
+        ids["unk_id"] = tok.unk_id
+    model = _build(where, hf, ids, device, tensors)
+    tensors.clear()
     make_rules = family.generation or generation_rules
-    rules, max_new, ignored = make_rules(gen, model.config, hf, folder)
-    if tokenizer is None:  # ids in, ids out: every id shows as #<id>
+    rules, max_new, ignored = make_rules(gen, model.config, hf, where)
+    if tok is None:  # ids in, ids out: every id shows as #<id>
         specials = model.config.special_ids
         src_tok = IdTokenizer(specials, src_rows, why)
         tgt_tok = IdTokenizer(specials, tgt_rows, why, side="target")
     else:
-        src_tok, tgt_tok = tokenizer, tokenizer.for_target()
+        src_tok, tgt_tok = tok, tok.for_target()
     meta = {
         "format": "huggingface",
         "model_type": hf["model_type"],
@@ -266,6 +294,7 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         "generation_config": gen,
         "generation_ignored": ignored,
         "tokenizer_missing": why,
+        **(meta or {}),
     }
     return Checkpoint(
         model,
@@ -273,7 +302,7 @@ def load_hf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         tgt_tok,
         model.config,
         meta,
-        folder,
+        where,
         rules=rules,
         max_new_tokens=max_new,
     )
