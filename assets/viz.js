@@ -130,6 +130,14 @@
   // the kinds this model has (a decoder-only model: no encoder, no cross-attention)
   function setKinds(p) {
     S.arch = p.arch || ""; S.kindNote = p.kind_note || "";
+    if (p.model && S.model && p.model !== S.model && ui.words) { // "show: words" is per model
+      ui.words = false;
+      const sel = document.getElementById("unit-select");
+      if (sel) sel.value = "pieces";
+      const v = document.querySelector("#unit-value textarea, #unit-value input"); // exports
+      if (v) { v.value = "pieces"; v.dispatchEvent(new Event("input", { bubbles: true })); }
+    }
+    if (p.model) S.model = p.model;
     if (p.layers) S.layers = p.layers;
     if (S.layers && S.layers[ui.modelKind] === 0) ui.modelKind = KINDS.find((k) => S.layers[k]) || ui.modelKind;
   }

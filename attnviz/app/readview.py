@@ -29,7 +29,7 @@ from ..render.plots import KIND_TITLES
 from .encview import encoder_block, encoder_inline
 from .kinds import ENCODER_NOTES
 from .state import SessionState, layer_count
-from .views import Payload, Shown, display_token, view_of
+from .views import Payload, Shown, display_token, page_model, view_of
 
 #: Fillers shown per mask token.
 TOP_K = 5
@@ -134,6 +134,7 @@ def payload(
     head: dict[str, Any] = {
         "done": False, "view": state.view, "model_kind": "encoder_self", "forced": [],
         "arch": ckpt.config.arch, "layers": {k: layer_count(ckpt, k) for k in KINDS},
+        "model": page_model(state),
         "kind_note": ENCODER_NOTES["step"],
     }  # fmt: skip
     fillers = info["fillers"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import html
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -297,6 +298,7 @@ def payload(
         "arch": ckpt.config.arch,  # the page hides the kinds this model lacks, saying why
         "layers": {k: layer_count(ckpt, k) for k in KINDS},
         "kind_note": note(ckpt, "step"),
+        "model": page_model(state),  # another model: the page's own choices start afresh
     }
     limit = state.stopped_at_limit
     if not state.started:
@@ -441,6 +443,12 @@ def render(
 
 def _with_rows(state: SessionState, rows: int) -> SessionState:
     return dataclasses.replace(state, page_rows=rows)
+
+
+def page_model(state: SessionState) -> str:
+    """What tells the page one model from another: a short hash of its folder (never the
+    server path itself)."""
+    return hashlib.sha1(state.model.encode()).hexdigest()[:12]
 
 
 def view_of(state: SessionState, ckpt: Checkpoint, kind: str) -> tuple[int, str]:

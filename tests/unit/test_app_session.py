@@ -718,3 +718,12 @@ def test_the_expected_line_and_the_reference_box_say_the_same(models_dir, tmp_pa
     assert expected_output(store.get_checkpoint(corpus), "abc") == "xyz"
     line, box = both(corpus, "abd")  # not a dev source: nothing expected, nothing pre-filled
     assert line is None and box == ""
+
+
+def test_the_page_is_told_when_the_model_changes_without_a_server_path(models_dir):
+    """The page resets its per-model choices ("show: words") when the payload's model changes;
+    what names the model is no path."""
+    a = session.start(session.new_state(str(models_dir / "reverse")), "abc").payload["model"]
+    b = session.start(session.new_state(str(models_dir / "sort")), "abc").payload["model"]
+    again = session.start(session.new_state(str(models_dir / "reverse")), "cab").payload["model"]
+    assert a == again != b and "/" not in a and str(models_dir) not in a
