@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -223,6 +224,8 @@ class Checkpoint:
     #: how a decoder-only model trained by attnviz reads a source (``<bos> source <sep>``)
     prompt: Prompt | None = None
     decoding: Decoding = field(init=False, repr=False)
+    #: a sentence-transformers folder's pooling, Dense and Normalize (``embed``); None: none
+    embedder: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         hf_prompt = self.config.arch == "decoder-only" and self.meta.get("format") == "huggingface"
@@ -440,6 +443,26 @@ class Checkpoint:
                     f"the reference must be text or a list of target ids, {why}"
                 ) from None
         return score_reference(self, source, target)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32, record: bool = False):
+        """Sentence embeddings of a sentence-transformers folder, as its ``encode`` gives them.
+
+        Args:
+            texts: N sentences (cut to the folder's ``max_seq_length`` tokens, as
+                sentence-transformers cuts them).
+            batch_size: texts a pass (padded; longest first).
+            record: also return each text's :class:`~attnviz.Trace`, run alone.
+        Returns:
+            ``[N, E]`` float32 on the CPU; with ``record``, ``(embeddings, traces)``.
+        Raises:
+            InputError: not a sentence embedder, or an empty text.
+        """
+        if self.embedder is None:
+            raise InputError(
+                "this checkpoint is not a sentence embedder: open a sentence-transformers "
+                "folder (one with modules.json)"
+            )
+        return self.embedder.embed(self, texts, batch_size, record)
 
     @property
     def device(self) -> torch.device:

@@ -38,10 +38,12 @@ from .finetuned import is_finetuned_hf, load_finetuned_hf
 from .generation import DEFAULT_MAX_LENGTH, check_generation, generation_rules, max_new_tokens
 from .load import convert, load_hf_checkpoint, load_hf_model, read_hf_config, special_ids
 from .registry import REGISTRY, Family, register
+from .sentence import is_sentence_folder, load_sentence_checkpoint
 
 #: the ``model_type`` values attnviz opens
 SUPPORTED_MODEL_TYPES = tuple(REGISTRY)
 
+register_folder_format(is_sentence_folder, load_sentence_checkpoint)  # before plain HF
 register_folder_format(is_hf_folder, load_hf_checkpoint)
 register_folder_format(is_finetuned_hf, load_finetuned_hf)  # attnviz train --init on one
 
