@@ -39,6 +39,7 @@ from .kinds import is_decoder_only, refuse, scored_rows
 from .stamps import panel_stamps
 from .state import SessionState, checkpoint_of, head_label, head_weights, warning
 from .views import display_token, view_of
+from .workers import remote
 
 MAX_BEAMS = 8
 COL_W, ROW_H = 86, 58  # one column per step, one row per rank: room for the edges
@@ -384,6 +385,11 @@ class BeamView:
     files: list[str] = dataclasses.field(default_factory=list)
 
 
+def _stopped(state: SessionState, *args, message: str, **kwargs) -> BeamView:
+    return BeamView(None, "", message)
+
+
+@remote(_stopped)
 def beam_view(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> BeamView:
     """Beam search on ``text`` (default: the state's input) with its tree, beside greedy.
 
@@ -422,6 +428,7 @@ def current(state: SessionState, panel: BeamPanel | None) -> Checkpoint:
     return checkpoint_of(state)
 
 
+@remote(_stopped)
 def beam_node(state: SessionState, panel: BeamPanel | None, node: int | str) -> BeamView:
     """Select ``node`` of the tree: its hypothesis's cross-attention rows (a decoder-only
     model's self-attention) at the step view's layer and head (the mean for "all heads").

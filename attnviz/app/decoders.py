@@ -32,12 +32,54 @@ APP_CAPTURE = ("mask", "weights")
 COMPUTE_SLOTS = 2
 
 
-class DecoderCache:
-    """Per-session steppers, bounded (least recently used dropped), one lock per session, and
-    at most ``slots`` sessions computing at once."""
+def held_bytes(obj, seen: set | None = None, depth: int = 0) -> int:
+    """Bytes of the tensors and arrays ``obj`` holds (its recorded rows, KV cache, encoder
+    trace; each storage counted once), not counting the model or its weight copies."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        key = (obj.untyped_storage().data_ptr(), obj.device.type)
+        if key in seen or obj.device.type == "meta":
+            return 0
+        seen.add(key)
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, np.ndarray):
+        base = obj.base if obj.base is not None else obj
+        if id(base) in seen:
+            return 0
+        seen.add(id(base))
+        return int(getattr(base, "nbytes", obj.nbytes))
+    if depth > 8 or isinstance(obj, (str, bytes, int, float, bool, type(None), torch.nn.Module)):
+        return 0
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple, set)):
+        items = obj
+    elif hasattr(obj, "__dict__") or hasattr(obj, "__slots__"):
+        names = getattr(obj, "__dict__", None) or {
+            n: getattr(obj, n, None) for n in getattr(obj, "__slots__", ())
+        }
+        items = [v for k, v in names.items() if k not in ("model", "copies", "rules")]
+    else:
+        return 0
+    return sum(held_bytes(v, seen, depth + 1) for v in items)
 
-    def __init__(self, maxsize: int = MAX_STEPPERS, slots: int = COMPUTE_SLOTS):
+
+class DecoderCache:
+    """Per-session steppers, bounded in number and in bytes (least recently used dropped:
+    it is rebuilt from the state's tokens when its session comes back), one lock per session,
+    and at most ``slots`` sessions computing at once.
+
+    Attributes:
+        budget: bytes all steppers together may hold (their recorded rows, caches, encoder
+            traces, measured by :func:`held_bytes` after each use); None for no bound.
+    """
+
+    def __init__(
+        self, maxsize: int = MAX_STEPPERS, slots: int = COMPUTE_SLOTS, budget: int | None = None
+    ):
         self.maxsize = maxsize
+        self.budget = budget
+        self._sizes: dict[str, int] = {}
         self._slots = threading.BoundedSemaphore(slots)
         self._items: OrderedDict[str, tuple[tuple, GreedyStepper]] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
@@ -70,16 +112,43 @@ class DecoderCache:
                     self._items.move_to_end(state.sid)
                     while len(self._items) > self.maxsize:
                         old, _ = self._items.popitem(last=False)
+                        self._sizes.pop(old, None)
                         if old != state.sid:
                             self._locks.pop(old, None)
             stepper.sync(state.tokens)
-            yield stepper
+            try:
+                yield stepper
+            finally:
+                if self.budget is not None:
+                    self._fit(state.sid, held_bytes(stepper))
+
+    def _fit(self, sid: str, size: int) -> None:
+        """Record ``sid``'s stepper size; drop the least recently used others (never one in
+        use) until the steppers fit the budget."""
+        with self._guard:
+            if sid in self._items:
+                self._sizes[sid] = size
+            total = sum(self._sizes.values())
+            for old in list(self._items):
+                if total <= self.budget:
+                    break
+                lock = self._locks.get(old)
+                if old == sid or (lock is not None and lock.locked()):
+                    continue
+                self._items.pop(old)
+                total -= self._sizes.pop(old, 0)
+
+    def held(self) -> int:
+        """Bytes the steppers held when last measured (0 without a budget)."""
+        with self._guard:
+            return sum(self._sizes.values())
 
     def forget(self, sid: str) -> None:
         """Free a session's stepper (its state expired or the tab closed)."""
         with self._guard:
             self._items.pop(sid, None)
             self._locks.pop(sid, None)
+            self._sizes.pop(sid, None)
 
     def sessions(self) -> set[str]:
         """Ids of the sessions holding a stepper now."""

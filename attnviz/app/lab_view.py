@@ -29,6 +29,11 @@ class LabView:
     on_input: bool = False  # computed on the current input: it goes when the input changes
 
 
+def stopped(*args, message: str, **kwargs) -> LabView:
+    """A lab whose model's worker stopped (:func:`attnviz.app.workers.remote`): its line."""
+    return LabView(message=message)
+
+
 def error_view(exc: Exception, n_figures: int = 1) -> LabView:
     """A panel's answer to a user error: placeholders and the reason as the message."""
     figs = [figures.placeholder("see the message above") for _ in range(n_figures)]

@@ -22,7 +22,7 @@ from ..render.plots import KIND_TITLES
 from . import figures, store
 from .contrast_lab import ContrastView, alternatives, contrast  # noqa: F401
 from .kinds import is_decoder_only, is_encoder_only
-from .lab_view import LabView, error_view, started_checkpoint
+from .lab_view import LabView, error_view, started_checkpoint, stopped
 from .state import (
     SessionState,
     head_label,
@@ -30,6 +30,7 @@ from .state import (
     layer_index,
     layer_number,
 )
+from .workers import remote
 
 #: One sentence per mask-lab toggle, for someone learning.
 EXPLAIN = {
@@ -84,6 +85,7 @@ def edited_note(state: SessionState, text: str | None) -> str:
 
 
 # -- mask lab -----------------------------------------------------------------------------------
+@remote(stopped)
 def mask_lab(
     state: SessionState,
     causal_off: bool = False,
@@ -241,6 +243,7 @@ def shown_output(text: str) -> str:
     return f"“{html.escape(text)}”" if text else "(empty: EOS first)"
 
 
+@remote(stopped)
 def ablation(state: SessionState, sites: Sequence[str]) -> LabView:
     """Zero the heads ``sites`` (``"cross L1 H2"``, ...) and compare output and probabilities.
 
@@ -292,6 +295,7 @@ def signif(x: float, digits: int = 4) -> float:
 READ_TITLE = "probability of the top filler at each mask (no mask: of each token), one pass"
 
 
+@remote(stopped)
 def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
     """Zero each head alone on the input plus a few task examples; largest effect first.
 
@@ -339,6 +343,7 @@ def rank_heads(state: SessionState, n_inputs: int = 8) -> LabView:
 
 
 # -- attribution --------------------------------------------------------------------------------
+@remote(stopped)
 def attribution(state: SessionState, layer: int | str = 0, n_steps: int = 32) -> LabView:
     """Integrated Gradients for the newest token beside one layer's cross-attention (a
     decoder-only model: the newest position's self-attention on its prompt).

@@ -25,6 +25,7 @@ from ..train.snapshots import Snapshots
 from . import store
 from .decoders import DECODERS
 from .kinds import is_encoder_only
+from .lab_view import stopped
 from .labs import LabView, error_view, started_checkpoint
 from .state import (
     SessionState,
@@ -35,6 +36,7 @@ from .state import (
     layer_index,
 )
 from .views import pieces_text
+from .workers import remote
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
 _HEALTH = store.LRU(16)  # reports by (model, version, device, n)
@@ -42,6 +44,7 @@ _SNAPS = store.LRU(16)  # snapshots by (model, version)
 
 
 # -- health -------------------------------------------------------------------------------------
+@remote(stopped)
 def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
     """The health check of the loaded checkpoint (cached per checkpoint file version).
 
@@ -121,6 +124,7 @@ def playback_steps(state: SessionState) -> list[int]:
         return []
 
 
+@remote(stopped)
 def playback(
     state: SessionState, index: int = 0, layer: int | str | None = None, head: str = "mean"
 ) -> LabView:
@@ -181,6 +185,7 @@ def inspection(state: SessionState) -> Inspection:
         return analysis.export.from_stepper(ckpt, state.text, enc, stepper, upto=state.step)
 
 
+@remote(stopped)
 def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
     """Write the current state as ``"html"`` (offline report), ``"json"`` or ``"npz"``.
 

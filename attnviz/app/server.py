@@ -13,7 +13,8 @@ import sys
 import torch
 
 from ..core.errors import AttnvizError
-from . import store
+from . import store, uploads, workers
+from .decoders import DECODERS
 from .filekinds import MAX_UPLOAD, upload_bytes
 from .session import APP_THREADS
 
@@ -85,7 +86,32 @@ def parser() -> argparse.ArgumentParser:
         help=f"largest file the page takes (default {MAX_FILE_SIZE}; e.g. 500mb, 8gb); "
         "a model larger than that: pass --model PATH",
     )  # fmt: skip
+    ap.add_argument(
+        "--memory", type=_size_arg, default=None, metavar="SIZE",
+        help="memory the app may use in all (default half this machine's RAM): half of it for "
+        "model workers, the rest for the shipped models and sessions' decoders",
+    )  # fmt: skip
+    ap.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="uploaded or chosen models running at once, each in its own process "
+        "(default: as many as the memory budget holds, 1..8)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--upload-disk", type=_size_arg, default="2gb", metavar="SIZE",
+        help="disk all uploads together may take (default 2gb); deleted when a session ends",
+    )  # fmt: skip
     return ap
+
+
+def configure_limits(memory: str | None, n_workers: int | None, upload_disk: str) -> None:
+    """Run chosen models in workers and bound what the sessions keep (``--memory``,
+    ``--workers``, ``--upload-disk``)."""
+    budget = upload_bytes(memory) if memory else None
+    limits = workers.default_limits(budget, n_workers)
+    workers.configure(limits)
+    total = budget or workers.machine_memory() // 2
+    DECODERS.budget = max(64 << 20, total // 4)  # the server's steppers: recorded rows
+    uploads.set_disk_budget(upload_bytes(upload_disk))
 
 
 def _size_arg(text: str) -> str:
@@ -98,7 +124,8 @@ def _size_arg(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``attnviz app [--model PATH] [--host H] [--port P] [--device D] [--share] [--threads N]
-    [--no-browser] [--max-upload SIZE]``: check the model, then serve the page until Ctrl+C."""
+    [--no-browser] [--max-upload SIZE] [--memory SIZE] [--workers N]
+    [--upload-disk SIZE]``: check the model, then serve the page until Ctrl+C."""
     args = parser().parse_args(argv)
     store.clean_stale_dirs()  # uploads and exports of an app that was killed
     try:
@@ -111,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnviz app: {exc}", file=sys.stderr)
         return 2
     from .ui import build_app  # gradio: only once the server really starts
+
+    configure_limits(args.memory, args.workers, args.upload_disk)
 
     torch.set_num_threads(max(1, args.threads))
     for line in exposure_warnings(args.host, args.share):

@@ -28,7 +28,7 @@ from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
-from . import beamview, readview, speech, stamps, stepfigures, store, views
+from . import beamview, readview, speech, stamps, stepfigures, store, uploads, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
@@ -43,6 +43,7 @@ from .state import (
     new_state,
     warning,
 )
+from .workers import remote
 
 __all__ = [
     "BeamView",
@@ -98,6 +99,15 @@ class Opened:
     ckpt: Checkpoint
     version: int
     notice: str = ""
+
+
+def _stopped(state: SessionState, *args, message: str, **kwargs) -> DecodeView:
+    """An action whose model's worker stopped: the state kept, the one line shown."""
+    return views.render(state, None, message=message, view=DecodeView)
+
+
+def _stopped_pair(state: SessionState, *args, message: str, **kwargs) -> tuple:
+    return _stopped(state, message=message), None
 
 
 # -- the one path every action takes --------------------------------------------------------------
@@ -191,6 +201,7 @@ def _apply(
         return _refused(refused(state) if refused else state, exc, op)
 
 
+@remote(_stopped)
 def render(state: SessionState, message: str = "") -> DecodeView:
     """The view of ``state`` as it is (no action)."""
     try:
@@ -252,6 +263,7 @@ def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
     return state
 
 
+@remote(_stopped)
 def start(state: SessionState, text: str | None, clip: str | None = None) -> DecodeView:
     """Encode ``text`` (a speech model: ``clip``, the page's audio; see :func:`_given`) and
     get ready to decode (nothing decoded yet)."""
@@ -264,6 +276,7 @@ def start(state: SessionState, text: str | None, clip: str | None = None) -> Dec
         return _refused(_cleared(state, given), exc, op)
 
 
+@remote(_stopped)
 def step(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
     """One greedy token further (replayed from history after Back, otherwise decoded); a
     speech model's input is ``clip`` (see :func:`_given`)."""
@@ -285,6 +298,7 @@ def step(state: SessionState, text: str | None = None, clip: str | None = None) 
         return _refused(_cleared(state, given), exc, op)
 
 
+@remote(_stopped)
 def run(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
     """Decode to EOS (or the length limit) from where the view is (an encoder-only model:
     read the sentence; a speech model: ``clip``, see :func:`_given`)."""
@@ -304,6 +318,7 @@ def run(state: SessionState, text: str | None = None, clip: str | None = None) -
         return _refused(_cleared(state, given), exc, op)
 
 
+@remote(_stopped)
 def back(state: SessionState) -> DecodeView:
     """One step back (the later tokens are kept for stepping forward again), except that a
     forced token stepped back over is undone: the tokens from it on are dropped, so the next
@@ -324,6 +339,7 @@ def back(state: SessionState) -> DecodeView:
     return _apply(state, change)
 
 
+@remote(_stopped)
 def reset(state: SessionState) -> DecodeView:
     """Back to the start of decoding this input (nothing decoded, nothing forced)."""
 
@@ -334,6 +350,7 @@ def reset(state: SessionState) -> DecodeView:
     return _apply(state, change)
 
 
+@remote(_stopped)
 def force(state: SessionState, token: int | str, at: int | str | None = None) -> DecodeView:
     """Feed ``token`` (an output vocabulary id) at step ``at`` instead of the argmax.
 
@@ -367,6 +384,7 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
     return _apply(state, change)
 
 
+@remote(_stopped)
 def goto(state: SessionState, position: int) -> DecodeView:
     """Show the first ``position`` decoded tokens (the step slider)."""
 
@@ -381,6 +399,7 @@ def goto(state: SessionState, position: int) -> DecodeView:
     return _apply(state, change)
 
 
+@remote(_stopped)
 def set_view(state: SessionState, kind: str, layer: str | int, head: str) -> DecodeView:
     """Choose layer (``"L1"`` or 1) and head (``"mean"``, ``"all heads"``, ``"H2"``) of a kind."""
 
@@ -407,6 +426,7 @@ def remember_view(state: SessionState, value: str) -> SessionState:
     return dataclasses.replace(state, view={**state.view, kind: [layer_i, head]})
 
 
+@remote(_stopped)
 def set_model_kind(state: SessionState, kind: str) -> DecodeView:
     """Which attention kind the layers x heads model view shows."""
 
@@ -418,6 +438,7 @@ def set_model_kind(state: SessionState, kind: str) -> DecodeView:
     return _apply(state, change)
 
 
+@remote(_stopped)
 def open_head(state: SessionState, site: str) -> DecodeView:
     """Open one head of the model view (``"cross L1 H2"``) in its kind's heatmap."""
     try:
@@ -427,6 +448,7 @@ def open_head(state: SessionState, site: str) -> DecodeView:
     return set_view(state, kind, layer, head)
 
 
+@remote(_stopped, model_of=lambda state, model, *a, **k: store.resolve_model(model))
 def choose_model(state: SessionState, model: str, text: str | None = None) -> DecodeView:
     """Switch to another checkpoint (a menu name or a folder); the typed input is kept."""
     typed = state.text if text is None else text
@@ -447,12 +469,20 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
 
 
 def upload_model(state: SessionState, paths: list[str], text: str | None = None) -> DecodeView:
-    """Load an uploaded checkpoint (a folder's files or one .zip); refused with a message."""
+    """Load an uploaded checkpoint (a folder's files or one .zip); refused with a message.
+
+    The files are unpacked into this session's own folder and opened in the model's worker
+    (:mod:`attnviz.app.workers`, when the app runs them); once the session shows it, the
+    session's earlier upload is deleted (:func:`attnviz.app.uploads.adopt`)."""
+    state = dataclasses.replace(state, sid=state.sid or uuid.uuid4().hex)
     try:
-        folder, _ = store.import_upload(paths, state.device)
+        folder, _ = store.import_upload(paths, state.device, owner=state.sid)
     except AttnvizError as exc:
         return render(state, message=warning(exc))
-    return choose_model(state, folder, text)
+    view = choose_model(state, folder, text)
+    if view.state.model == folder:
+        uploads.adopt(state.sid, folder)
+    return view
 
 
 def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
@@ -466,6 +496,7 @@ def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
     ]
 
 
+@remote()
 def figures(state: SessionState) -> dict[str, go.Figure]:
     """Every view of ``state`` as a plotly figure (see :func:`attnviz.app.stepfigures.figures_of`)."""
     if not state.started:
@@ -485,6 +516,7 @@ def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None)
     return beam_view(state, beam_size, text).html
 
 
+@remote(_stopped_pair)
 def continue_beam(
     state: SessionState, panel: beamview.BeamPanel | None, node: int | str
 ) -> tuple[DecodeView, beamview.BeamPanel | None]:

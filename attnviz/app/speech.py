@@ -70,7 +70,7 @@ def register_models() -> list[str]:
         return []
     if not path.is_dir():
         return []
-    return [store.register(path, MENU_NAME)]
+    return [store.register(path, MENU_NAME, shipped=True)]  # runs in the server
 
 
 def examples() -> list[str]:

@@ -33,6 +33,7 @@ from ..train.snapshots import SNAPSHOTS
 from .examples import examples_for as examples_for  # imported from here too
 from .examples import examples_of as examples_of
 from .filekinds import sniff
+from .workers import WorkerStopped, facade, remote_path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "models"
@@ -87,6 +88,10 @@ class LRU:
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
+    def pop(self, key) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -96,6 +101,8 @@ class LRU:
 _CACHE = LRU(8)
 _LOADING: dict[tuple[str, str], threading.Lock] = {}
 _LOCK = threading.Lock()
+_FACADES = LRU(64)  # (path, device) -> (version, Facade): models that run in workers
+_SHIPPED_EXTRA: set[str] = set()  # shipped models outside models/ (the shipped Whisper)
 _PRIVATE: dict[str, Path] = {}
 _DIR_LOCK = threading.Lock()
 
@@ -150,6 +157,13 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     """
     path = Path(path).resolve()
     key = (str(path), device)
+    if remote_path(path):  # a chosen model: opened in its worker, never here
+        version = _version(path)
+        hit = _FACADES.get(key)
+        if hit is None or hit[0] != version:
+            hit = (version, facade(path, device))
+            _FACADES.put(key, hit)
+        return hit[1]
     with _LOCK:
         loading = _LOADING.setdefault(key, threading.Lock())
     # one lock per file: two sessions never load the same file twice, and a big upload
@@ -169,12 +183,33 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
         return ckpt
 
 
+def is_shipped(path: str | Path) -> bool:
+    """A model the app ships (``models/*``, the shipped Whisper): it runs in the server's
+    process; every other model runs in a worker (:mod:`attnviz.app.workers`)."""
+    path = str(Path(path).resolve())
+    return path in _SHIPPED_EXTRA or path in {
+        str(Path(p).resolve()) for p in shipped_models().values()
+    }
+
+
+def forget_model(path: str | Path) -> None:
+    """Drop a model that is gone (a deleted upload): its menu name and the server's facade."""
+    path = str(Path(path).resolve())
+    with _NAMED_LOCK:
+        for name in [n for n, folder in _NAMED.items() if folder == path]:
+            del _NAMED[name]
+    for key in [(path, d) for d in ("cpu", "cuda")]:
+        _FACADES.pop(key)
+        _CACHE.pop(key)
+
+
 def load(path: str | Path, device: str = "cpu") -> tuple[Checkpoint, int]:
     """:func:`get_checkpoint` and the version of the file it was loaded from (or found
     current), read once: a request hands this version on (the decoder cache, the panel
     stamps) instead of reading the file again."""
     ckpt = get_checkpoint(path, device)
-    hit = _CACHE.get((str(Path(path).resolve()), device))
+    key = (str(Path(path).resolve()), device)
+    hit = (_FACADES if remote_path(path) else _CACHE).get(key)
     if hit is not None and hit[1] is ckpt:
         return ckpt, hit[0]
     return ckpt, version_of(path)  # loaded elsewhere meanwhile: read it
@@ -204,9 +239,12 @@ def model_name(path: str | Path) -> str:
     return register(path)
 
 
-def register(path: str | Path, name: str | None = None) -> str:
-    """Give a folder a menu name (its folder name unless ``name``), unique among the menu's."""
+def register(path: str | Path, name: str | None = None, shipped: bool = False) -> str:
+    """Give a folder a menu name (its folder name unless ``name``), unique among the menu's;
+    ``shipped``: a model the app ships, run in the server's process."""
     path = str(Path(path).resolve())
+    if shipped:
+        _SHIPPED_EXTRA.add(path)
     base = name or Path(path).name or "model"
     with _NAMED_LOCK:
         for n, folder in _NAMED.items():
@@ -417,15 +455,19 @@ def _upload_name(files: Sequence[Path]) -> str:
     return stem if stem and stem != "model" else "upload"
 
 
-def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str, Checkpoint]:
-    """Check an uploaded checkpoint (a folder's files, or one zip) and load it.
+def import_upload(
+    paths: Sequence[str | Path], device: str = "cpu", owner: str = ""
+) -> tuple[str, Checkpoint]:
+    """Check an uploaded checkpoint (a folder's files, or one zip) and load it (in its
+    worker, when workers are on: the server holds a :class:`~attnviz.app.workers.Facade`).
 
     Args:
         paths: uploaded file paths: ``model.safetensors`` (+ ``config.json``,
             ``snapshots.safetensors``), or one ``.zip`` holding them; or a Hugging Face
             folder's files (``config.json``, weights or index + shards, tokenizer files).
     Returns:
-        ``(folder, checkpoint)``; the folder is what sessions refer to.
+        ``(folder, checkpoint)``; the folder is what sessions refer to, under the folder of
+        ``owner`` (a session id: :mod:`attnviz.app.uploads` deletes it with the session).
     Raises:
         CheckpointError: a pickle, a zip without weights, garbage, mismatched tensors, ...
     """
@@ -438,7 +480,10 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
     if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
         raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
     root = private_dir("uploads").resolve()  # the loader names resolved paths
-    dest = root / _digest(files) / _upload_name(files)
+    from .uploads import check_space, owner_dir  # the disk budget and per-session folders
+
+    check_space(root, sum(f.stat().st_size for f in files))
+    dest = owner_dir(root, owner) / _digest(files) / _upload_name(files)
     tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=root))
     try:
         zips = [f for f in files if f.suffix.lower() == ".zip"]
@@ -453,7 +498,7 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
             raise CheckpointError("upload either one .zip or the loose files, not both")
         else:
             _place(files, tmp)
-        dest.parent.mkdir(exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
         created = not dest.exists()
         if created:
             tmp.rename(dest)
@@ -477,7 +522,10 @@ def import_upload(paths: Sequence[str | Path], device: str = "cpu") -> tuple[str
     except Exception as exc:  # noqa: BLE001 (every refusal: a message, nothing left on disk)
         if created:
             _discard(dest)
-        raise CheckpointError(_public(one_line(exc, 1000), root, dest)) from None
+        line = _public(one_line(exc, 1000), root, dest)
+        if isinstance(exc, WorkerStopped):  # named after what the user sent
+            line = f"{shorten(files[0].name, 60)}: {line}"
+        raise CheckpointError(line) from None
 
 
 def _discard(folder: Path) -> None:

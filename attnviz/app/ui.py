@@ -36,6 +36,7 @@ from . import (
     ui_compare,
     ui_labs,
     ui_step,
+    uploads,
 )
 from .decoders import DECODERS
 from .kinds import input_label, is_decoder_only, is_encoder_only, note
@@ -285,6 +286,7 @@ def forget_session(state: SessionState) -> None:
     sid = getattr(state, "sid", "")
     if sid:
         DECODERS.forget(sid)
+        uploads.end_session(sid)  # its uploads deleted, their workers ended
 
 
 def build_app(
