@@ -132,6 +132,7 @@ class _Backend:
     def __init__(self, tok, spec: dict):
         self.backend_tokenizer = tok
         self._pieces: list[str | None] | None = None
+        self._size = len(spec["tokens"])  # ids 0..n-1 (a repeated token leaves its first id bare)
         self.eos_token_id = spec["ids"].get("eos")
         self.all_special_ids = sorted(
             {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
@@ -151,10 +152,10 @@ class _Backend:
         out = {"input_ids": list(enc.ids)}
         if return_offsets_mapping:
             out["offset_mapping"] = list(enc.offsets)
-        return out  # fmt: skip
+        return out
 
     def __len__(self) -> int:
-        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+        return self._size
 
     def tokenize(self, text: str) -> list[str]:
         """The pieces of ``text``, no special tokens added."""
