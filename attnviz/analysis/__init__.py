@@ -26,12 +26,15 @@ from .masking import (
     padding_experiment,
     references,
 )
+from .similarity import Similarity, similarity
 from .speech_align import HeadTiming, TimedClip, read_word_times, score_heads
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 from .timestamps import Alignment, Word, alignment_heads, speech_alignment, word_timestamps
 from .whatif import Decode, WhatIf, what_if
 
 __all__ = [
+    "Similarity",
+    "similarity",
     "MaskFill",
     "ReadPass",
     "fill_mask",

@@ -173,9 +173,7 @@ class Embedder:
         if len(enc.ids) <= self.max_seq_length:
             return enc
         body = tok.encode_plain(text)
-        start = next(
-            (i for i in range(len(enc.ids)) if enc.ids[i : i + len(body)] == body), None
-        )
+        start = next((i for i in range(len(enc.ids)) if enc.ids[i : i + len(body)] == body), None)
         if start is None:  # the specials are not around the text: cut the end
             ids = enc.ids[: self.max_seq_length]
         else:
@@ -201,9 +199,10 @@ class Embedder:
             pooled = m(pooled)
         return pooled
 
-    def forward(self, ckpt: Checkpoint, ids: Tensor, real: Tensor) -> Tensor:
-        """Ids ``[B, T]`` -> embeddings ``[B, E]`` (recorded when a recorder is active)."""
-        h = ckpt.model.encode(ids, ~real)  # [B, T, D]
+    def forward(self, model, ids: Tensor, real: Tensor) -> Tensor:
+        """Ids ``[B, T]`` -> embeddings ``[B, E]`` through ``model`` (the checkpoint's, or a
+        private copy), recorded when a recorder is active."""
+        h = model.encode(ids, ~real)  # [B, T, D]
         return self.finish(self.pooling(h, real))
 
     def embed(
@@ -225,14 +224,14 @@ class Embedder:
                 for i, e in enumerate(encs):
                     ids, real = self.batch(ckpt, [e])
                     with record(ckpt.model) as trace:
-                        out[i] = self.forward(ckpt, ids, real)[0]
+                        out[i] = self.forward(ckpt.model, ids, real)[0]
                     traces.append(trace)
             else:  # longest first, as sentence-transformers batches: little padding
                 order = sorted(range(len(encs)), key=lambda i: -len(encs[i].ids))
                 for s in range(0, len(order), batch_size):
                     rows = order[s : s + batch_size]
                     ids, real = self.batch(ckpt, [encs[i] for i in rows])
-                    for i, v in zip(rows, self.forward(ckpt, ids, real), strict=True):
+                    for i, v in zip(rows, self.forward(ckpt.model, ids, real), strict=True):
                         out[i] = v
         emb = torch.stack(out).float().cpu()  # [N, E]
         return (emb, traces) if record_ else emb
@@ -337,7 +336,9 @@ def read_dense(where: Path, width: int) -> Dense:
         got = tensors.get(key)
         if got is None or tuple(got.shape) != shape:
             seen = "missing" if got is None else list(got.shape)
-            raise InteropError(f"{where}/model.safetensors: {key} must be {list(shape)}, got {seen}")
+            raise InteropError(
+                f"{where}/model.safetensors: {key} must be {list(shape)}, got {seen}"
+            )
     extra = sorted(set(tensors) - set(want))
     if extra:
         raise InteropError(f"{where}/model.safetensors: tensors attnviz does not know: "
