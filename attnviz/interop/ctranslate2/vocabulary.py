@@ -18,6 +18,7 @@ from pathlib import Path
 from ...core.errors import CheckpointError, InputError, shorten
 from ...data.tokenizer import Encoding, SpecialIds, content_ids
 from ..hf_tokenizer import EXTRA, HFTokenizer
+from .tokenizer_file import load_fast_tokenizer
 
 #: Longest vocabulary file read (a vocabulary of a few million tokens fits well below it).
 MAX_VOCABULARY_BYTES = 64 << 20
@@ -187,17 +188,17 @@ def folder_tokenizer(
     if not path.is_file():
         return None, None
     try:
-        from transformers import PreTrainedTokenizerFast
+        import transformers  # noqa: F401
     except ImportError:
         return None, f"reading {path.name} needs transformers: {EXTRA}"
     names = {k: tokens[i] for k, i in specials.items() if i < len(tokens)}
+    tok, why = load_fast_tokenizer(
+        path, "PreTrainedTokenizerFast", eos_token=names.get("eos"),
+        unk_token=names.get("unk"), pad_token=names.get("pad"),
+    )  # fmt: skip
+    if tok is None:
+        return None, f"{why}; type tokens instead"
     try:
-        tok = PreTrainedTokenizerFast(
-            tokenizer_file=str(path),
-            eos_token=names.get("eos"),
-            unk_token=names.get("unk"),
-            pad_token=names.get("pad"),
-        )
         vocab = tok.get_vocab()
     except Exception as exc:  # tokenizers raises many kinds: say which and go on without
         return None, f"{path} did not load ({type(exc).__name__}); type tokens instead"

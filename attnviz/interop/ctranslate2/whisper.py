@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ...checkpoint import Checkpoint
 from ...core.config import ModelConfig
-from ...core.errors import AttnvizError, InteropError
+from ...core.errors import AttnvizError, InteropError, shorten
 from ...core.weights import build_model
 from ...decode.rules import WhisperRules
 from ..hf.common import Source
@@ -28,6 +28,7 @@ from ..hf.whisper import check_encoder_table, set_encoder_table
 from ..hf_tokenizer import HFTokenizer, IdTokenizer
 from .binary import ModelBin
 from .folder import register_spec
+from .tokenizer_file import load_fast_tokenizer
 from .vocabulary import read_vocabulary
 
 #: CTranslate2's activation ids (``common_spec.Activation``) -> ours
@@ -172,11 +173,72 @@ def convert_whisper(
 
 def _ids(config: dict, key: str, vocab: int, folder: Path) -> tuple[int, ...]:
     value = config.get(key) or []
-    if not isinstance(value, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in value
+    if (
+        not isinstance(value, list)
+        or len(value) > vocab
+        or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in value)
     ):
-        raise InteropError(f"{folder}: config.json's {key} must be token ids in 0..{vocab - 1}")
+        raise InteropError(
+            f"{folder}: config.json's {key} must be at most {vocab} token ids in 0..{vocab - 1}"
+        )
     return tuple(value)
+
+
+def _check_suppressed(banned: tuple[int, ...], begin: tuple[int, ...], end: int, folder: Path):
+    """Refuse ``suppress_ids`` that leave no text token or no end token to produce (nothing
+    could be transcribed; the decode would run to its limit on banned tokens), and
+    ``suppress_ids_begin`` that leave nothing for the first step."""
+    banned_set = set(banned)
+    if end in banned_set:
+        raise InteropError(
+            f"{folder}: config.json's suppress_ids suppress <|endoftext|>: a transcript could "
+            "never end"
+        )
+    if banned_set.issuperset(range(end)):
+        raise InteropError(
+            f"{folder}: config.json's suppress_ids suppress every text token: nothing could be "
+            "transcribed"
+        )
+    if (banned_set | set(begin)).issuperset(range(end + 1)):
+        raise InteropError(
+            f"{folder}: config.json's suppress_ids and suppress_ids_begin suppress every token "
+            "at the first step: nothing could be transcribed"
+        )
+
+
+def _alignment_heads(config: dict, layers: int, heads: int, folder: Path) -> list[list[int]]:
+    """``config.json``'s ``alignment_heads`` checked: distinct ``[layer, head]`` pairs of ints
+    inside the decoder, at most ``layers * heads`` of them (word timestamps read them)."""
+    value = config.get("alignment_heads")
+    if value is None:
+        return []
+    where = f"{folder}: config.json's alignment_heads"
+    if not isinstance(value, list):
+        raise InteropError(f"{where} must be a list of [layer, head] pairs")
+    if len(value) > layers * heads:
+        raise InteropError(
+            f"{where} lists {len(value):,} heads; the decoder has {layers * heads} "
+            f"({layers} layers of {heads})"
+        )
+    seen: set[tuple[int, int]] = set()
+    for pair in value:
+        ok = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+        )
+        if not ok:
+            raise InteropError(f"{where} must be [layer, head] pairs, got {shorten(repr(pair))}")
+        layer, head = pair
+        if not (0 <= layer < layers and 0 <= head < heads):
+            raise InteropError(
+                f"{where} names layer {layer} head {head}; the decoder has {layers} layers of "
+                f"{heads} heads"
+            )
+        if (layer, head) in seen:
+            raise InteropError(f"{where} lists layer {layer} head {head} twice")
+        seen.add((layer, head))
+    return [list(p) for p in value]
 
 
 def whisper_rules(ckpt: Checkpoint, timestamps: bool = False) -> WhisperRules:
@@ -203,12 +265,9 @@ def _tokenizer(folder: Path, specials: dict[str, int], vocab: int):
     path = folder / "tokenizer.json"
     if not path.is_file():
         return None, f"{folder} has no tokenizer.json; ids in, ids out"
-    try:
-        from transformers import WhisperTokenizerFast
-
-        tok = WhisperTokenizerFast(tokenizer_file=str(path))
-    except Exception as exc:  # ImportError, or the file does not load
-        return None, f"the tokenizer in {folder} did not load ({type(exc).__name__}: {exc})"
+    tok, why = load_fast_tokenizer(path, "WhisperTokenizerFast")
+    if tok is None:
+        return None, f"{why}; ids in, ids out"
     return HFTokenizer(tok, specials, folder, vocab, side="target"), None
 
 
@@ -236,6 +295,10 @@ def load_whisper_spec(folder: Path, model_bin: ModelBin, config: dict, device) -
         raise InteropError(
             f"{folder}: the model does not fit attnviz's Transformer: {exc}"
         ) from None
+    _alignment_heads(config, cfg.n_decoder_layers, cfg.n_heads, folder)
+    banned = _ids(config, "suppress_ids", rows, folder)
+    begin_banned = _ids(config, "suppress_ids_begin", rows, folder)
+    _check_suppressed(banned, begin_banned, end, folder)
     table = check_encoder_table(enc_table, cfg, folder)
     model = build_model(cfg, ours, folder)
     set_encoder_table(model, table)
@@ -244,8 +307,8 @@ def load_whisper_spec(folder: Path, model_bin: ModelBin, config: dict, device) -
         prompt = tuple(index[t] for t in ("<|en|>", "<|transcribe|>") if t in index)
     rules = WhisperRules(
         prompt=(*prompt, index[NO_TIMESTAMPS]),
-        banned=_ids(config, "suppress_ids", rows, folder),
-        begin_banned=_ids(config, "suppress_ids_begin", rows, folder),
+        banned=banned,
+        begin_banned=begin_banned,
         timestamps=False,
         eos_id=end,
         no_timestamps_id=index[NO_TIMESTAMPS],
