@@ -601,9 +601,15 @@
     document.body.appendChild(a); a.click(); a.remove();
     setTimeout(() => URL.revokeObjectURL(a.href), 1000);
   }
+  // a figure's file name: its panel, the layer and head a kind's heatmap shows, the step
+  function fileName(name, ext) {
+    const k = name.startsWith("heatmap-") ? name.slice(8) : "";
+    const v = KINDS.includes(k) && view[k] ? `-L${view[k][0]}-${String(view[k][1]).replace(/\s+/g, "-")}` : "";
+    return `attnviz-${name}${v}-step${S.step}${ui.words ? "-words" : ""}.${ext}`;
+  }
   // the figure as drawn (pieces or words, zoomed or not)
   function png(canvas, name) {
-    canvas.toBlob((blob) => save(blob, `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.png`), "image/png");
+    canvas.toBlob((blob) => save(blob, fileName(name, "png")), "image/png");
   }
   // the matrices drawn (pieces or words; every cell, zoomed or not): one block per panel,
   // a header row of keys, a column of queries; a masked cell is empty
@@ -622,7 +628,7 @@
     return lines.join("\n") + "\n";
   };
   function csv(canvas, name) {
-    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), `attnviz-${name}-step${S.step}${ui.words ? "-words" : ""}.csv`);
+    save(new Blob([AV.csv(canvas)], { type: "text/csv" }), fileName(name, "csv"));
   }
 
   // -- the page ------------------------------------------------------------------------------
