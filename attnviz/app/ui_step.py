@@ -307,7 +307,7 @@ def wire_decoding(p) -> None:
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
     p.upload.upload(
         lambda s, f, t, stamps: answer(session.upload_model(s, f or [], t), stamps),
-        [p.state, p.upload, p.input_text, p.stamps], outs, **INTERNAL,
+        [p.state, p.upload, p.input_text, p.stamps], outs, api_name="upload", **INTERNAL,
     ).then(p.controls, [p.state], p.control_outputs(), **HIDDEN)  # fmt: skip
 
 
