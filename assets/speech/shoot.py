@@ -70,7 +70,10 @@ def open_speech(page, clip: str = "weather report", upload: str | None = None) -
     else:
         page.locator("#speech-examples input").click()
         page.get_by_role("option", name=clip).click()
-    page.wait_for_timeout(1500)  # the clip's path reaches the (hidden) input box
+    name = Path(upload).name if upload else clip.replace(" ", "_") + ".wav"
+    page.wait_for_function(  # the clip is the input once the line under it names it
+        "(n) => document.querySelector('#clip-note')?.innerText.includes(n)", arg=name
+    )
 
 
 def main() -> None:
