@@ -342,6 +342,15 @@ DECODER_ONLY = {
         "Qwen2ForCausalLM",
         dict(_DECODER, tie_word_embeddings=True, rope_parameters=dict(rope_theta=500.0)),
     ),
+    "gemma3_text": (  # local and global layers, Dh 12 != 40 / 4, one key/value head
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            _DECODER, num_key_value_heads=1, head_dim=12, query_pre_attn_scalar=20,
+            sliding_window=4, pad_token_id=0,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        ),  # fmt: skip
+    ),
 }
 
 #: encoder-only families with a masked-LM head

@@ -160,7 +160,6 @@ register(
         config=config,
         table=table,
         lm_keys=("lm_head.weight",),
-        exported=False,  # export-hf does not write Gemma's config yet
         arch="decoder-only",
         embed_keys=("model.embed_tokens.weight",),
     )
