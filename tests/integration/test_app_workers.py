@@ -68,7 +68,7 @@ def steppers(url: str, n: int, stop: threading.Event, errors: list, done: list) 
     reply must be the next prefix of the reversed input (their state kept throughout)."""
 
     def one(i: int) -> None:
-        text = f"abc{'xyzw'[i % 4]}{i}"
+        text = "helloworld"[i : i + 3] + "xyz"
         want = text[::-1]
         try:
             c = gradio_client.Client(url, verbose=False)
