@@ -208,4 +208,4 @@ def integrated_gradients(
     cos = F.cosine_similarity(vecs.double(), other.double()[None], dim=-1)  # [2 + n]
     (cos * weights).sum().backward()
     ig = ((xs - bs).double() * path.grad.double().sum(0)).sum(-1).cpu()  # [T]
-    return ig, float(cos[0]), float(cos[1])
+    return ig, float(cos[0].detach()), float(cos[1].detach())
