@@ -1,6 +1,7 @@
 """Commands that measure a checkpoint: ``attnviz align`` (each cross-attention head as a word
 aligner, AER), ``attnviz faithfulness`` (comprehensiveness and sufficiency of attention and
-its alternatives), ``attnviz induction`` (induction heads) and ``attnviz bench`` (speed and memory against the reference paths).
+its alternatives), ``attnviz induction`` (induction heads), ``attnviz similarity`` (why two
+sentences are similar under a sentence embedder) and ``attnviz bench`` (speed and memory against the reference paths).
 
 :func:`task_inputs` is the fallback input of every command that takes ``--text``.
 """
@@ -115,6 +116,17 @@ def _fill_mask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _similarity(args: argparse.Namespace) -> int:
+    from ..analysis.similarity import similarity
+
+    if args.top < 1:
+        raise AttnvizError(f"--top must be at least 1, got {args.top}")
+    ckpt = load_checkpoint(args.checkpoint)
+    result = similarity(ckpt, args.a, args.b, attribute=not args.no_attribution)
+    print(result.text(args.top))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..bench import suite as bench
 
@@ -178,6 +190,18 @@ def add_analysis_parsers(sub) -> None:
     m.add_argument("--text", required=True, help='e.g. "the cat sat on the [MASK] ."')
     m.add_argument("--k", type=int, default=5, help="fillers per mask (default 5)")
     m.set_defaults(func=_fill_mask)
+
+    s = sub.add_parser("similarity", help="why two sentences are similar under a sentence "
+                       "embedder: the cosine, its top token pairs and input-token attribution",
+                       description="A sentence-transformers folder: the cosine of the two "
+                       "embeddings, split exactly into token pairs (printed: the largest), and "
+                       "Integrated Gradients per input token.")  # fmt: skip
+    s.add_argument("checkpoint")
+    s.add_argument("--a", required=True, help="the first sentence")
+    s.add_argument("--b", required=True, help="the second sentence")
+    s.add_argument("--top", type=int, default=10, help="token pairs to print (default 10)")
+    s.add_argument("--no-attribution", action="store_true", help="skip Integrated Gradients")
+    s.set_defaults(func=_similarity)
 
     b = sub.add_parser("bench", help="benchmarks: ratios against nn.Transformer and the naive "
                        "decode loop, app step latency, trace memory")  # fmt: skip

@@ -308,3 +308,17 @@ def test_all_minilm_l6_v2_attention_and_embeddings_match_the_originals(minilm):
     assert sim.ig_delta <= 1e-3
     top = {(a, b) for _, _, a, b, _ in sim.top(3)}
     assert ("playing", "plays") in top
+
+
+def test_the_similarity_command_prints_the_cosine_and_top_pairs(bases, tmp_path, capsys):
+    from attnviz.cli.commands import main
+
+    folder = str(sentence_folder(bases["roberta"][1], tmp_path / "st", ("mean",), "normalize"))
+    assert main(["similarity", folder, "--a", "the cat sat", "--b", "a dog ran", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cosine ") and "exact" in out and out.count(" ~ ") == 3
+    assert "completeness error" in out
+    for argv in (["--a", "", "--b", "the cat"], ["--a", "x", "--b", "y", "--top", "0"]):
+        assert main(["similarity", folder, *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("attnviz: error:") and "\n" not in err
