@@ -296,12 +296,12 @@ def test_inspect_from_the_command_line(tmp_path):
 
     path = tmp_path / "llama.gguf"
     write_model(path, "llama")
-    run = [sys.executable, "-m", "attnviz", "inspect", str(path), "--text", "the cat"]
+    run = [sys.executable, "-m", "attnviz.cli", "inspect", str(path), "--text", "the cat"]
     ok = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 40)
-    run[3] = str(bad)
+    run[4] = str(bad)
     failed = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 2, failed.stderr[-2000:]
     assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
@@ -314,8 +314,8 @@ def test_inspect_from_the_command_line(tmp_path):
         ("mamba", {}, ("'mamba'", "llama, qwen2, gpt2, gemma3")),
         ("llama", {"drop": "blk.1.attn_v.weight"}, ("blk.1.attn_v.weight", "lacks")),
         ("llama", {"drop": "token_embd.weight"}, ("token_embd.weight",)),
-        ("llama", {"heads": 3}, ("heads",)),
-        ("llama", {"heads": 8}, ("fit",)),
+        ("llama", {"heads": 3}, ("blk.0.attn_q.weight", "Q=192")),
+        ("llama", {"heads": 8}, ("blk.0.attn_q.weight", "[512, 256]")),
         ("llama", {"meta": {"llama.feed_forward_length": "512"}}, ("feed_forward_length",)),
         ("llama", {"meta": {"llama.rope.freq_base": "big"}}, ("rope.freq_base",)),
         ("gemma3", {"meta": {"gemma3.attention.sliding_window": 0}}, ("sliding_window",)),

@@ -69,6 +69,8 @@ class Arch:
         top: tensors outside the blocks, GGUF name -> ``(transformers' name, fix or None)``.
         layer: a block's tensors, GGUF suffix after ``blk.N.`` -> ``(name with {n}, fix)``.
         required: GGUF suffixes every block must hold (the rest are optional, e.g. biases).
+        shapes: GGUF name (a block's without ``blk.N.``) -> its shape in sizes the metadata
+            gives (:data:`SIZES`), checked before anything is read.
         defaults: config.json values the file does not carry (transformers' defaults for a
             GGUF file of this architecture).
     """
@@ -79,7 +81,58 @@ class Arch:
     top: dict[str, tuple[str, str | None]]
     layer: dict[str, tuple[str, str | None]]
     required: tuple[str, ...]
+    shapes: dict[str, tuple[str, ...]]
     defaults: dict = field(default_factory=dict)
+
+
+#: the sizes shapes are written in: D model width, F feed-forward width, Q query rows (heads x
+#: head size), K key/value rows (key/value heads x head size), Dh head size, V vocabulary
+#: (embedding rows), T learned positions, 3D GPT-2's joined q/k/v rows
+SIZES = ("D", "F", "Q", "K", "Dh", "V", "T", "3D")
+
+_LLAMA_SHAPES = {
+    "token_embd.weight": ("V", "D"),
+    "output_norm.weight": ("D",),
+    "output.weight": ("V", "D"),
+    "attn_norm.weight": ("D",),
+    "attn_q.weight": ("Q", "D"),
+    "attn_k.weight": ("K", "D"),
+    "attn_v.weight": ("K", "D"),
+    "attn_output.weight": ("D", "Q"),
+    "ffn_norm.weight": ("D",),
+    "ffn_gate.weight": ("F", "D"),
+    "ffn_up.weight": ("F", "D"),
+    "ffn_down.weight": ("D", "F"),
+    "attn_q.bias": ("Q",),
+    "attn_k.bias": ("K",),
+    "attn_v.bias": ("K",),
+}
+_GEMMA3_SHAPES = {
+    **_LLAMA_SHAPES,
+    "attn_q_norm.weight": ("Dh",),
+    "attn_k_norm.weight": ("Dh",),
+    "post_attention_norm.weight": ("D",),
+    "post_ffw_norm.weight": ("D",),
+}
+_GPT2_SHAPES = {
+    "token_embd.weight": ("V", "D"),
+    "position_embd.weight": ("T", "D"),
+    "output_norm.weight": ("D",),
+    "output_norm.bias": ("D",),
+    "output.weight": ("V", "D"),
+    "attn_norm.weight": ("D",),
+    "attn_norm.bias": ("D",),
+    "attn_qkv.weight": ("3D", "D"),
+    "attn_qkv.bias": ("3D",),
+    "attn_output.weight": ("D", "D"),
+    "attn_output.bias": ("D",),
+    "ffn_norm.weight": ("D",),
+    "ffn_norm.bias": ("D",),
+    "ffn_up.weight": ("F", "D"),
+    "ffn_up.bias": ("F",),
+    "ffn_down.weight": ("D", "F"),
+    "ffn_down.bias": ("D",),
+}
 
 
 def _llama_layer(p: str = "model.layers.{n}.") -> dict[str, tuple[str, str | None]]:
@@ -115,6 +168,7 @@ LLAMA = Arch(
         "attn_k.weight": ("model.layers.{n}.self_attn.k_proj.weight", "unpermute_k"),
     },
     required=_LLAMA_REQUIRED,
+    shapes=_LLAMA_SHAPES,
 )
 
 QWEN2 = Arch(
@@ -124,6 +178,7 @@ QWEN2 = Arch(
     top=_LLAMA_TOP,
     layer={**_llama_layer(), **_QKV_BIAS},
     required=(*_LLAMA_REQUIRED, *_QKV_BIAS),
+    shapes=_LLAMA_SHAPES,
 )
 
 
@@ -167,6 +222,7 @@ GPT2 = Arch(
         for t in ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
         for p in ("weight", "bias")
     ),
+    shapes=_GPT2_SHAPES,
     defaults={"activation_function": "gelu_new"},
 )
 
@@ -202,6 +258,7 @@ GEMMA3 = Arch(
     },
     layer=_gemma3_layer(),
     required=tuple(_gemma3_layer()),
+    shapes=_GEMMA3_SHAPES,
 )
 
 #: ``general.architecture`` -> :class:`Arch`, the architectures attnviz opens.

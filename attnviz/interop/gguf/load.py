@@ -132,15 +132,36 @@ def tensor_names(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, tuple[str, str 
     return {name: expected[name] for name in f.tensors}
 
 
-def _check_heads(f: GGUFFile, name: str, fix: str, hf: dict) -> None:
-    """Q / K rows must split into the heads the metadata names before they are unpermuted."""
-    heads = hf["num_attention_heads"]
-    if fix == "unpermute_k":
-        heads = hf.get("num_key_value_heads", heads)
-    rows = f.tensors[name].shape[0]
-    if rows % (2 * heads):
-        raise GGUFError(f"{shorten(f.path.name)}: {name} has {rows} rows, which do not split "
-                        f"into {heads} heads of an even size; the metadata does not match")  # fmt: skip
+def sizes(hf: dict, f: GGUFFile) -> dict[str, int]:
+    """The sizes of :data:`~attnviz.interop.gguf.arch.SIZES` the metadata gives."""
+    d = hf.get("hidden_size", hf.get("n_embd"))
+    heads = hf.get("num_attention_heads", hf.get("n_head"))
+    dh = hf.get("head_dim", d // heads)
+    embd = f.tensors.get("token_embd.weight")
+    return {
+        "D": d,
+        "F": hf.get("intermediate_size", hf.get("n_inner", 4 * d)),
+        "Q": heads * dh,
+        "K": hf.get("num_key_value_heads", heads) * dh,
+        "Dh": dh,
+        "V": hf.get("vocab_size", embd.shape[0] if embd is not None else 0),
+        "T": hf.get("n_positions", 0),
+        "3D": 3 * d,
+    }
+
+
+def check_shapes(f: GGUFFile, arch: Arch, hf: dict) -> None:
+    """Every tensor's shape against the metadata's sizes, before anything is read."""
+    size = sizes(hf, f)
+    for name, info in f.tensors.items():
+        dims = arch.shapes[name.split(".", 2)[2] if name.startswith("blk.") else name]
+        want = [size[d] for d in dims]
+        if list(info.shape) != want:
+            said = ", ".join(f"{d}={size[d]}" for d in dict.fromkeys(dims))
+            raise GGUFError(
+                f"{shorten(f.path.name)}: {name} is {list(info.shape)} but the metadata "
+                f"({said}) makes it {want}; the file is inconsistent"
+            )
 
 
 class _Counted:
@@ -165,10 +186,8 @@ def gguf_tensors(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, Tensor]:
     (Q/K unpermuted, Gemma norms back to ``w``, GPT-2 matrices as ``Conv1D``'s ``[in, out]``).
     """
     names = tensor_names(f, arch, hf)
+    check_shapes(f, arch, hf)
     check_size(_Counted(f))  # before anything is dequantized
-    for name, (_, fix) in names.items():
-        if fix in ("unpermute_q", "unpermute_k"):
-            _check_heads(f, name, fix, hf)
     out: dict[str, Tensor] = {}
     for name, (theirs, fix) in names.items():
         t = load_tensor(f, name, torch.float32)
