@@ -39,6 +39,7 @@ from . import figures, store
 from .kinds import refuse
 from .labs import started_checkpoint
 from .state import SessionState, checkpoint_of, warning
+from .workers import remote
 
 GRID_SENTENCES = 40  # a built-in task's test sentences scored in the grid
 MAX_UPLOAD_LINES = 2000
@@ -308,6 +309,12 @@ def _summary(rep: analysis.AlignmentReport, c: Corpus) -> str:
     )
 
 
+def _stopped(*args, message: str, **kwargs) -> AlignView:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return AlignView(message=message)
+
+
+@remote(_stopped)
 def view(
     state: SessionState,
     lens: str = "weights",
@@ -392,6 +399,7 @@ def _current_message(cur: Current) -> str:
     return msg
 
 
+@remote(_stopped)
 def download(
     state: SessionState,
     layer: str | int | None,
@@ -420,6 +428,7 @@ def download(
 
 
 # -- faithfulness -------------------------------------------------------------------------------
+@remote(_stopped)
 def faithfulness_view(state: SessionState, k_max: int = 5) -> AlignView:
     """Comprehensiveness and sufficiency curves per method at the shown step's newest token."""
     try:

@@ -34,6 +34,7 @@ from .figures import placeholder
 from .kinds import is_decoder_only, is_encoder_only
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
+from .workers import remote
 
 #: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
 PANEL = "compare"
@@ -243,6 +244,12 @@ def _summary(result: Comparison, a_name: str, b_name: str) -> str:
     )
 
 
+def _stopped(*args, message: str, **kwargs) -> CompareView:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return CompareView(message=message)
+
+
+@remote(_stopped)
 def compare(
     state: SessionState, model_b: str, kind: str = "cross", layer="L0", head="H0"
 ) -> CompareView:

@@ -22,6 +22,7 @@ from ..data.tokenizer import check_token_id
 from .kinds import is_decoder_only
 from .lab_view import LabView, error_view, started_checkpoint
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_index
+from .workers import remote
 
 
 @dataclass
@@ -53,6 +54,16 @@ def _shown_step(state: SessionState, ckpt: Checkpoint):
         return stepper.steps[state.step - 1]
 
 
+def _stopped(*args, message: str, **kwargs) -> ContrastView:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return ContrastView(message=message)
+
+
+def _no_alternatives(*args, message: str, **kwargs) -> tuple[list, None]:
+    return [], None
+
+
+@remote(_no_alternatives)
 def alternatives(state: SessionState, k: int = 10) -> tuple[list[tuple[str, str]], str | None]:
     """The step shown's candidates other than its token, and the default alternative.
 
@@ -102,6 +113,7 @@ def _next_rows(
     return out
 
 
+@remote(_stopped)
 def contrast(
     state: SessionState,
     versus: int | str | None = None,

@@ -12,8 +12,15 @@ from . import encview, lensview, readview
 from .decoders import DECODERS
 from .kinds import is_encoder_only
 from .state import SessionState, checkpoint_of, layer_number, warning
+from .workers import remote
 
 
+def _stopped(state: SessionState, *args, message: str, **kwargs) -> dict:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return {"enc": {"epoch": state.epoch, "error": message}}
+
+
+@remote(_stopped)
 def encoder_view(state: SessionState, want: str) -> dict:
     """``{"enc": ...}`` for the page: the encoder self-attention it asks for when it shows it
     (a long input's first Step carries only the layer and head shown then).

@@ -32,8 +32,10 @@ from ..render.arrays import b64_f32
 from . import encview, readview
 from .kinds import is_encoder_only, refuse
 from .state import SessionState, checkpoint_of, layer_number, warning
+from .workers import remote
 
 
+@remote()
 def payload(state: SessionState, name: str) -> dict[str, Any]:
     """``{"lens": {...}}`` for the page: ``name``, ``epoch``, ``n`` (decoded rows covered)
     and per kind a list per layer of ``{"h", "tq", "tk", "w"}`` (base64 float32

@@ -25,6 +25,7 @@ from ..train.evaluate import expected_output
 from .kinds import is_decoder_only, refuse, scored_rows
 from .state import SessionState, checkpoint_of, head_label, head_weights
 from .views import display_token, view_of
+from .workers import remote
 
 
 @dataclasses.dataclass
@@ -162,6 +163,12 @@ def _self_figure(scored: Scored, state: SessionState, ckpt: Checkpoint) -> go.Fi
     return fig
 
 
+def _stopped(*args, message: str, **kwargs) -> ReferenceView:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return ReferenceView("", None, message)
+
+
+@remote(_stopped)
 def score(state: SessionState, reference: str) -> ReferenceView:
     """Score ``reference`` against the state's input; a user error is one line, nothing shown.
 

@@ -26,6 +26,7 @@ from .decoders import DECODERS
 from .kinds import refuse
 from .state import SessionState, checkpoint_of, layer_index, warning
 from .views import display_token
+from .workers import remote
 
 #: The strip's shading, from no attention to the row's largest weight: opaque, so the dark text
 #: on it reads the same on a light and a dark page (contrast >= 4.5 at both ends).
@@ -136,6 +137,12 @@ def _heads_label(heads: list[int] | None) -> str:
     )
 
 
+def _stopped(*args, message: str, **kwargs) -> WhatIfView:
+    """The model's worker stopped (:func:`attnviz.app.workers.remote`): its one line."""
+    return WhatIfView(message=message)
+
+
+@remote(_stopped)
 def strip(state: SessionState, layer=None, heads=None, chosen: int | None = None) -> WhatIfView:
     """The clickable source strip for ``layer`` (``"L1"``/1; default last) and ``heads``
     (``["H0", ...]``; empty = every head), shaded by the recorded row of the step shown."""
@@ -219,6 +226,7 @@ def compare_html(ckpt: Checkpoint, w: WhatIf, forced: Sequence[int] = ()) -> str
     return f'{line}<div class="av-wi-table"><table><tr><th>step</th>{head}</tr>{rows}</table></div>'
 
 
+@remote(_stopped)
 def run(
     state: SessionState, layer=None, heads=None, position: int | str | None = None
 ) -> WhatIfView:
