@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     [--upload-disk SIZE]``: check the model, then serve the page until Ctrl+C."""
     args = parser().parse_args(argv)
     store.clean_stale_dirs()  # uploads and exports of an app that was killed
+    # a --model beyond the shipped ones is checked in its worker too
+    configure_limits(args.memory, args.workers, args.upload_disk)
     try:
         device = store.resolve_device(args.device)
         model = args.model or next(iter(store.shipped_models().values()), None)
@@ -138,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnviz app: {exc}", file=sys.stderr)
         return 2
     from .ui import build_app  # gradio: only once the server really starts
-
-    configure_limits(args.memory, args.workers, args.upload_disk)
 
     torch.set_num_threads(max(1, args.threads))
     for line in exposure_warnings(args.host, args.share):

@@ -119,6 +119,9 @@ def _serve(conn, memory: int, threads: int, hook: str) -> None:
     IN_WORKER = True
     if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        from .decoders import DECODERS
+
+        DECODERS.budget = memory // 3  # this worker's sessions' recorded rows
     torch.set_num_threads(max(1, threads))
     while True:
         try:
@@ -147,8 +150,11 @@ class Worker:
         self.key, self.limits = key, limits
         self.conn, child = ctx.Pipe()
         hook = os.environ.get(CRASH_ENV, "")
+        # CUDA maps far more address space than it uses: a GPU worker is bounded by its time
+        # limit and the device's own memory, not RLIMIT_AS
+        memory = 0 if key[1].startswith("cuda") else limits.memory
         self.proc = ctx.Process(
-            target=_serve, args=(child, limits.memory, limits.threads, hook), daemon=True
+            target=_serve, args=(child, memory, limits.threads, hook), daemon=True
         )
         self.proc.start()
         child.close()
