@@ -385,3 +385,20 @@ def test_real_gemma3_270m_matches_transformers(gemma_file):
         assert until_eos(ours[0].tolist(), cfg.eos_id, cfg.pad_id) == until_eos(
             theirs.tolist(), cfg.eos_id, cfg.pad_id
         )
+
+
+def test_the_app_opens_a_gguf_file(tmp_path):
+    """``attnviz app --model file.gguf``: the session decodes what predict decodes; a bad file
+    stops the app with one line and exit 2."""
+    from attnviz.app import server, session
+
+    path = tmp_path / "gemma3.gguf"
+    write_model(path, "gemma3")
+    state = session.new_state(str(path))
+    text = "the cat sat"
+    view = session.run(session.start(state, text).state, text)
+    assert view.info["done"], view.message
+    assert view.output == attnviz.load_checkpoint(path).predict(text)
+    bad = tmp_path / "bad.gguf"
+    write_model(bad, "llama", drop="blk.0.ffn_up.weight")
+    assert server.main(["--model", str(bad), "--no-browser"]) == 2

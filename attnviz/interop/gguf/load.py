@@ -10,6 +10,8 @@ metadata (:mod:`.tokenizer`). What each tensor was stored as stays in ``meta``:
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
 from pathlib import Path
 
@@ -225,4 +227,13 @@ def load_gguf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         "gguf_file_type": f.file_type(),
         "model_name": f.metadata.get("general.name"),
     }
-    return checkpoint_from_parts(hf, tensors, gen, path, tokenizer, meta, device)
+    ckpt = checkpoint_from_parts(hf, tensors, gen, path, tokenizer, meta, device)
+    _return_freed_memory()
+    return ckpt
+
+
+def _return_freed_memory() -> None:
+    """Give the float32 copies freed after loading back to the system: glibc keeps freed heap
+    memory otherwise (Gemma 3 270M: resident 1.93 GB -> 1.47 GB). A no-op elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
