@@ -318,6 +318,9 @@ def test_inspect_from_the_command_line(tmp_path):
         ("llama", {"heads": 8}, ("blk.0.attn_q.weight", "[512, 256]")),
         ("llama", {"meta": {"llama.feed_forward_length": "512"}}, ("feed_forward_length",)),
         ("llama", {"meta": {"llama.rope.freq_base": "big"}}, ("rope.freq_base",)),
+        ("llama", {"meta": {"llama.block_count": 4_000_000_000}}, ("block_count",)),
+        ("llama", {"meta": {"llama.attention.head_count_kv": 0}}, ("head_count_kv",)),
+        ("llama", {"meta": {"llama.rope.scaling.type": "yarn"}}, ("'yarn'",)),
         ("gemma3", {"meta": {"gemma3.attention.sliding_window": 0}}, ("sliding_window",)),
     ],
 )

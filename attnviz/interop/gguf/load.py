@@ -114,7 +114,11 @@ def tensor_names(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, tuple[str, str 
     label = shorten(f.path.name)
     expected = dict(arch.top)
     required = [name for name in arch.top if name != "output.weight"]
-    for n in range(_layer_count(hf, arch)):
+    n_layers = _layer_count(hf, arch)
+    if n_layers * len(arch.required) > len(f.tensors):  # bounded before names are made
+        raise GGUFError(f"{label}: metadata {arch.name}.block_count is {n_layers:,} but the file "
+                        f"holds {len(f.tensors):,} tensors; the file is inconsistent")  # fmt: skip
+    for n in range(n_layers):
         for suffix, (name, fix) in arch.layer.items():
             expected[f"blk.{n}.{suffix}"] = (name.format(n=n), fix)
         required += [f"blk.{n}.{suffix}" for suffix in arch.required]
@@ -124,7 +128,7 @@ def tensor_names(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, tuple[str, str 
     unknown = [name for name in f.tensors if name not in expected]
     if unknown:
         more = f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
-        raise GGUFError(f"{label}: tensors a {arch.name} model of {_layer_count(hf, arch)} "
+        raise GGUFError(f"{label}: tensors a {arch.name} model of {n_layers} "
                         f"blocks does not have: {', '.join(unknown[:4])}{more}")  # fmt: skip
     missing = [name for name in required if name not in f.tensors]
     if missing:
