@@ -16,6 +16,8 @@
     for (let c = 0; c < 3; c++) LUT[i * 3 + c] = Math.round(STOPS[j][c] * (1 - f) + STOPS[j + 1][c] * f);
   }
   const MASK_RGB = [196, 196, 196];
+  // a local layer's sliding window: cells it blocks, apart from the causal triangle's grey
+  const WINDOW = "#e3cfa6", WINDOW_RGB = [227, 207, 166];
   const OFF = document.createElement("canvas");
   let S = fresh("");
   let root = null;
@@ -53,7 +55,7 @@
   }
   function bits(s, from, n) {
     const u = new Uint8Array(n);
-    for (let i = 0; i < n; i++) u[i] = s.charCodeAt(from + i) === 49 ? 1 : 0;
+    for (let i = 0; i < n; i++) { const c = s.charCodeAt(from + i) - 48; u[i] = c === 1 || c === 2 ? c : 0; } // 2: the window
     return u;
   }
 
@@ -139,6 +141,7 @@
     }
     if (p.model) S.model = p.model;
     if (p.layers) S.layers = p.layers;
+    S.windows = p.windows || null; // each decoder layer's sliding window (0: sees every key)
     if (S.layers && S.layers[ui.modelKind] === 0) ui.modelKind = KINDS.find((k) => S.layers[k]) || ui.modelKind;
   }
   function hasKind(kind) { return !S.layers || S.layers[kind] === undefined || S.layers[kind] > 0; }
@@ -439,7 +442,10 @@
     ctx.font = "bold 13px sans-serif";
     const titleW = opts.title ? ctx.measureText(opts.title).width + 12 : 0;
     ctx.font = `${font}px sans-serif`;
-    const W = Math.max(pw * cols + barW, 200, Math.min(titleW, avail)), Hh = titleH + rows * ph + 4;
+    // tall enough for the colour bar and its legend (a 1-2 row heatmap clipped them)
+    const hasWin = panels.some((p) => p.mat.m.includes(2)), legend = hasWin ? 76 : 40;
+    const barNeed = opts.noBar ? 0 : titleH + 64 + legend;
+    const W = Math.max(pw * cols + barW, 200, Math.min(titleW, avail)), Hh = Math.max(titleH + rows * ph + 4, barNeed);
     if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(Hh * dpr)) {
       canvas.width = Math.round(W * dpr); canvas.height = Math.round(Hh * dpr);
       canvas.style.width = W + "px"; canvas.style.height = Hh + "px";
@@ -458,7 +464,7 @@
       const img = ctx.createImageData(Math.max(mat.tk, 1), Math.max(mat.tq, 1)), px = img.data;
       for (let j = 0; j < mat.z.length; j++) {
         let r, g, b;
-        if (mat.m[j]) [r, g, b] = MASK_RGB;
+        if (mat.m[j]) [r, g, b] = mat.m[j] === 2 ? WINDOW_RGB : MASK_RGB;
         else { const t = Math.max(0, Math.min(255, Math.round((mat.z[j] / vmax) * 255))) * 3; r = LUT[t]; g = LUT[t + 1]; b = LUT[t + 2]; }
         px[j * 4] = r; px[j * 4 + 1] = g; px[j * 4 + 2] = b; px[j * 4 + 3] = 255;
       }
@@ -488,7 +494,7 @@
       boxes.push({ x: gx, y: gy, cell: cellPx, ch: cellH, k0, q0, w: Math.min(vk * cellPx, gw), h: Math.min(vq * cellH, gh), mat, title: p.title, key: p.key });
     });
     if (!opts.noBar) { // colour bar: 0 .. vmax, and the masked grey
-      const bx = pw * cols + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - 40));
+      const bx = pw * cols + 10, by = titleH + 4, bh = Math.min(120, Math.max(60, Hh - titleH - legend));
       for (let y = 0; y < bh; y++) {
         const t = Math.round((1 - y / bh) * 255);
         ctx.fillStyle = `rgb(${LUT[t * 3]},${LUT[t * 3 + 1]},${LUT[t * 3 + 2]})`;
@@ -498,6 +504,10 @@
       ctx.fillText(vmax.toFixed(vmax >= 0.1 ? 2 : 3), bx + 13, by + 4); ctx.fillText("0", bx + 13, by + bh - 2);
       ctx.fillStyle = MASKED; ctx.fillRect(bx, by + bh + 8, 10, 10);
       ctx.fillStyle = col.text; ctx.fillText("masked", bx - 4, by + bh + 28);
+      if (hasWin) { // a local layer: the window's own colour
+        ctx.fillStyle = WINDOW; ctx.fillRect(bx, by + bh + 36, 10, 10);
+        ctx.fillStyle = col.text; ctx.fillText("outside", bx - 4, by + bh + 56); ctx.fillText("window", bx - 4, by + bh + 67);
+      }
     }
     canvas._av = boxes; canvas._title = opts.title || ""; // what was drawn (read back by tests)
     canvas._vmax = vmax;
@@ -532,7 +542,7 @@
       const r = canvas.getBoundingClientRect(), hit = cellAt(canvas, ev.clientX - r.left, ev.clientY - r.top);
       if (hit) {
         const { box: b, q, k } = hit, i = q * b.mat.tk + k;
-        const what = b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `${lensName() === "weights" ? "weight" : lensName()} ${b.mat.z[i].toFixed(4)}`;
+        const what = b.mat.m[i] === 2 ? "outside the sliding window (blocked: weight 0 by construction)" : b.mat.m[i] ? "masked (blocked: weight 0 by construction)" : `${lensName() === "weights" ? "weight" : lensName()} ${b.mat.z[i].toFixed(4)}`;
         tip.textContent = `${b.title ? b.title + ": " : ""}query ${q} “${b.mat.yl[q]}” → key ${k} “${b.mat.xl[k]}”: ${what}`;
         tip.style.display = "block"; tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
         return;
@@ -774,11 +784,14 @@
     const L = S.layers[kind], [layer, head] = view[kind];
     const lay = Math.max(0, Math.min(layer, L - 1));
     p.querySelectorAll("select").forEach((s) => (s.disabled = false));
-    setOptions(p.querySelector(".av-layer"), [...Array(L).keys()].map(String), [...Array(L).keys()].map((i) => `L${i}`), String(lay));
+    const win = kind === "decoder_self" && S.windows && S.windows.some((w) => w) ? S.windows : null; // Gemma 3, Mistral
+    const layerName = (i) => (win ? `L${i} ${win[i] ? `local (window ${win[i]})` : "global"}` : `L${i}`);
+    setOptions(p.querySelector(".av-layer"), [...Array(L).keys()].map(String), [...Array(L).keys()].map(layerName), String(lay));
     const heads = ["mean", "all heads", ...Array.from({ length: S.H }, (_, h) => `H${h}`)];
     setOptions(p.querySelector(".av-headsel"), heads, heads, head);
     const stepTxt = kind === "encoder_self" ? "" : ` · step ${S.step}`;
-    const t = `${name} · layer ${lay} · ${headName(head)}${stepTxt}${lensSuffix()}${ui.words ? " · words" : ""}`;
+    const winTxt = win ? (win[lay] ? ` (local, window ${win[lay]})` : " (global)") : "";
+    const t = `${name} · layer ${lay}${winTxt} · ${headName(head)}${stepTxt}${lensSuffix()}${ui.words ? " · words" : ""}`;
     title.textContent = t;
     const outline = kind === "encoder_self" ? null : ui.words ? wordRow(kind) : qOf(kind);
     canvas._redraw = () => { measure(); drawKind(kind); };

@@ -26,7 +26,7 @@ from .state import SessionState
 MAX_STEPPERS = 64
 #: What the app's steppers record: the views draw weights and masks, never the raw scores
 #: (at 1,024 source tokens the encoder's scores alone would be 200 MB on opus-mt's shape).
-APP_CAPTURE = ("mask", "weights")
+APP_CAPTURE = ("mask", "weights", "window")
 #: Model work running at once, all sessions together: more only makes each wait longer on a
 #: small CPU (threads preempt each other) while the total work stays the same.
 COMPUTE_SLOTS = 2

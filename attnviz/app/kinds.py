@@ -19,6 +19,7 @@ import numpy as np
 from ..analysis.masked_lm import special_token
 from ..checkpoint import Checkpoint
 from ..core.config import ModelConfig
+from ..core.devices import as_numpy
 from ..core.errors import InputError
 from ..core.record import Trace
 from ..decode.scoring import Scored
@@ -182,9 +183,11 @@ def prompt_part(pieces: list[str], encoder: Trace) -> dict[str, Any]:
     for layer in encoder.layers("decoder_self") if pre else []:
         w = encoder.numpy("decoder_self", layer)[0]  # [H, P', P']
         m = np.broadcast_to(encoder.numpy("decoder_self", layer, "mask")[0, 0], w.shape[1:])
+        win = as_numpy(encoder.window("decoder_self", layer)[0, 0])  # [P', P'] a local layer's
         rows.append({
             "w": b64_f32(np.concatenate([w[:, r, : r + 1].ravel() for r in range(pre)])),
-            "m": mask_bits(np.concatenate([m[r, : r + 1] for r in range(pre)])),
+            "m": mask_bits(np.concatenate([m[r, : r + 1] for r in range(pre)]),
+                           np.concatenate([win[r, : r + 1] for r in range(pre)])),
         })  # fmt: skip
     return {"pre": pre, "pre_labels": pieces[:pre], "bos": pieces[pre], "prompt_rows": rows}
 

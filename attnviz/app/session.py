@@ -145,7 +145,8 @@ def _decoded(state: SessionState, stepper: GreedyStepper) -> views.Decoded:
     missing = missing_rows(state)
     if missing is None:
         return views.Decoded(steps=stepper.steps)
-    return views.Decoded(stepper.encoder_trace, stepper.rows(*missing), stepper.steps)
+    rows = stepper.rows(*missing, window=True)  # a local layer's window marked apart
+    return views.Decoded(stepper.encoder_trace, rows, stepper.steps)
 
 
 def _show(

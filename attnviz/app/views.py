@@ -299,6 +299,7 @@ def payload(
         "layers": {k: layer_count(ckpt, k) for k in KINDS},
         "kind_note": note(ckpt, "step"),
         "model": page_model(state),  # another model: the page's own choices start afresh
+        "windows": [ckpt.config.layer_window(i) or 0 for i in range(ckpt.config.n_decoder_layers)],
     }
     limit = state.stopped_at_limit
     if not state.started:

@@ -9,8 +9,9 @@ import torch
 
 from ..core.record import AttentionRecord, Trace
 
-#: What the decoders keep per step (values and head outputs are not needed for display).
-STEP_FIELDS = ("scores", "mask", "weights")
+#: What the decoders keep per step (values and head outputs are not needed for display); a
+#: local layer's sliding window too (None on other layers).
+STEP_FIELDS = ("scores", "mask", "weights", "window")
 
 
 def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRecord]]) -> Trace:
@@ -49,7 +50,7 @@ def assemble_trace(encoder: Trace, steps: list[dict[tuple[str, int], AttentionRe
             if any(p is None for p in parts):  # not captured (GreedyStepper's capture)
                 continue
             if kind == "decoder_self":  # row t has t + 1 keys: pad the future
-                fill = {"scores": math.nan, "mask": True, "weights": 0.0}[f]
+                fill = {"scores": math.nan, "mask": True, "weights": 0.0, "window": False}[f]
                 parts = [
                     torch.cat([p, p.new_full((*p.shape[:-1], t_total - p.shape[-1]), fill)], dim=-1)
                     for p in parts

@@ -404,8 +404,8 @@ def _row(rec: AttentionRecord, beam: int) -> AttentionRecord:
     """One hypothesis's slice of a batched step record (batch 1 again)."""
     out = AttentionRecord(rec.kind, rec.layer, rec.name)
     for f in STEP_FIELDS:
-        value = getattr(rec, f)
-        setattr(out, f, value[beam : beam + 1])
+        value = getattr(rec, f)  # None: not captured, or no window on this layer
+        setattr(out, f, None if value is None else value[beam : beam + 1])
     return out
 
 

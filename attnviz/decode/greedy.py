@@ -449,7 +449,7 @@ class GreedyStepper:
         return assemble_trace(self.encoder_trace, self._records[:upto])
 
     def rows(
-        self, start: int = 0, stop: int | None = None
+        self, start: int = 0, stop: int | None = None, window: bool = False
     ) -> dict[tuple[str, int], list[tuple[Tensor, Tensor]]]:
         """The recorded query rows of steps ``start..stop-1`` as each step kept them.
 
@@ -460,7 +460,9 @@ class GreedyStepper:
             ``(kind, layer) -> [(weights [H, Tk], mask [Tk]), ...]``, one pair per step, for
             ``"decoder_self"`` (Tk = step + 1: the keys that row had) and ``"cross"``
             (Tk = Ts); mask bool, True = blocked, as recorded. Views of the kept tensors, on
-            the model's device.
+            the model's device. With ``window``, each mask is uint8 instead: 1 = blocked,
+            2 = blocked by a local layer's sliding window (where the stepper captured
+            ``"window"``).
         """
         n = len(self._records)
         stop = n if stop is None else stop
@@ -470,7 +472,10 @@ class GreedyStepper:
         for recs in self._records[start:stop]:
             for key, r in recs.items():
                 tk = r.weights.shape[-1]
-                out.setdefault(key, []).append(
-                    (r.weights[0, :, 0], r.mask.expand(1, 1, 1, tk)[0, 0, 0])  # [H, Tk], [Tk]
-                )
+                m = r.mask.expand(1, 1, 1, tk)[0, 0, 0]  # [Tk]
+                if window:  # the window's cells are blocked too: 1 + 1
+                    m = m.to(torch.uint8)
+                    if r.window is not None:
+                        m = m + r.window.expand(1, 1, 1, tk)[0, 0, 0].to(torch.uint8)
+                out.setdefault(key, []).append((r.weights[0, :, 0], m))  # [H, Tk], [Tk]
         return out

@@ -13,9 +13,14 @@ def b64_f32(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
 
 
-def mask_bits(m: np.ndarray) -> str:
-    """``"0"/"1"`` per cell (``1`` = blocked), row-major."""
-    return (np.asarray(m, bool).ravel().astype(np.uint8) + ord("0")).tobytes().decode("ascii")
+def mask_bits(m: np.ndarray, window: np.ndarray | None = None) -> str:
+    """``"0"/"1"/"2"`` per cell (``1`` = blocked, ``2`` = blocked by a local layer's sliding
+    window), row-major. ``m`` is bool, or uint8 already holding the 2s; ``window``: bool
+    cells of ``m`` the window blocks."""
+    m = np.minimum(np.asarray(m).astype(np.uint8), 2).ravel()
+    if window is not None:
+        m = m + np.asarray(window, bool).ravel().astype(np.uint8) * (m == 1)
+    return (m + ord("0")).astype(np.uint8).tobytes().decode("ascii")
 
 
 def packed_bits(m: np.ndarray) -> str:

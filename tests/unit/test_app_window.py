@@ -1,0 +1,57 @@
+"""A local layer's sliding window reaches the page apart from the causal mask: each mask cell
+the page gets is 0 (open), 1 (blocked) or 2 (blocked by the window), exactly where the recorded
+trace's window is; the layer menu names each layer local or global."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.app import session
+
+
+@pytest.fixture(scope="module")
+def windowed(models_dir, tmp_path_factory):
+    """models/induction with a window of 3 on layer 0 (layer 1 global)."""
+    base = attnviz.load_checkpoint(models_dir / "induction")
+    cfg = dataclasses.replace(base.config, sliding_window=3,
+                              layer_types=("sliding_attention", "full_attention"))  # fmt: skip
+    model = attnviz.Transformer(cfg).eval()
+    model.load_state_dict(base.model.state_dict())
+    folder = tmp_path_factory.mktemp("windowed") / "induction-window3"
+    attnviz.save_checkpoint(folder, model, base.src_tokenizer, base.tgt_tokenizer, base.meta)
+    return folder
+
+
+def _cells(m: str) -> np.ndarray:
+    return np.frombuffer(m.encode(), np.uint8) - ord("0")
+
+
+def test_window_cells_are_marked_apart_on_local_layers_only(windowed):
+    ckpt = attnviz.load_checkpoint(windowed)
+    text = ckpt.meta.get("examples", [None])[0] if ckpt.meta.get("examples") else None
+    state = session.new_state(str(windowed))
+    prompt = text or " ".join("abcdefgh")
+    view = session.start(state, prompt)
+    for _ in range(4):
+        view = session.step(view.state, prompt)
+    full = dataclasses.replace(view.state, page_rows=-1)  # as a page that holds nothing
+    payload = session.render(full).payload.to_page()
+    assert payload["windows"] == [3, 0]
+    prompt_rows = payload["prompt_rows"]
+    rows = payload["rows"]["decoder_self"]
+    stepper = ckpt.stepper(prompt)
+    for _ in range(4):
+        stepper.step()
+    trace = stepper.trace()
+    for layer in (0, 1):
+        window = trace.window("decoder_self", layer)[0, 0].numpy()  # [T, T]
+        mask = trace.mask("decoder_self", layer)[0, 0].numpy()
+        want = mask.astype(np.uint8) + window.astype(np.uint8)  # 0 open, 1 blocked, 2 window
+        got = np.concatenate([_cells(prompt_rows[layer]["m"]), _cells(rows[layer]["m"])])
+        t = want.shape[0]
+        assert np.array_equal(got, np.concatenate([want[r, : r + 1] for r in range(t)]))
+        assert (got == 2).any() == (layer == 0)
