@@ -112,8 +112,9 @@ def _vector(n: int, around: float = 0.0, scale: float = 0.1) -> np.ndarray:
 def write_model(path, arch: str, kind: str = "F32", **changes) -> None:
     """A tiny random ``arch`` model with its matrices stored as ``kind``.
 
-    ``changes``: ``drop=`` a tensor name to leave out, ``meta=`` {key: value} to override
-    (written with the value's own type), ``heads=`` another head count in the metadata.
+    ``changes``: ``drop=`` a tensor name to leave out, ``extra=`` {name: float32 array} to
+    add, ``meta=`` {key: value} to override (written with the value's own type), ``heads=``
+    another head count in the metadata.
     """
     dh = D // HEADS
     # transformers reads neither feed_forward_length nor context_length of a gpt2 file
@@ -181,6 +182,7 @@ def write_model(path, arch: str, kind: str = "F32", **changes) -> None:
                 tensors[b + f"{t}.weight"] = (_vector(dh, 1.0), None)
             for t in ("post_attention_norm", "post_ffw_norm"):
                 tensors[b + f"{t}.weight"] = (_vector(D, 1.0), None)
+    tensors.update({k: (v, None) for k, v in changes.get("extra", {}).items()})
     for name, (values, raw) in tensors.items():
         if name == changes.get("drop"):
             continue
@@ -269,6 +271,55 @@ def test_llama_q_and_k_are_unpermuted(tmp_path, monkeypatch):
     monkeypatch.setitem(arch_module.FIXES, "unpermute_q", lambda w, hf: w)
     monkeypatch.setitem(arch_module.FIXES, "unpermute_k", lambda w, hf: w)
     assert max_logit_diff(attnviz.load_checkpoint(path), ref, ids) > 1e-2
+
+
+def _llama_cpp_rope_freqs(theta: float, dh: int, factor: float) -> np.ndarray:
+    """``rope_freqs.weight`` as llama.cpp's converter writes it for Llama 3 scaling (low 1,
+    high 4, original context 8192), written out as its loop is."""
+    import math
+
+    old, low, high = 8192, 1.0, 4.0
+    out = []
+    for i in range(0, dh, 2):
+        freq = 1.0 / theta ** (i / dh)
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def test_llama3_rope_freqs_match_transformers_with_llama3_scaling(tmp_path):
+    """Llama 3.x files keep their rotary scaling as ``rope_freqs.weight``. transformers' GGUF
+    loading ignores it; the oracle is transformers' Llama with the same weights and
+    ``rope_parameters={"rope_type": "llama3", ...}``."""
+    dh, theta = D // HEADS, 500000.0
+    path = tmp_path / "llama3.gguf"
+    extra = {"rope_freqs.weight": _llama_cpp_rope_freqs(theta, dh, 8.0)}
+    write_model(path, "llama", meta={"llama.rope.freq_base": theta}, extra=extra)
+    ckpt = attnviz.load_checkpoint(path)
+    assert ckpt.config.rope_scaling == "llama3" and ckpt.config.rope_factor == 8.0
+    unscaled = reference(path)  # transformers' GGUF path: rope_freqs.weight dropped
+    config = unscaled.config.to_dict()
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    config["rope_parameters"] = {"rope_theta": theta, **scaling}
+    config.pop("quantization_config", None)
+    scaled = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    scaled.config._attn_implementation = "eager"
+    scaled.load_state_dict(unscaled.state_dict())
+    ids = prompts(ckpt.config.tgt_vocab_size, t=40)
+    assert max_logit_diff(ckpt, scaled, ids) <= 1e-4
+    assert max_logit_diff(ckpt, unscaled, ids) > 1e-4  # the scaling matters on these prompts
+    other = tmp_path / "other.gguf"
+    extra = {"rope_freqs.weight": np.linspace(1, 3, dh // 2, dtype=np.float32)}
+    write_model(other, "llama", extra=extra)
+    with pytest.raises(AttnvizError, match="rope_freqs.weight"):
+        attnviz.load_checkpoint(other)
 
 
 def test_unpermute_is_llama_cpps_permute_undone():

@@ -71,6 +71,8 @@ class Arch:
         required: GGUF suffixes every block must hold (the rest are optional, e.g. biases).
         shapes: GGUF name (a block's without ``blk.N.``) -> its shape in sizes the metadata
             gives (:data:`SIZES`), checked before anything is read.
+        settings: tensors that are settings, not weights, read into the config (Llama 3's
+            rotary scaling as ``rope_freqs.weight``).
         defaults: config.json values the file does not carry (transformers' defaults for a
             GGUF file of this architecture).
     """
@@ -83,6 +85,7 @@ class Arch:
     required: tuple[str, ...]
     shapes: dict[str, tuple[str, ...]]
     defaults: dict = field(default_factory=dict)
+    settings: tuple[str, ...] = ()
 
 
 #: the sizes shapes are written in: D model width, F feed-forward width, Q query rows (heads x
@@ -169,6 +172,7 @@ LLAMA = Arch(
     },
     required=_LLAMA_REQUIRED,
     shapes=_LLAMA_SHAPES,
+    settings=("rope_freqs.weight",),
 )
 
 QWEN2 = Arch(

@@ -101,7 +101,42 @@ def gguf_config(f: GGUFFile, arch: Arch) -> dict:
                                "supported (attnviz reads linear)")  # fmt: skip
         factor = _number(f, f"{arch.name}.rope.scaling.factor", float)
         hf["rope_scaling"] = {"rope_type": "linear", "factor": factor}
+    if "rope_freqs.weight" in f.tensors and "rope_freqs.weight" in arch.settings:
+        hf["rope_scaling"] = llama3_scaling(f, hf)
     return hf
+
+
+def llama3_divisors(theta: float, dh: int, params: dict) -> Tensor:
+    """What llama.cpp's converter stores as ``rope_freqs.weight`` for Llama 3 scaling: per
+    rotary frequency, the number it is divided by, ``[Dh / 2]``."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh)  # [Dh / 2]
+    factor, old = params["factor"], params["original_max_position_embeddings"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old / wavelen - low) / (high - low)
+    blend = 1 / ((1 - smooth) / factor + smooth)
+    out = torch.where(wavelen < old / high, torch.ones_like(blend), blend)
+    return torch.where(wavelen > old / low, torch.full_like(blend, factor), out)
+
+
+def llama3_scaling(f: GGUFFile, hf: dict) -> dict:
+    """Llama 3 rotary scaling from ``rope_freqs.weight`` (llama.cpp keeps it there, not in
+    the metadata): the factor is its largest divisor, the other settings Llama 3's; a table
+    they do not give is refused in one line."""
+    label = shorten(f.path.name)
+    dh = hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+    info = f.tensors["rope_freqs.weight"]
+    if list(info.shape) != [dh // 2]:
+        raise GGUFError(f"{label}: rope_freqs.weight is {list(info.shape)}, not [{dh // 2}] "
+                        "(half the head size); the file is inconsistent")  # fmt: skip
+    divisors = load_tensor(f, "rope_freqs.weight")
+    params = {"rope_type": "llama3", "factor": float(divisors.max()), "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    want = llama3_divisors(hf.get("rope_theta", 10000.0), dh, params)
+    if not torch.allclose(divisors, want, rtol=1e-4, atol=1e-6):
+        raise InteropError(f"{label}: rope_freqs.weight holds rotary factors other than Llama "
+                           "3's scaling; attnviz does not compute those")  # fmt: skip
+    return params
 
 
 def _layer_count(hf: dict, arch: Arch) -> int:
@@ -122,10 +157,7 @@ def tensor_names(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, tuple[str, str 
         for suffix, (name, fix) in arch.layer.items():
             expected[f"blk.{n}.{suffix}"] = (name.format(n=n), fix)
         required += [f"blk.{n}.{suffix}" for suffix in arch.required]
-    if "rope_freqs.weight" in f.tensors:
-        raise InteropError(f"{label}: per-frequency rotary factors (rope_freqs.weight, Llama 3.1 "
-                           "scaling) are not supported yet")  # fmt: skip
-    unknown = [name for name in f.tensors if name not in expected]
+    unknown = [name for name in f.tensors if name not in expected and name not in arch.settings]
     if unknown:
         more = f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
         raise GGUFError(f"{label}: tensors a {arch.name} model of {n_layers} "
@@ -135,7 +167,7 @@ def tensor_names(f: GGUFFile, arch: Arch, hf: dict) -> dict[str, tuple[str, str 
         more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
         raise GGUFError(f"{label}: the {arch.name} model its metadata describes needs tensors "
                         f"the file lacks: {', '.join(missing[:4])}{more}")  # fmt: skip
-    return {name: expected[name] for name in f.tensors}
+    return {name: expected[name] for name in f.tensors if name not in arch.settings}
 
 
 def sizes(hf: dict, f: GGUFFile) -> dict[str, int]:
@@ -160,6 +192,8 @@ def check_shapes(f: GGUFFile, arch: Arch, hf: dict) -> None:
     """Every tensor's shape against the metadata's sizes, before anything is read."""
     size = sizes(hf, f)
     for name, info in f.tensors.items():
+        if name in arch.settings:  # checked where it is read
+            continue
         dims = arch.shapes[name.split(".", 2)[2] if name.startswith("blk.") else name]
         want = [size[d] for d in dims]
         if list(info.shape) != want:
