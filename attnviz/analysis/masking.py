@@ -384,6 +384,7 @@ def mask_lab(
     block: Sequence[int] = (),
     companion: str | None = None,
     targets: Sequence[str] | None = None,
+    window_off: Sequence[int] = (),
 ) -> MaskLab:
     """Change masks on ``text`` and a companion input, in one before/after run of the model.
 
@@ -394,6 +395,8 @@ def mask_lab(
         block: source positions of ``text`` to block from every attention, as if padding.
         companion: the second input (default :func:`companion_input`).
         targets: references for ``[text, companion]`` (default: see :func:`references`).
+        window_off: local layers whose sliding window is dropped (Gemma 3, Mistral; the
+            causal mask kept): ``DropMask("sliding", layers=window_off)``.
     Returns:
         A :class:`MaskLab`; its ``experiment`` holds both traces, probabilities, accuracy
         and greedy outputs.
@@ -410,6 +413,11 @@ def mask_lab(
         blocked[:1, : len(enc.ids)] = _blocked(ckpt, len(enc.ids), positions)
     edits = [DropMask("causal")] * causal_off + [DropMask("padding")] * padding_off
     parts = [n for n, on in (("causal", causal_off), ("padding", padding_off)) if on]
+    window_off = sorted({int(i) for i in window_off})
+    if window_off:
+        edits.append(DropMask("sliding", layers=window_off))
+        parts.append(f"sliding window off on layer{'s' * (len(window_off) > 1)} "
+                     f"{', '.join(map(str, window_off))}")  # fmt: skip
     parts += [f"source positions {', '.join(map(str, positions))} blocked"] if positions else []
     name = "mask lab: " + ("; ".join(parts) if parts else "no change")
     exp = experiment(name, ckpt, texts, targets, edits, blocked=blocked, recompute=causal_off)

@@ -39,6 +39,12 @@ EXPLAIN = {
         "later positions; without it, when the whole output is fed in at once (as in "
         "training), a position can peek at the very token it is meant to predict."
     ),
+    "window": (
+        "**Sliding window off:** a local layer lets each position attend only to the last W "
+        "tokens (the cells in the window's own colour); switched off, those layers see the "
+        "whole prefix as the global layers do. The difference panel shows where the weight "
+        "moved, the bars what that does to the next token."
+    ),
     "padding": (
         "**Padding mask off:** sentences in a batch are padded with `<pad>` to one length and "
         "the padding mask keeps real tokens from attending to those pads; without it the "
@@ -94,6 +100,7 @@ def mask_lab(
     kind: str = "auto",
     layer: int | str | None = None,
     head: str = "mean",
+    window_off: Sequence[int | str] = (),
 ) -> LabView:
     """Weights before / after / difference and the output change when masks change.
 
@@ -106,6 +113,7 @@ def mask_lab(
         blocked: source positions of the input to block (ints or ``"3: x"`` labels).
         kind: attention kind shown (``"auto"``: the one the change acts on).
         layer, head: which layer (default last) and ``"mean"`` or ``"H<h>"``.
+        window_off: local layers (``"L3"`` or 3) whose sliding window is switched off.
     Returns:
         Figures: the before/after/difference heatmaps and the next-token distribution
         before vs after at the current step; the message says what changed.
@@ -113,9 +121,11 @@ def mask_lab(
     try:
         ckpt = started_checkpoint(state)
         positions, dropped = current_blocked(state, blocked)
+        windows = [layer_number(w) for w in window_off or ()]
         lab = analysis.mask_lab(
-            ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions
-        )
+            ckpt, state.text, causal_off=causal_off, padding_off=padding_off, block=positions,
+            window_off=windows,
+        )  # fmt: skip
     except AttnvizError as exc:
         return error_view(exc, 2)
     exp = lab.experiment
@@ -123,9 +133,12 @@ def mask_lab(
     if prompt:  # one sequence, one kind: the causal self-attention over prompt + reference
         kind = "decoder_self"
     elif kind == "auto":
-        kind = "decoder_self" if causal_off else "encoder_self" if padding_off else "cross"
+        kind = ("decoder_self" if causal_off or windows else
+                "encoder_self" if padding_off else "cross")  # fmt: skip
     layers = exp.before.trace.layers(kind)
     # a layer chosen for another kind may not exist here: clip rather than refuse
+    if layer in (None, "") and windows:  # the first layer whose window went
+        layer = windows[0]
     layer = layers[-1] if layer in (None, "") else layer_number(layer)
     layer = int(np.clip(layer, 0, layers[-1]))
     keys, queries = lab.labels(kind)
@@ -162,6 +175,8 @@ def mask_lab(
         horizontal=True,
     )
     message = _mask_message(lab, causal_off, padding_off, positions, pos, step)
+    if windows:
+        message = EXPLAIN["window"] + "  \n" + message
     if dropped:
         message = (
             f"Blocked tokens of an earlier input ({', '.join(map(str, dropped))}) are not "

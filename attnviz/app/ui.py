@@ -111,6 +111,8 @@ class Page:
         last = dec[-1] if dec else None
         reads = is_encoder_only(ckpt)  # its attribution compares a mask's encoder row
         enc = [f"L{i}" for i in range(ckpt.config.n_encoder_layers)]
+        cfg = ckpt.config
+        local = [f"L{i}" for i in range(cfg.n_decoder_layers) if cfg.layer_window(i)]
         attr_rows = ("self-attention of the mask token" if reads else
                      "self-attention on the prompt" if one else "cross-attention")  # fmt: skip
         return {
@@ -139,6 +141,7 @@ class Page:
                 choices=[s for k in KINDS for s in session.head_sites(state, k)], value=[]
             ),
             self.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+            self.window_off: gr.CheckboxGroup(choices=local, value=[], visible=bool(local)),
             self.mask_kind: gr.Radio(  # the kinds this model has
                 choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
             ),
@@ -190,7 +193,7 @@ class Page:
             self.mask_kind, self.beam_attn, self.ref_plot, self.reference, self.mask_intro,
             self.compare_kind, self.attr_btn, self.attr_src, self.attr_tgt,
             *self.kind_notes.values(), *self.kind_bodies.values(), *self.decoding_parts(),
-            self.run_btn, self.mask_body,
+            self.run_btn, self.mask_body, self.window_off,
         ]  # fmt: skip
 
     def decoding_parts(self) -> list:

@@ -36,6 +36,9 @@ def mask_tab(p) -> None:
                 p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
                 p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
                 p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
+                p.window_off = gr.CheckboxGroup(  # Gemma 3, Mistral: shown where layers have one
+                    label="sliding window off on layers", elem_id="window-off", visible=False
+                )
             with gr.Row():
                 p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
                 p.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
@@ -129,11 +132,14 @@ def other_tabs(p, state: SessionState) -> None:
         p.exp_file = gr.File(label="download", elem_id="export-file")
 
 
-def mask_panels(p, state, causal, padding, blocked, kind, layer, head, theme="light") -> dict:
+def mask_panels(
+    p, state, causal, padding, blocked, kind, layer, head, window=None, theme="light"
+) -> dict:
     """The mask lab's panels computed for ``state`` with these switches."""
     v = labs.mask_lab(
-        state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head
-    )
+        state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head,
+        window or [],
+    )  # fmt: skip
     figs = dark((v.figures + [None, None])[:2], theme)
     return {
         p.mask_plot: figs[0],
@@ -164,7 +170,7 @@ def alt_choices(state: SessionState, value: str | None = None):
 def wire(p) -> None:
     """The labs' events (each computes its panel when asked, never on a Step) and the
     selected tab."""
-    lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head]
+    lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head, p.window_off]
     mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
 
     def mask(s, stamps, *args):
@@ -174,7 +180,7 @@ def wire(p) -> None:
 
     gr.on(
         [p.causal.input, p.padding.input, p.blocked.input, p.mask_kind.input,
-         p.mask_layer.input, p.mask_head.input, p.mask_tab.select],
+         p.mask_layer.input, p.mask_head.input, p.window_off.input, p.mask_tab.select],
         mask, [p.state, p.stamps, *lab_in, p.theme], mask_out, js=THEME_JS, **INTERNAL,
     )  # fmt: skip
     _track_tab(p)

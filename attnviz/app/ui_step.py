@@ -241,7 +241,7 @@ def wire_decoding(p) -> None:
     session action, its view sent as the decoding outputs."""
     outs = p.decode_outputs()
     follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
-                 p.mask_layer, p.mask_head, p.wi_open, p.wi_layer, p.wi_heads, p.reference,
+                 p.mask_layer, p.mask_head, p.window_off, p.wi_open, p.wi_layer, p.wi_heads, p.reference,
                  p.theme]  # fmt: skip
     # the page presses the hidden follow button when a payload says other panels are stale
     p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), js=THEME_JS, **INTERNAL)

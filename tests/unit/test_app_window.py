@@ -55,3 +55,23 @@ def test_window_cells_are_marked_apart_on_local_layers_only(windowed):
         t = want.shape[0]
         assert np.array_equal(got, np.concatenate([want[r, : r + 1] for r in range(t)]))
         assert (got == 2).any() == (layer == 0)
+
+
+def test_the_mask_lab_switches_a_layers_window_off(windowed):
+    """``window_off=["L0"]``: layer 0 attends past its window in the "after" run (the causal
+    mask kept), the next-token bars change, and the page names what was switched off."""
+    from attnviz.app import labs
+
+    prompt = " ".join("abcdefgh")
+    state = session.step(session.start(session.new_state(str(windowed)), prompt).state, prompt).state
+    view = labs.mask_lab(state, window_off=["L0"])
+    assert "Sliding window off" in view.message and len(view.figures) == 2
+    lab = attnviz.analysis.mask_lab(attnviz.load_checkpoint(windowed), prompt, window_off=[0])
+    before, after = (lab.experiment.before.trace, lab.experiment.after.trace)
+    assert before.is_sliding("decoder_self", 0) and not after.is_sliding("decoder_self", 0)
+    m0, m1 = before.mask("decoder_self", 0)[0, 0], after.mask("decoder_self", 0)[0, 0]
+    assert bool((m0 & ~m1).any()) and not bool((m1 & ~m0).any())  # only window cells opened
+    future = np.triu(np.ones(m1.shape, bool), 1)
+    assert bool(m1.numpy()[future].all())  # the causal mask kept
+    with pytest.raises(attnviz.AttnvizError, match="see every key"):
+        attnviz.analysis.mask_lab(attnviz.load_checkpoint(windowed), prompt, window_off=[1])
