@@ -322,6 +322,32 @@ def test_llama3_rope_freqs_match_transformers_with_llama3_scaling(tmp_path):
         attnviz.load_checkpoint(other)
 
 
+def test_gemma3_linear_rope_scaling_and_window_pattern(tmp_path):
+    """A file's linear rotary scaling (Gemma 3 4B and up) applies to the global layers, and
+    ``sliding_window_pattern`` says which layers are global; transformers' GGUF loading reads
+    neither, so the oracle is transformers' Gemma 3 with the same weights and both set."""
+    path = tmp_path / "gemma3.gguf"
+    meta = {"gemma3.attention.sliding_window_pattern": 2, "gemma3.rope.scaling.type": "linear",
+            "gemma3.rope.scaling.factor": 8.0}  # fmt: skip
+    write_model(path, "gemma3", meta=meta)
+    ckpt = attnviz.load_checkpoint(path)
+    assert ckpt.config.layer_types == ("sliding_attention", "full_attention")
+    unscaled = reference(path)
+    config = unscaled.config.to_dict()
+    config.pop("quantization_config", None)
+    config["layer_types"] = ["sliding_attention", "full_attention"]
+    config["rope_parameters"] = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0},
+    }
+    scaled = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**config)).eval()
+    scaled.config._attn_implementation = "eager"
+    scaled.load_state_dict(unscaled.state_dict())
+    ids = prompts(ckpt.config.tgt_vocab_size, t=12)
+    assert max_logit_diff(ckpt, scaled, ids) <= 1e-4
+    assert max_logit_diff(ckpt, unscaled, ids) > 1e-4
+
+
 def test_unpermute_is_llama_cpps_permute_undone():
     """llama.cpp's ``permute`` (convert_hf_to_gguf.py), then ours, gives the rows back."""
     heads, dh, d = 3, 8, 5

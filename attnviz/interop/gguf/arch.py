@@ -254,6 +254,7 @@ GEMMA3 = Arch(
         *COMMON_KEYS,
         Key("attention.key_length", "head_dim"),
         Key("attention.sliding_window", "sliding_window"),
+        Key("attention.sliding_window_pattern", "sliding_window_pattern"),
     ),
     top={
         "token_embd.weight": ("model.embed_tokens.weight", None),
