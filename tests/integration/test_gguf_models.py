@@ -419,7 +419,7 @@ def test_bad_files_are_refused_in_one_line(tmp_path, arch, changes, words):
 
 def test_a_tokenizer_longer_than_the_embedding_is_refused(tmp_path):
     path = tmp_path / "llama.gguf"
-    write_model(path, "llama", rows=200)  # the vocabulary has 283 tokens
+    write_model(path, "llama", rows=200)  # the vocabulary has 284 tokens
     with pytest.raises(AttnvizError, match="embedding") as err:
         attnviz.load_checkpoint(path)
     assert "\n" not in str(err.value)
