@@ -174,10 +174,16 @@ def describe(state: SessionState) -> str:
     about = TASKS[task].description if task in TASKS else "no built-in task recorded"
     acc = (ckpt.meta.get("metrics") or {}).get("val_exact_match")
     acc_text = f" · validation exact match {acc:.3f}" if isinstance(acc, int | float) else ""
+    stored = ckpt.meta.get("gguf_description")  # a GGUF file: each tensor's stored type
+    windows = sorted({w for i in range(cfg.n_decoder_layers) if (w := cfg.layer_window(i))})
+    local = sum(1 for i in range(cfg.n_decoder_layers) if cfg.layer_window(i))
     return (
         f"**{html.escape(store.model_name(state.model))}** — "
         + (f"task `{task}`: " if task else "")
         + f"{html.escape(about)}{acc_text}  \n"
         f"{layers_text(cfg)}, "
         f"{cfg.n_heads} heads, d_model {cfg.d_model} · running on **{ckpt.device}**"
-    )
+        + (f"  \n{local} of {cfg.n_decoder_layers} layers local (sliding window "
+           f"{', '.join(map(str, windows))}), the rest global" if windows else "")
+        + (f"  \nstored as {html.escape(str(stored))}, dequantized to float32" if stored else "")
+    )  # fmt: skip

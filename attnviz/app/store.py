@@ -19,7 +19,7 @@ import tempfile
 import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -103,6 +103,8 @@ _LOADING: dict[tuple[str, str], threading.Lock] = {}
 _LOCK = threading.Lock()
 _FACADES = LRU(64)  # (path, device) -> (version, Facade): models that run in workers
 _SHIPPED_EXTRA: set[str] = set()  # shipped models outside models/ (the shipped Whisper)
+#: what makes a registered model's file before its first load (a packaged model assembled)
+_PREPARE: dict[str, Callable[[], object]] = {}
 _PRIVATE: dict[str, Path] = {}
 _DIR_LOCK = threading.Lock()
 
@@ -169,6 +171,12 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     # one lock per file: two sessions never load the same file twice, and a big upload
     # being loaded does not hold up sessions using other models
     with loading:
+        prepare = _PREPARE.get(str(path))
+        if prepare is not None and not path.exists():
+            try:
+                prepare()
+            except Exception as exc:  # noqa: BLE001 (a message in the page, never a traceback)
+                raise CheckpointError(f"{path.name} could not be made: {one_line(exc, 200)}") from exc
         version = _version(path)
         hit = _CACHE.get(key)
         if hit is not None and hit[0] == version:
@@ -239,12 +247,17 @@ def model_name(path: str | Path) -> str:
     return register(path)
 
 
-def register(path: str | Path, name: str | None = None, shipped: bool = False) -> str:
+def register(
+    path: str | Path, name: str | None = None, shipped: bool = False, prepare=None
+) -> str:
     """Give a folder a menu name (its folder name unless ``name``), unique among the menu's;
-    ``shipped``: a model the app ships, run in the server's process."""
+    ``shipped``: a model the app ships, run in the server's process; ``prepare``: called
+    before the first load while ``path`` does not exist (a packaged model assembled then)."""
     path = str(Path(path).resolve())
     if shipped:
         _SHIPPED_EXTRA.add(path)
+    if prepare is not None:
+        _PREPARE[path] = prepare
     base = name or Path(path).name or "model"
     with _NAMED_LOCK:
         for n, folder in _NAMED.items():

@@ -27,6 +27,7 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import (
     filekinds,
+    llms,
     panels,
     reference,
     session,
@@ -309,6 +310,7 @@ def build_app(
     if model:
         store.model_name(model)  # a --model folder gets its name in the menu
     speech.register_models()  # Whisper tiny.en when its package is installed
+    llms.register_models()  # Gemma 3 270M (GGUF) when its package is installed
     # analytics off: a local inspection tool sends nothing anywhere
     with gr.Blocks(title=title, delete_cache=CACHE_CLEANUP, analytics_enabled=False) as demo:
         cap = filekinds.size_label(filekinds.upload_bytes(max_upload))
