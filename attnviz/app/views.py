@@ -386,9 +386,23 @@ def _row_block(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, str]
     return {"w": b64_f32(w), "m": mask_bits(m)}
 
 
+def top_ids(p: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the ``k`` largest of ``p`` ``[V]``, largest first, ties by the smaller id:
+    ``np.argsort(-p, kind="stable")[:k]`` in O(V) (a 262,144-token vocabulary's full sort took
+    ~30 ms a Step)."""
+    k = min(k, p.size)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(p, p.size - k)[p.size - k]  # the k-th largest value
+    above = np.flatnonzero(p > kth)
+    ties = np.flatnonzero(p == kth)[: k - above.size]  # the smallest ids among equals
+    ids = np.concatenate([above, ties])
+    return ids[np.lexsort((ids, -p[ids]))]
+
+
 def _topk(step: StepResult, tok, k: int) -> list[list]:
     p = as_numpy(step.probs)  # [V]
-    ids = np.argsort(-p, kind="stable")[:k]
+    ids = top_ids(p, k)
     top = [
         [display_token(tok.token(int(i))), round(float(p[i]), 6), int(i) == step.token, int(i)]
         for i in ids

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import attnviz
 from attnviz.app import labs, panels, session, store, views
@@ -727,3 +729,14 @@ def test_the_page_is_told_when_the_model_changes_without_a_server_path(models_di
     b = session.start(session.new_state(str(models_dir / "sort")), "abc").payload["model"]
     again = session.start(session.new_state(str(models_dir / "reverse")), "cab").payload["model"]
     assert a == again != b and "/" not in a and str(models_dir) not in a
+
+
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0, 1e-9]), min_size=1, max_size=40),
+       st.integers(1, 45))  # fmt: skip
+def test_top_ids_are_the_stable_full_sorts(values, k):
+    """The next-token panel's top ids in O(V): the same ids, in the same order, as the full
+    stable sort, ties included."""
+    from attnviz.app.views import top_ids
+
+    p = np.asarray(values, dtype=np.float32)
+    assert top_ids(p, k).tolist() == np.argsort(-p, kind="stable")[:k].tolist()
