@@ -369,7 +369,9 @@ def run(
     from ..core.devices import resolve_device
     from . import (
         app,  # the app's rows (Step on the server, the browser)
+        gguf,  # the real Gemma 3 270M GGUF against transformers (and llama.cpp)
         kinds,  # a GPT-2-shaped decoder-only model against transformers
+        sentence,  # all-MiniLM-L6-v2 embed against sentence-transformers
         speech,  # Whisper tiny.en against ctranslate2
     )
     from .report import bench_report  # the offline report: canvas page vs Plotly page
@@ -385,6 +387,8 @@ def run(
         ("memory", lambda: bench_memory(dev, quick)),
         ("hf marian", lambda: bench_hf_marian(quick)),
         ("hf gpt-2", lambda: kinds.bench_hf_gpt2(quick)),
+        ("gguf gemma 3", lambda: gguf.bench_gemma(quick)),
+        ("sentence embeddings", lambda: sentence.bench_sentence(quick)),
         ("speech", lambda: speech.bench_speech(quick)),
         ("training", lambda: bench_training(dev, full)),
     ]

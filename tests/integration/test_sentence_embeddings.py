@@ -322,3 +322,12 @@ def test_the_similarity_command_prints_the_cosine_and_top_pairs(bases, tmp_path,
         assert main(["similarity", folder, *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("attnviz: error:") and "\n" not in err
+
+
+@pytest.mark.slow
+def test_the_bench_row_measures_embed_against_encode(minilm):
+    from attnviz.bench.sentence import EMBED_ROW, bench_sentence
+
+    (row,) = bench_sentence(quick=True)
+    assert row.name == EMBED_ROW and row.unit == "ratio" and row.value > 0
+    assert row.met is not None and "max |Δ|" in row.detail
