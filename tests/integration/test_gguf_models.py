@@ -401,6 +401,7 @@ def test_inspect_from_the_command_line(tmp_path):
         ("llama", {"meta": {"llama.attention.head_count_kv": 0}}, ("head_count_kv",)),
         ("llama", {"meta": {"llama.rope.scaling.type": "yarn"}}, ("'yarn'",)),
         ("gemma3", {"meta": {"gemma3.attention.sliding_window": 0}}, ("sliding_window",)),
+        ("llama", {"meta": {"llama.attention.layer_norm_rms_epsilon": 2.0}}, ("GGUF metadata",)),
     ],
 )
 def test_bad_files_are_refused_in_one_line(tmp_path, arch, changes, words):

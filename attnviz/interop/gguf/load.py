@@ -265,7 +265,10 @@ def load_gguf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         "gguf_file_type": f.file_type(),
         "model_name": f.metadata.get("general.name"),
     }
-    ckpt = checkpoint_from_parts(hf, tensors, gen, path, tokenizer, meta, device)
+    try:
+        ckpt = checkpoint_from_parts(hf, tensors, gen, path, tokenizer, meta, device)
+    except InteropError as exc:  # the family's checks speak of the config.json made here
+        raise InteropError(str(exc).replace("config.json", "the GGUF metadata")) from None
     _return_freed_memory()
     return ckpt
 
