@@ -88,6 +88,19 @@ class Edit:
         """Per-head outputs ``[B, H, Tq, Dh]`` -> the ones merged and projected."""
         return head_output
 
+    def edit_stream(self, stack: str, layer: int, point: str, x: Tensor) -> Tensor:
+        """The residual stream or a sublayer's output ``[B, T, D]`` at ``point`` of layer
+        ``layer`` of ``stack`` (``"encoder"``/``"decoder"``; points as
+        :func:`attnviz.core.layers.tap` lists them) -> the one used. Called for every edit
+        (:meth:`matches` is about attention modules); an edit that overrides it keeps
+        decoding on the module path, where the stream is tapped."""
+        return x
+
+
+def edits_stream(edit: Edit) -> bool:
+    """Whether ``edit`` overrides :meth:`Edit.edit_stream`."""
+    return type(edit).edit_stream is not Edit.edit_stream
+
 
 @dataclass(frozen=True)
 class ZeroHeads(Edit):

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import ACTIVE_RECORDER, MultiHeadAttention
 from .cache import KVBuffer
 from .config import ModelConfig
 from .positions import RelativePositionBias, rotary_angles, rotary_frequencies
@@ -38,6 +38,17 @@ class RMSNorm(nn.Module):
         if self.offset:
             return (normed * (self.offset + self.weight.float())).to(x.dtype)
         return self.weight * normed.to(x.dtype)
+
+
+def tap(layer: nn.Module, point: str, x: Tensor) -> Tensor:
+    """Hand the residual stream (or a sublayer's output) at ``point`` of ``layer`` to the
+    active recorder, which may keep it or edit it (:meth:`attnviz.core.edits.Edit.edit_stream`);
+    ``x`` itself when nothing records. Points: ``"resid_pre"`` (the layer's input),
+    ``"attn"``, ``"cross"``, ``"mlp"`` (each sublayer's output, before any post-sublayer norm
+    and dropout), ``"resid_post"`` (the layer's output). Shapes ``[B, T, D]``."""
+    recorder = ACTIVE_RECORDER.get()
+    stream = getattr(recorder, "stream", None)
+    return x if stream is None else stream(layer, point, x)
 
 
 def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
@@ -122,6 +133,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.norm_first = cfg.norm_first
+        self.stack, self.index = "encoder", layer
         self.self_attn = _attention(cfg, "encoder_self", layer)
         self.ff = None if cfg.attn_only else FeedForward(cfg)
         self.norm1 = make_norm(cfg)
@@ -142,13 +154,19 @@ class EncoderLayer(nn.Module):
             out = self.self_attn(
                 h, key_padding_mask=pad_mask, position_bias=position_bias, rotary=rotary
             )
-            return self.dropout1(out)
+            return self.dropout1(tap(self, "attn", out))
 
+        def feed(h: Tensor) -> Tensor:
+            return self.dropout2(tap(self, "mlp", self.ff(h)))
+
+        x = tap(self, "resid_pre", x)
         if self.norm_first:
             x = x + attend(self.norm1(x))
-            return x if self.ff is None else x + self.dropout2(self.ff(self.norm2(x)))
-        x = self.norm1(x + attend(x))
-        return x if self.ff is None else self.norm2(x + self.dropout2(self.ff(x)))
+            x = x if self.ff is None else x + feed(self.norm2(x))
+        else:
+            x = self.norm1(x + attend(x))
+            x = x if self.ff is None else self.norm2(x + feed(x))
+        return tap(self, "resid_post", x)
 
 
 class DecoderLayer(nn.Module):
@@ -164,6 +182,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, cross: bool = True):
         super().__init__()
         self.norm_first = cfg.norm_first
+        self.stack, self.index = "decoder", layer
         self.self_attn = _attention(cfg, "decoder_self", layer)
         self.cross_attn = _attention(cfg, "cross", layer) if cross else None
         self.ff = None if cfg.attn_only else FeedForward(cfg)
@@ -203,29 +222,34 @@ class DecoderLayer(nn.Module):
                 rotary=rotary,
                 window=window,
             )
+            out = tap(self, "attn", out)
             if self.post_norm1 is not None:
                 out = self.post_norm1(out)
             return self.dropout1(out)
 
         def cross_block(h: Tensor) -> Tensor:
             out = self.cross_attn(h, memory, key_padding_mask=src_pad_mask, kv=cross_kv)
-            return self.dropout2(out)
+            return self.dropout2(tap(self, "cross", out))
 
+        def feed(h: Tensor) -> Tensor:
+            out = tap(self, "mlp", self.ff(h))
+            if self.post_norm3 is not None:
+                out = self.post_norm3(out)
+            return self.dropout3(out)
+
+        x = tap(self, "resid_pre", x)
         cross = self.cross_attn is not None
         if self.norm_first:
             x = x + self_block(self.norm1(x))
             if cross:
                 x = x + cross_block(self.norm2(x))
-            if self.ff is None:
-                return x
-            out = self.ff(self.norm3(x))
-            if self.post_norm3 is not None:
-                out = self.post_norm3(out)
-            return x + self.dropout3(out)
-        x = self.norm1(x + self_block(x))
-        if cross:
-            x = self.norm2(x + cross_block(x))
-        return x if self.ff is None else self.norm3(x + self.dropout3(self.ff(x)))
+            x = x if self.ff is None else x + feed(self.norm3(x))
+        else:
+            x = self.norm1(x + self_block(x))
+            if cross:
+                x = self.norm2(x + cross_block(x))
+            x = x if self.ff is None else self.norm3(x + feed(x))
+        return tap(self, "resid_post", x)
 
 
 class Stack(nn.Module):

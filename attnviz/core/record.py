@@ -25,7 +25,7 @@ from torch import Tensor
 from .devices import as_numpy
 from .edits import STAGES as STAGES
 from .edits import DropMask as DropMask
-from .edits import Edit
+from .edits import Edit, edits_stream
 from .edits import Hook as Hook
 from .edits import ReplaceWeights as ReplaceWeights
 from .edits import ZeroHeads as ZeroHeads
@@ -76,6 +76,19 @@ class Trace:
 
     def __init__(self) -> None:
         self._calls: dict[tuple[str, int], list[AttentionRecord]] = {}
+        self._streams: dict[tuple[str, int, str], list[Tensor]] = {}
+
+    def stream(self, stack: str, layer: int, point: str, call: int = -1) -> Tensor:
+        """The residual stream or a sublayer's output ``[B, T, D]`` kept by
+        ``record(..., streams=True)``: ``stack`` ``"encoder"``/``"decoder"``, ``point`` one of
+        ``"resid_pre"``, ``"attn"``, ``"cross"``, ``"mlp"``, ``"resid_post"`` (see
+        :func:`attnviz.core.layers.tap`; after any stream edit)."""
+        calls = self._streams.get((stack, layer, point))
+        if not calls:
+            raise TraceLookupError(
+                f"no {point!r} stream of {stack} layer {layer} was kept; record with streams=True"
+            )
+        return calls[call]
 
     def _add(self, rec: AttentionRecord) -> None:
         self._calls.setdefault((rec.kind, rec.layer), []).append(rec)
@@ -301,9 +314,15 @@ class _Recorder:
         detach: bool,
         outer: _Recorder | None,
         dtype: torch.dtype | None = None,
+        streams: bool = False,
     ):
         self.outer = outer
         self.trace = Trace()
+        self._layers = {id(m) for m in model.modules() if hasattr(m, "index")}
+        self._stream_edits = [e for e in edits if edits_stream(e)]
+        self._keep_streams, self._detach = streams, detach
+        #: an edit of the stream is active here or outside: decoding keeps the module path
+        self.edits_streams = bool(self._stream_edits) or getattr(outer, "edits_streams", False)
         self._hooks: dict[int, _Hook] = {}
         for name, module in model.attention_modules().items():
             mine = [e for e in edits if e.matches(module.kind, module.layer)]
@@ -311,6 +330,20 @@ class _Recorder:
                 self._hooks[id(module)] = _Hook(
                     module.kind, module.layer, name, self.trace, capture, detach, mine, dtype
                 )
+
+    def stream(self, layer: torch.nn.Module, point: str, x: Tensor) -> Tensor:
+        """A layer's stream at ``point`` (see :func:`attnviz.core.layers.tap`): the outer
+        block's edits, then this one's; kept when this block records streams."""
+        if self.outer is not None:
+            x = self.outer.stream(layer, point, x)
+        if id(layer) not in self._layers:
+            return x
+        for e in self._stream_edits:
+            x = e.edit_stream(layer.stack, layer.index, point, x)
+        if self._keep_streams:
+            kept = x.detach() if self._detach else x
+            self.trace._streams.setdefault((layer.stack, layer.index, point), []).append(kept)
+        return x
 
     def hook_for(self, module: MultiHeadAttention) -> _Hook | _Chain | None:
         mine = self._hooks.get(id(module))
@@ -328,6 +361,7 @@ def record(
     capture: Iterable[str] | None = FIELDS,
     detach: bool = True,
     dtype: torch.dtype | None = None,
+    streams: bool = False,
 ) -> Iterator[Trace]:
     """Capture (and optionally edit) the attention of ``model`` for the calls inside the block.
 
@@ -339,6 +373,8 @@ def record(
         detach: store detached tensors (False keeps the autograd graph, for attribution).
         dtype: store float tensors in this dtype (e.g. ``torch.float16`` halves a trace);
             the forward pass itself is unchanged. Default: as computed.
+        streams: also keep each layer's residual stream and sublayer outputs
+            (:meth:`Trace.stream`); off by default.
     Yields:
         The :class:`Trace`, filled as the model runs.
 
@@ -359,7 +395,7 @@ def record(
         raise EditError(f"capture may name {FIELDS}, got {sorted(unknown)}")
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise EditError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    recorder = _Recorder(model, edits, capture, detach, ACTIVE_RECORDER.get(), dtype)
+    recorder = _Recorder(model, edits, capture, detach, ACTIVE_RECORDER.get(), dtype, streams)
     token = ACTIVE_RECORDER.set(recorder)
     try:
         yield recorder.trace

@@ -39,6 +39,8 @@ def why_not_fused(model: Transformer) -> str | None:
         return "the model is in training mode (dropout)"
     if global_module_hooks():
         return "a global module forward hook is registered"
+    if getattr(ACTIVE_RECORDER.get(), "edits_streams", False):
+        return "an edit of the residual stream is active (it is tapped on the module path)"
     for m in (model.tgt_embed, model.generator, *model.decoder.modules()):
         if m._forward_hooks or m._forward_pre_hooks:
             return f"a forward hook is registered on {type(m).__name__}"
