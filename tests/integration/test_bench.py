@@ -49,6 +49,13 @@ def test_quick_bench_writes_every_row(tmp_path, capsys):
         target = "-" if name == GPT2_PLAIN_ROW else "<= 1.0"  # the library default: reported
         assert gen["unit"] == "ratio" and gen["target"] == target
         assert "tokens differ" not in gen["detail"]
+    from attnviz.bench.gguf import ROWS as GEMMA_ROWS
+    from attnviz.bench.gguf import STEP_ROW as GEMMA_STEP
+
+    for name in GEMMA_ROWS:  # the real Gemma 3 270M GGUF: measured, or skipped saying why
+        assert name in names, name
+    gemma = next(r for r in result["rows"] if r["name"] == GEMMA_STEP)
+    assert gemma["detail"].startswith("skipped") or "tokens differ" not in gemma["detail"]
     assert "| train step vs nn.Transformer |" in capsys.readouterr().out
 
 
