@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import attnviz
+import attnviz.interop.hf
 from attnviz.analysis import fill_mask, similarity
 from attnviz.core.errors import InputError, InteropError
 from tests import hf_families
@@ -145,7 +146,7 @@ def oracle(folder, texts):
 
 # -- base encoders ----------------------------------------------------------------------------
 @pytest.mark.parametrize("family", list(BASE))
-def test_base_encoders_open_and_record_what_transformers_computes(bases, family):
+def test_base_encoders_open_and_record_what_transformers_computes(bases, family, tmp_path):
     hf_model, folder = bases[family]
     ckpt = attnviz.load_checkpoint(folder)
     assert not ckpt.config.lm_head and ckpt.embedder is None
@@ -163,6 +164,8 @@ def test_base_encoders_open_and_record_what_transformers_computes(bases, family)
         ckpt.model(ids)
     with pytest.raises(InputError, match="not a sentence embedder"):
         ckpt.embed(["the cat"])
+    with pytest.raises(InteropError, match="this base encoder has none"):
+        attnviz.interop.hf.export_hf(ckpt, tmp_path / "out")
 
 
 # -- sentence-transformers folders --------------------------------------------------------------

@@ -160,6 +160,9 @@ def table(n: Names, cfg: ModelConfig, names: set[str] | None = None) -> list[Rul
     """One member's table: embeddings' positions, types and norm, the layers, and the head
     (dense, norm, output bias; the token table and output matrix are common); a base
     encoder's without the prefix and the head, its pooler dropped."""
+    if names is None and not cfg.lm_head:  # export: transformers' base classes are not written
+        raise InteropError("export-hf writes BERT-family models with their masked-LM head; "
+                           "this base encoder has none")  # fmt: skip
     prefix = n.prefix if cfg.lm_head else ""
     emb = f"{prefix}{n.embeddings}"
     rules: list[Rule] = [
