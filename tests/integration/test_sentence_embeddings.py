@@ -203,6 +203,19 @@ def test_embed_equals_sentence_transformers_encode(bases, tmp_path, family, pool
     assert sim.ig_delta <= (5e-3 if "max" not in pooling else 1.0)
 
 
+def test_a_default_prompt_is_put_before_every_text_as_encode_puts_it(bases, tmp_path):
+    folder = sentence_folder(bases["bert"][1], tmp_path / "st", ("mean",), "normalize")
+    prompts = {"prompts": {"query": "the house: ", "doc": ""}, "default_prompt_name": "query"}
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(prompts))
+    ckpt = attnviz.load_checkpoint(folder)
+    assert "prompt 'the house: '" in ckpt.meta["sentence_transformers"]
+    assert (ckpt.embed(SENTENCES, batch_size=3) - oracle(folder, SENTENCES)).abs().max() <= 1e-5
+    prompts["default_prompt_name"] = "title"
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(prompts))
+    with pytest.raises(InteropError, match="'title' names no prompt"):
+        attnviz.load_checkpoint(folder)
+
+
 def test_max_pooling_pairs_assign_each_dimension_to_the_tokens_that_hold_it(bases, tmp_path):
     folder = sentence_folder(bases["bert"][1], tmp_path / "st", ("max",), "none")
     sim = similarity(attnviz.load_checkpoint(folder), "the cat", "a dog ran", attribute=False)

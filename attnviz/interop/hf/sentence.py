@@ -129,6 +129,7 @@ class Embedder:
         pooling: the one :class:`Pooling`; ``after``: its Dense / Normalize modules in order.
         max_seq_length: most tokens read of a text (specials included); longer texts are cut.
         lower: texts are lower-cased first (``do_lower_case``).
+        prompt: the folder's default prompt, put before every text as ``encode`` puts it.
     """
 
     folder: Path
@@ -136,6 +137,7 @@ class Embedder:
     after: tuple[Dense | Normalize, ...]
     max_seq_length: int
     lower: bool = False
+    prompt: str = ""
 
     @property
     def dim(self) -> int:
@@ -146,6 +148,8 @@ class Embedder:
     def describe(self) -> str:
         """One line: pooling, Dense and Normalize modules, the token limit."""
         parts = [f"pooling {'+'.join(self.pooling.modes)}"]
+        if self.prompt:
+            parts.insert(0, f"prompt {shorten(repr(self.prompt), 40)}")
         for m in self.after:
             if isinstance(m, Dense):
                 act = m.activation.rsplit(".", 1)[-1]
@@ -164,12 +168,13 @@ class Embedder:
             InputError: not a string, an empty text, or one too long to read.
         """
         check_text(text, self.max_seq_length * 64)
-        if self.lower:
-            text = text.lower()
         tok = ckpt.src_tokenizer
-        enc = tok.encode(text)
         if not text.strip() or not tok.split(text):
             raise InputError("a text to embed is empty: give each sentence some words")
+        text = self.prompt + text
+        if self.lower:
+            text = text.lower()
+        enc = tok.encode(text)
         if len(enc.ids) <= self.max_seq_length:
             return enc
         body = tok.encode_plain(text)
@@ -386,7 +391,20 @@ def read_modules(folder: Path, d_model: int, max_len: int) -> tuple[Path, Embedd
                            f"positive integer, got {shorten(repr(limit))}")  # fmt: skip
     limit = max_len if limit is None else min(limit, max_len)
     lower = st.get("do_lower_case", False) is True
-    return where, Embedder(folder, pooling, tuple(after), limit, lower)
+    return where, Embedder(folder, pooling, tuple(after), limit, lower, default_prompt(folder))
+
+
+def default_prompt(folder: Path) -> str:
+    """The prompt ``encode`` puts before every text: ``default_prompt_name`` of
+    ``config_sentence_transformers.json`` looked up in its ``prompts`` ("" where none)."""
+    cfg = _config(folder, "config_sentence_transformers.json", False)
+    name, prompts = cfg.get("default_prompt_name"), cfg.get("prompts") or {}
+    if name is None:
+        return ""
+    if not isinstance(prompts, dict) or not isinstance(prompts.get(name), str):
+        raise InteropError(f"{folder}/config_sentence_transformers.json: default_prompt_name "
+                           f"{shorten(repr(name))} names no prompt in prompts")  # fmt: skip
+    return prompts[name]
 
 
 def load_sentence_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
