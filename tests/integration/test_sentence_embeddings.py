@@ -216,6 +216,18 @@ def test_a_default_prompt_is_put_before_every_text_as_encode_puts_it(bases, tmp_
         attnviz.load_checkpoint(folder)
 
 
+def test_an_older_folder_with_its_transformer_in_a_subfolder_opens(bases, tmp_path):
+    root = sentence_folder(bases["distilbert"][1], tmp_path / "st", ("cls",), "normalize", limit=8)
+    (root / "0_Transformer").mkdir()
+    for path in list(root.iterdir()):
+        if path.is_file() and path.name not in ("modules.json",):
+            path.rename(root / "0_Transformer" / path.name)
+    _edit(root, "modules.json", lambda m: [{**m[0], "path": "0_Transformer"}, *m[1:]])
+    ckpt = attnviz.load_checkpoint(root)
+    assert ckpt.embedder.max_seq_length == 8
+    assert (ckpt.embed(SENTENCES, batch_size=3) - oracle(root, SENTENCES)).abs().max() <= 1e-5
+
+
 def test_max_pooling_pairs_assign_each_dimension_to_the_tokens_that_hold_it(bases, tmp_path):
     folder = sentence_folder(bases["bert"][1], tmp_path / "st", ("max",), "none")
     sim = similarity(attnviz.load_checkpoint(folder), "the cat", "a dog ran", attribute=False)

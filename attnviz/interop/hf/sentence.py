@@ -268,6 +268,17 @@ def _kind(entry: Any, i: int, folder: Path) -> tuple[str, Path]:
     return kind, inside
 
 
+def _entries(folder: Path) -> list:
+    """``modules.json``: a non-empty list, or one line saying what it is instead."""
+    try:
+        entries = json.loads((folder / MODULES).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _refuse(folder, f"not readable JSON ({shorten(str(exc), 120)})") from None
+    if not isinstance(entries, list) or not entries:
+        raise _refuse(folder, "must be a non-empty list of modules")
+    return entries
+
+
 def _config(where: Path, name: str, required: bool) -> dict:
     path = where / name
     if not path.is_file():
@@ -360,12 +371,7 @@ def read_modules(folder: Path, d_model: int, max_len: int) -> tuple[Path, Embedd
         InteropError: a module attnviz does not run, a path outside the folder, modules out of
             order, or a module's config or weights that do not fit.
     """
-    try:
-        entries = json.loads((folder / MODULES).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(folder, f"not readable JSON ({shorten(str(exc), 120)})") from None
-    if not isinstance(entries, list) or not entries:
-        raise _refuse(folder, "must be a non-empty list of modules")
+    entries = _entries(folder)
     kinds = [_kind(e, i, folder) for i, e in enumerate(entries)]
     order = [k for k, _ in kinds]
     if order[:2] != ["Transformer", "Pooling"] or {"Transformer", "Pooling"} & set(order[2:]):
@@ -429,12 +435,7 @@ def load_sentence_checkpoint(path: str | Path, device: str | torch.device = "cpu
 
 def read_modules_path(folder: Path) -> Path:
     """The Transformer module's folder (checked before anything is loaded)."""
-    try:
-        entries = json.loads((folder / MODULES).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(folder, f"not readable JSON ({shorten(str(exc), 120)})") from None
-    if not isinstance(entries, list) or not entries:
-        raise _refuse(folder, "must be a non-empty list of modules")
+    entries = _entries(folder)
     kind, where = _kind(entries[0], 0, folder)
     if kind != "Transformer":
         raise _refuse(folder, f"the first module is {kind}; attnviz runs Transformer -> Pooling "
