@@ -8,6 +8,8 @@ the model and the errors.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 
 import torch
@@ -53,15 +55,50 @@ def check_tensors(expected: dict[str, Tensor], tensors: dict[str, Tensor], where
             raise CheckpointError(f"{where}: {label}: {', '.join(names[:4])}{more}")
 
 
+def finite(t: Tensor) -> bool:
+    """Whether every number of ``t`` is finite: its sum first (NaN and inf carry into it; a
+    few milliseconds for a 168M-number table), the cells only when the sum is not finite
+    (an overflowing sum of finite numbers)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return True
+    with torch.no_grad():
+        if bool(torch.isfinite(t.sum(dtype=torch.float64))):
+            return True
+        return bool(torch.isfinite(t).all())
+
+
 def load_tensors(model: torch.nn.Module, tensors: dict[str, Tensor], where) -> None:
     """Copy ``tensors`` into ``model`` (names and shapes already checked); refuse NaN/inf."""
     expected = unique_state_dict(model)
     with torch.no_grad():
         for k, t in expected.items():
             t.copy_(tensors[k].to(t.dtype))
-    bad = [k for k, t in expected.items() if not torch.isfinite(t).all()]
+    bad = [k for k, t in expected.items() if not finite(t)]
     if bad:
         raise CheckpointError(f"{where}: NaN or inf in {', '.join(shorten(k) for k in bad[:4])}")
+
+
+#: torch.nn.init's in-place initialisers: skipped while a model that is about to receive a
+#: checkpoint's tensors is built (its random start was thrown away at once)
+_INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
+          "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_")  # fmt: skip
+_INIT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_init():
+    """Parameters left as allocated (every one is then overwritten: check_tensors made sure
+    each has a tensor); buffers computed in the constructors (position tables) are kept."""
+    init = torch.nn.init
+    with _INIT_LOCK:
+        saved = {name: getattr(init, name) for name in _INITS}
+        try:
+            for name in _INITS:
+                setattr(init, name, lambda tensor, *args, **kwargs: tensor)
+            yield
+        finally:
+            for name, fn in saved.items():
+                setattr(init, name, fn)
 
 
 def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Path) -> Transformer:
@@ -80,6 +117,7 @@ def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Pa
     with torch.device("meta"):
         skeleton = Transformer(config)
     check_tensors(unique_state_dict(skeleton), tensors, where)
-    model = Transformer(config)
+    with _no_init():  # every parameter is overwritten just below
+        model = Transformer(config)
     load_tensors(model, tensors, where)
     return model.eval()

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 import torch
-from helpers import make_model
+from helpers import make_model, random_batch
 
 import attnviz
 from attnviz.checkpoint import METADATA, WEIGHTS, read_tensors, write_tensors
@@ -298,3 +298,33 @@ def test_config_json_that_is_not_json_is_refused(tmp_path, save):
     with pytest.raises(CheckpointError, match="config.json is not valid JSON") as e:
         attnviz.load_checkpoint(folder)
     _one_line(e)
+
+
+def test_the_finite_check_reads_the_sum_first_and_the_cells_when_it_must():
+    from attnviz.core.weights import finite
+
+    t = torch.randn(1000)
+    assert finite(t)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        u = t.clone()
+        u[123] = bad
+        assert not finite(u)
+    huge = torch.full((10,), 3e38)  # finite numbers whose float32 sum would overflow
+    assert finite(huge) and finite(torch.zeros(0)) and finite(torch.arange(3))
+
+
+def test_a_model_built_for_a_checkpoint_skips_the_random_start_and_keeps_its_buffers():
+    """build_model leaves parameters as allocated (each is overwritten at once) but keeps
+    what constructors compute (a sinusoid table); nn.init works again afterwards."""
+    from attnviz.core.weights import build_model, unique_state_dict
+
+    ref = make_model(seed=3)
+    state = {k: v.clone() for k, v in unique_state_dict(ref).items()}
+    built = build_model(ref.config, state, "test")
+    for (k, a), b in zip(ref.state_dict().items(), built.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+    src, tgt, sp, tp = random_batch(ref)
+    assert torch.equal(ref(src, tgt, sp, tp), built(src, tgt, sp, tp))
+    w = torch.zeros(3, 3)
+    torch.nn.init.uniform_(w)
+    assert bool((w != 0).any())
