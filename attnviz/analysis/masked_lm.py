@@ -196,12 +196,19 @@ def read_pass(ckpt: Checkpoint, text: str, edits: Sequence[Edit] = ()) -> ReadPa
 def read_sentence(ckpt: Checkpoint, text: str, k: int = 5) -> MaskFill:
     """One pass of an encoder-only model over ``text`` (a sentence or ``first [SEP] second``):
     its attention, and the ``k`` best fillers at each mask token (none where there is none:
-    the attention of a sentence without a mask token is read all the same).
+    the attention of a sentence without a mask token is read all the same; a base encoder,
+    without a head, gives its attention and no fillers).
 
     Raises:
         InputError: not an encoder-only model, a bad ``k``, an empty or too long text.
     """
-    _check(ckpt, k)
+    _check(ckpt, k, head=False)
+    if not ckpt.config.lm_head:  # a base encoder (a sentence embedder): its attention alone
+        enc, types = read_inputs(ckpt, text)
+        ids = torch.tensor([enc.ids], device=ckpt.device)
+        with torch.no_grad(), record(ckpt.model) as trace:
+            ckpt.model.encode(ids, None, type_ids(ckpt, [types]))
+        return MaskFill(list(enc.pieces), list(enc.ids), types, [], trace)
     read = read_pass(ckpt, text)
     fillers = []
     for pos in read.scored if read.masked else []:
@@ -266,13 +273,13 @@ def predictions(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> l
     return [top[i][real[i]].tolist() for i in range(top.shape[0])]
 
 
-def _check(ckpt: Checkpoint, k: int) -> None:
+def _check(ckpt: Checkpoint, k: int, head: bool = True) -> None:
     if ckpt.config.arch != "encoder-only":
         raise InputError(
             f"mask filling needs an encoder-only model (BERT, RoBERTa); this one is "
             f"{ckpt.config.arch}"
         )
-    if not ckpt.config.lm_head:
+    if head and not ckpt.config.lm_head:
         raise InputError(
             "this base encoder has no masked-LM head: it fills no mask (its attention and "
             "embeddings are read with attnviz.record / Checkpoint.embed)"

@@ -13,7 +13,7 @@ import torch
 
 import attnviz
 import attnviz.interop.hf
-from attnviz.analysis import fill_mask, similarity
+from attnviz.analysis import fill_mask, read_sentence, similarity
 from attnviz.core.errors import InputError, InteropError
 from tests import hf_families
 from tests.helpers import BERT_CORPUS
@@ -160,6 +160,9 @@ def test_base_encoders_open_and_record_what_transformers_computes(bases, family,
         assert (trace.weights("encoder_self", layer) - theirs).abs().max() <= 2e-5
     with pytest.raises(InputError, match="no masked-LM head"):
         fill_mask(ckpt, "the [MASK] sat")
+    read = read_sentence(ckpt, "the cat sat on the mat")  # attention alone, no fillers
+    assert read.fillers == [] and read.ids == enc.ids
+    assert (read.trace.weights("encoder_self", 0) - ref.attentions[0]).abs().max() <= 2e-5
     with pytest.raises(InputError, match="no output head"):
         ckpt.model(ids)
     with pytest.raises(InputError, match="not a sentence embedder"):
