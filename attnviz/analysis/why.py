@@ -37,8 +37,9 @@ class Prepared:
     """One input as the analyses run it: the stream read (``"decoder"``, or ``"encoder"`` for
     a masked-LM model), its ids and tokens, and the position whose prediction is explained.
 
-    ``run(ids)`` runs the real model on ids of this stream (``[1, T]``) -> logits
-    ``[1, T, V]``; the source of an encoder-decoder model stays fixed.
+    ``run(ids)`` runs the real model on ids of this stream (``[N, T]``) -> logits
+    ``[N, T, V]``; the source of an encoder-decoder model (``source``) stays fixed and is
+    encoded in every run (an edit may reach the encoder).
     """
 
     stack: str
@@ -46,7 +47,7 @@ class Prepared:
     tokens: list[str]
     position: int
     run: Callable[[Tensor], Tensor]
-    produced: int | None = None  # the token the model produced at ``position``, if known
+    source: list[int] | None = None  # an encoder-decoder model's source ids (text)
 
     def tensor(self, device) -> Tensor:
         return torch.tensor([self.ids], device=device)
@@ -111,41 +112,36 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
 
         enc, types = read_inputs(ckpt, text)
         ids = list(enc.ids)
-        pos = scored_positions(ckpt, ids)[0] if len(ids) < 2 or step is None else step
+        pos = scored_positions(ckpt, ids)[0] if step is None else step
         if step is None and pos == 0 and len(ids) > 1:
             pos = 1  # no mask token: the first real token after the start
         if not 0 <= pos < len(ids):
             raise InputError(f"step is a position 0..{len(ids) - 1} of this input, got {pos}")
-        tt = torch.tensor([types], device=dev)
+        tt = torch.tensor([types], device=dev) if cfg.type_vocab_size else None
 
         def run_mlm(x: Tensor) -> Tensor:
-            return model(x, token_type_ids=tt if cfg.type_vocab_size else None)
+            return model(x, token_type_ids=None if tt is None else tt.expand_as(x))
 
         toks = [label(ckpt, i, "encoder") for i in ids]
         return Prepared("encoder", ids, toks, pos, run_mlm)
     k = step or 0
+    source = None
     if cfg.arch == "decoder-only":
         prompt = list(ckpt.encode_source(text).ids)
         out = _greedy(ckpt, torch.tensor([prompt], device=dev), k) if k else []
         ids = prompt + out[:k]
 
-        def run_lm(x: Tensor) -> Tensor:
+        def run(x: Tensor) -> Tensor:
             return model(x)
-
-        run = run_lm
     else:
         src = ckpt.source_tensor(text)
+        source = None if ckpt.is_audio else src[0].tolist()
         out = _greedy(ckpt, src, k) if k else []
         ids = [cfg.bos_id] + out[:k]
-        memory = None
 
-        def run_seq2seq(x: Tensor) -> Tensor:
-            nonlocal memory
-            if memory is None:  # the source is fixed: encode it once
-                memory = model.encode(src)
-            return model.decode(x, memory)
+        def run(x: Tensor) -> Tensor:  # the whole model: edits may reach the encoder
+            return model(src.expand(x.shape[0], *src.shape[1:]), x)
 
-        run = run_seq2seq
     if len(out) < k:
         raise InputError(
             f"the greedy output ends after {len(out)} tokens; step must be 0..{len(out) - 1}"
@@ -153,7 +149,7 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     if len(ids) > cfg.max_len:
         raise InputError(f"step {k} reaches past this model's {cfg.max_len} positions")
     toks = [label(ckpt, i) for i in ids]
-    return Prepared("decoder", ids, toks, len(ids) - 1, run)
+    return Prepared("decoder", ids, toks, len(ids) - 1, run, source=source)
 
 
 def _greedy(ckpt: Checkpoint, src: Tensor, k: int) -> list[int]:
