@@ -141,12 +141,15 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     """Load a checkpoint folder (or its ``model.safetensors``) into an eval-mode model.
 
     A Hugging Face folder (``config.json`` with a ``model_type``: Marian, BART, mBART,
-    Pegasus, FSMT, T5) is opened the same way, through :mod:`attnviz.interop.hf`.
+    Pegasus, FSMT, T5) is opened the same way, through :mod:`attnviz.interop.hf`; so are a
+    CTranslate2 folder and a GGUF file (``*.gguf``: llama, qwen2, gpt2, gemma3, dequantized to
+    float32), through :mod:`attnviz.interop.ctranslate2` and :mod:`attnviz.interop.gguf`.
 
     Raises:
         CheckpointError: missing or truncated file, a pickle, bad metadata, or tensors whose
             names or shapes do not match the config.
-        InteropError: a Hugging Face folder of an unsupported ``model_type``.
+        InteropError: a Hugging Face folder of an unsupported ``model_type``, a GGUF file of
+            an architecture attnviz does not run.
     """
     path = Path(path).expanduser()
     for is_format, load in FOLDER_FORMATS:  # Hugging Face folders (attnviz.interop.hf)
