@@ -9,9 +9,11 @@ from .ablation import AblationResult, HeadEffect, ablate, all_heads, head_effect
 from .align import AlignmentReport, alignment, parse_pharaoh, read_pharaoh, write_pharaoh
 from .attribution import Attribution, attribute, spearman
 from .compare import Comparison, TokenChange, compare
+from .dla import DirectAttribution, Part, direct_attribution
 from .export import Inspection, inspect_text, write_json, write_npz
 from .faithful import METHODS as FAITHFULNESS_METHODS
 from .faithful import FaithfulnessReport, faithfulness
+from .flow import Edge, Flow, flow
 from .health import Finding, HealthReport, check
 from .induction import InductionScores, induction_scores
 from .lenses import LENSES, lens
@@ -26,13 +28,30 @@ from .masking import (
     padding_experiment,
     references,
 )
+from .patching import PatchHeads, Patching, PatchStream, PatchWeights, patch
 from .similarity import Similarity, similarity
 from .speech_align import HeadTiming, TimedClip, read_word_times, score_heads
 from .stats import METRICS, HeadStats, head_stats, matrix_stats, role_of
 from .timestamps import Alignment, Word, alignment_heads, speech_alignment, word_timestamps
 from .whatif import Decode, WhatIf, what_if
+from .why import LensGrid, LogitLens, lens_grid, logit_lens
 
 __all__ = [
+    "DirectAttribution",
+    "Part",
+    "direct_attribution",
+    "Edge",
+    "Flow",
+    "flow",
+    "PatchHeads",
+    "PatchStream",
+    "PatchWeights",
+    "Patching",
+    "patch",
+    "LensGrid",
+    "LogitLens",
+    "lens_grid",
+    "logit_lens",
     "Similarity",
     "similarity",
     "MaskFill",
