@@ -17,6 +17,7 @@ from ..core.errors import AttnvizError, one_line
 from ..core.version import __version__
 from . import analysis as cli_analysis
 from . import debug as cli_debug
+from . import why as cli_why
 from .analysis import task_inputs  # noqa: F401  (public here before cli_analysis)
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "reverse"
@@ -421,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_debug.add_compare_parser(sub)
     cli_debug.add_beam_parser(sub)
     cli_debug.add_export_hf_parser(sub)
+    cli_why.add_why_parsers(sub)
     return parser
 
 
