@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -193,7 +194,8 @@ def test_beam_panel_follows_the_checkpoints_length_limit(models_dir, tmp_path):
     shutil.copytree(models_dir / "reverse", folder)
     state = session.new_state(str(folder))
     ckpt = store.get_checkpoint(folder)  # the app's own copy of this folder
-    ckpt.max_new_tokens = 3  # what a Hugging Face folder's generation config sets
+    # what a Hugging Face folder's generation config sets, in the one place every decode asks
+    ckpt.decoding = dataclasses.replace(ckpt.decoding, max_new=3)
     out = session.beam(state, 4, text="helloworld")
     assert "<b>dlr</b>" in out, out  # beam search stops at the limit, as greedy does
     assert "the same as greedy <b>dlr</b>" in out
