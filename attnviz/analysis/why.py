@@ -92,6 +92,8 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     """``text`` (an audio model: a clip) as the analyses run it.
 
     Args:
+        text: the input; or a list of token ids (decoder-only: the prompt; encoder-decoder:
+            the source; encoder-only: the sentence), read as they are.
         step: which decoding step to explain: 0 (default) the first token after the prompt
             (decoder-only) or after the start id (encoder-decoder); ``k`` the token after the
             first ``k`` greedy tokens. A masked-LM model: the position read (default its
@@ -110,8 +112,11 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     if cfg.arch == "encoder-only":
         from .masked_lm import read_inputs, scored_positions
 
-        enc, types = read_inputs(ckpt, text)
-        ids = list(enc.ids)
+        if _is_ids(text):
+            ids, types = list(text), [0] * len(text)
+        else:
+            enc, types = read_inputs(ckpt, text)
+            ids = list(enc.ids)
         pos = scored_positions(ckpt, ids)[0] if step is None else step
         if step is None and pos == 0 and len(ids) > 1:
             pos = 1  # no mask token: the first real token after the start
@@ -127,14 +132,14 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     k = step or 0
     source = None
     if cfg.arch == "decoder-only":
-        prompt = list(ckpt.encode_source(text).ids)
+        prompt = list(text) if _is_ids(text) else list(ckpt.encode_source(text).ids)
         out = _greedy(ckpt, torch.tensor([prompt], device=dev), k) if k else []
         ids = prompt + out[:k]
 
         def run(x: Tensor) -> Tensor:
             return model(x)
     else:
-        src = ckpt.source_tensor(text)
+        src = torch.tensor([list(text)], device=dev) if _is_ids(text) else ckpt.source_tensor(text)
         source = None if ckpt.is_audio else src[0].tolist()
         out = _greedy(ckpt, src, k) if k else []
         ids = [cfg.bos_id] + out[:k]
@@ -150,6 +155,15 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
         raise InputError(f"step {k} reaches past this model's {cfg.max_len} positions")
     toks = [label(ckpt, i) for i in ids]
     return Prepared("decoder", ids, toks, len(ids) - 1, run, source=source)
+
+
+def _is_ids(text) -> bool:
+    """A list of token ids given instead of text (read as they are, no tokenizer)."""
+    return (
+        isinstance(text, (list, tuple))
+        and bool(text)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in text)
+    )
 
 
 def _greedy(ckpt: Checkpoint, src: Tensor, k: int) -> list[int]:

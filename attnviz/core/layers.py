@@ -20,7 +20,8 @@ from .positions import RelativePositionBias, rotary_angles, rotary_frequencies
 
 
 class RMSNorm(nn.Module):
-    """T5's norm: scale by the root mean square (in float32), no centring, no bias.
+    """T5's norm: scale by the root mean square (in float32; a float64 model in float64), no
+    centring, no bias.
 
     With an ``offset`` (Gemma: 1.0) the scale is ``offset + weight``, applied in float32
     before the cast back, as Gemma computes it; the weight starts at ``1 - offset``.
@@ -33,10 +34,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``x [..., W]`` -> ``[..., W]`` (W: D, or Dh for a per-head QK-norm)."""
-        variance = x.float().pow(2).mean(-1, keepdim=True)  # [..., 1]
-        normed = x.float() * torch.rsqrt(variance + self.eps)  # [..., W] float32
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))  # float32, float64 kept
+        variance = wide.pow(2).mean(-1, keepdim=True)  # [..., 1]
+        normed = wide * torch.rsqrt(variance + self.eps)  # [..., W] float32 (or float64)
         if self.offset:
-            return (normed * (self.offset + self.weight.float())).to(x.dtype)
+            return (normed * (self.offset + self.weight.to(normed.dtype))).to(x.dtype)
         return self.weight * normed.to(x.dtype)
 
 
