@@ -31,6 +31,16 @@ fi
 echo "attnviz: installing attnviz and its test tools"
 "$PY" -m pip install --quiet -e ".[test]"
 
+# llama.cpp, the engine GGUF users run, is the second oracle of the GGUF tests: built from
+# source (a few minutes; no native CPU tuning: a native build crashes in decode on some
+# CPUs). Where it cannot be built, those tests skip and say why.
+if ! "$PY" -c "import llama_cpp" 2>/dev/null && [ "${ATTNVIZ_NO_LLAMA_CPP:-}" != 1 ]; then
+    echo "attnviz: building llama-cpp-python for the GGUF tests (a few minutes, once)"
+    CMAKE_ARGS="${ATTNVIZ_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF}" \
+        "$PY" -m pip install --quiet "llama-cpp-python>=0.3" >/dev/null 2>&1 \
+        || echo "attnviz: could not build llama-cpp-python; its tests will skip"
+fi
+
 # The browser tests drive the system Chromium through Playwright (Playwright's own browser
 # download is not used). Install it where we can; without it those tests skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "${ATTNVIZ_NO_CHROMIUM:-}" != 1 ]; then
