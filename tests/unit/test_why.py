@@ -220,3 +220,55 @@ def test_flow_routes_the_induction_through_the_earlier_f():
     assert json.loads(f.json())["route"] == f.route
     loose = flow(ckpt, "abcdefabcde", threshold=0.0)
     assert len(loose.edges) > len(f.edges)
+
+
+def test_cli_why_patch_flow(tmp_path, capsys):
+    from attnviz.cli.commands import main
+
+    m = str(INDUCTION)
+    assert main(["why", m, "--text", "abcdefabcde", "--out", str(tmp_path / "w.json")]) == 0
+    assert "why 'f'" in capsys.readouterr().out
+    assert json.loads((tmp_path / "w.json").read_text())["token"] == "f"
+    assert (
+        main(
+            [
+                "patch",
+                m,
+                "--clean",
+                "abcdefabcde",
+                "--corrupted",
+                "abcdxfabcde",
+                "--answer",
+                "f",
+                "--wrong",
+                "x",
+                "--what",
+                "heads",
+                "--out",
+                str(tmp_path / "p.npz"),
+            ]
+        )
+        == 0
+    )
+    assert np.load(tmp_path / "p.npz")["grid"].shape == (2, 4)
+    assert main(["flow", m, "--text", "abcdefabcde"]) == 0
+    assert "information flow" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "patch",
+                m,
+                "--clean",
+                "abcdefabcde",
+                "--corrupted",
+                "abc",
+                "--answer",
+                "f",
+                "--wrong",
+                "x",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "clean has 12" in err and err.count("\n") == 1
