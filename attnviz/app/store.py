@@ -30,9 +30,11 @@ from ..core.tempdirs import clean_stale, make_temp_dir
 from ..interop.hf import is_hf_folder
 from ..train.evaluate import DEV_PAIRS  # a corpus run's dev pairs: the Expected line
 from ..train.snapshots import SNAPSHOTS
+from . import workers
 from .examples import examples_for as examples_for  # imported from here too
 from .examples import examples_of as examples_of
 from .filekinds import sniff
+from .upload_space import check_space, owner_dir  # the disk budget, per-session folders
 from .workers import WorkerStopped, facade, remote_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -493,8 +495,6 @@ def import_upload(
     if sum(f.stat().st_size for f in files) > MAX_UPLOAD_BYTES:
         raise CheckpointError(f"the upload is larger than {MAX_UPLOAD_BYTES >> 20} MB")
     root = private_dir("uploads").resolve()  # the loader names resolved paths
-    from .uploads import check_space, owner_dir  # the disk budget and per-session folders
-
     check_space(root, sum(f.stat().st_size for f in files))
     dest = owner_dir(root, owner) / _digest(files) / _upload_name(files)
     tmp = Path(tempfile.mkdtemp(prefix="incoming-", dir=root))
@@ -553,3 +553,6 @@ def _public(message: str, root: Path, dest: Path | None = None) -> str:
     if dest is not None:
         message = message.replace(f"{dest}/", "the upload's ").replace(str(dest), "the upload")
     return re.sub(re.escape(str(root)) + r"[^\s'\":,]*", "the upload", message)
+
+
+workers.register_store(is_shipped, get_checkpoint, model_name)  # what workers ask of the store

@@ -39,6 +39,22 @@ from ..core.errors import AttnvizError, InputError, one_line
 
 #: True inside a worker: every :func:`remote` function runs right here.
 IN_WORKER = False
+#: what the worker module asks of the store (registered by :mod:`attnviz.app.store`, which
+#: imports this module): whether a model is shipped, and the store's loader
+_STORE: dict[str, Callable] = {
+    "is_shipped": lambda path: True,  # no store: every model runs in this process
+    "get_checkpoint": lambda path, device: None,
+    "model_name": lambda path: str(path).rsplit("/", 1)[-1],
+}
+#: called in a new worker with its memory limit (bytes), before it serves (the decoders'
+#: budget registers here: :mod:`attnviz.app.decoders`)
+ON_START: list[Callable[[int], None]] = []
+
+
+def register_store(is_shipped: Callable, get_checkpoint: Callable, model_name: Callable) -> None:
+    """The store's answers this module needs (it may not import the store: the store
+    imports it): shipped or not, the loader, a model's menu name (never its path)."""
+    _STORE.update(is_shipped=is_shipped, get_checkpoint=get_checkpoint, model_name=model_name)
 #: A test-only hook, read when a worker starts: ``"abort:NAME"`` makes the worker
 #: ``os.abort()`` on a request whose arguments mention NAME; ``"alloc:NAME"`` makes it allocate
 #: until its address-space limit stops it. Unset in use.
@@ -119,9 +135,8 @@ def _serve(conn, memory: int, threads: int, hook: str) -> None:
     IN_WORKER = True
     if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        from .decoders import DECODERS
-
-        DECODERS.budget = memory // 3  # this worker's sessions' recorded rows
+        for start in ON_START:  # the decoders' budget: a third of this worker's memory
+            start(memory)
     torch.set_num_threads(max(1, threads))
     while True:
         try:
@@ -310,9 +325,7 @@ def remote_path(path: str | Path) -> bool:
     """Whether the model at ``path`` runs in a worker (from this process's point of view)."""
     if _POOL is None or IN_WORKER or not path:
         return False
-    from . import store
-
-    return not store.is_shipped(path)
+    return not _STORE["is_shipped"](path)
 
 
 def remote(
@@ -342,9 +355,7 @@ def remote(
             except WorkerStopped as exc:
                 if refused is None:
                     raise
-                from . import store
-
-                line = f"{store.model_name(model)}: {exc}"
+                line = f"{_STORE['model_name'](model)}: {exc}"
                 return refused(*args, message=f"⚠ {line}", **kwargs)
 
         return call
@@ -371,9 +382,7 @@ class Facade(Checkpoint):
 
 def facts(path: str, device: str) -> Facade:
     """Run in the worker: open the model at ``path`` and describe it for the server."""
-    from . import store
-
-    ckpt = store.get_checkpoint(path, device)
+    ckpt = _STORE["get_checkpoint"](path, device)
     return Facade(
         model=None, src_tokenizer=None, tgt_tokenizer=None, config=ckpt.config,
         meta=ckpt.meta, path=ckpt.path, rules=ckpt.rules, max_new_tokens=ckpt.max_new_tokens,

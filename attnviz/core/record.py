@@ -318,7 +318,8 @@ class _Recorder:
     ):
         self.outer = outer
         self.trace = Trace()
-        self._layers = {id(m) for m in model.modules() if hasattr(m, "index")}
+        modules = model.modules() if hasattr(model, "modules") else ()  # a stand-in: none
+        self._layers = {id(m) for m in modules if hasattr(m, "index")}
         self._stream_edits = [e for e in edits if edits_stream(e)]
         self._keep_streams, self._detach = streams, detach
         #: an edit of the stream is active here or outside: decoding keeps the module path

@@ -21,7 +21,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import handle_file  # noqa: E402
 from helpers import MODELS, launched_app  # noqa: E402
 
-from attnviz.app import store, uploads, workers  # noqa: E402
+from attnviz.app import store, upload_space, workers  # noqa: E402
 
 OUTPUT, STATUS = 0, 1
 GB = 1 << 30
@@ -159,7 +159,7 @@ def test_a_sessions_upload_runs_in_a_worker_and_goes_with_the_session(pooled, tm
 def test_uploads_are_refused_past_the_disk_budget(tmp_path, monkeypatch):
     from attnviz.app import session
 
-    monkeypatch.setattr(uploads, "DISK_BUDGET", 1000)
+    monkeypatch.setattr(upload_space, "DISK_BUDGET", 1000)
     z = zipped(MODELS / "reverse", tmp_path / "big.zip")
     view = session.upload_model(session.new_state(), [z])
     assert "space for uploads" in view.message and "/tmp" not in view.message
