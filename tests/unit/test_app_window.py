@@ -75,3 +75,15 @@ def test_the_mask_lab_switches_a_layers_window_off(windowed):
     assert bool(m1.numpy()[future].all())  # the causal mask kept
     with pytest.raises(attnviz.AttnvizError, match="see every key"):
         attnviz.analysis.mask_lab(attnviz.load_checkpoint(windowed), prompt, window_off=[1])
+
+
+def test_a_gguf_language_model_is_offered_prompts_that_show_something(tmp_path):
+    from types import SimpleNamespace
+
+    from attnviz.app.examples import LLM_PROMPTS, examples_of
+
+    ckpt = SimpleNamespace(task=None, masked_lm=False, meta={"format": "gguf"},
+                           path=tmp_path / "model.gguf")  # fmt: skip
+    out = examples_of(ckpt)
+    assert out == list(LLM_PROMPTS) and len(out[-1]) > 2000  # longer than a 512-token window
+    assert examples_of(SimpleNamespace(**{**vars(ckpt), "meta": {}})) == []
