@@ -811,7 +811,13 @@
     if (key && canvas._key === key && canvas.style.display !== "none") return true;
     canvas._key = key;
     let panels;
-    if (head === "all heads") panels = Array.from({ length: S.H }, (_, h) => ({ mat: matrix(kind, lay, h), title: `H${h}`, outline }));
+    // a decoder-only model's heads side by side: each one's share on the first key (<bos>,
+    // the attention sink) in the row of the step shown
+    const sinkOf = (mat) => {
+      if (kind !== "decoder_self" || S.arch !== "decoder-only" || typeof outline !== "number" || outline < 0 || outline >= mat.tq || mat.m[outline * mat.tk]) return "";
+      return ` · ${short(mat.xl[0] || "key 0", 8)} ${mat.z[outline * mat.tk].toFixed(2)}`;
+    };
+    if (head === "all heads") panels = Array.from({ length: S.H }, (_, h) => { const mat = matrix(kind, lay, h); return { mat, title: `H${h}${sinkOf(mat)}`, outline }; });
     else panels = [{ mat: matrix(kind, lay, head === "mean" ? -1 : +head.slice(1)), outline }];
     empty.style.display = "none"; canvas.style.display = "block";
     drawPanels(canvas, panels, { title: t, cols: head === "all heads" ? Math.min(4, S.H) : 1, vmax: vmaxOf(panels.map((x) => x.mat)), maxCell: 34 });
