@@ -105,6 +105,8 @@ def score_reference(ckpt: Any, source: str, target: str | list[int]) -> Scored:
     elif ckpt.config.arch == "decoder-only":  # prompt + reference, one sequence
         prompt = ckpt.encode_source(source).ids  # the input's refusals come first
         ids = target_ids(ckpt, target)
+        if isinstance(target, str) and len(ids) > 1 and ids[0] == ckpt.config.bos_id:
+            ids = ids[1:]  # a tokenizer that starts every text (Llama, Gemma): the prompt has it
         if len(prompt) + len(ids) - 1 > ckpt.config.max_len:
             raise InputError(
                 f"the prompt and the reference hold {len(prompt) + len(ids) - 1} tokens; "

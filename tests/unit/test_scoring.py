@@ -50,3 +50,28 @@ def test_score_takes_ids_and_refuses_bad_input(reverse_ckpt):
         reverse_ckpt.score("abc", [10**6])
     with pytest.raises(attnviz.InputError, match="at most"):
         reverse_ckpt.score("abc", "a" * (reverse_ckpt.config.max_len + 5))
+
+
+def test_a_decoder_only_reference_is_not_started_again(models_dir):
+    """A tokenizer that starts every text with the start id (Llama, Gemma 3) scores the
+    reference after the prompt without a second start token inside the sequence."""
+    import copy
+    from types import SimpleNamespace
+
+    ckpt = attnviz.load_checkpoint(models_dir / "induction")
+    from attnviz.decode.scoring import score_reference
+
+    plain = score_reference(ckpt, "qXb3LmZ7", "tRw2")
+    starting = copy.copy(ckpt)
+    tok = ckpt.tgt_tokenizer
+
+    class Starting:  # the tokenizer, with the start id before every text
+        def encode(self, text):
+            return SimpleNamespace(ids=[ckpt.config.bos_id, *tok.encode(text).ids])
+
+        def token(self, i):
+            return tok.token(i)
+
+    starting.tgt_tokenizer = Starting()
+    assert score_reference(starting, "qXb3LmZ7", "tRw2").ids == plain.ids
+    assert plain.ids[0] != ckpt.config.bos_id
