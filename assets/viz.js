@@ -423,7 +423,9 @@
     const barW = opts.noBar ? 0 : 56;
     const panelW = Math.floor((avail - barW) / cols);
     let base = Math.floor((panelW - left - 8) / tk);
-    base = Math.max(2, Math.min(base, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
+    // 2 px a cell at least, or 1 where that fits the panel and 2 would not (a 614-token prompt:
+    // the whole matrix, its colour bar and legend in view; + zooms in)
+    base = Math.max(base === 1 ? 1 : 2, Math.min(base, opts.maxCell || 26, Math.floor((opts.maxH || 560) / tq)));
     // a few rows of many keys (cross-attention of a long input): taller rows, up to the cap
     const baseH = opts.tiny ? base : Math.max(base, Math.min(opts.maxCell || 26, 22, Math.floor((opts.maxH || 560) / tq)));
     const cellPx = base * zm.z, cellH = baseH * zm.z; // integers: every cell the same whole pixels

@@ -87,6 +87,10 @@ def test_a_local_layer_draws_the_recorded_weights_and_the_window(page, ckpt, tra
     assert "gemma" in info.lower(), info
     menu = page.locator(f"#{PANEL} .av-layer option").all_inner_texts()
     assert menu[LOCAL] == "L0 local (window 512)" and menu[GLOBAL] == "L5 global"
+    fits = (
+        "(id) => { const p = document.getElementById(id); return p.scrollWidth <= p.clientWidth; }"
+    )
+    assert page.evaluate(fits, PANEL)  # 614 keys at 1 px: the colour bar and legend in view
     window = trace.window("decoder_self", LOCAL)[0, 0].numpy()  # [T, T] bool
     mask = trace.numpy("decoder_self", LOCAL, "mask")[0, 0]
     t = window.shape[0]
