@@ -40,6 +40,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "ablate": (state.model, state.epoch),
         "align": (state.model, state.epoch),
         "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
+        "similarity": (state.model, version),  # the Similarity tab: its own sentences
         "model": (state.model, version),
         # a checkpoint without a task is checked on the current input (stamped only then)
         "health": (state.model, version, state.epoch),

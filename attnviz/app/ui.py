@@ -31,11 +31,13 @@ from . import (
     panels,
     reference,
     session,
+    similarity_view,
     speech,
     store,
     ui_align,
     ui_compare,
     ui_labs,
+    ui_similarity,
     ui_step,
     uploads,
 )
@@ -80,6 +82,7 @@ class Page:
             ui_labs.other_tabs(self, state)
             ui_align.align_tab(self)
             ui_compare.compare_tab(self)
+            ui_similarity.similarity_tab(self)
 
     # -- what events return --------------------------------------------------------------------
     def decode_outputs(self) -> list:
@@ -216,6 +219,7 @@ class Page:
             self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
             self.attr_vs_plot, self.attr_vs_msg, self.attr_alt, self.wi_strip, self.wi_msg,
             self.wi_result, self.ref_msg, self.ref_strip, self.ref_plot,
+            *ui_similarity.outputs(self),
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -270,6 +274,8 @@ class Page:
             out[self.ref_plot] = shown_plot(dark([v.figure], theme)[0])
         elif "reference" in stale:
             out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: shown_plot(None)})
+        if "similarity" in stale:
+            out.update(ui_similarity.cleared(self, state))
         if "health" in stale:
             out.update({self.health_html: STALE, self.health_plot: None})
         if "model" in plan.renew:
@@ -307,6 +313,7 @@ def build_app(
     its last decoding event; gradio's temporary files (uploads, exports) after an hour.
     """
     title = "attnviz — attention inspector"
+    similarity_view.register_models()  # all-MiniLM-L6-v2 when its package is installed
     if model:
         store.model_name(model)  # a --model folder gets its name in the menu
     speech.register_models()  # Whisper tiny.en when its package is installed
@@ -322,6 +329,7 @@ def build_app(
         ui_step.wire_whatif(p)
         ui_align.wire(p)
         ui_compare.wire(p)
+        ui_similarity.wire(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
             lambda s: ui_step.answer(session.render(dataclasses.replace(s, page_rows=-1))),
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,

@@ -1,0 +1,116 @@
+"""The Similarity tab: sentence A (the input box above by default), B and an optional C, a
+Compare button, and what :func:`attnviz.app.similarity_view.compare` returns; its events.
+
+Computed when Compare asks (named API endpoint ``similarity``:
+``Client(url).predict(a, b, c, input, theme, api_name="/similarity")``), never on a Step;
+cleared with the "changed since" note when the model changes (:func:`cleared`, called by
+:meth:`attnviz.app.ui.Page.follow`).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import similarity_view as sv
+from .pagetext import STALE, THEME_JS
+from .stamps import panel_stamps as stamp
+from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+
+
+def similarity_tab(p) -> None:
+    """The tab's layout: the three sentences, Compare and the JSON download, the results."""
+    with gr.Tab("Similarity", elem_id="tab-similarity") as p.sim_tab:
+        gr.Markdown(sv.INTRO, elem_classes="explain")
+        p.sim_note = gr.Markdown(visible=False, elem_id="similarity-note", elem_classes="explain")
+        with gr.Column() as p.sim_body:
+            with gr.Row(equal_height=True):
+                p.sim_a = gr.Textbox(
+                    label="sentence A", placeholder="empty: the input box above", lines=2,
+                    elem_id="similarity-a",
+                )  # fmt: skip
+                p.sim_b = gr.Textbox(label="sentence B", lines=2, elem_id="similarity-b")
+                p.sim_c = gr.Textbox(
+                    label="sentence C (optional: is B or C closer to A?)", lines=2,
+                    elem_id="similarity-c",
+                )  # fmt: skip
+            with gr.Row():
+                p.sim_btn = gr.Button(
+                    "Compare", variant="primary", elem_id="similarity-btn", scale=0
+                )
+                p.sim_json = gr.DownloadButton(
+                    "JSON", visible=False, elem_id="similarity-json", scale=0, size="sm"
+                )
+            p.sim_msg = gr.Markdown(elem_id="similarity-message")
+            with gr.Row():
+                with gr.Column(scale=3):
+                    p.sim_pairs = gr.Plot(
+                        label="token pairs: A (rows) × B (columns)", elem_id="similarity-pairs",
+                        visible=False,
+                    )  # fmt: skip
+                with gr.Column(scale=1, min_width=220):
+                    p.sim_top = gr.Markdown(elem_id="similarity-top")
+            p.sim_shares = gr.Plot(
+                label="each token's share", elem_id="similarity-shares", visible=False
+            )
+            p.sim_ig = gr.Plot(label="Integrated Gradients", elem_id="similarity-ig", visible=False)
+            p.sim_ig_msg = gr.Markdown(elem_id="similarity-ig-message")
+            p.sim_rank = gr.Markdown(elem_id="similarity-rank")
+            p.sim_rank_plot = gr.Plot(
+                label="the closer sentence's pairs", elem_id="similarity-rank-pairs",
+                visible=False,
+            )  # fmt: skip
+
+
+def outputs(p) -> list:
+    """The tab's result components (the panels :meth:`Page.follow` clears)."""
+    return [p.sim_msg, p.sim_pairs, p.sim_top, p.sim_shares, p.sim_ig, p.sim_ig_msg,
+            p.sim_rank, p.sim_rank_plot, p.sim_json, p.sim_note, p.sim_body]  # fmt: skip
+
+
+def cleared(p, state) -> dict:
+    """The tab emptied after the model changed: the "changed since" note for a sentence
+    embedder, the one line saying what the tab is for otherwise (its body hidden)."""
+    why = sv.note(state)
+    empty = {c: shown_plot(None) for c in (p.sim_pairs, p.sim_shares, p.sim_ig, p.sim_rank_plot)}
+    return {
+        **empty, p.sim_top: "", p.sim_ig_msg: "", p.sim_rank: "",
+        p.sim_msg: "" if why else STALE, p.sim_json: gr.DownloadButton(value=None, visible=False),
+        p.sim_note: gr.Markdown(value=why, visible=bool(why)), p.sim_body: gr.Column(visible=not why),
+    }  # fmt: skip
+
+
+def wire(p) -> None:
+    """Compare (named ``similarity``) and the tab's select (A filled from the input box when
+    empty, the note for a model that embeds nothing, the tab tracked in ``p.active``)."""
+    outs = outputs(p)
+
+    def run(state, stamps, a, b, c, text, theme):
+        view = sv.compare(state, a, b, c, text)
+        figs = dark([view.pairs, view.shares, view.ig, view.rank_pairs], theme)
+        path = sv.write_json(view.data)
+        why = sv.note(state)
+        stamps = {**stamps, sv.PANEL: stamp(state)[sv.PANEL]}
+        return (
+            view.message, shown_plot(figs[0]), view.top, shown_plot(figs[1]),
+            shown_plot(figs[2]), view.ig_message, view.rank, shown_plot(figs[3]),
+            gr.DownloadButton(value=path, visible=path is not None),
+            gr.Markdown(value=why, visible=bool(why)), gr.Column(visible=not why), stamps,
+        )  # fmt: skip
+
+    gr.on(
+        [p.sim_btn.click, p.sim_b.submit, p.sim_c.submit],
+        run, [p.state, p.stamps, p.sim_a, p.sim_b, p.sim_c, p.input_text, p.theme],
+        [*outs, p.stamps], js=THEME_JS, api_name="similarity", **MODEL_EVENTS,
+    )  # fmt: skip
+
+    def opened(state, stamps, a, text):
+        why = sv.note(state)
+        stamps = {**stamps, sv.PANEL: stamp(state)[sv.PANEL]}  # a model change updates the tab
+        a = a if (a or "").strip() or why else (text or "")
+        return (a, gr.Markdown(value=why, visible=bool(why)), gr.Column(visible=not why),
+                "similarity", stamps)  # fmt: skip
+
+    p.sim_tab.select(
+        opened, [p.state, p.stamps, p.sim_a, p.input_text],
+        [p.sim_a, p.sim_note, p.sim_body, p.active, p.stamps], **HIDDEN, **FAST,
+    )  # fmt: skip
