@@ -21,7 +21,6 @@ from ..checkpoint import Checkpoint
 from ..core.gemv import Copies
 from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
-from . import workers
 from .state import SessionState
 
 MAX_STEPPERS = 64
@@ -212,10 +211,3 @@ def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
 
 #: The process's decoders (the app's sessions share the process's models).
 DECODERS = DecoderCache()
-
-
-def _worker_budget(memory: int) -> None:
-    DECODERS.budget = memory // 3  # a worker's sessions' recorded rows
-
-
-workers.ON_START.append(_worker_budget)

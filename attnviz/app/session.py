@@ -43,7 +43,7 @@ from .state import (
     new_state,
     warning,
 )
-from .workers import remote
+from .workers import ON_START, remote
 
 __all__ = [
     "BeamView",
@@ -71,6 +71,15 @@ __all__ = [
     "step",
     "upload_model",
 ]
+
+
+
+def _worker_budget(memory: int) -> None:
+    """In a new worker: its sessions' decoders may hold a third of its memory limit."""
+    DECODERS.budget = memory // 3
+
+
+ON_START.append(_worker_budget)  # this module is preloaded in every worker
 
 # One torch thread per request (what `attnviz app` sets): users' events run side by side, and
 # on a small shared CPU two threads per request spin against each other (a Step on

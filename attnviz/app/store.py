@@ -526,8 +526,7 @@ def import_upload(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed; else never kept
         if not dest.exists():
-            with contextlib.suppress(OSError):  # an empty folder is not left behind
-                dest.parent.rmdir()
+            _remove_empty(dest.parent)  # no empty folder left behind
     try:
         ckpt = get_checkpoint(dest, device)
         register(dest)
@@ -544,8 +543,15 @@ def import_upload(
 def _discard(folder: Path) -> None:
     """Remove an upload's folder and its parent when that is left empty."""
     shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):  # another upload of the same files is there
-        folder.parent.rmdir()
+    _remove_empty(folder.parent)
+
+
+def _remove_empty(digest: Path) -> None:
+    """An upload's ``<session>/<digest>`` folders, where nothing else is in them (another
+    upload of the same files, or another of the session's, is)."""
+    for folder in (digest, digest.parent):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _public(message: str, root: Path, dest: Path | None = None) -> str:

@@ -179,7 +179,7 @@ def test_every_heatmap_greys_exactly_the_recorded_mask(page, models_dir):
     page.locator("#fixed-scale").uncheck()
     with page.expect_download() as download:
         page.locator("#heatmap-cross .av-png").click()
-    assert download.value.suggested_filename == "attnviz-heatmap-cross-L1-mean-step11.png"
+    assert download.value.suggested_filename == "attnviz-heatmap-cross-L1-H1-step11.png"  # the view
     page.select_option("#heatmap-cross .av-headsel", "all heads")
     assert "all heads" in title(page, "cross")
     page.select_option("#heatmap-cross .av-headsel", "mean")
