@@ -41,6 +41,8 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
         "align": (state.model, state.epoch),
         "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
         "similarity": (state.model, version),  # the Similarity tab: its own sentences
+        # the Why this token tab's panels and its menu of the step's candidates
+        **dict.fromkeys(("why_dla", "why_lens", "why_patch", "why_flow", "why_alt"), decode),
         "model": (state.model, version),
         # a checkpoint without a task is checked on the current input (stamped only then)
         "health": (state.model, version, state.epoch),
@@ -99,6 +101,8 @@ def follow(
         rerun |= stale & {"whatif"}
     if active == "attr":  # the menu is cheap (the shown step's probabilities): it follows
         rerun |= stale & {"attr_alt"}
+    if active == "why":  # the Why this token tab's candidates menu likewise
+        rerun |= stale & {"why_alt"}
     if "reference" in stale and stamps["reference"][:3] == now["reference"][:3]:
         rerun.add("reference")  # same input and file: rescore, the mark follows the output
     renew = stale & {"model"}

@@ -39,6 +39,7 @@ from . import (
     ui_labs,
     ui_similarity,
     ui_step,
+    ui_why,
     uploads,
 )
 from .decoders import DECODERS
@@ -83,6 +84,7 @@ class Page:
             ui_align.align_tab(self)
             ui_compare.compare_tab(self)
             ui_similarity.similarity_tab(self)
+            ui_why.why_tab(self)
 
     # -- what events return --------------------------------------------------------------------
     def decode_outputs(self) -> list:
@@ -219,7 +221,7 @@ class Page:
             self.compare_grid, self.compare_head_plot, self.compare_tokens, self.compare_msg,
             self.attr_vs_plot, self.attr_vs_msg, self.attr_alt, self.wi_strip, self.wi_msg,
             self.wi_result, self.ref_msg, self.ref_strip, self.ref_plot,
-            *ui_similarity.outputs(self),
+            *ui_similarity.outputs(self), *ui_why.outputs(self),
         ]  # fmt: skip
 
     def follow(self, state: SessionState, stamps: dict, active: str, *args) -> dict:
@@ -276,6 +278,7 @@ class Page:
             out.update({self.ref_msg: STALE, self.ref_strip: "", self.ref_plot: shown_plot(None)})
         if "similarity" in stale:
             out.update(ui_similarity.cleared(self, state))
+        out.update(ui_why.follow(self, state, plan))  # the Why this token tab
         if "health" in stale:
             out.update({self.health_html: STALE, self.health_plot: None})
         if "model" in plan.renew:
@@ -330,6 +333,7 @@ def build_app(
         ui_align.wire(p)
         ui_compare.wire(p)
         ui_similarity.wire(p)
+        ui_why.wire(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
             lambda s: ui_step.answer(session.render(dataclasses.replace(s, page_rows=-1))),
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,

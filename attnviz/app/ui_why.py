@@ -1,0 +1,225 @@
+"""The "Why this token" tab: direct attribution, the logit lens, patching and information flow
+of the token at the step shown, each computed when its button asks (never on a Step) by
+:mod:`attnviz.app.why_view`, with a JSON download of its result; and its events.
+
+Named API endpoints ``why_attribution``, ``why_lens``, ``why_grid``, ``why_patch`` and
+``why_flow`` (``Client(url).predict(versus, "light", api_name="/why_attribution")``). Each
+panel is stamped with the state it shows and cleared with the "changed since" note when the
+model, input or step changes (:func:`follow`, called by :meth:`attnviz.app.ui.Page.follow`).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import why_view as wv
+from .pagetext import STALE, THEME_JS
+from .stamps import panel_stamps as stamp
+from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+
+
+def why_tab(p) -> None:
+    """The tab's layout: one section per analysis, each with its button, message, figure (the
+    lens: a table too) and JSON download."""
+    with gr.Tab("Why this token", elem_id="tab-why") as p.why_tab:
+        gr.Markdown(wv.INTRO, elem_classes="explain")
+        gr.Markdown("### Direct attribution")
+        with gr.Row(equal_height=True):
+            p.why_versus = gr.Dropdown(
+                label="…and not this token (optional: a candidate of the step, or type a token "
+                "or #id)", choices=[], value=None, allow_custom_value=True, scale=4,
+                elem_id="why-versus",
+            )  # fmt: skip
+            p.why_dla_btn = gr.Button(
+                "Attribute", variant="primary", scale=0, elem_id="why-dla-btn"
+            )
+            p.why_dla_json = _download("why-dla-json")
+        p.why_dla_msg = gr.Markdown(elem_id="why-dla-message")
+        p.why_dla_plot = gr.Plot(label="direct attribution", visible=False, elem_id="why-dla-plot")
+        gr.Markdown("### Logit lens")
+        with gr.Row():
+            p.why_lens_btn = gr.Button("Lens at this position", scale=0, elem_id="why-lens-btn")
+            p.why_grid_btn = gr.Button("Whole grid", scale=0, elem_id="why-grid-btn")
+            p.why_lens_json = _download("why-lens-json")
+        p.why_lens_msg = gr.Markdown(elem_id="why-lens-message")
+        p.why_lens_table = gr.Dataframe(
+            headers=wv.LENS_HEADERS, interactive=False, visible=False, wrap=True,
+            elem_id="why-lens-table",
+        )  # fmt: skip
+        p.why_grid_plot = gr.Plot(label="logit lens grid", visible=False, elem_id="why-grid-plot")
+        gr.Markdown("### Activation patching")
+        with gr.Row(equal_height=True):
+            p.why_corrupted = gr.Textbox(
+                label="corrupted input (as many tokens as the input)", scale=3,
+                elem_id="why-corrupted",
+            )  # fmt: skip
+            p.why_answer = gr.Textbox(
+                label="answer", placeholder="default: the token produced", scale=1,
+                elem_id="why-answer",
+            )  # fmt: skip
+            p.why_wrong = gr.Textbox(
+                label="wrong token", placeholder="default: the runner-up", scale=1,
+                elem_id="why-wrong",
+            )  # fmt: skip
+        with gr.Row(equal_height=True):
+            p.why_what = gr.Radio(
+                list(wv.WHATS), value="resid", label="patch", scale=3, elem_id="why-what"
+            )
+            p.why_direction = gr.Radio(
+                ["denoising", "noising"], value="denoising", label="direction", scale=2,
+                elem_id="why-direction",
+            )  # fmt: skip
+            p.why_patch_btn = gr.Button("Run patching", scale=0, elem_id="why-patch-btn")
+            p.why_patch_json = _download("why-patch-json")
+        p.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
+        p.why_patch_plot = gr.Plot(label="patching grid", visible=False, elem_id="why-patch-plot")
+        gr.Markdown("### Information flow")
+        with gr.Row(equal_height=True):
+            p.why_threshold = gr.Slider(
+                0.01, 0.5, value=0.04, step=0.01, label="threshold: edges below are pruned",
+                scale=3, elem_id="why-threshold",
+            )  # fmt: skip
+            p.why_flow_btn = gr.Button("Draw the routes", scale=0, elem_id="why-flow-btn")
+            p.why_flow_json = _download("why-flow-json")
+        p.why_flow_msg = gr.Markdown(elem_id="why-flow-message")
+        p.why_flow_plot = gr.Plot(label="information flow", visible=False, elem_id="why-flow-plot")
+
+
+def _download(elem_id: str):
+    return gr.DownloadButton("JSON", visible=False, size="sm", scale=0, elem_id=elem_id)
+
+
+def panels(p) -> dict[str, list]:
+    """Each panel's result components, by stamp key: figure(s), message, JSON download."""
+    return {
+        "why_dla": [p.why_dla_plot, p.why_dla_msg, p.why_dla_json],
+        "why_lens": [p.why_lens_table, p.why_grid_plot, p.why_lens_msg, p.why_lens_json],
+        "why_patch": [p.why_patch_plot, p.why_patch_msg, p.why_patch_json],
+        "why_flow": [p.why_flow_plot, p.why_flow_msg, p.why_flow_json],
+    }
+
+
+def outputs(p) -> list:
+    """The tab's components that follow the state (the panels :meth:`Page.follow` clears)."""
+    return [c for cs in panels(p).values() for c in cs] + [p.why_versus]
+
+
+def follow(p, state, plan) -> dict:
+    """The tab's part of following an event (``plan``: :func:`attnviz.app.stamps.follow`):
+    panels computed for another state emptied with the "changed since" note; the menu of
+    candidates refilled for the step shown when the tab is shown, else emptied."""
+    out: dict = {}
+    for key, comps in panels(p).items():
+        if key in plan.clear:
+            *figs, msg, json_btn = comps
+            out.update({c: _empty(c) for c in figs})
+            out.update({msg: STALE, json_btn: gr.DownloadButton(value=None, visible=False)})
+    if wv.ALT in plan.rerun:
+        out[p.why_versus] = _menu(state)
+    elif wv.ALT in plan.clear:
+        out[p.why_versus] = gr.Dropdown(choices=[], value=None)
+    return out
+
+
+def _empty(comp):
+    if isinstance(comp, gr.Dataframe):
+        return gr.Dataframe(value=None, visible=False)
+    return shown_plot(None)
+
+
+def _menu(state, value: str | None = None):
+    """The step shown's other candidates; ``value`` kept (a typed token) else empty: the
+    attribution explains the token alone until a second one is chosen."""
+    choices, _ = wv.candidates(state)
+    return gr.Dropdown(choices=choices, value=value)
+
+
+def _file(view: wv.WhyView, name: str):
+    path = wv.write_json(view.data, name)
+    return gr.DownloadButton(value=path, visible=path is not None)
+
+
+def wire(p) -> None:
+    """The tab's buttons (each one named API endpoint) and its select (the candidates menu
+    filled for the step shown, the tab tracked in ``p.active``)."""
+
+    def stamped(stamps, state, key):
+        return {**stamps, key: stamp(state)[key]}
+
+    def attribute(state, stamps, versus, theme):
+        v = wv.attribution(state, versus)
+        fig = dark([v.figure], theme)[0]
+        return (
+            shown_plot(fig),
+            v.message,
+            _file(v, "attribution"),
+            stamped(stamps, state, "why_dla"),
+        )
+
+    def lens(state, stamps, theme):
+        v = wv.lens(state)
+        table = gr.Dataframe(value=v.rows or None, visible=bool(v.rows))
+        return (
+            table,
+            shown_plot(None),
+            v.message,
+            _file(v, "logit_lens"),
+            stamped(stamps, state, "why_lens"),
+        )
+
+    def grid(state, stamps, theme):
+        v = wv.grid(state)
+        fig = dark([v.figure], theme)[0]
+        table = gr.Dataframe(value=None, visible=False)
+        return (
+            table,
+            shown_plot(fig),
+            v.message,
+            _file(v, "lens_grid"),
+            stamped(stamps, state, "why_lens"),
+        )
+
+    def patching(state, stamps, corrupted, answer, wrong, what, direction, theme):
+        v = wv.patching(state, corrupted, answer, wrong, what, direction)
+        fig = dark([v.figure], theme)[0]
+        return shown_plot(fig), v.message, _file(v, "patching"), stamped(stamps, state, "why_patch")
+
+    def flow(state, stamps, threshold, theme):
+        v = wv.flow_graph(state, threshold)
+        fig = dark([v.figure], theme)[0]
+        return shown_plot(fig), v.message, _file(v, "flow"), stamped(stamps, state, "why_flow")
+
+    dla_out = [*panels(p)["why_dla"], p.stamps]
+    gr.on(
+        [p.why_dla_btn.click, p.why_versus.input], attribute,
+        [p.state, p.stamps, p.why_versus, p.theme], dla_out, js=THEME_JS,
+        api_name="why_attribution", **MODEL_EVENTS,
+    )  # fmt: skip
+    lens_out = [*panels(p)["why_lens"], p.stamps]
+    p.why_lens_btn.click(
+        lens, [p.state, p.stamps, p.theme], lens_out, js=THEME_JS, api_name="why_lens",
+        **MODEL_EVENTS,
+    )  # fmt: skip
+    p.why_grid_btn.click(
+        grid, [p.state, p.stamps, p.theme], lens_out, js=THEME_JS, api_name="why_grid",
+        **MODEL_EVENTS,
+    )  # fmt: skip
+    gr.on(
+        [p.why_patch_btn.click, p.why_corrupted.submit], patching,
+        [p.state, p.stamps, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction,
+         p.theme],
+        [*panels(p)["why_patch"], p.stamps], js=THEME_JS, api_name="why_patch", **MODEL_EVENTS,
+    )  # fmt: skip
+    gr.on(
+        [p.why_flow_btn.click, p.why_threshold.release], flow,
+        [p.state, p.stamps, p.why_threshold, p.theme], [*panels(p)["why_flow"], p.stamps],
+        js=THEME_JS, api_name="why_flow", **MODEL_EVENTS,
+    )  # fmt: skip
+
+    def opened(state, stamps, versus):
+        return _menu(state, versus), "why", stamped(stamps, state, wv.ALT)
+
+    p.why_tab.select(
+        opened, [p.state, p.stamps, p.why_versus], [p.why_versus, p.active, p.stamps],
+        **HIDDEN, **FAST,
+    )  # fmt: skip

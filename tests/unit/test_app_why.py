@@ -1,0 +1,135 @@
+"""The "Why this token" tab's views (:mod:`attnviz.app.why_view`) on the shipped models: what
+they draw is the library's result, refusals are one line, and each panel goes stale when the
+step changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz import analysis
+from attnviz.app import session
+from attnviz.app import stamps as app_stamps
+from attnviz.app import why_view as wv
+
+CLEAN, CORRUPTED = "abcdefabcde", "abcdxfabcde"
+
+
+@pytest.fixture(scope="module")
+def stepped(models_dir):
+    """models/induction with one Step taken on the clean prompt."""
+    return session.step(session.new_state(str(models_dir / "induction")), CLEAN).state
+
+
+def _cells(fig) -> dict[str, float]:
+    """Every drawn cell of the attribution figure: part name -> value (NaN cells skipped)."""
+    out = {}
+    for trace in fig.data:
+        z, names = np.asarray(trace.z, dtype=float), np.asarray(trace.customdata, dtype=object)
+        for v, n in zip(z.ravel(), names.ravel(), strict=True):
+            if n:
+                assert n not in out
+                out[n] = float(v)
+    return out
+
+
+def test_the_attribution_cells_are_the_library_parts(stepped):
+    view = wv.attribution(stepped)
+    ckpt = wv.shown(stepped).ckpt
+    want = analysis.direct_attribution(ckpt, stepped.src_ids)
+    assert want.token_id == stepped.tokens[0] == view.result.token_id
+    assert _cells(view.figure) == {p.name: p.value for p in want.parts}
+    assert abs(sum(_cells(view.figure).values()) - want.logit) < 1e-4
+    assert json.loads(json.dumps(view.data))["values"] == [p.value for p in want.parts]
+
+
+def test_why_a_and_not_b_uses_the_runner_up_candidate(stepped):
+    choices, default = wv.candidates(stepped)
+    assert default == choices[0][1] and default.startswith("#")
+    view = wv.attribution(stepped, default)
+    ckpt = wv.shown(stepped).ckpt
+    want = analysis.direct_attribution(ckpt, stepped.src_ids, versus=int(default[1:]))
+    assert view.result.versus_id == int(default[1:])
+    assert _cells(view.figure) == {p.name: p.value for p in want.parts}
+    assert "and not" in view.message
+
+
+def test_the_lens_rows_are_the_library_lens(stepped):
+    view = wv.lens(stepped)
+    want = analysis.logit_lens(wv.shown(stepped).ckpt, stepped.src_ids)
+    assert [r[0] for r in view.rows] == want.layers
+    assert [r[1] for r in view.rows] == [int(r) + 1 for r in want.rank]
+    grid = wv.grid(stepped)
+    assert np.array_equal(np.asarray(grid.figure.data[0].z, dtype=np.float32), grid.result.prob)
+
+
+@pytest.mark.parametrize("what", ["heads", "head_positions", "resid", "patterns"])
+def test_the_patching_grid_shown_is_the_library_grid(stepped, what):
+    view = wv.patching(stepped, CORRUPTED, "f", "#6", what)
+    want = analysis.patch(wv.shown(stepped).ckpt, CLEAN, CORRUPTED, "f", 6, what, progress=False)
+    z = np.asarray(view.figure.data[0].z, dtype=float)
+    assert np.allclose(z, want.grid.reshape(z.shape), equal_nan=True, atol=1e-9)
+    assert len(view.figure.layout.yaxis.ticktext) == z.shape[0]
+    assert len(view.figure.layout.xaxis.ticktext) == z.shape[1]
+
+
+def test_patching_the_previous_token_head_breaks_induction(stepped):
+    """Clean 'abcdefabcde' vs corrupted 'abcdxfabcde' (answer f, wrong x), noising: the
+    corrupted layer-0 previous-token head L0 H0 alone drops the metric to ~0."""
+    view = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
+    assert view.result.clean_diff == pytest.approx(11.97, abs=0.01)
+    assert view.result.grid[0, 0] == pytest.approx(0.008, abs=0.002)
+    assert view.result.grid[0, 0] == np.nanmin(view.result.grid)
+    assert "Most damaging" in view.message and "head 0" in view.message
+
+
+def test_patching_defaults_to_the_token_produced_and_the_runner_up(stepped):
+    view = wv.patching(stepped, CORRUPTED, "", "", "heads")
+    _, default = wv.candidates(stepped)
+    assert view.result.answer == "f"
+    assert view.data["wrong"] == wv.shown(stepped).ckpt.tgt_tokenizer.token(int(default[1:]))
+
+
+def test_the_flow_figure_draws_the_route(stepped):
+    view = wv.flow_graph(stepped, 0.04)
+    want = analysis.flow(wv.shown(stepped).ckpt, stepped.src_ids, 0.04)
+    assert view.result.route == want.route
+    n_lines = sum(len([x for x in t.x if x is None]) for t in view.figure.data if t.mode == "lines")
+    assert n_lines == len(want.route)
+
+
+@pytest.mark.parametrize("fn", [wv.attribution, wv.flow_graph], ids=["attribution", "flow"])
+def test_a_post_norm_model_is_refused_in_one_line(models_dir, fn):
+    state = session.step(session.new_state(str(models_dir / "reverse-gpt")), "hello").state
+    view = fn(state)
+    assert view.message.startswith("⚠") and "pre-norm" in view.message
+    assert "\n" not in view.message and view.figure is None and view.data is None
+
+
+def test_before_a_step_and_bad_patching_input_are_one_line(stepped, models_dir):
+    fresh = session.new_state(str(models_dir / "induction"))
+    assert wv.attribution(fresh).message.startswith("⚠")
+    bad = wv.patching(stepped, "abc")  # fewer tokens
+    assert bad.message.startswith("⚠") and "as many tokens" in bad.message
+    assert wv.patching(stepped, "").message.startswith("⚠")
+
+
+def test_every_panel_goes_stale_when_the_step_changes(stepped):
+    now = app_stamps.panel_stamps(stepped)
+    stamps = {k: now[k] for k in (*wv.PANELS, wv.ALT)}
+    later = session.step(stepped).state
+    plan = app_stamps.follow(stamps, later, "step")
+    assert plan.clear == {*wv.PANELS, wv.ALT}
+    shown_tab = app_stamps.follow(stamps, later, "why")  # the menu follows the tab shown
+    assert shown_tab.rerun == {wv.ALT} and shown_tab.clear == set(wv.PANELS)
+
+
+def test_the_json_download_holds_the_result(stepped):
+    view = wv.patching(stepped, CORRUPTED, "f", "x", "head_positions")
+    path = wv.write_json(view.data, "patching")
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    assert data["axes"] == ["module", "head", "position"]
+    assert data["clean_diff"] == pytest.approx(view.result.clean_diff)
