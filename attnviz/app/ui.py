@@ -285,7 +285,10 @@ class Page:
             ctl = self.controls(state)
             out[self.model_info] = ctl[self.model_info]
             out[self.play_slider] = ctl.get(self.play_slider, gr.skip())
-            out.update({self.health_html: "", self.health_plot: None})
+            # a report checked on this input says it went stale, as the other labs do
+            out.update(
+                {self.health_html: STALE if "health" in stale else "", self.health_plot: None}
+            )
         out[self.stamps] = plan.stamps
         return {c: out.get(c, gr.skip()) for c in self.lab_outputs()}
 

@@ -740,3 +740,18 @@ def test_top_ids_are_the_stable_full_sorts(values, k):
 
     p = np.asarray(values, dtype=np.float32)
     assert top_ids(p, k).tolist() == np.argsort(-p, kind="stable")[:k].tolist()
+
+
+def test_a_health_report_on_the_input_says_it_went_stale_when_the_file_changed(models_dir):
+    """The checkpoint file changed under a report checked on the current input: the report
+    is replaced by the "changed since" note the other labs show, not emptied silently."""
+    from attnviz.app import stamps as app_stamps
+    from attnviz.app.pagetext import STALE
+
+    page, state = _page(), _stepped(models_dir, 1)
+    now = app_stamps.panel_stamps(state)
+    old = {"health": (state.model, "older", state.epoch), "model": (state.model, "older")}
+    out = _follow(page, state, old, "step")
+    assert out[page.health_html] == STALE and out[page.stamps] == {"model": now["model"]}
+    out = _follow(page, state, {"model": old["model"]}, "step")  # no report on the input
+    assert out[page.health_html] == ""
