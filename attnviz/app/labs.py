@@ -174,7 +174,7 @@ def mask_lab(
         "teacher-forced)",
         horizontal=True,
     )
-    message = _mask_message(lab, causal_off, padding_off, positions, pos, step)
+    message = _mask_message(lab, causal_off, padding_off, positions, pos, step, bool(windows))
     if windows:
         message = EXPLAIN["window"] + "  \n" + message
     if dropped:
@@ -219,7 +219,11 @@ def current_blocked(
     return sorted(positions), dropped
 
 
-def _mask_message(lab, causal_off, padding_off, positions, pos, step: int) -> str:
+def _mask_message(
+    lab, causal_off, padding_off, positions, pos, step: int, windows: bool = False
+) -> str:
+    """The mask lab's message; ``windows``: a layer's sliding window was switched off (said
+    by the caller), so something was changed."""
     exp = lab.experiment
     lines = []
     if causal_off:
@@ -228,7 +232,7 @@ def _mask_message(lab, causal_off, padding_off, positions, pos, step: int) -> st
         lines.append(EXPLAIN["padding"])
     if positions:
         lines.append(EXPLAIN["block"] + f" Blocked positions: {', '.join(map(str, positions))}.")
-    if not lines:  # a decoder-only model has no source tokens to block
+    if not lines and not windows:  # a decoder-only model has no source tokens to block
         one_stack = not any(k == "cross" for k, _ in exp.before.trace.keys())
         how = ("Tick the causal or the padding toggle" if one_stack
                else "Tick a toggle or choose source tokens to block")  # fmt: skip

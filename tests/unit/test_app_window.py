@@ -66,6 +66,8 @@ def test_the_mask_lab_switches_a_layers_window_off(windowed):
     state = session.step(session.start(session.new_state(str(windowed)), prompt).state, prompt).state
     view = labs.mask_lab(state, window_off=["L0"])
     assert "Sliding window off" in view.message and len(view.figures) == 2
+    assert "nothing is changed yet" not in view.message  # the window was changed
+    assert "nothing is changed yet" in labs.mask_lab(state).message
     lab = attnviz.analysis.mask_lab(attnviz.load_checkpoint(windowed), prompt, window_off=[0])
     before, after = (lab.experiment.before.trace, lab.experiment.after.trace)
     assert before.is_sliding("decoder_self", 0) and not after.is_sliding("decoder_self", 0)
