@@ -472,6 +472,19 @@ def test_real_gemma3_270m_matches_transformers(gemma_file):
         assert until_eos(ours[0].tolist(), cfg.eos_id, cfg.pad_id) == until_eos(
             theirs.tolist(), cfg.eos_id, cfg.pad_id
         )
+    # every attention weight on a prompt longer than the 512-token window
+    ids = torch.tensor([tok.encode("The lighthouse keeper wrote in his log each night. " * 55).ids])
+    assert ids.shape[1] > 520
+    with torch.no_grad():
+        out = ref(input_ids=ids, output_attentions=True)
+        with attnviz.record(ckpt.model) as trace:
+            logits = ckpt.model(ids)
+    worst = max(float((trace.weights("decoder_self", i) - a).abs().max())
+                for i, a in enumerate(out.attentions))  # fmt: skip
+    print(f"{ids.shape[1]} tokens: max |Δlogits| = {float((logits - out.logits).abs().max()):.2e}, "
+          f"max |Δattention| = {worst:.2e} over {len(out.attentions)} layers")
+    assert worst <= 1e-4 and float((logits - out.logits).abs().max()) <= 1e-3
+    assert trace.is_sliding("decoder_self", 0) and not trace.is_sliding("decoder_self", 5)
 
 
 def test_the_app_opens_a_gguf_file(tmp_path):
