@@ -774,6 +774,7 @@
     drew(p);
     p.style.display = hasKind(kind) ? "" : "none"; // a kind this model lacks: the note says why
     if (!hasKind(kind)) return;
+    if (!(WIDTHS[p.id] > 0)) WIDTHS[p.id] = p.clientWidth - 18; // measured while hidden (0): now shown
     const empty = p.querySelector(".av-empty"), canvas = p.querySelector("canvas"), title = p.querySelector(".av-title");
     const name = S.titles[kind] || kind;
     if (!S.started || (kind !== "encoder_self" && S.step === 0)) {
