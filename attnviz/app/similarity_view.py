@@ -42,7 +42,7 @@ TOP_PAIRS = 8
 INTRO = (
     "Why two sentences are similar under a **sentence embedder**: the cosine of their "
     "embeddings split into **token pairs** (row *i* of A, column *j* of B; the cells sum "
-    "to the cosine, blue adds, red takes away), each token's **share** (its row or column "
+    "to the cosine, red adds, blue takes away), each token's **share** (its row or column "
     "sum), and **Integrated Gradients** of the cosine over each sentence's input tokens. "
     "Give a sentence **C** to see which of B and C is closer to A, and why."
 )
@@ -100,7 +100,7 @@ class SimilarityView:
         ig: Integrated Gradients of the cosine over each sentence's tokens, as bars;
             ig_message: what they sum to and the completeness error.
         rank: markdown: which of B and C is closer to A, and why ("" without C);
-            rank_pairs: the closer one's pair heatmap.
+            rank_pairs: A × C's pair heatmap when C is the closer (B's is ``pairs``).
         data: :func:`to_dict` of the result, for the JSON export (None when refused).
         result: the library's result for A and B (None when refused).
     """
@@ -234,18 +234,19 @@ def to_dict(result: Similarity, a: str, b: str, model: str = "") -> dict[str, An
 
 def _rank(
     state: SessionState, a: str, b: str, c: str, ab: Similarity
-) -> tuple[str, go.Figure, dict]:
+) -> tuple[str, go.Figure | None, dict]:
     """Which of B and C is closer to A: both cosines, why (the closer one's top pairs) and its
-    pair heatmap; and the JSON part."""
+    pair heatmap (None when B is closer: A × B is drawn above); and the JSON part."""
     ac = similarity_of(state, a, c, attribute=False)
     closer, other = ("B", "C") if ab.cosine >= ac.cosine else ("C", "B")
     best = ab if closer == "B" else ac
     cos = {"B": ab.cosine, "C": ac.cosine}
     why = ", ".join(f"{_tok(ta)} ↔ {_tok(tb)} {v:+.3f}" for _, _, ta, tb, v in best.top(3))
+    where = "the heatmap above" if closer == "B" else "below"
     text = (
         f"**{closer} is closer to A**: cos(A, {closer}) = {cos[closer]:.4f} against "
         f"cos(A, {other}) = {cos[other]:.4f} (by {cos[closer] - cos[other]:.4f}). "
-        f"Why: its largest pairs are {why}."
+        f"Why: its largest pairs are {why} (all its pairs: {where})."
     )
     data = {
         "c": c,
@@ -254,7 +255,7 @@ def _rank(
         "tokens_c": list(ac.tokens_b),
         "pairs_a_c": ac.pairs.tolist(),
     }
-    return text, pairs_figure(best, ("A", closer)), data
+    return text, None if closer == "B" else pairs_figure(best, ("A", closer)), data
 
 
 @remote(_stopped)

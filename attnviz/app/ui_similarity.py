@@ -38,7 +38,7 @@ def similarity_tab(p) -> None:
                     "Compare", variant="primary", elem_id="similarity-btn", scale=0
                 )
                 p.sim_json = gr.DownloadButton(
-                    "JSON", visible=False, elem_id="similarity-json", scale=0, size="sm"
+                    "Download JSON", visible=False, elem_id="similarity-json", scale=0, size="sm"
                 )
             p.sim_msg = gr.Markdown(elem_id="similarity-message")
             with gr.Row():

@@ -15,10 +15,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..core.errors import InputError
-from .plots_core import BAR, DIVERGING, HIGHLIGHT, Tokens, cell_xy, new_figure, token_axis
+from .plots_core import DIVERGING, Tokens, cell_xy, new_figure, token_axis
 
 PAIR_HOVER = "A %{customdata}<br>contribution %{z:+.4f}<extra></extra>"
 BAR_VALUE_HOVER = "%{customdata}<br>%{y:+.4f}<extra></extra>"
+#: bar colours: the two sides of :data:`DIVERGING` (``RdBu_r``: red adds, blue takes away)
+ADDS, TAKES = "#d6604d", "#4393c3"
 
 
 def pair_heatmap(
@@ -74,7 +76,7 @@ def token_bars(
     value_name: str = "value",
 ) -> go.Figure:
     """Signed per-token values of one or more texts, one panel each side by side (positive
-    bars blue, negative red; equal tokens keep their own bars).
+    bars red, negative blue, as in :func:`pair_heatmap`; equal tokens keep their own bars).
 
     Args:
         values: one ``[T_k]`` array per text; tokens: their ``T_k`` tokens (None: positions).
@@ -96,7 +98,7 @@ def token_bars(
         s = "" if k == 0 else str(k + 1)
         traces.append(dict(
             type="bar", x=np.arange(len(y)), y=y, name=name, xaxis=f"x{s}", yaxis=f"y{s}",
-            marker=dict(color=[BAR if t >= 0 else HIGHLIGHT for t in y]),
+            marker=dict(color=[ADDS if t >= 0 else TAKES for t in y]),
             customdata=labels, hovertemplate=BAR_VALUE_HOVER, showlegend=False,
         ))  # fmt: skip
         x0 = k * (width + gap)

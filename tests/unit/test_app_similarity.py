@@ -56,7 +56,8 @@ def test_the_heatmap_draws_the_pairs_and_the_cosine_is_the_embeddings(minilm, vi
 def test_shares_top_pairs_and_attribution_shown(view):
     r = view.result
     share_a, share_b = view.shares.data
-    assert np.allclose(share_a.y, r.share_a.numpy()) and np.allclose(share_b.y, r.share_b.numpy())
+    assert np.array_equal(share_a.y, r.share_a.numpy())
+    assert np.array_equal(share_b.y, r.share_b.numpy())
     first = view.top.splitlines()[1]
     i, j, ta, tb, v = r.top(1)[0]
     assert first == f"- “{ta}” ↔ “{tb}”: {v:+.3f}" and (ta, tb) == ("cat", "kitten")
@@ -65,11 +66,17 @@ def test_shares_top_pairs_and_attribution_shown(view):
     assert f"{r.ig_delta:.2g}" in view.ig_message and r.ig_delta < 1e-3
 
 
-def test_a_third_sentence_is_ranked_and_the_closer_pairs_drawn(view):
-    assert view.rank.startswith("**B is closer to A**")
-    assert "cos(A, C) = " in view.rank
-    assert np.array_equal(np.asarray(view.rank_pairs.data[0].z), view.result.pairs.numpy())
+def test_a_third_sentence_is_ranked_and_the_closer_pairs_drawn(minilm, view):
+    assert view.rank.startswith("**B is closer to A**") and "the heatmap above" in view.rank
+    assert "cos(A, C) = " in view.rank and view.rank_pairs is None  # A × B is drawn above
     assert view.data["closer"] == "B" and view.data["cosine_a_c"] < view.result.cosine
+    swapped = similarity_view.compare(minilm, A, C, B)  # now C (the kitten) is the closer
+    ac = similarity_view.similarity_of(minilm, A, B, attribute=False)
+    assert swapped.rank.startswith("**C is closer to A**")
+    assert f"cos(A, C) = {ac.cosine:.4f}" in swapped.rank
+    (trace,) = swapped.rank_pairs.data
+    assert np.array_equal(np.asarray(trace.z), ac.pairs.numpy())
+    assert list(swapped.rank_pairs.layout.xaxis.ticktext) == ac.tokens_b
 
 
 def test_json_export_holds_every_number_drawn(view, tmp_path):
