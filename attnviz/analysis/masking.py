@@ -31,6 +31,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
+from ..core.memory import available_memory
 from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
@@ -246,10 +247,42 @@ def experiment(
     else:
         src = [ckpt.src_tokenizer.encode(t).ids for t in texts]
         batch = make_batch(src, rows, cfg, ckpt.device, add_eos=False)
+    _check_size(ckpt, batch)
     before = _run(ckpt, batch, batch.src_pad, (), recompute, prompts)
     after_pad = batch.src_pad if blocked is None else batch.src_pad | blocked
     after = _run(ckpt, batch, after_pad, edits, recompute, prompts)
     return MaskExperiment(name, texts, before, after, refs, reference, rows)
+
+
+#: Part of the memory this process may use that one mask experiment may hold.
+EXPERIMENT_FRACTION = 0.25
+
+
+def experiment_memory(cfg, batch_size: int, src_len: int, tgt_len: int) -> int:
+    """Peak bytes of a mask experiment's two runs, from the config's arithmetic: each run's
+    ``[B, T, V]`` logits and probabilities (three copies at the peak) and its recorded
+    attention (scores, weights and masks of every layer and head; a vocabulary of 262,144 on
+    700 tokens is gigabytes)."""
+    keys = src_len if cfg.arch != "decoder-only" else tgt_len
+    scores = 3 * batch_size * tgt_len * cfg.tgt_vocab_size * 4
+    layers = cfg.n_encoder_layers + 2 * cfg.n_decoder_layers
+    attention = 3 * layers * cfg.n_heads * batch_size * max(src_len, tgt_len) * keys * 4
+    return 2 * (scores + attention)
+
+
+def _check_size(ckpt: Checkpoint, batch) -> None:
+    """Refuse, in one line, an experiment its process cannot hold (before anything runs)."""
+    cfg = ckpt.config
+    b, tt = batch.tgt_in.shape if batch.tgt_in is not None else batch.src.shape
+    needed = experiment_memory(cfg, b, batch.src.shape[-1], tt)
+    budget = int(available_memory() * EXPERIMENT_FRACTION)
+    if needed > max(budget, 256 << 20):
+        raise InputError(
+            f"this mask experiment on {tt:,} tokens would hold about {needed / 2**30:.1f} GB "
+            f"(a {cfg.tgt_vocab_size:,}-token vocabulary's scores at every position, and the "
+            f"attention of every layer), more than the {budget / 2**30:.1f} GB it may use: "
+            "try a shorter input"
+        )
 
 
 def causal_experiment(

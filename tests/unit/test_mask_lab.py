@@ -74,3 +74,20 @@ def test_bad_block_positions_are_refused(reverse):
         analysis.mask_lab(reverse, "abc", block=[0], padding_off=True)
     with pytest.raises(attnviz.InputError, match="empty"):
         analysis.mask_lab(reverse, "")
+
+
+def test_an_experiment_the_process_cannot_hold_is_refused_before_it_runs(monkeypatch):
+    """Gemma 3's 262,144-token vocabulary on a 745-token prompt: the two runs' [B, T, V]
+    scores alone are gigabytes (the app was killed at 21.7 GB); refused in one line."""
+    from attnviz.analysis import masking
+
+    gemma = attnviz.ModelConfig(src_vocab_size=262144, tgt_vocab_size=262144, arch="decoder-only",
+                                n_encoder_layers=0, n_decoder_layers=18, n_heads=4, d_model=640,
+                                d_head=256, max_len=2048)  # fmt: skip
+    assert masking.experiment_memory(gemma, 2, 745, 745) > 8 << 30
+    from helpers import MODELS
+
+    ckpt = attnviz.load_checkpoint(MODELS / "reverse")
+    monkeypatch.setattr(masking, "experiment_memory", lambda *a: 1 << 50)
+    with pytest.raises(attnviz.InputError, match="would hold about .* GB .* try a shorter input"):
+        masking.mask_lab(ckpt, "helloworld", causal_off=True)
