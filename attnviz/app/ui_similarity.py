@@ -80,8 +80,9 @@ def cleared(p, state) -> dict:
 
 
 def wire(p) -> None:
-    """Compare (named ``similarity``) and the tab's select (A filled from the input box when
-    empty, the note for a model that embeds nothing, the tab tracked in ``p.active``)."""
+    """Compare (named ``similarity``), the tab's select (A filled from the input box when
+    empty, the note for a model that embeds nothing, the tab tracked in ``p.active``) and the
+    note or body following the model (on the header's change)."""
     outs = outputs(p)
 
     def run(state, stamps, a, b, c, text, theme):
@@ -110,6 +111,13 @@ def wire(p) -> None:
         return (a, gr.Markdown(value=why, visible=bool(why)), gr.Column(visible=not why),
                 "similarity", stamps)  # fmt: skip
 
+    def shown(state):
+        why = sv.note(state)
+        return gr.Markdown(value=why, visible=bool(why)), gr.Column(visible=not why)
+
+    # the header is renewed after every model change (menu, upload, page load): the tab's body
+    # or its one line follows, also where no result was stamped for the follow to clear
+    p.model_info.change(shown, [p.state], [p.sim_note, p.sim_body], **HIDDEN, **FAST)
     p.sim_tab.select(
         opened, [p.state, p.stamps, p.sim_a, p.input_text],
         [p.sim_a, p.sim_note, p.sim_body, p.active, p.stamps], **HIDDEN, **FAST,
