@@ -208,9 +208,9 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
         height=int(np.clip(230 + 46 * n_layers, 320, 1200)),
         margin=dict(l=90, r=30, t=70, b=60),
     )
-    fig.update_xaxes(token_axis([token_label(p.name) for p in outside]), row=1, col=1)
+    fig.update_xaxes(token_axis([html.escape(p.name) for p in outside]), row=1, col=1)
     fig.update_yaxes(tickmode="array", tickvals=[0], ticktext=["outside"], row=1, col=1)
-    fig.update_xaxes(token_axis([token_label(c) for c in cols], title="head / part"), row=2, col=1)
+    fig.update_xaxes(token_axis([html.escape(c) for c in cols], title="head / part"), row=2, col=1)
     fig.update_yaxes(token_axis([f"L{i}" for i in range(n_layers)], reverse=True, title="layer"),
                      row=2, col=1)  # fmt: skip
     return fig
@@ -246,7 +246,8 @@ def lens_rows(lens) -> list[list]:
     rows = []
     for i, name in enumerate(lens.layers):
         top = ", ".join(
-            f"{_tok(t)} {p:.3f}" for t, p in zip(lens.top_tokens[i], lens.top_probs[i], strict=True)
+            f"“{display_token(t)}” {p:.3f}"  # a table cell: plain text, not escaped
+            for t, p in zip(lens.top_tokens[i], lens.top_probs[i], strict=True)
         )
         rows.append([name, int(lens.rank[i]) + 1, round(float(lens.prob[i]), 4), top])
     return rows
