@@ -516,14 +516,15 @@ def test_uploads_are_named_by_their_file(models_dir, fresh, tmp_path):
 def test_panel_stamps_say_which_panels_an_action_makes_stale(done):
     before = app_stamps.panel_stamps(done)
     back = app_stamps.panel_stamps(session.back(done).state)
+    why = {"why_dla", "why_lens", "why_patch", "why_flow", "why_alt"}  # follow the step
     assert {k for k in before if before[k] != back[k]} == {"mask", "attr", "export", "faith",
                                                            "whatif", "attr_alt", "attr_vs",
-                                                           "reference"}  # fmt: skip
+                                                           "reference", *why}  # fmt: skip
     new = app_stamps.panel_stamps(session.start(done, "abc").state)
     assert {k for k in before if before[k] != new[k]} == {"mask", "attr", "export", "faith",
                                                           "whatif", "beam", "ablate", "align",
                                                           "compare", "attr_alt", "attr_vs",
-                                                          "reference", "health"}  # fmt: skip
+                                                          "reference", "health", *why}  # fmt: skip
     assert before["model"] == new["model"]
 
 
