@@ -22,8 +22,8 @@ from torch import Tensor
 
 from ...core.config import LAYER_TYPES, ModelConfig
 from ...core.errors import InteropError
-from .common import activation, int_of, opt_float, opt_int
-from .llama import rope_fields
+from .common import int_of, opt_float, opt_int
+from .llama import rms_stack, rope_fields
 from .mapping import Attention, Linear, One, Rule, layers
 from .registry import Family, register
 
@@ -98,7 +98,7 @@ def config(
         raise InteropError(f"{where}: use_bidirectional_attention is not supported")
     if hf.get("attention_bias"):
         raise InteropError(f"{where}: attention_bias is not supported")
-    d, heads = int_of(hf, "hidden_size", where), int_of(hf, "num_attention_heads", where)
+    heads = int_of(hf, "num_attention_heads", where)
     head_dim = opt_int(hf, "head_dim", 256, where)
     n = int_of(hf, "num_hidden_layers", where)
     types = layer_types(hf, n, where)
@@ -115,19 +115,7 @@ def config(
         raise InteropError(f"{where}/config.json: the sliding layers' rope_theta must be a number")
     act = hf.get("hidden_activation", hf.get("hidden_act", "gelu_pytorch_tanh"))
     return dict(
-        d_model=d,
-        n_heads=heads,
-        n_kv_heads=opt_int(hf, "num_key_value_heads", heads, where),
-        d_head=head_dim,
-        n_encoder_layers=0,
-        n_decoder_layers=n,
-        d_ff=int_of(hf, "intermediate_size", where),
-        activation=activation(act, where),
-        gated_ff=True,
-        norm="rms",
-        norm_first=True,
-        final_norm=True,
-        layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, where),
+        **rms_stack(hf, where, heads, head_dim, act),
         bias=False,
         output_bias=False,
         scale_embeddings=True,

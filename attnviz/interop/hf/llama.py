@@ -112,19 +112,7 @@ def config(
             raise InteropError(f"{where}: soft-capping ({key}) is not supported")
     n = int_of(hf, "num_hidden_layers", where)
     return dict(
-        d_model=d,
-        n_heads=heads,
-        n_kv_heads=opt_int(hf, "num_key_value_heads", heads, where),
-        d_head=head_dim,
-        n_encoder_layers=0,
-        n_decoder_layers=n,
-        d_ff=int_of(hf, "intermediate_size", where),
-        activation=activation(hf.get("hidden_act", "silu"), where),
-        gated_ff=True,
-        norm="rms",
-        norm_first=True,
-        final_norm=True,
-        layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, where),
+        **rms_stack(hf, where, heads, head_dim, hf.get("hidden_act", "silu")),
         bias=attention_bias,
         qkv_bias=True if variant.qkv_bias else None,
         output_bias=False,
@@ -132,6 +120,26 @@ def config(
         max_len=opt_int(hf, "max_position_embeddings", 2048, where),
         **window_fields(hf, variant, n, where),
         **rope_fields(hf, head_dim, where),
+    )
+
+
+def rms_stack(hf: dict, where: Path, heads: int, head_dim: int, act: Any) -> dict[str, Any]:
+    """What every pre-norm RMS decoder-only family (Llama, Mistral, Qwen2, Gemma 3) reads
+    alike: sizes, grouped-query heads, the gated feed-forward and its activation, the norms."""
+    return dict(
+        d_model=int_of(hf, "hidden_size", where),
+        n_heads=heads,
+        n_kv_heads=opt_int(hf, "num_key_value_heads", heads, where),
+        d_head=head_dim,
+        n_encoder_layers=0,
+        n_decoder_layers=int_of(hf, "num_hidden_layers", where),
+        d_ff=int_of(hf, "intermediate_size", where),
+        activation=activation(act, where),
+        gated_ff=True,
+        norm="rms",
+        norm_first=True,
+        final_norm=True,
+        layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, where),
     )
 
 
