@@ -16,6 +16,20 @@ import attnviz
 TRACKED = pytest.StashKey["dict[str, str] | None"]()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _models_run_in_this_process_again():
+    """A module that started the app's server in this process (``server.main``) leaves no
+    worker pool or decoder budget behind for the next module: they belong to a server, and
+    the library and the other tests run models in this process."""
+    yield
+    app = sys.modules.get("attnviz.app.workers")
+    if app is not None and app.pool() is not None:
+        app.configure(None)
+    decoders = sys.modules.get("attnviz.app.decoders")
+    if decoders is not None:
+        decoders.DECODERS.budget = None
+
+
 @pytest.fixture
 def model() -> attnviz.Transformer:
     return make_model()

@@ -42,7 +42,10 @@ for folder in sys.argv[1:]:
         out[folder] = {{"error": type(exc).__name__, "message": str(exc),
                        "attnviz": isinstance(exc, attnviz.AttnvizError)}}
     out[folder]["seconds"] = time.perf_counter() - start
-    out[folder]["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM: this process's own peak (ru_maxrss keeps the parent's from before exec)
+    with open("/proc/self/status") as f:
+        hwm = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+    out[folder]["peak_mb"] = hwm / 1024
 print(json.dumps(out))
 """
 
