@@ -69,9 +69,9 @@ class PatchStream(Edit):
 
 
 @dataclass(frozen=True, eq=False)
-class PatchHeads(Edit):
-    """Put ``values`` ``[1, H, Tq, Dh]`` into one module's per-head outputs (before the heads
-    are merged) where ``where`` ``[N, H, Tq]`` is True."""
+class _OneModule(Edit):
+    """An edit of one attention module (``kind``, ``layer``) putting ``values`` in place
+    where ``where`` is True."""
 
     kind: str
     layer: int
@@ -80,23 +80,21 @@ class PatchHeads(Edit):
 
     def matches(self, kind: str, layer: int) -> bool:
         return (kind, layer) == (self.kind, self.layer)
+
+
+@dataclass(frozen=True, eq=False)
+class PatchHeads(_OneModule):
+    """Put ``values`` ``[1, H, Tq, Dh]`` into one module's per-head outputs (before the heads
+    are merged) where ``where`` ``[N, H, Tq]`` is True."""
 
     def edit_heads(self, head_output: Tensor) -> Tensor:
         return torch.where(self.where[..., None], self.values.to(head_output.dtype), head_output)
 
 
 @dataclass(frozen=True, eq=False)
-class PatchWeights(Edit):
+class PatchWeights(_OneModule):
     """Put ``values`` ``[1, H, Tq, Tk]`` (attention weights) into one module where ``where``
     ``[N, H]`` is True, after the softmax, before the weights meet the values."""
-
-    kind: str
-    layer: int
-    values: Tensor
-    where: Tensor
-
-    def matches(self, kind: str, layer: int) -> bool:
-        return (kind, layer) == (self.kind, self.layer)
 
     def edit_weights(self, weights: Tensor) -> Tensor:
         where = self.where[..., None, None]  # [N, H, 1, 1]
