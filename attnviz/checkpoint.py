@@ -174,7 +174,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         src_tok = Tokenizer.from_dict(meta.get("src_tokenizer"))
         tgt_tok = Tokenizer.from_dict(meta.get("tgt_tokenizer"))
         prompt = None
-        if config.arch != "encoder-decoder" and meta.get("prompt") is not None:
+        if not config.has_cross and meta.get("prompt") is not None:
             prompt = Prompt.from_dict(meta["prompt"], config.tgt_vocab_size)
     except AttnvizError as exc:
         raise CheckpointError(f"{weights}: {exc}") from None
@@ -231,7 +231,7 @@ class Checkpoint:
     embedder: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        hf_prompt = self.config.arch == "decoder-only" and self.meta.get("format") == "huggingface"
+        hf_prompt = self.config.decoder_only and self.meta.get("format") == "huggingface"
         self.decoding = Decoding.of(
             self.config, self.rules, self.max_new_tokens,
             self.meta.get("generation_config"), counts_prompt=hf_prompt,
@@ -244,7 +244,7 @@ class Checkpoint:
     @property
     def is_audio(self) -> bool:
         """The model reads audio (Whisper): inputs are a path or 16 kHz samples, not text."""
-        return self.config.source == "audio"
+        return self.config.reads_audio
 
     def source_tensor(self, source) -> Tensor:
         """An input as the encoder takes it: ``[1, Ts]`` ids of a text, or for an audio model
@@ -365,7 +365,7 @@ class Checkpoint:
         return self.prompt is not None and self.prompt.mlm
 
     def _generates(self) -> None:
-        if self.config.arch == "encoder-only":
+        if self.config.encoder_only:
             raise InputError(
                 "an encoder-only model reads its input at once and generates nothing: fill its "
                 "mask tokens with attnviz.analysis.fill_mask (or task_outputs for a task's inputs)"
@@ -420,7 +420,7 @@ class Checkpoint:
             return [self.predict(clip, num_beams=num_beams) for clip in texts]
         for text in texts:
             self.encode_source(text)  # the same refusals as predict (empty, too long)
-        hf_prompts = self.config.arch == "decoder-only" and self.prompt is None
+        hf_prompts = self.config.decoder_only and self.prompt is None
         if num_beams > 1 or hf_prompts:  # one at a time
             return [self.predict_details(text, num_beams=num_beams).text for text in texts]
         return greedy_texts(

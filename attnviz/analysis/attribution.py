@@ -121,7 +121,7 @@ def attribute(
     # weights, so the attention and attributions are those of the model itself.
     model = copy.deepcopy(ckpt.model).eval()
     cfg = ckpt.config
-    if cfg.arch == "encoder-only":  # one pass over the sentence: explain a mask's filler
+    if cfg.encoder_only:  # one pass over the sentence: explain a mask's filler
         return _attribute_mask(ckpt, model, text, step, tokens, n_steps, versus)
     if model.src_embed is model.tgt_embed:  # one table (most imported models): untie the copy
         model.tgt_embed = copy.deepcopy(model.src_embed)  # same weights, attributable apart
@@ -137,7 +137,7 @@ def attribute(
     chosen = tokens[step]
     explained = _explained(chosen, versus, vocab)
 
-    if cfg.arch == "decoder-only":  # one sequence through one embedding: the prompt, then
+    if cfg.decoder_only:  # one sequence through one embedding: the prompt, then
         seq = torch.tensor([[*enc.ids, *tokens[:step]]], device=ckpt.device)  # [1, T]
         one = _OneStack(seq, model.tgt_embed, lambda ids: model(ids)[:, -1].float(), "decoder_self",
                         -1, len(enc.ids))  # fmt: skip

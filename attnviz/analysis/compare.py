@@ -197,7 +197,7 @@ def _layers(ckpt: Checkpoint, kind: str) -> int:
     if kind == "encoder_self":
         return cfg.n_encoder_layers if cfg.has_encoder else 0
     if kind == "cross":
-        return cfg.n_decoder_layers if cfg.arch == "encoder-decoder" else 0
+        return cfg.n_decoder_layers if cfg.has_cross else 0
     return cfg.n_decoder_layers if cfg.has_decoder else 0
 
 
@@ -230,7 +230,7 @@ def compare(
     out = Comparison(texts=texts, targets=[])
     sums = {k: np.zeros((_layers(a, k), a.config.n_heads, a.config.n_heads)) for k in KINDS}
     for i, text in enumerate(texts):
-        if a.config.arch == "encoder-only":  # one read pass each, scored on a's fillers
+        if a.config.encoder_only:  # one read pass each, scored on a's fillers
             sa = score_read(a, text, None if targets is None else targets[i])
             sb = score_read(b, text, sa.ids)
             at = scored_positions(a, a.encode_source(text).ids)

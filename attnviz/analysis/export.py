@@ -170,7 +170,7 @@ class Inspection:
 def inspect_text(ckpt: Checkpoint, text: str, max_len: int | None = None) -> Inspection:
     """Greedy-decode ``text`` step by step and collect what the views show (an encoder-only
     model: its one pass over ``text``, :func:`inspect_read`)."""
-    if ckpt.config.arch == "encoder-only":
+    if ckpt.config.encoder_only:
         return inspect_read(ckpt, text)
     stepper = ckpt.stepper(text, max_len)  # the checkpoint's generation rules
     enc = frames_encoding(stepper) if ckpt.is_audio else ckpt.encode_source(text)
@@ -214,7 +214,7 @@ def key_stats(ckpt: Checkpoint, trace, src_ids, tgt_ids, src_pad=None, tgt_pad=N
     punct = sorted(set(punctuation_ids(src_tokens))
                    | set(punctuation_ids(ckpt.tgt_tokenizer.tokens)))  # fmt: skip
     eos, bos = cfg.eos_id, cfg.bos_id
-    if cfg.arch == "encoder-only":  # BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>
+    if cfg.encoder_only:  # BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>
         eos = (special_token(ckpt, "sep") or (None, None))[1]
         bos = int(np.asarray(src_ids)[0, 0])  # what every sentence read starts with
     return head_stats(trace, src_pad, tgt_pad, np.asarray(src_ids), np.asarray(tgt_ids),
@@ -230,7 +230,7 @@ def from_stepper(
     tok = ckpt.tgt_tokenizer
     ids = [s.token for s in steps]
     out_tokens = [tok.token(i) for i in ids]
-    if ckpt.config.arch == "decoder-only":  # one sequence: the prompt, then the output read
+    if ckpt.config.decoder_only:  # one sequence: the prompt, then the output read
         keys = [*enc.ids, *ids[:-1]]
         tgt_tokens = [*enc.pieces, *out_tokens[:-1]]
     else:  # the decoder reads the start token, then the output

@@ -124,7 +124,7 @@ def faithfulness(
             of its output, clipped to the output's length).
         k_max: K, the most source tokens blocked or kept (clipped to each input's length).
     """
-    if ckpt.config.arch != "encoder-decoder":
+    if not ckpt.config.has_cross:
         raise InputError(
             "faithfulness blocks source tokens from the cross-attention of an encoder-decoder "
             f"model; this one is {ckpt.config.arch}"

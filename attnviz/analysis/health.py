@@ -421,7 +421,7 @@ def _accuracy(ckpt: Checkpoint, task: Task, n: int, edits: Sequence[Edit]) -> li
         "ok": "",
     }[level]
     message = (
-        f"{'filled-in' if ckpt.config.arch == 'encoder-only' else 'greedy'} exact match "
+        f"{'filled-in' if ckpt.config.encoder_only else 'greedy'} exact match "
         f"{exact:.3f} against the task's true targets on {len(examples)} "
         f"validation {'input' if len(examples) == 1 else 'inputs'}{why}; right by source length: {breakdown}"
     )

@@ -43,7 +43,7 @@ def induction_scores(
     """
     if not isinstance(ckpt, Checkpoint):
         ckpt = load_checkpoint(ckpt)
-    if ckpt.config.arch != "decoder-only":
+    if ckpt.config.has_encoder:
         raise InputError(
             f"induction scores are measured on decoder-only models; this one is {ckpt.config.arch}"
         )

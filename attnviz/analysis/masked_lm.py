@@ -274,7 +274,7 @@ def predictions(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> l
 
 
 def _check(ckpt: Checkpoint, k: int, head: bool = True) -> None:
-    if ckpt.config.arch != "encoder-only":
+    if ckpt.config.has_decoder:
         raise InputError(
             f"mask filling needs an encoder-only model (BERT, RoBERTa); this one is "
             f"{ckpt.config.arch}"

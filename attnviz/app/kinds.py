@@ -25,9 +25,6 @@ from ..core.record import Trace
 from ..decode.scoring import Scored
 from ..render.arrays import b64_f32, mask_bits
 
-DECODER_ONLY = "decoder-only"
-ENCODER_ONLY = "encoder-only"
-
 #: One sentence for each place a decoder-only model hides, by place.
 NOTES = {
     "step": (
@@ -112,19 +109,19 @@ ENCODER_LABS = ("ablation", "attribution", "health", "export", "compare", "lens"
 
 def is_encoder_only(ckpt: Checkpoint | ModelConfig) -> bool:
     cfg = ckpt if isinstance(ckpt, ModelConfig) else ckpt.config
-    return cfg.arch == ENCODER_ONLY
+    return cfg.encoder_only
 
 
 def is_decoder_only(ckpt: Checkpoint | ModelConfig) -> bool:
     cfg = ckpt if isinstance(ckpt, ModelConfig) else ckpt.config
-    return cfg.arch == DECODER_ONLY
+    return cfg.decoder_only
 
 
 def layers_text(cfg: ModelConfig) -> str:
     """``"decoder-only, 2 layers"`` / ``"2 encoder + 2 decoder layers"`` / ``"encoder-only, …"``."""
-    if cfg.arch == DECODER_ONLY:
+    if cfg.decoder_only:
         return f"decoder-only, {cfg.n_decoder_layers} layers"
-    if cfg.arch == "encoder-only":
+    if cfg.encoder_only:
         return f"encoder-only, {cfg.n_encoder_layers} layers"
     return f"{cfg.n_encoder_layers} encoder + {cfg.n_decoder_layers} decoder layers"
 

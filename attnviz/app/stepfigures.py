@@ -30,7 +30,7 @@ def _axes(state: SessionState, ckpt: Checkpoint) -> dict[str, tuple[list[str], l
     """(key tokens, query tokens) of each kind at the shown step."""
     src = src_labels(state, ckpt)
     tok = ckpt.tgt_tokenizer
-    one_stack = ckpt.config.arch != "encoder-decoder"  # a prompt, or (encoder-only) no output
+    one_stack = not ckpt.config.has_cross  # a prompt, or (encoder-only) no output
     start = src if one_stack else [tok.token(ckpt.config.bos_id)]
     tgt = [*start, *(tok.token(t) for t in state.tokens[: max(state.step - 1, 0)])]
     return {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (src, tgt)}

@@ -43,14 +43,14 @@ def _step_through(args: argparse.Namespace) -> int:
 
     ckpt = load_checkpoint(args.model)
     source = source_of(ckpt, args)
-    if ckpt.config.arch == "encoder-only":
+    if ckpt.config.encoder_only:
         raise AttnvizError("an encoder-only model generates nothing to step through: use inspect")
     stepper = ckpt.stepper(source)  # the checkpoint's ids and generation rules
     enc = frames_encoding(stepper) if ckpt.is_audio else ckpt.encode_source(source)
     if enc.unknown:
         print(f"note: not in this model's vocabulary, read as <unk>: {' '.join(enc.unknown)}")
     last = ckpt.config.n_decoder_layers - 1
-    one_stack = ckpt.config.arch == "decoder-only"
+    one_stack = ckpt.config.decoder_only
     kind = "decoder_self" if one_stack else "cross"
     print(f"model : {args.model} (task {ckpt.task}, {ckpt.model.num_parameters():,} parameters)")
     print(f"input : {source}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import ConfigError, shorten
 from .memory import check_size
+from .model_kind import ARCHS, ModelKind
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "silu")
 #: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
@@ -22,9 +23,6 @@ POSITIONS = (
 #: What the encoder reads: token ids, or log-mel features through a convolutional front-end.
 SOURCES = ("text", "audio")
 NORMS = ("layer", "rms")
-#: Model kinds: both stacks; one decoder stack without cross-attention (GPT-2, Llama); one
-#: encoder stack with a language-model head over its output (BERT).
-ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
 #: Rotary frequency scalings: none, Llama 3's per-frequency rescaling, plain interpolation.
 ROPE_SCALINGS = ("none", "llama3", "linear")
 #: Most layers a stack may have (the deepest published encoder-decoders have a few hundred).
@@ -47,7 +45,7 @@ def _real(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(ModelKind):
     """Shape and behaviour of a Transformer: encoder-decoder, decoder-only or encoder-only.
 
     Args:
@@ -220,7 +218,7 @@ class ModelConfig:
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} "
                 f"(try n_heads in {[h for h in range(1, 17) if self.d_model % h == 0]})"
             )
-        if self.source == "audio" and self.share_embeddings:
+        if self.reads_audio and self.share_embeddings:
             raise ConfigError(
                 "share_embeddings needs a text source; an audio model has no source table"
             )
@@ -240,7 +238,7 @@ class ModelConfig:
         # targets, and Whisper pads them with its end id; a decoder-only model may pad with its
         # end id (GPT-2 has no pad token): its prompts are never padded by id; an encoder-only
         # model decodes nothing
-        if self.eos_id == self.pad_id and self.arch == "encoder-decoder" and self.source != "audio":
+        if self.eos_id == self.pad_id and self.has_cross and not self.reads_audio:
             raise ConfigError(f"eos_id={self.eos_id} must differ from pad_id")
         check_size(self)
 
@@ -324,7 +322,7 @@ class ModelConfig:
 
     def _check_kind(self) -> None:
         """The kind's fields agree: stacks it has, one vocabulary, heads, rotary sizes."""
-        if self.arch != "encoder-decoder" and self.src_vocab_size != self.tgt_vocab_size:
+        if not self.has_cross and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 f"a {self.arch} model has one vocabulary: src_vocab_size={self.src_vocab_size} "
                 f"and tgt_vocab_size={self.tgt_vocab_size} must be equal"
@@ -384,7 +382,7 @@ class ModelConfig:
             ("rope_local_theta", self.rope_local_theta is not None), ("qk_norm", self.qk_norm),
             ("sandwich_norm", self.sandwich_norm),
         ) if on]  # fmt: skip
-        if used and self.arch != "decoder-only":
+        if used and not self.decoder_only:
             raise ConfigError(f"{', '.join(used)}: for decoder-only models only here")
         if self.sandwich_norm and not self.norm_first:
             raise ConfigError("sandwich_norm needs norm_first (a norm before each sublayer)")
@@ -400,14 +398,9 @@ class ModelConfig:
         return self.sliding_window
 
     @property
-    def has_encoder(self) -> bool:
-        """The model has an encoder stack (encoder-decoder, encoder-only)."""
-        return self.arch != "decoder-only"
-
-    @property
-    def has_decoder(self) -> bool:
-        """The model has a decoder stack (encoder-decoder, decoder-only)."""
-        return self.arch != "encoder-only"
+    def reads_audio(self) -> bool:
+        """The encoder reads log-mel features, not token ids (Whisper)."""
+        return self.source == "audio"
 
     @property
     def kv_heads(self) -> int:
@@ -457,7 +450,7 @@ class ModelConfig:
             relative += self.relative_buckets * h if kind == "relative" else 0
         for kind, length in self.fixed_tables():
             buffers += (length + (self.position_offset if kind == "fairseq" else 0)) * d
-        audio = self.source == "audio"
+        audio = self.reads_audio
         front = 3 * self.n_mels * d + d + 3 * d * d + d if audio and self.has_encoder else 0
         embeddings = self.src_vocab_size * d if self.has_encoder and not audio else 0
         if self.has_decoder and not (self.share_embeddings and self.has_encoder and not audio):

@@ -61,7 +61,7 @@ class Transformer(nn.Module):
         super().__init__()
         cfg = self.config = config
         d = cfg.d_model
-        audio = cfg.source == "audio"
+        audio = cfg.reads_audio
         # an audio model reads features through the front-end: it has no source table
         self.frontend = AudioFrontEnd(cfg) if audio and cfg.has_encoder else None
         self.src_embed = (
@@ -219,7 +219,7 @@ class Transformer(nn.Module):
         """Run the encoder.
 
         Args:
-            src: ``[B, Ts]`` source ids; for an audio model (``config.source == "audio"``)
+            src: ``[B, Ts]`` source ids; for an audio model (``config.reads_audio``)
                 log-mel features ``[B, n_mels, 2 * Ts]`` (Whisper: ``[B, 80, 3000]``).
             src_pad_mask: ``[B, Ts]`` bool, True at PAD (or a float additive mask).
             token_type_ids: ``[B, Ts]`` segment ids (BERT; default all 0) where the config has
@@ -347,7 +347,7 @@ class Transformer(nn.Module):
         encoder-only); ``pad_mask`` ``[B, T]`` bool, True at PAD.
         """
         cfg = self.config
-        if cfg.arch == "encoder-decoder":
+        if cfg.has_cross:
             if tgt is None:
                 raise InputError("an encoder-decoder model needs src and tgt: model(src, tgt)")
             if pad_mask is not None:
@@ -362,7 +362,7 @@ class Transformer(nn.Module):
         if len(given) > 1:
             raise InputError("give one padding mask (pad_mask)")
         mask = given[0] if given else None
-        if cfg.arch == "decoder-only":
+        if cfg.decoder_only:
             if token_type_ids is not None:
                 raise InputError("a decoder-only model has no token types")
             return self.decode(src, None, tgt_pad_mask=mask)

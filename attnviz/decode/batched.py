@@ -130,7 +130,7 @@ def greedy_texts(
     order = sorted(range(len(texts)), key=size.__getitem__)
     out: list[str] = [""] * len(texts)
     groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-    if cfg.arch == "decoder-only":  # one prompt length a batch
+    if cfg.decoder_only:  # one prompt length a batch
         groups = [
             g[s : s + batch_size] for g in _runs(order, size) for s in range(0, len(g), batch_size)
         ]

@@ -35,7 +35,7 @@ def decode_memory(cfg: ModelConfig, prompt_len: int, steps: int) -> int:
     weights of every layer and head), the key/value cache and each step's ``[V]``
     probabilities and logits. Grows as ``steps²`` (the rows) plus ``steps`` (the rest)."""
     layers, heads = cfg.n_decoder_layers, cfg.n_heads
-    one_stack = cfg.arch == "decoder-only"
+    one_stack = cfg.decoder_only
     first = prompt_len if one_stack else 1  # keys before the first produced token
     self_keys = steps * first + steps * (steps + 1) // 2
     cross_keys = 0 if one_stack else steps * prompt_len

@@ -52,7 +52,7 @@ def eval_no_grad(model: Transformer) -> Iterator[None]:
 def as_batch(src: Tensor, name: str = "src", model: Transformer | None = None) -> Tensor:
     """Source ids ``[Ts]`` -> ``[1, Ts]``; for an audio model, features ``[n_mels, T]`` ->
     ``[1, n_mels, T]`` (the model checks the rest)."""
-    if model is not None and model.config.source == "audio":
+    if model is not None and model.config.reads_audio:
         if not isinstance(src, Tensor):
             src = torch.as_tensor(src, dtype=torch.float32)
         return src.unsqueeze(0) if src.dim() == 2 else src
@@ -72,14 +72,14 @@ def source_pad_mask(model: Transformer, src: Tensor, src_pad_mask: Tensor | None
     A decoder-only model's prompt is never padded by id (GPT-2 pads with its end id, which a
     prompt may hold); a mask with padding is refused: decode prompts of one length together.
     """
-    if model.config.arch == "decoder-only":
+    if model.config.decoder_only:
         if src_pad_mask is not None and bool(torch.as_tensor(src_pad_mask).bool().any()):
             raise InputError(
                 "a decoder-only model decodes unpadded prompts: give prompts of one length, "
                 "or decode them one at a time"
             )
         return None
-    if model.config.source == "audio":
+    if model.config.reads_audio:
         return None
     if src_pad_mask is not None:
         return src_pad_mask.to(src.device)
@@ -94,7 +94,7 @@ def default_max_len(
     within the positions the model (or config) has (after a decoder-only model's prompt).
     A checkpoint's own limit is :meth:`attnviz.decode.decoding.Decoding.limit`."""
     cfg = model if isinstance(model, ModelConfig) else model.config
-    if cfg.arch == "decoder-only":
+    if cfg.decoder_only:
         limit = cfg.max_len - src_len
         if limit < 1:
             raise InputError(
@@ -104,7 +104,7 @@ def default_max_len(
     else:
         limit = cfg.max_len - 1  # BOS takes position 0
     if max_len is None:  # an audio source's length says nothing about its text's
-        return limit if cfg.source == "audio" else min(limit, 2 * src_len + 16)
+        return limit if cfg.reads_audio else min(limit, 2 * src_len + 16)
     if max_len < 1:
         raise InputError(f"max_len must be at least 1, got {max_len}")
     return min(limit, max_len)
@@ -217,7 +217,7 @@ def start_decoding(
             (later ids are the argmax or a checked forced token).
     """
     b = src.shape[0]
-    decoder_only = model.config.arch == "decoder-only"
+    decoder_only = model.config.decoder_only
     if decoder_only:
         first = src[:, -1]
     else:

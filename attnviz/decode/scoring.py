@@ -102,7 +102,7 @@ def score_reference(ckpt: Any, source: str, target: str | list[int]) -> Scored:
         with torch.no_grad(), record(ckpt.model) as trace:
             logits = ckpt.model(features, tgt_in)[0].float()  # [Tt, V]
         gold = torch.tensor(ids, device=ckpt.device)  # [Tt]
-    elif ckpt.config.arch == "decoder-only":  # prompt + reference, one sequence
+    elif ckpt.config.decoder_only:  # prompt + reference, one sequence
         prompt = ckpt.encode_source(source).ids  # the input's refusals come first
         ids = target_ids(ckpt, target)
         if isinstance(target, str) and len(ids) > 1 and ids[0] == ckpt.config.bos_id:

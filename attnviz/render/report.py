@@ -315,7 +315,7 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
     after = exp.after.trace.numpy("decoder_self", last)[0].mean(0)
     tok = ckpt.tgt_tokenizer
     reference = exp.target_ids[0]  # the ids teacher-forced (no decode -> encode round trip)
-    if ckpt.config.arch == "decoder-only":  # one sequence: the prompt, then the reference
+    if ckpt.config.decoder_only:  # one sequence: the prompt, then the reference
         head = list(ckpt.encode_source(ins.text).pieces)
         tokens = [*head, *(tok.token(i) for i in reference)][: before.shape[0]]
     else:

@@ -226,7 +226,7 @@ def show(
         if isinstance(ckpt_or_folder, Checkpoint)
         else load_checkpoint(ckpt_or_folder)
     )
-    if ckpt.config.arch == "encoder-only":  # one pass over the sentence: its self-attention
+    if ckpt.config.encoder_only:  # one pass over the sentence: its self-attention
         read = read_pass(ckpt, text)
         src = list(read.enc.pieces)
         out = [ckpt.tgt_tokenizer.token(i) for i in read.argmax()]  # fillers (or each token)
@@ -240,7 +240,7 @@ def show(
     src = ["<unk>" if i == cfg.unk_id else p for p, i in zip(enc.pieces, enc.ids, strict=True)]
     out = [tok.token(t) for t in stepper.tokens]
     # what each step fed the decoder: the start token (a decoder-only model: the prompt)
-    start = src if cfg.arch == "decoder-only" else [tok.token(cfg.bos_id)]
+    start = src if cfg.decoder_only else [tok.token(cfg.bos_id)]
     tgt = [*start, *out[:-1]]
     return View.from_trace(
         stepper.trace(), src, tgt, kind=kind, layer=layer, head=head, out_tokens=out

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from ..checkpoint import METADATA
 from ..core.errors import CheckpointError, InputError
+from ..core.model_kind import ModelKind
 from ..data.batch import Prompt
 from ..data.corpus import EncodedCorpus, encode_corpus
 from ..data.pieces import choose_subword, piece_stats
@@ -81,12 +82,12 @@ class Feed:
     #: Model positions beyond the ``max_len`` option.
     extra_positions = 0
 
-    def positions(self, max_len: int, arch: str | None) -> int:
+    def positions(self, max_len: int, decoder_only: bool) -> int:
         """The model's positions for a ``max_len`` option (a side's most tokens for a corpus).
 
         A decoder-only model reads a corpus pair as one sequence ``<bos> source <eos> target``
         (and learns the target's ``<eos>``): ``2 * max_len + 2`` positions."""
-        if arch == "decoder-only" and self.task is None:
+        if decoder_only and self.task is None:
             return 2 * max_len + 2
         return max_len + self.extra_positions
 
@@ -118,7 +119,7 @@ SEPARATOR = "<sep>"
 MASK = "<mask>"
 
 
-def one_stack(feed: Feed, arch: str) -> Prompt | None:
+def one_stack(feed: Feed, kind: ModelKind) -> Prompt | None:
     """Fit ``feed`` to the model kind: an encoder-decoder keeps its two tokenizers (None is
     returned); a decoder-only model gets one vocabulary over both sides (with ``<sep>``
     where the task's prompt has one) and the :class:`Prompt` its pairs are read with.
@@ -126,11 +127,9 @@ def one_stack(feed: Feed, arch: str) -> Prompt | None:
     Raises:
         InputError: a kind or a data source attnviz does not train yet, in one line.
     """
-    if arch == "encoder-decoder":
+    if kind.has_cross:
         return None
-    if arch not in ("decoder-only", "encoder-only"):
-        raise InputError(f"--arch must be encoder-decoder, decoder-only or encoder-only, got {arch!r}")
-    if arch == "encoder-only":  # a masked LM over the task's pairs
+    if kind.encoder_only:  # a masked LM over the task's pairs
         task = feed.task
         if task is None:
             raise InputError(
@@ -431,7 +430,7 @@ def make_feed(
     else:
         kind = pick("tokenizer", "bpe")
         docs = None
-        shared = bool(pick("shared_vocab", False)) or opts.arch == "decoder-only"
+        shared = bool(pick("shared_vocab", False)) or opts.kind.decoder_only
         if rank == 0:
             t0 = time.perf_counter()
             src_tok, tgt_tok = train_tokenizers(
@@ -466,7 +465,7 @@ def make_feed(
     feed.training.update(  # recorded with the run, so --resume knows them
         tokenizer=src_tok.kind,
         vocab_size=pick("vocab_size", None),
-        shared_vocab=bool(pick("shared_vocab", False)) or opts.arch == "decoder-only",
+        shared_vocab=bool(pick("shared_vocab", False)) or opts.kind.decoder_only,
         byte_fallback=bool(pick("byte_fallback", False)),
     )
     feed.pieces = piece_report

@@ -121,7 +121,7 @@ def head_scores(weights: Tensor, length: int) -> tuple[Tensor, Tensor]:
 def measure(model: Transformer, ids: Tensor, length: int) -> InductionScores:
     """Scores of every decoder self-attention head, and the two halves' losses, on ``ids``
     from :func:`repeated_tokens` (``[B, 1 + 2 * length]``). The model must be decoder-only."""
-    if model.config.arch != "decoder-only":
+    if model.config.has_encoder:
         raise InputError(
             f"induction scores are measured on decoder-only models; this one is {model.config.arch}"
         )

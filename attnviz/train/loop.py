@@ -141,7 +141,9 @@ def init_checkpoint(opts: TrainOptions) -> tuple[Checkpoint, TrainOptions]:
 def model_config(feed: Feed, opts: TrainOptions, src: Tokenizer, tgt: Tokenizer) -> ModelConfig:
     """The model config of a run: vocabularies from the tokenizers, sizes from the options."""
     sizes = {k: getattr(opts, k) for k in MODEL_FIELDS if getattr(opts, k) is not None}
-    sizes["max_len"] = feed.positions(sizes.get("max_len", feed.default_max_len()), opts.arch)
+    sizes["max_len"] = feed.positions(
+        sizes.get("max_len", feed.default_max_len()), opts.kind.decoder_only
+    )
     if src.specials != tgt.specials:
         raise InputError("the source and target tokenizers disagree on special ids")
     ids = config_ids(src.specials)
@@ -238,8 +240,7 @@ def train(
             toks = hf_training_tokenizers(*toks)
     feed = make_feed(opts, saved, out, rank, world, say, tokenizers=toks)
     opts = opts.resolved(feed, saved)
-    arch = opts.arch or ModelConfig.arch  # unset: the config's default kind
-    prompt = one_stack(feed, arch)  # a decoder-only model: one vocabulary, its prompt
+    prompt = one_stack(feed, opts.kind)  # a decoder-only model: one vocabulary, its prompt
     src_tok, tgt_tok = feed.src_tok, feed.tgt_tok
     cfg = model_config(feed, opts, src_tok, tgt_tok)
     torch.manual_seed(opts.seed)
@@ -426,7 +427,7 @@ def train(
 
 def _layers(cfg: ModelConfig) -> str:
     """The stacks in words: ``"2+2 layers"``, ``"decoder-only, 2 layers"``."""
-    if cfg.arch == "encoder-decoder":
+    if cfg.has_cross:
         return f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
     n = cfg.n_decoder_layers if cfg.has_decoder else cfg.n_encoder_layers
     return f"{cfg.arch}, {n} layers"

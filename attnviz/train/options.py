@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..core.config import ModelConfig
 from ..core.errors import InputError
+from ..core.model_kind import ARCHS, Kind
 from .feeds import PRESETS, Feed
 
 #: ModelConfig fields that are not options: the vocabularies and special ids come from the
@@ -114,6 +115,18 @@ class TrainOptions:
         if len(given) != 1:
             raise InputError("give one of --task or --data (or pairs=... in Python)")
         return {"data": "corpus files", "pairs": "pairs"}.get(given[0], self.task)
+
+    @property
+    def kind(self) -> Kind:
+        """The kind of model the run trains (``arch``; unset: the config's default).
+
+        Raises:
+            InputError: ``arch`` names no kind.
+        """
+        arch = ModelConfig.arch if self.arch is None else self.arch
+        if arch not in ARCHS:
+            raise InputError(f"--arch must be {', '.join(ARCHS[:-1])} or {ARCHS[-1]}, got {arch!r}")
+        return Kind(arch)
 
     def saved(self) -> dict:
         """The options as stored in the checkpoint (without the pairs themselves)."""

@@ -107,6 +107,7 @@ def test_a_corpus_trains_a_decoder_only_model_on_one_vocabulary(tmp_path):
 
 def test_a_decoder_only_corpus_run_refuses_a_hugging_face_init(tmp_path):
     """The corpus's vocabulary is trained here; a given pair of tokenizers is refused."""
+    from attnviz.core.model_kind import Kind
     from attnviz.data.tasks import Example
     from attnviz.data.tokenizer import Tokenizer
     from attnviz.train.feeds import Feed, one_stack
@@ -114,4 +115,4 @@ def test_a_decoder_only_corpus_run_refuses_a_hugging_face_init(tmp_path):
     a, b = Tokenizer("char", list("ab")), Tokenizer("char", list("abc"))
     feed = Feed("corpus", a, b, Example("a", "b"))
     with pytest.raises(InputError, match="one vocabulary"):
-        one_stack(feed, "decoder-only")
+        one_stack(feed, Kind("decoder-only"))

@@ -98,7 +98,7 @@ def export_hf(ckpt_or_folder: Checkpoint | str | Path, out: str | Path) -> Path:
         gen = ckpt.path / GENERATION if ckpt.path is not None else None
         if gen is not None and gen.is_file():
             shutil.copyfile(gen, tmp / GENERATION)
-        elif ckpt.config.arch == "encoder-only":
+        elif ckpt.config.encoder_only:
             pass  # nothing is generated: save_pretrained writes no generation config either
         elif ckpt.meta.get("generation_config"):
             (tmp / GENERATION).write_text(json.dumps(ckpt.meta["generation_config"], indent=2))

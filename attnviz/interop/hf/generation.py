@@ -101,7 +101,7 @@ def generation_rules(
     # min_new_tokens takes precedence; min_length counts the start token
     min_new = gen_int(gen, "min_new_tokens", where)
     min_length = gen_int(gen, "min_length", where) or 0
-    if min_new is None and cfg.arch == "decoder-only":  # min_length counts each prompt
+    if min_new is None and cfg.decoder_only:  # min_length counts each prompt
         if min_length:
             ignored.append(f"min_length={min_length} (it counts the prompt)")
         min_new = 0

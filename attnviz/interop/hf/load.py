@@ -55,11 +55,11 @@ def special_ids(hf: dict, gen: dict, unk_id: int | None = None) -> dict[str, int
     pad = gen.get("pad_token_id", hf.get("pad_token_id", family.pad_id))
     ends = gen.get("eos_token_id", hf.get("eos_token_id", family.eos_id))
     eos = first(ends)
-    if family.arch == "decoder-only" and isinstance(ends, list) and len(set(ends)) > 1:
+    if family.decoder_only and isinstance(ends, list) and len(set(ends)) > 1:
         # several end ids (Llama 3): generate() stops at any of them; eos_id is the first
         more = tuple(dict.fromkeys(i for i in ends[1:] if i != eos))
         return {**one_stack_ids(family, hf, gen, pad, eos, unk_id), "end_ids": more}
-    if family.arch != "encoder-decoder":
+    if not family.has_cross:
         return one_stack_ids(family, hf, gen, pad, eos, unk_id)
     start = gen.get("decoder_start_token_id", hf.get("decoder_start_token_id"))
     if start is None:
@@ -73,7 +73,7 @@ def one_stack_ids(family: Family, hf: dict, gen: dict, pad, eos, unk_id) -> dict
     its prompt (``bos_id`` is the folder's, for tokenizers) and pads with its end id where the
     folder names no pad; an encoder-only model decodes nothing: ids it lacks are its pad id."""
     bos = first(gen.get("bos_token_id", hf.get("bos_token_id")))
-    if family.arch == "decoder-only":
+    if family.decoder_only:
         pad = eos if pad is None else pad
     else:
         eos = pad if eos is None else eos
@@ -100,7 +100,7 @@ def convert(
     tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them)."""
     family: Family = REGISTRY[hf["model_type"]]
     src = Source(tensors, where)
-    if family.arch == "encoder-decoder":
+    if family.has_cross:
         emb = embeddings(src, family.embed_prefix, family.lm_keys, audio=family.audio)
     else:
         emb = one_table(src, family.embed_keys, family.lm_keys)
@@ -175,7 +175,7 @@ def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int,
     """Source and target vocabulary sizes, read from the embedding tables' shapes; a
     config.json whose vocab_size says otherwise is refused before anything is sized by it."""
     family = REGISTRY[hf["model_type"]]
-    one_stack = family.arch != "encoder-decoder"
+    one_stack = not family.has_cross
     if family.audio or one_stack:  # one token table (audio: the source side is features)
         keys = family.embed_keys if one_stack else (
             "model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"
@@ -274,7 +274,7 @@ def checkpoint_from_parts(
     tok, why = tokenizer(ids, tgt_rows, max(src_rows, tgt_rows))
     family = REGISTRY[hf["model_type"]]
     if tok is not None:
-        if family.arch != "encoder-only":  # an encoder-only model generates nothing: no end
+        if family.has_decoder:  # an encoder-only model generates nothing: no end
             _check_tokenizer_specials(tok, ids, where)
         ids["unk_id"] = tok.unk_id
     model = _build(where, hf, ids, device, tensors)

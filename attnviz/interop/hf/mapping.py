@@ -240,7 +240,7 @@ def token_tables(
     one-stack model's table under ``embed_keys[0]``; the output matrix (``[V, D]``) under
     ``lm_key`` where it is its own, or where ``write_lm`` asks for it even when tied (a
     config.json with ``tie_word_embeddings: false`` would otherwise get a random one)."""
-    if cfg.arch != "encoder-decoder":
+    if not cfg.has_cross:
         table = ours["tgt_embed.weight" if cfg.has_decoder else "src_embed.weight"]
         out = {embed_keys[0]: table}
     elif cfg.share_embeddings:

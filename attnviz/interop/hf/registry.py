@@ -13,12 +13,14 @@ from typing import Any
 
 from torch import Tensor
 
+from ...core.model_kind import ModelKind
 from .mapping import Table
 
 
 @dataclass(frozen=True)
-class Family:
-    """How one ``model_type`` maps onto attnviz's Transformer.
+class Family(ModelKind):
+    """How one ``model_type`` maps onto attnviz's Transformer (its kind's questions,
+    ``has_encoder`` / ``decoder_only`` / ..., asked as of a :class:`~attnviz.ModelConfig`).
 
     Attributes:
         model_type: config.json's ``model_type``.

@@ -422,7 +422,7 @@ def load_sentence_checkpoint(path: str | Path, device: str | torch.device = "cpu
     probe = read_modules_path(folder)
     ckpt = load_hf_checkpoint(probe, device)
     cfg = ckpt.config
-    if cfg.arch != "encoder-only":
+    if cfg.has_decoder:
         raise _refuse(folder, f"the Transformer is a {cfg.arch} model; attnviz embeds with "
                               "encoder-only ones (BERT, RoBERTa, DistilBERT)")  # fmt: skip
     if ckpt.meta.get("tokenizer_missing"):
