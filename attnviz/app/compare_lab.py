@@ -32,6 +32,7 @@ from ..render.plots import KIND_TITLES
 from . import store
 from .figures import placeholder
 from .kinds import is_decoder_only, is_encoder_only
+from .lru import LRU
 from .state import SessionState, checkpoint_of, layer_count, warning
 from .views import display_token
 from .workers import remote
@@ -47,7 +48,7 @@ INTRO = (
     "paired to minimise the total divergence; underlined where it is another head). "
     "**Click a cell** to draw that head as A | B | A − B."
 )
-_RESULTS = store.LRU(4)  # (a, version, b, version, text, device) -> (Comparison, Scored a, b)
+_RESULTS = LRU(4)  # (a, version, b, version, text, device) -> (Comparison, Scored a, b)
 
 
 @dataclass

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import threading
 import uuid
-from collections import OrderedDict
 from typing import Any
 
 from ..analysis.masked_lm import MaskFill, read_sentence, special_token
@@ -28,6 +26,7 @@ from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from .encview import encoder_block, encoder_inline
 from .kinds import ENCODER_NOTES
+from .lru import LRU
 from .state import SessionState, layer_count
 from .views import Payload, Shown, display_token, page_model, view_of
 
@@ -35,9 +34,7 @@ from .views import Payload, Shown, display_token, page_model, view_of
 TOP_K = 5
 NO_MASK = "no {mask} in the input: nothing to fill"
 TITLE = "Self-attention over the sentence"
-_CACHE: OrderedDict[tuple, MaskFill] = OrderedDict()
-_LOCK = threading.Lock()
-_CACHED = 8
+_CACHE = LRU(8)  # (model, device, version, text) -> MaskFill
 
 
 def start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) -> SessionState:
@@ -57,15 +54,10 @@ def start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) 
 def read(state: SessionState, ckpt: Checkpoint) -> MaskFill:
     """The pass over the state's sentence (run once per model file version and text)."""
     key = (state.model, state.device, state.version, state.text)
-    with _LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
-    fill = read_sentence(ckpt, state.text, TOP_K)
-    with _LOCK:
-        _CACHE[key] = fill
-        while len(_CACHE) > _CACHED:
-            _CACHE.popitem(last=False)
+    fill = _CACHE.get(key)
+    if fill is None:
+        fill = read_sentence(ckpt, state.text, TOP_K)
+        _CACHE.put(key, fill)
     return fill
 
 

@@ -30,6 +30,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..render.plots_similarity import pair_heatmap, token_bars
 from . import store
+from .lru import LRU
 from .state import SessionState, checkpoint_of, warning
 from .views import display_token
 from .workers import remote
@@ -51,7 +52,7 @@ NOT_EMBEDDER = (
     f"**{MINILM_NAME}** in the model menu, or open a sentence-transformers folder (one with "
     "modules.json)."
 )
-_RESULTS = store.LRU(8)  # (model, version, a, b, attribute, device) -> Similarity
+_RESULTS = LRU(8)  # (model, version, a, b, attribute, device) -> Similarity
 
 
 def register_models() -> list[str]:

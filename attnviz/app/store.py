@@ -18,7 +18,6 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -34,6 +33,7 @@ from . import workers
 from .examples import examples_for as examples_for  # imported from here too
 from .examples import examples_of as examples_of
 from .filekinds import sniff
+from .lru import LRU as LRU  # the app's LRU map (imported from here too)
 from .upload_space import check_space, owner_dir  # the disk budget, per-session folders
 from .workers import WorkerStopped, facade, remote_path
 
@@ -66,36 +66,6 @@ HF_ALLOWED = (
 )
 _SHARD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.safetensors")
 _PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
-
-
-class LRU:
-    """A small thread-safe least-recently-used map (bounded, so uploads cannot pile up)."""
-
-    def __init__(self, maxsize: int):
-        self.maxsize = maxsize
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key, default=None):
-        with self._lock:
-            if key not in self._items:
-                return default
-            self._items.move_to_end(key)
-            return self._items[key]
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
-
-    def pop(self, key) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 #: Loaded checkpoints by (path, device): (file version, checkpoint). Shipped ones reload on
