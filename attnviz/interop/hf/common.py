@@ -165,14 +165,30 @@ class Source:
         )
 
 
+#: An encoder-decoder folder's token tables, after its family's prefix (``"model."``, ``""``):
+#: one table both sides share (``save_pretrained`` writes it where they do), else one a side.
+TOKEN_TABLES = {
+    "shared": "shared.weight",
+    "src": "encoder.embed_tokens.weight",
+    "tgt": "decoder.embed_tokens.weight",
+}
+
+
+def table_keys(side: str, prefixes: tuple[str, ...] = ("model.", "")) -> tuple[str, ...]:
+    """Where one side's token table (``"src"``, ``"tgt"`` or ``"shared"``) may be, over the
+    prefixes families use, its own table's names before the shared one's."""
+    names = (TOKEN_TABLES[side],) if side == "shared" else (TOKEN_TABLES[side], TOKEN_TABLES["shared"])
+    return tuple(p + n for n in names for p in prefixes)
+
+
 def embeddings(
     src: Source, prefix: str, lm_keys: tuple[str, ...], audio: bool = False
 ) -> dict[str, Any]:
     """Source/target tables and the output matrix, and which of them are one tensor; an audio
     model has no source table (``"src"`` None)."""
-    shared = f"{prefix}shared.weight"
-    dec = src.first(f"{prefix}decoder.embed_tokens.weight", shared)
-    enc = dec if audio else src.first(f"{prefix}encoder.embed_tokens.weight", shared)
+    shared = prefix + TOKEN_TABLES["shared"]
+    dec = src.first(*table_keys("tgt", (prefix,)))
+    enc = dec if audio else src.first(*table_keys("src", (prefix,)))
     if enc is None or dec is None:
         raise InteropError(f"{src.where}: no token embeddings ({shared} or embed_tokens)")
     if src.has(shared):

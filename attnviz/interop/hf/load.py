@@ -24,6 +24,7 @@ from .common import (
     read_generation_config,
     read_hf_weights,
     read_json,
+    table_keys,
 )
 from .generation import check_generation, generation_rules
 from .mapping import to_ours
@@ -177,9 +178,7 @@ def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int,
     family = REGISTRY[hf["model_type"]]
     one_stack = not family.has_cross
     if family.audio or one_stack:  # one token table (audio: the source side is features)
-        keys = family.embed_keys if one_stack else (
-            "model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"
-        )  # fmt: skip
+        keys = family.embed_keys if one_stack else table_keys("tgt")[:2]
         for key in keys:
             t = tensors.get(key)
             if t is not None and t.dim() == 2:
@@ -192,11 +191,8 @@ def _vocab_rows(hf: dict, tensors: dict[str, Tensor], where: Path) -> tuple[int,
                 return int(t.shape[0]), int(t.shape[0])
         raise InteropError(f"{where}: no token embeddings ({' or '.join(keys)})")
     rows = {}
-    for side, keys in (
-        ("src", ("model.encoder.embed_tokens.weight", "encoder.embed_tokens.weight")),
-        ("tgt", ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
-    ):
-        for key in (*keys, "model.shared.weight", "shared.weight"):
+    for side in ("src", "tgt"):
+        for key in table_keys(side):
             t = tensors.get(key)
             if t is not None and t.dim() == 2:
                 rows[side] = int(t.shape[0])

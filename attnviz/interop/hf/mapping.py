@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ...core.config import ModelConfig
 from ...core.errors import InteropError, shorten
-from .common import Source
+from .common import TOKEN_TABLES, Source
 
 
 def param(base: str, part: str) -> str:
@@ -244,12 +244,9 @@ def token_tables(
         table = ours["tgt_embed.weight" if cfg.has_decoder else "src_embed.weight"]
         out = {embed_keys[0]: table}
     elif cfg.share_embeddings:
-        out = {f"{prefix}shared.weight": ours["src_embed.weight"]}
+        out = {prefix + TOKEN_TABLES["shared"]: ours["src_embed.weight"]}
     else:
-        out = {
-            f"{prefix}encoder.embed_tokens.weight": ours["src_embed.weight"],
-            f"{prefix}decoder.embed_tokens.weight": ours["tgt_embed.weight"],
-        }
+        out = {prefix + TOKEN_TABLES[side]: ours[f"{side}_embed.weight"] for side in ("src", "tgt")}
     if not cfg.tie_output or write_lm:
         out[lm_key] = ours["generator.weight"]
     return out
