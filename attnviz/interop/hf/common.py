@@ -177,7 +177,7 @@ TOKEN_TABLES = {
 def table_keys(side: str, prefixes: tuple[str, ...] = ("model.", "")) -> tuple[str, ...]:
     """Where one side's token table (``"src"``, ``"tgt"`` or ``"shared"``) may be, over the
     prefixes families use, its own table's names before the shared one's."""
-    names = (TOKEN_TABLES[side],) if side == "shared" else (TOKEN_TABLES[side], TOKEN_TABLES["shared"])
+    names = dict.fromkeys((TOKEN_TABLES[side], TOKEN_TABLES["shared"]))
     return tuple(p + n for n in names for p in prefixes)
 
 
