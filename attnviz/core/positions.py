@@ -41,37 +41,43 @@ def split_sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
     return torch.cat([torch.sin(angles), torch.cos(angles[:, : d_model // 2])], dim=1).float()
 
 
+def half_sinusoids(positions: Tensor, d_model: int) -> Tensor:
+    """Sinusoids with all sines first, then all cosines, at rates
+    ``exp(-log(10000) * i / (D / 2 - 1))``, float32 as fairseq, Whisper and CTranslate2
+    compute them (one formula; the three differ only in the positions they give).
+
+    Args:
+        positions: ``[T]`` the position (row) of each table row.
+    Returns:
+        ``[T, D]`` float32; an odd D's last column is zero.
+    """
+    half = d_model // 2
+    rates = torch.exp(
+        torch.arange(half, dtype=torch.float32) * -(math.log(10000) / max(half - 1, 1))
+    )
+    angles = positions.float()[:, None] * rates[None, :]  # [T, D / 2]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # [T, 2 * half]
+    return torch.cat([table, torch.zeros(len(positions), d_model % 2)], dim=1)
+
+
 def fairseq_positions(rows: int, d_model: int, pad_id: int) -> Tensor:
     """fairseq's sinusoids (FSMT), float32 as fairseq computes them; row ``pad_id`` is zero.
 
     Returns:
         ``[rows, D]`` float32; position p of a sequence reads row ``pad_id + 1 + p``.
     """
-    half = d_model // 2
-    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000) / (half - 1)))
-    angles = torch.arange(rows, dtype=torch.float32).unsqueeze(1) * freq.unsqueeze(0)
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # [rows, 2 * half]
-    if d_model % 2:
-        table = torch.cat([table, torch.zeros(rows, 1)], dim=1)
+    table = half_sinusoids(torch.arange(rows), d_model)
     table[pad_id] = 0
     return table
 
 
 def whisper_positions(length: int, d_model: int) -> Tensor:
-    """Whisper's encoder sinusoids, float32 as Whisper computes them: all sines, then all
-    cosines, at rates ``exp(-log(10000) * i / (D / 2 - 1))``.
+    """Whisper's encoder sinusoids (:func:`half_sinusoids` of positions ``0 .. length - 1``).
 
     Returns:
         ``[length, D]`` float32.
     """
-    half = d_model // 2
-    increment = math.log(10000) / max(half - 1, 1)
-    rates = torch.exp(-increment * torch.arange(half))  # [D / 2]
-    angles = torch.arange(length)[:, None] * rates[None, :]  # [length, D / 2]
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-    if d_model % 2:
-        table = torch.cat([table, torch.zeros(length, 1)], dim=1)
-    return table
+    return half_sinusoids(torch.arange(length), d_model)
 
 
 def relative_position_buckets(
