@@ -27,6 +27,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.record import record
+from ..core.sites import head_name
 from ..data.batch import make_batch
 from .lenses import lens as lens_of
 
@@ -161,7 +162,7 @@ class AlignmentReport:
             cells = "  ".join(f"H{h} {v:.3f}" for h, v in enumerate(row))
             rows.append(f"  cross L{i}: {cells}   (heads averaged {self.layer_aer[i]:.3f})")
         rows.append(
-            f"  every head averaged: {self.mean_aer:.3f}; best: cross L{layer} H{head} {best:.3f}"
+            f"  every head averaged: {self.mean_aer:.3f}; best: {head_name('cross', layer, head)} {best:.3f}"
         )
         return "\n".join(rows)
 

@@ -46,6 +46,7 @@ from ..core.devices import as_numpy
 from ..core.errors import InputError
 from ..core.masks import causal_mask
 from ..core.record import Edit, record
+from ..core.sites import head_name
 from ..data.tasks import Task, get_task
 from .ablation import HeadEffect, greedy_batch, head_effects
 from .export import dumps, key_stats
@@ -242,7 +243,7 @@ def _weak_roles(stats: list[HeadStats], effects: list[HeadEffect]) -> list[HeadS
     by_site = {e.site: e for e in effects}
     return [
         replace(s, role=WEAK_ROLE)
-        if s.role == BROAD_ROLE and not by_site[_site(s.kind, s.layer, s.head)].changed_outputs
+        if s.role == BROAD_ROLE and not by_site[head_name(s.kind, s.layer, s.head)].changed_outputs
         else s
         for s in stats
     ]
@@ -268,10 +269,6 @@ def _leak_findings(worst: dict[str, dict[str, float]]) -> list[Finding]:
     return out
 
 
-def _site(kind: str, layer: int, head: int) -> str:
-    return f"{kind} L{layer} H{head}"
-
-
 def _effect_words(e: HeadEffect, n: int) -> str:
     return (
         f"zeroing it changes {e.changed_outputs} of {count(n, 'output')}, "
@@ -286,14 +283,14 @@ def _dead_heads(
     looks: dict[str, str] = {}
     for s in stats:
         if s.norm_entropy >= UNIFORM_ENTROPY:
-            looks[_site(s.kind, s.layer, s.head)] = (
+            looks[head_name(s.kind, s.layer, s.head)] = (
                 f"uniform-looking (normalised entropy {s.norm_entropy:.2f})"
             )
     for (kind, layer), parts in rms.items():
         r = np.mean(parts, 0)  # [H]
         for h, value in enumerate(r):
             if value < SILENT * r.mean():
-                looks[_site(kind, layer, h)] = (
+                looks[head_name(kind, layer, h)] = (
                     f"silent (output {value / r.mean():.1%} of its layer's mean)"
                 )
     if effects is None:
@@ -434,13 +431,13 @@ def _sinks(stats: list[HeadStats]) -> Finding:
     if not sinks:
         return Finding("sinks", "ok", f"no head puts {SINK_SHARE:.0%} or more of its weight on "
                        "start, end, punctuation or first tokens")  # fmt: skip
-    names = "; ".join(f"{s.kind} L{s.layer} H{s.head} ({s.sink:.2f})" for s in sinks)
+    names = "; ".join(f"{head_name(s.kind, s.layer, s.head)} ({s.sink:.2f})" for s in sinks)
     return Finding(
         "sinks",
         "info",
         f"{count(len(sinks), 'head')} {_verb(len(sinks), 'put')} most of their weight on start, end, punctuation or first "
         f"tokens (a sink: read their maps with care, the weight there carries little): {names}",
-        {f"{s.kind} L{s.layer} H{s.head}": round(s.sink, 4) for s in sinks},
+        {head_name(s.kind, s.layer, s.head): round(s.sink, 4) for s in sinks},
     )
 
 
@@ -462,7 +459,7 @@ def _task_pattern(task: Task, stats: list[HeadStats]) -> Finding:
         return Finding("task pattern", "warning", f"no {kind} heads were measured")
     best = max(mine, key=lambda s: getattr(s, metric))
     share = float(getattr(best, metric))
-    site = _site(best.kind, best.layer, best.head)
+    site = head_name(best.kind, best.layer, best.head)
     details = {"head": site, metric: share, "needed": PATTERN_SHARE}
     if share >= PATTERN_SHARE:
         return Finding(

@@ -26,6 +26,7 @@ from ..analysis.masked_lm import scored_positions
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
+from ..core.sites import parse_head, parse_head_index, parse_layer
 from ..decode.scoring import Scored
 from ..render import plots
 from ..render.plots import KIND_TITLES
@@ -118,10 +119,7 @@ def _kind(kind: str) -> str:
 
 
 def _index(value, prefix: str, n: int, what: str) -> int:
-    try:
-        i = int(str(value if value not in (None, "") else 0).lstrip(prefix))
-    except ValueError:
-        raise InputError(f"not a {what}: {value!r}; {what}s read like '{prefix}1'") from None
+    i = (parse_layer if prefix == "L" else parse_head_index)(0 if value in (None, "") else value)
     if not 0 <= i < n:
         raise InputError(f"{what} {i} does not exist (0 to {n - 1})")
     return i
@@ -353,10 +351,8 @@ def grid_html(
 
 def parse_pick(value: str) -> tuple[str, str, str]:
     """A clicked cell's ``"kind layer head"`` (as the page sends it) -> ``(kind, "L1", "H2")``."""
-    parts = str(value or "").split()
-    if len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
-        raise InputError(f"not a head: {str(value)[:40]!r}; heads read like 'cross 1 2'")
-    return _kind(parts[0]), f"L{parts[1]}", f"H{parts[2]}"
+    kind, layer, head = parse_head(value or "")
+    return kind, f"L{layer}", f"H{head}"
 
 
 def upload_b(paths: list[str], device: str = "cpu") -> tuple[str | None, str]:

@@ -9,7 +9,6 @@ A thin layer over :func:`attnviz.analysis.attribute` (``versus=``) and
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ import numpy as np
 from .. import analysis
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
+from ..core.sites import parse_head_index
 from ..data.tokenizer import check_token_id
 from .kinds import is_decoder_only
 from .lab_view import LabView, error_view, started_checkpoint
@@ -146,9 +146,7 @@ def contrast(
                 f"token {alt} is the one chosen at step {state.step}: pick another candidate"
             )
         layer_i = layer_index(layer, list(range(ckpt.config.n_decoder_layers)))
-        if str(head) != "mean" and not re.fullmatch(r"H\d+", str(head)):
-            raise InputError(f"not a head: {head!r}; heads read like 'H2' (or 'mean')")
-        if str(head) != "mean" and not int(str(head)[1:]) < ckpt.config.n_heads:
+        if str(head) != "mean" and not parse_head_index(head) < ckpt.config.n_heads:
             raise InputError(f"head must be in H0..H{ckpt.config.n_heads - 1}, got {head}")
         a = analysis.attribute(
             ckpt, state.text, state.step - 1, tokens=state.tokens[: state.step],

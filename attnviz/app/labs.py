@@ -8,7 +8,6 @@ over :mod:`attnviz.analysis` / :mod:`attnviz.render.report`. User errors come ba
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,6 +16,7 @@ from .. import analysis
 from ..analysis.health import count
 from ..analysis.stats import changes_nothing
 from ..core.errors import AttnvizError, InputError
+from ..core.sites import parse_head
 from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures, store
@@ -66,13 +66,7 @@ RANK_SHOWN = 24  # heads in the ranking chart (the table lists all)
 
 def parse_sites(sites: Sequence[str]) -> list[tuple[str, int, int]]:
     """``["cross L1 H2", ...]`` -> ``[("cross", 1, 2), ...]``."""
-    out = []
-    for site in sites or ():
-        m = re.fullmatch(r"(\w+) L(\d+) H(\d+)", str(site).strip())
-        if not m:
-            raise InputError(f"not a head: {site!r}; heads read like 'cross L1 H2'")
-        out.append((m[1], int(m[2]), int(m[3])))
-    return out
+    return [parse_head(site) for site in sites or ()]
 
 
 def edited_note(state: SessionState, text: str | None) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
+from ..core.sites import parse_layer
 from ..data.tasks import TASKS
 from ..train.snapshots import SNAPSHOTS
 from . import store
@@ -31,10 +32,7 @@ NO_MODEL = "no model is loaded: pick a shipped model or upload a checkpoint"  # 
 def layer_number(layer) -> int:
     """A layer as the page names it (``"L1"``, ``"1"`` or ``1``) -> its number; the one place
     a layer's name is read."""
-    try:
-        return int(str(layer).lstrip("L"))
-    except ValueError:
-        raise InputError(f"not a layer: {layer!r}; layers read like 'L1'") from None
+    return parse_layer(layer)
 
 
 def layer_index(layer, layers: list[int]) -> int:

@@ -22,6 +22,7 @@ from ..analysis.whatif import WhatIf, what_if
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import AttnvizError, InputError
+from ..core.sites import parse_head_index
 from .decoders import DECODERS
 from .kinds import refuse
 from .state import SessionState, checkpoint_of, layer_index, warning
@@ -72,11 +73,7 @@ def parse_heads(heads: Sequence[int | str] | None, n_heads: int) -> list[int] | 
     """
     out = []
     for h in heads or ():
-        text = str(h).strip()
-        try:
-            i = int(text[1:] if text[:1] in "Hh" else text)
-        except ValueError:
-            raise InputError(f"not a head: {h!r}; heads read like 'H2'") from None
+        i = parse_head_index(h)
         if not 0 <= i < n_heads:
             raise InputError(f"head must be in 0..{n_heads - 1}, got {i}")
         out.append(i)

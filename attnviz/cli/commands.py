@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..checkpoint import load_checkpoint
 from ..core.errors import AttnvizError, one_line
+from ..core.sites import parse_head
 from ..core.version import __version__
 from . import analysis as cli_analysis
 from . import debug as cli_debug
@@ -162,7 +163,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.ablate:
         from ..analysis.ablation import ablate
 
-        heads = [_head(h) for h in args.ablate]
+        heads = [parse_head(h) for h in args.ablate]
         res = ablate(ckpt, args.text, heads)
         print(f"ablating {', '.join(args.ablate)}: output {res.ablated!r} (was {res.baseline!r}); "
               f"mean change in the chosen tokens' probability {res.prob_change.mean():+.3f}")  # fmt: skip
@@ -187,15 +188,6 @@ def _inspect(args: argparse.Namespace) -> int:
             write_png(fig, folder / f"figure-{i:02d}.png")
         print(f"wrote PNGs to {folder}")
     return 0
-
-
-def _head(spec: str) -> tuple[str, int, int]:
-    """``KIND:LAYER:HEAD`` (e.g. ``cross:1:0``) -> a head."""
-    try:
-        kind, layer, head = spec.split(":")
-        return kind, int(layer), int(head)
-    except ValueError:
-        raise AttnvizError(f"a head is KIND:LAYER:HEAD, e.g. cross:1:0; got {spec!r}") from None
 
 
 def _add_model_parsers(sub) -> None:
