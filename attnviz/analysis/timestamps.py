@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Audio frames per second after the front-end (16 kHz, hop 160, stride 2).
-FRAMES_PER_SECOND = 50
+from ..data.audio import FRAMES_PER_SECOND as FRAMES_PER_SECOND
+
 #: Whisper's median filter width along the frames.
 MEDIAN_WIDTH = 7
 #: Punctuation that joins the next word / the previous word (Whisper's and faster-whisper's).
@@ -331,10 +331,17 @@ class ForcedPass:
     eot_id: int
 
 
-def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None) -> ForcedPass:
+def forced_pass(
+    ckpt, audio, text_tokens=None, sampling_rate: int | None = None, memory=None
+) -> ForcedPass:
     """Run a speech checkpoint on ``audio`` teacher-forced on ``text_tokens`` (default: its own
     greedy transcript) with the recorder on, as Whisper aligns: the start tokens,
     ``<|notimestamps|>``, the text, the end.
+
+    Args:
+        memory: the encoder's output for this clip ``[1, Ts, D]`` when the caller holds it
+            (the app's stepper does): the decoder reads it and the encoder is not run again
+            (``text_tokens`` must then be given).
 
     Raises:
         InputError: not a speech model, no tokenizer, ids outside the text vocabulary, bad audio.
@@ -343,7 +350,7 @@ def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None)
 
     from ..core.errors import InputError
     from ..core.record import record
-    from ..data.audio import SAMPLING_RATE, load_audio, log_mel
+    from ..data.audio import feature_frames, load_audio, log_mel
 
     if not getattr(ckpt, "is_audio", False):
         raise InputError("word timestamps are for speech models (Whisper)")
@@ -355,7 +362,10 @@ def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None)
     if no_ts is None:
         raise InputError("this speech model has no <|notimestamps|> token to align with")
     samples = load_audio(audio, sampling_rate)
-    features = log_mel(samples, cfg.n_mels)[None].to(ckpt.device)  # [1, n_mels, 3000]
+    if memory is not None and text_tokens is None:
+        raise InputError("give the transcript's tokens with the encoder's memory")
+    if memory is None:
+        features = log_mel(samples, cfg.n_mels)[None].to(ckpt.device)  # [1, n_mels, 3000]
     if text_tokens is None:
         out = ckpt.greedy(features)[0].tolist()
         text_tokens = [i for i in out if i < eot]  # the words: no prompt, timestamp or end
@@ -370,7 +380,10 @@ def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None)
         raise InputError(f"the transcript has {len(text_tokens)} tokens; too long to align")
     tgt = torch.tensor([tokens[:-1]], device=ckpt.device)  # [1, Tt] fed; the last predicts eot
     with torch.no_grad(), record(ckpt.model, capture=("scores",)) as trace:
-        logits = ckpt.model(features, tgt)  # [1, Tt, V]
+        if memory is None:
+            logits = ckpt.model(features, tgt)  # [1, Tt, V]
+        else:  # the same decoder pass over the encoder output the caller kept
+            logits = ckpt.model.decode(tgt, memory.to(ckpt.device))  # [1, Tt, V]
     offset = len(start)  # query rows from <|notimestamps|> on: each text token, then the end
     rows_of = slice(offset, offset + len(text_tokens) + 1)
     scores = {
@@ -379,7 +392,7 @@ def forced_pass(ckpt, audio, text_tokens=None, sampling_rate: int | None = None)
     }  # each [H, Tt', Tk]
     text_logits = logits[0, offset : offset + len(text_tokens), :eot].float()
     probs = text_logits.softmax(-1).gather(-1, torch.tensor(text_tokens)[:, None]).squeeze(-1)
-    num_frames = len(samples) * 100 // SAMPLING_RATE
+    num_frames = feature_frames(len(samples))
     return ForcedPass(text_tokens, scores, probs.cpu().numpy(), num_frames, decode, eot)
 
 
@@ -393,7 +406,7 @@ def align_pass(run: ForcedPass, heads: Sequence[tuple[int, int]]) -> Alignment:
 
 
 def speech_alignment(
-    ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None
+    ckpt, audio, text_tokens=None, heads=None, sampling_rate: int | None = None, memory=None
 ) -> Alignment:
     """Align a transcript to a clip with the model's own cross-attention scores.
 
@@ -402,13 +415,15 @@ def speech_alignment(
         audio: a path or samples (see :func:`attnviz.data.audio.load_audio`).
         text_tokens: the transcript's ids (default: the model's greedy transcript).
         heads: ``(layer, head)`` pairs (default: :func:`alignment_heads`).
+        memory: the clip's encoder output ``[1, Ts, D]`` when the caller holds it (see
+            :func:`forced_pass`).
     Returns:
         an :class:`Alignment`; its path follows ``ctranslate2.models.Whisper.align``.
     Raises:
         InputError: not a speech model, no tokenizer, bad heads or bad audio.
     """
     heads = check_heads(ckpt, alignment_heads(ckpt) if heads is None else heads)
-    return align_pass(forced_pass(ckpt, audio, text_tokens, sampling_rate), heads)
+    return align_pass(forced_pass(ckpt, audio, text_tokens, sampling_rate, memory), heads)
 
 
 def word_timestamps(ckpt, audio, heads=None, sampling_rate: int | None = None) -> list[Word]:

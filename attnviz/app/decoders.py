@@ -21,6 +21,7 @@ from ..checkpoint import Checkpoint
 from ..core.gemv import Copies
 from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
+from .recall import encode_keeping_inputs
 from .state import SessionState
 
 MAX_STEPPERS = 64
@@ -119,6 +120,9 @@ class DecoderCache:
             try:
                 yield stepper
             finally:
+                release = getattr(stepper.encoder_trace, "release", None)
+                if release is not None:  # a recalled encoder's layer shown by this request
+                    release()
                 if self.budget is not None:
                     self._fit(state.sid, held_bytes(stepper))
 
@@ -190,23 +194,34 @@ def copies_of(ckpt: Checkpoint) -> Copies | None:
 def new_stepper(state: SessionState, ckpt: Checkpoint) -> GreedyStepper:
     """A stepper on the state's own source ids (``[Ts]``, encoded once when the input was
     started: never re-encoded from the text), with the checkpoint's special ids and
-    generation rules, as its ``predict()`` uses them."""
+    generation rules, as its ``predict()`` uses them.
+
+    A speech model's stepper holds the clip's log-mel features ``[1, n_mels, 3000]`` (its
+    ``src``: the one log-mel of the clip) and a :class:`~attnviz.app.recall.RecalledEncoder`
+    (each encoder layer's input and the encoder's output, not the 1,500 x 1,500 weights:
+    a layer's weights are recomputed when the page shows it)."""
     cfg = ckpt.config
     if state.audio:  # a speech model: the clip's log-mel features [n_mels, 3000]
         samples = np.load(state.audio, allow_pickle=False)  # kept by attnviz.app.speech
         src = log_mel(samples, cfg.n_mels).to(ckpt.device)
     else:
         src = torch.tensor(state.src_ids, dtype=torch.long, device=ckpt.device)
-    return GreedyStepper(
-        ckpt.model,
-        src,
-        cfg.bos_id,
-        cfg.eos_id,
-        max_len=state.max_steps or ckpt.max_new_tokens,
-        rules=ckpt.rules,
-        capture=APP_CAPTURE,
-        copies=copies_of(ckpt),
-    )
+
+    def build(capture) -> GreedyStepper:
+        return GreedyStepper(
+            ckpt.model,
+            src,
+            cfg.bos_id,
+            cfg.eos_id,
+            max_len=state.max_steps or ckpt.max_new_tokens,
+            rules=ckpt.rules,
+            capture=capture,
+            copies=copies_of(ckpt),
+        )
+
+    if state.audio:
+        return encode_keeping_inputs(build, ckpt.model, APP_CAPTURE)
+    return build(APP_CAPTURE)
 
 
 #: The process's decoders (the app's sessions share the process's models).

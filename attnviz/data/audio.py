@@ -24,6 +24,15 @@ from ..core.errors import InputError, one_line, shorten
 SAMPLING_RATE = 16_000
 #: The longest clip accepted, in seconds (one Whisper window).
 MAX_SECONDS = 30.0
+#: Samples between two log-mel frames (Whisper's hop): 100 feature frames a second.
+HOP_LENGTH = 160
+#: Log-mel feature frames per second (16 kHz / hop 160).
+FEATURE_FRAMES_PER_SECOND = SAMPLING_RATE // HOP_LENGTH
+#: Encoder frames per second: the front-end's second convolution has stride 2, so 20 ms a
+#: frame. The one home of this number: the app's time axis, word timestamps and exports ask it.
+FRAMES_PER_SECOND = FEATURE_FRAMES_PER_SECOND // 2
+#: Encoder frames of one window (30 s): the key axis of a speech model's attention.
+ENCODER_FRAMES = int(MAX_SECONDS) * FRAMES_PER_SECOND
 #: Most channels a clip may have (a file claiming more is refused before it is read).
 MAX_CHANNELS = 64
 #: Bytes per sample of the uncompressed ``soundfile`` subtypes (the others are compressed).
@@ -179,3 +188,9 @@ def log_mel(audio, n_mels: int = 80, sampling_rate: int | None = None) -> Tensor
         samples, sampling_rate=SAMPLING_RATE, return_tensors="np"
     ).input_features[0]
     return torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+
+
+def feature_frames(n_samples: int) -> int:
+    """Log-mel frames that hold audio for a clip of ``n_samples`` 16 kHz samples (the rest of
+    the 3,000 are padding): what word timestamps align over."""
+    return n_samples * FEATURE_FRAMES_PER_SECOND // SAMPLING_RATE

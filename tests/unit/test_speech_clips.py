@@ -10,18 +10,22 @@ import pytest
 
 from attnviz.app import speech
 from attnviz.core.errors import InputError
-from attnviz.data.audio import SAMPLING_RATE
+from attnviz.data import audio
+from attnviz.data.audio import SAMPLING_RATE, log_mel
 
 
 def test_time_labels_are_twenty_ms_frames():
     assert [speech.time_label(k) for k in (0, 1, 50, 1499)] == ["0.00s", "0.02s", "1.00s", "29.98s"]
     assert speech.ENCODER_FRAMES == 30 * speech.FRAMES_PER_SECOND
+    # one home: the app's time axis is the audio module's numbers
+    assert speech.FRAMES_PER_SECOND is audio.FRAMES_PER_SECOND == 50
+    assert audio.feature_frames(SAMPLING_RATE) == 2 * audio.FRAMES_PER_SECOND
 
 
 def test_spectrogram_is_mels_by_encoder_frames():
     rng = np.random.default_rng(0)
     clip = (0.1 * rng.standard_normal(SAMPLING_RATE)).astype(np.float32)  # 1 s
-    spec = speech.spectrogram(clip)
+    spec = speech.spectrogram(log_mel(clip))  # the features a stepper encodes
     assert spec.shape == (80, speech.ENCODER_FRAMES) and spec.dtype == np.uint8
     assert spec.min() == 0 and spec.max() == 255
     # the second after the clip is Whisper's padding: one level, below the noise
