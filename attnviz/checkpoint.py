@@ -34,7 +34,7 @@ from .core.version import __version__
 from .core.weights import build_model, unique_state_dict
 from .data.batch import Prompt
 from .data.tokenizer import Encoding, Tokenizer, check_text
-from .decode.batched import greedy_decode, greedy_texts, until_eos
+from .decode.batched import greedy_decode, greedy_texts
 from .decode.beam import BeamResult, beam_predict, folder_num_beams
 from .decode.decoding import Decoding
 from .decode.fill import fill_texts
@@ -347,7 +347,7 @@ class Checkpoint:
             max_len=self.limit(src.shape[-1], max_len),
             rules=self.rules,
         )[0].tolist()
-        tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
+        tokens = self.decoding.until_end(out)
         return Prediction(self.tgt_tokenizer.decode(tokens), enc, tokens)
 
     def task_outputs(self, examples: Sequence) -> list[str]:

@@ -29,7 +29,6 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.record import record
 from ..data.batch import source_batch
-from ..decode.batched import until_eos
 from .attribution import attribute
 from .lenses import lens
 
@@ -139,7 +138,7 @@ def faithfulness(
     for i, text in enumerate(texts):
         batch = source_batch([ckpt.encode_source(text).ids], cfg, ckpt.device)
         out = ckpt.greedy(batch.src)[0].tolist()  # the checkpoint's generation rules
-        tokens = until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids)
+        tokens = ckpt.decoding.until_end(out)
         t = min(len(tokens) // 2 if step is None else step, len(tokens) - 1)
         tgt = torch.tensor([[cfg.bos_id, *tokens[:t]]], device=ckpt.device)
         scores = rankings(ckpt, text, t, tokens, methods, seed=seed + i, ig_steps=ig_steps)

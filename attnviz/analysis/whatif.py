@@ -92,7 +92,7 @@ def _prefix(ckpt: Checkpoint, tokens: Sequence[int], step: int) -> list[int]:
             raise InputError(f"tokens[{i}] is not a token id: {shorten(repr(t))}") from None
         if not 0 <= t < vocab:
             raise InputError(f"tokens[{i}] = {t} is outside the vocabulary 0..{vocab - 1}")
-        if t == cfg.eos_id:
+        if ckpt.decoding.ends(t):
             raise InputError(
                 f"tokens[{i}] is the end token: that decode has {i + 1} steps, "
                 f"so step must be in 0..{i}"

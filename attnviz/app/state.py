@@ -98,6 +98,8 @@ class SessionState:
     epoch: int = 0
     page_rows: int = -1
     eos_id: int = 2
+    #: further ids that end the output as ``eos_id`` does (``Checkpoint.decoding.end_ids``)
+    end_ids: tuple[int, ...] = ()
     view: dict[str, list] = field(default_factory=dict)
     model_kind: str = "cross"
     top_k: int = 10
@@ -112,13 +114,17 @@ class SessionState:
     def stopped_at_limit(self) -> bool:
         """Decoding of the shown output ended at the length limit, without EOS."""
         t = self.tokens[: self.step]
-        return bool(t) and t[-1] != self.eos_id and len(t) >= self.max_steps
+        return bool(t) and not self.ended(t[-1]) and len(t) >= self.max_steps
 
     @property
     def done(self) -> bool:
         """The shown output is complete: EOS produced or the length limit reached."""
         t = self.tokens[: self.step]
-        return bool(t) and (t[-1] == self.eos_id or len(t) >= self.max_steps)
+        return bool(t) and (self.ended(t[-1]) or len(t) >= self.max_steps)
+
+    def ended(self, token: int) -> bool:
+        """``token`` ends the output (as :meth:`attnviz.decode.decoding.Decoding.ends`)."""
+        return token == self.eos_id or token in self.end_ids
 
 
 # -- state creation and the model -----------------------------------------------------------------

@@ -9,10 +9,12 @@ rule kept in step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.config import ModelConfig
 from ..core.memory import available_memory
+from .batched import until_eos
 from .greedy import LogitRules, default_max_len
 
 #: transformers' default number of new tokens for a decoder-only model (``max_length`` 20,
@@ -85,6 +87,15 @@ class Decoding:
     rules: LogitRules | None = None
     max_new: int | None = None
     max_total: int | None = None
+
+    def ends(self, token: int) -> bool:
+        """``token`` ends an output: ``eos_id`` or one of ``end_ids`` (where a text ends)."""
+        return token == self.eos_id or token in self.end_ids
+
+    def until_end(self, row: Sequence[int]) -> list[int]:
+        """A decoded row ``[T]`` up to and including its first end id, without the padding
+        after it."""
+        return until_eos(row, self.eos_id, self.pad_id, self.end_ids)
 
     def limit(self, cfg: ModelConfig, prompt_len: int, asked: int | None = None) -> int:
         """Most tokens to produce after an input of ``prompt_len`` ids (tokens or frames):
