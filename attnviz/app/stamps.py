@@ -10,43 +10,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .panels import BY_NAME, PANELS
 from .state import SessionState
 
 
 def panel_stamps(state: SessionState) -> dict[str, Any]:
-    """What each of the page's other panels depends on, by panel: a panel computed for a
-    stamp other than the current one shows an earlier state (the page clears or reruns it).
-
-    ``mask``, ``attr``, ``attr_vs``, ``attr_alt``, ``export``, ``faith``, ``whatif`` follow the
-    shown step;
-    ``beam``, ``ablate`` and ``align`` the input (``health`` too, where a checkpoint
-    without a task was checked on it); ``model`` the checkpoint file's version as
-    the last action read it (``state.version``: the header, health, playback range); ``reference`` (the Reference box's scored strip) the
-    input, the checkpoint file and the output the step view shows (its mark of where the
-    reference leaves that output).
-    """
-    decode = (state.model, state.epoch, state.step)
-    version = state.version  # the checkpoint file's, as the last action read it
-    return {
-        "mask": decode,
-        "attr": decode,
-        "attr_vs": decode,  # "why this token and not that one": stamped on its own run
-        "export": decode,
-        "faith": decode,
-        "whatif": decode,  # the step view's what-if panel: its strip shades the step shown
-        "attr_alt": decode,  # the Attribution tab's alternatives: the shown step's candidates
-        "reference": (state.model, state.epoch, version, tuple(state.tokens[: state.step])),
-        "beam": (state.model, state.epoch),
-        "ablate": (state.model, state.epoch),
-        "align": (state.model, state.epoch),
-        "compare": (state.model, state.epoch),  # the Compare tab's result: A and the input
-        "similarity": (state.model, version),  # the Similarity tab: its own sentences
-        # the Why this token tab's panels and its menu of the step's candidates
-        **dict.fromkeys(("why_dla", "why_lens", "why_patch", "why_flow", "why_alt"), decode),
-        "model": (state.model, version),
-        # a checkpoint without a task is checked on the current input (stamped only then)
-        "health": (state.model, version, state.epoch),
-    }
+    """What each of the page's other panels depends on, by panel (every panel of
+    :data:`attnviz.app.panels.PANELS`, by its stamp): a panel computed for a stamp other than
+    the current one shows an earlier state (the page clears or reruns it)."""
+    return {panel.name: panel.stamp(state) for panel in PANELS}
 
 
 def stale_panels(stamps: dict[str, Any], state: SessionState) -> set[str]:
@@ -93,19 +65,17 @@ def follow(
         active: the tab shown (``"step"``, ``"mask"``, ``"align"``, ...).
         opened: collapsible panels open on their tab (``"whatif"``: the step view's what-if
             panel follows each step while it is open and its tab shown).
+
+    Each panel's rule is its registration's (:meth:`attnviz.app.panels.registry.Panel.reruns`).
     """
     stale = stale_panels(stamps, state)
     now = panel_stamps(state)
-    rerun = stale & ({"mask"} if active == "mask" else set())
-    if active == "step" and "whatif" in opened:
-        rerun |= stale & {"whatif"}
-    if active == "attr":  # the menu is cheap (the shown step's probabilities): it follows
-        rerun |= stale & {"attr_alt"}
-    if active == "why":  # the Why this token tab's candidates menu likewise
-        rerun |= stale & {"why_alt"}
-    if "reference" in stale and stamps["reference"][:3] == now["reference"][:3]:
-        rerun.add("reference")  # same input and file: rescore, the mark follows the output
-    renew = stale & {"model"}
+    rerun = {
+        k for k in stale
+        if k in BY_NAME and not BY_NAME[k].renew
+        and BY_NAME[k].reruns(stamps[k], now[k], active, opened)
+    }  # fmt: skip
+    renew = {k for k in stale if k in BY_NAME and BY_NAME[k].renew}
     keep = {k: v for k, v in stamps.items() if k not in stale}
     keep.update({k: now[k] for k in rerun | renew})
     return Follow(frozenset(rerun), frozenset(renew), frozenset(stale - rerun - renew), keep)

@@ -9,8 +9,10 @@ import gradio as gr
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import compare_lab, store
-from .pagetext import COMPARE_ON_LOAD, PICK_JS, THEME_JS
+from .pagetext import COMPARE_ON_LOAD, PICK_JS, STALE, THEME_JS
+from .panels import Face
 from .stamps import panel_stamps as stamp
+from .state import layer_count
 from .ui_common import HIDDEN, INTERNAL, STALE_OK, dark
 
 
@@ -47,6 +49,32 @@ def compare_tab(p) -> None:
             )
         p.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
         p.compare_tokens = gr.HTML(elem_id="compare-tokens")
+
+
+def faces(p) -> list[Face]:
+    """The tab's result, cleared when the input or model changes; its kinds menu, the loaded
+    model's (a decoder-only model compares its self-attention)."""
+
+    def kinds(state, ckpt) -> dict:
+        have = [k for k in KINDS if layer_count(ckpt, k)]
+        return {
+            p.compare_kind: gr.Radio(choices=have, value="cross" if "cross" in have else have[0])
+        }
+
+    return [
+        Face(
+            "compare",
+            [p.compare_grid, p.compare_head_plot, p.compare_tokens, p.compare_msg],
+            clear=lambda s, v: {
+                p.compare_grid: "",
+                p.compare_head_plot: None,
+                p.compare_tokens: "",
+                p.compare_msg: STALE,
+            },
+            controls=kinds,
+            control_outputs=[p.compare_kind],
+        )
+    ]
 
 
 def wire(p) -> None:

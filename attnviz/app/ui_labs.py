@@ -8,10 +8,12 @@ import gradio as gr
 
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
-from . import labs, panels
-from .pagetext import MASK_INTRO, THEME_JS, UNIT_JS
+from . import labs, session
+from .kinds import is_decoder_only, is_encoder_only
+from .pagetext import MASK_INTRO, STALE, THEME_JS, UNIT_JS
+from .panels import Face, export, health, playback
 from .stamps import panel_stamps as stamp
-from .state import SessionState
+from .state import SessionState, checkpoint_of, head_choices, layer_count
 from .ui_common import (
     FAST,
     HIDDEN,
@@ -167,6 +169,160 @@ def alt_choices(state: SessionState, value: str | None = None):
     return gr.Dropdown(choices=choices, value=value or default)
 
 
+#: The Attribution tab's button and its two figures' labels, by what the model does.
+ATTR_LABELS = {
+    "decode": ("Attribute the newest token", "source", "previous tokens"),
+    "read": (
+        "Attribute the filler at the first mask",
+        "the sentence: attribution beside the mask's self-attention",
+        "the sentence: Integrated Gradients and gradient × input",
+    ),
+}
+
+
+def faces(p) -> list[Face]:
+    """The labs' panels on the page (:class:`~attnviz.app.panels.Face`): what each clears,
+    reruns and sets for the loaded model."""
+    mask_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head,
+               p.window_off, p.theme]  # fmt: skip
+    return [
+        Face(
+            "mask",
+            [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked],
+            clear=lambda s, v: {
+                p.mask_plot: None,
+                p.mask_probs: None,
+                p.mask_msg: STALE,
+                p.blocked: block_choices(s, v[p.blocked]),
+            },
+            rerun=lambda s, v: mask_panels(p, s, *(v[c] for c in mask_in[:-1]), theme=v[p.theme]),
+            inputs=mask_in,
+            controls=lambda s, ckpt: mask_controls(p, ckpt),
+            control_outputs=[
+                p.mask_layer,
+                p.window_off,
+                p.mask_kind,
+                p.mask_intro,
+                p.mask_head,
+                p.mask_body,
+            ],
+        ),
+        Face(
+            "attr",
+            [p.attr_src, p.attr_tgt, p.attr_msg],
+            clear=lambda s, v: {p.attr_src: None, p.attr_tgt: None, p.attr_msg: STALE},
+            controls=lambda s, ckpt: attribution_controls(p, ckpt),
+            control_outputs=[p.attr_layer, p.attr_head, p.attr_btn, p.attr_src, p.attr_tgt],
+        ),
+        Face(
+            "attr_vs",
+            [p.attr_vs_plot, p.attr_vs_msg],
+            clear=lambda s, v: {p.attr_vs_plot: None, p.attr_vs_msg: STALE},
+        ),
+        Face(
+            "attr_alt",
+            [p.attr_alt],
+            clear=lambda s, v: {p.attr_alt: gr.Dropdown(choices=[], value=None)},
+            rerun=lambda s, v: {p.attr_alt: alt_choices(s)},  # the shown step's candidates
+        ),
+        Face(
+            "ablate",
+            [p.ablate_plot, p.ablate_msg, p.rank_table],
+            clear=lambda s, v: {
+                p.ablate_plot: None,
+                p.ablate_msg: STALE,
+                p.rank_table: gr.Dataframe(value=None, visible=False),
+            },
+            controls=lambda s, ckpt: {
+                p.ablate_sites: gr.CheckboxGroup(
+                    choices=[x for k in KINDS for x in session.head_sites(s, k)], value=[]
+                )
+            },
+            control_outputs=[p.ablate_sites],
+        ),
+        Face(
+            "export",
+            [p.exp_file, p.exp_msg],
+            clear=lambda s, v: {p.exp_file: None, p.exp_msg: STALE},
+        ),
+        Face(
+            "health",
+            [p.health_html, p.health_plot],
+            clear=lambda s, v: {p.health_html: STALE, p.health_plot: None},
+        ),
+        Face(  # the snapshots' range follows the checkpoint file
+            "playback",
+            [p.play_slider],
+            rerun=lambda s, v: _renewed(p, s),
+            controls=lambda s, ckpt: playback_controls(p, s, ckpt),
+            control_outputs=[p.play_slider, p.play_layer, p.play_head, p.play_btn],
+        ),
+    ]
+
+
+def _renewed(p, state: SessionState) -> dict:
+    try:
+        ckpt = checkpoint_of(state)
+    except AttnvizError:
+        return {}
+    return {p.play_slider: playback_controls(p, state, ckpt)[p.play_slider]}
+
+
+def mask_controls(p, ckpt) -> dict:
+    """The mask lab's menus for ``ckpt``: its decoder layers, heads, kinds, local layers."""
+    cfg = ckpt.config
+    dec = [f"L{i}" for i in range(cfg.n_decoder_layers)]
+    local = [f"L{i}" for i in range(cfg.n_decoder_layers) if cfg.layer_window(i)]
+    heads = [h for h in head_choices(ckpt) if h != "all heads"]
+    one = is_decoder_only(ckpt)
+    return {  # no mask lab for encoder-only yet, nor for a speech model
+        p.mask_body: gr.Column(visible=not is_encoder_only(ckpt) and not ckpt.is_audio),
+        p.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+        p.window_off: gr.CheckboxGroup(choices=local, value=[], visible=bool(local)),
+        p.mask_kind: gr.Radio(  # the kinds this model has
+            choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
+        ),
+        p.mask_intro: MASK_INTRO["decoder-only" if one else "encoder-decoder"],
+        p.mask_head: gr.Dropdown(choices=heads, value="mean"),
+    }
+
+
+def attribution_controls(p, ckpt) -> dict:
+    """The Attribution tab for ``ckpt``: an encoder-only model's button and figures explain the
+    filler at its first mask token over the sentence (its encoder's layers), not the newest
+    decoded token."""
+    reads = is_encoder_only(ckpt)
+    one = is_decoder_only(ckpt)
+    cfg = ckpt.config
+    layers = [f"L{i}" for i in range(cfg.n_encoder_layers if reads else cfg.n_decoder_layers)]
+    rows = ("self-attention of the mask token" if reads else
+            "self-attention on the prompt" if one else "cross-attention")  # fmt: skip
+    words = ATTR_LABELS["read" if reads else "decode"]
+    heads = [h for h in head_choices(ckpt) if h != "all heads"]
+    return {
+        p.attr_layer: gr.Dropdown(
+            choices=layers, value=(layers or [None])[-1], label=f"layer of the {rows} compared"
+        ),
+        p.attr_head: gr.Dropdown(choices=heads, value="mean"),
+        p.attr_btn: gr.Button(words[0]),
+        p.attr_src: gr.Plot(label=words[1]),
+        p.attr_tgt: gr.Plot(label=words[2]),
+    }
+
+
+def playback_controls(p, state: SessionState, ckpt) -> dict:
+    """The Training playback menus: the snapshots' range, the decoder layers and heads."""
+    steps = playback.playback_steps(state)
+    dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
+    heads = [h for h in head_choices(ckpt) if h != "all heads"]
+    return {
+        p.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
+        p.play_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
+        p.play_head: gr.Dropdown(choices=heads, value="mean"),
+        p.play_btn: gr.Button(interactive=bool(steps)),
+    }
+
+
 def wire(p) -> None:
     """The labs' events (each computes its panel when asked, never on a Step) and the
     selected tab."""
@@ -230,7 +386,7 @@ def wire(p) -> None:
     )  # fmt: skip
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
-            lambda s, stamps, unit, what=what: _file(panels.export(s, what, unit), s, stamps),
+            lambda s, stamps, unit, what=what: _file(export.export(s, what, unit), s, stamps),
             [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
             **INTERNAL,
         )  # fmt: skip
@@ -273,7 +429,7 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
 
 
 def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
-    view = panels.health(state, extra)
+    view = health.health(state, extra)
     fig = dark(view.figures[:1], theme)[0] if view.figures else None
     stamps = {k: v for k, v in stamps.items() if k != "health"}
     if view.on_input:  # a checkpoint without a task was checked on the input: it follows it
@@ -284,7 +440,7 @@ def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
 def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
     """The attention at one snapshot, and (where the run measured them) the induction
     scores and losses over training with that snapshot marked."""
-    view = panels.playback(state, index, layer, head)
+    view = playback.playback(state, index, layer, head)
     figs = dark(view.figures, theme) if view.figures else []
     curves = gr.Plot(value=figs[1], visible=True) if len(figs) > 1 else gr.Plot(visible=False)
     return (figs[0] if figs else None), curves, view.message
@@ -296,7 +452,7 @@ def _play_toggle(label: str) -> tuple:
 
 
 def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
-    steps = panels.playback_steps(state)
+    steps = playback.playback_steps(state)
     nxt = int(index or 0) + 1
     if nxt >= len(steps):  # the end: stop
         return (gr.skip(),) * 4 + (gr.Button("Play ▶"), gr.Timer(active=False))

@@ -13,6 +13,7 @@ import gradio as gr
 
 from . import similarity_view as sv
 from .pagetext import STALE, THEME_JS
+from .panels import Face
 from .stamps import panel_stamps as stamp
 from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
 
@@ -77,6 +78,11 @@ def cleared(p, state) -> dict:
         p.sim_msg: "" if why else STALE, p.sim_json: gr.DownloadButton(value=None, visible=False),
         p.sim_note: gr.Markdown(value=why, visible=bool(why)), p.sim_body: gr.Column(visible=not why),
     }  # fmt: skip
+
+
+def faces(p) -> list[Face]:
+    """The tab's result, emptied when the model changes (:func:`cleared`)."""
+    return [Face(sv.PANEL, outputs(p), clear=lambda s, v: cleared(p, s))]
 
 
 def wire(p) -> None:

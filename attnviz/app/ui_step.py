@@ -17,11 +17,13 @@ import time
 import gradio as gr
 
 from . import labs, lensview, reference, session, speech, store, whatif_view
+from .kinds import note
 from .pagetext import (
     BEAM_NODE_JS,
     ENC_JS,
     FORCE_JS,
     INTRO,
+    STALE,
     THEME_JS,
     UPLOAD_LABEL,
     VIEW_JS,
@@ -31,6 +33,7 @@ from .pagetext import (
     WHATIF_ON_LOAD,
     upload_help,
 )
+from .panels import Face
 from .stamps import panel_stamps as stamp
 from .stamps import stale_panels
 from .state import SessionState
@@ -216,6 +219,82 @@ def whatif_strip(p, state: SessionState, layer, heads, menus: bool = False) -> d
     return {p.wi_strip: v.strip, p.wi_msg: v.message, p.wi_result: ""}
 
 
+def faces(p) -> list[Face]:
+    """The Step-through tab's panels that follow the state: the what-if panel (rerun while
+    open and shown), the Reference box (rescored when only the output shown moved) and the
+    beam panel."""
+    return [
+        Face(
+            "whatif",
+            [p.wi_strip, p.wi_msg, p.wi_result],
+            clear=lambda s, v: {p.wi_strip: "", p.wi_result: "", p.wi_msg: STALE},
+            rerun=lambda s, v: _whatif_followed(p, s, v[p.wi_layer], v[p.wi_heads]),
+            inputs=[p.wi_layer, p.wi_heads],
+            opened=p.wi_open,
+            controls=lambda s, ckpt: _whatif_menus(p, ckpt),
+            control_outputs=[p.wi_layer, p.wi_heads],
+        ),
+        Face(
+            "reference",
+            [p.ref_msg, p.ref_strip, p.ref_plot],
+            clear=lambda s, v: {p.ref_msg: STALE, p.ref_strip: "", p.ref_plot: shown_plot(None)},
+            rerun=lambda s, v: _reference_followed(p, s, v[p.reference], v[p.theme]),
+            inputs=[p.reference, p.theme],
+            controls=lambda s, ckpt: {
+                p.ref_plot: gr.Plot(label=f"reference {_attended(ckpt)}"),
+                p.reference: reference.default_reference(s),  # this model's answer
+            },
+            control_outputs=[p.ref_plot, p.reference],
+        ),
+        Face(
+            "beam",
+            [p.beam_out, p.beam_state, p.beam_node_box, p.beam_files],
+            clear=lambda s, v: {
+                p.beam_out: "",
+                p.beam_state: None,
+                p.beam_node_box: gr.Column(visible=False),
+                p.beam_files: gr.File(value=None, visible=False),
+            },
+            controls=lambda s, ckpt: {
+                p.beam_attn: gr.Plot(label=f"the hypothesis's {_attended(ckpt)}")
+            },
+            control_outputs=[p.beam_attn],
+        ),
+    ]
+
+
+def _attended(ckpt) -> str:
+    """What the step view's rows attend over: a decoder-only model's own prefix."""
+    return "causal self-attention" if note(ckpt, "step") else "cross-attention"
+
+
+def _whatif_menus(p, ckpt) -> dict:
+    dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
+    return {
+        p.wi_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
+        p.wi_heads: gr.CheckboxGroup(
+            choices=[f"H{h}" for h in range(ckpt.config.n_heads)], value=[]
+        ),
+    }
+
+
+def _whatif_followed(p, state: SessionState, layer, heads) -> dict:
+    out = whatif_strip(p, state, layer, heads, menus=True)
+    if not out[p.wi_msg]:  # no reason to refuse: say why the result went
+        out[p.wi_msg] = f"The step shown is now {state.step}: click a source token."
+    return out
+
+
+def _reference_followed(p, state: SessionState, ref: str, theme: str) -> dict:
+    """The reference rescored: the mark of where it leaves the output shown follows."""
+    v = reference.score(state, ref)
+    return {
+        p.ref_msg: v.message,
+        p.ref_strip: v.html,
+        p.ref_plot: shown_plot(dark([v.figure], theme)[0]),
+    }
+
+
 def speech_example_choices() -> list[str]:
     return [speech.example_name(p) for p in speech.examples()]
 
@@ -240,11 +319,8 @@ def wire_decoding(p) -> None:
     """Step, Run, Back, Reset, scrub, a forced token, the model menu and uploads: each one
     session action, its view sent as the decoding outputs."""
     outs = p.decode_outputs()
-    follow_in = [p.state, p.stamps, p.active, p.causal, p.padding, p.blocked, p.mask_kind,
-                 p.mask_layer, p.mask_head, p.window_off, p.wi_open, p.wi_layer, p.wi_heads, p.reference,
-                 p.theme]  # fmt: skip
     # the page presses the hidden follow button when a payload says other panels are stale
-    p.follow_btn.click(p.follow, follow_in, p.lab_outputs(), js=THEME_JS, **INTERNAL)
+    p.follow_btn.click(p.follow, p.follow_inputs(), p.lab_outputs(), js=THEME_JS, **INTERNAL)
     with_text = (
         (p.step_btn.click, session.step, "step"),
         (p.run_btn.click, session.run, "run"),

@@ -124,12 +124,13 @@ def test_the_report_draws_every_figure_offline(tmp_path, models_dir, reverse_ckp
 def test_the_apps_export_opens_at_its_step_with_playback_at_the_start(tmp_path, models_dir):
     """Exported at step 4: the attribution section explains step 4, the playback slider
     stands on the first snapshot after a while (nothing animates on load), the page is small."""
-    from attnviz.app import panels, session
+    from attnviz.app import session
+    from attnviz.app.panels import export as export_panel
 
     state = session.start(session.new_state(str(models_dir / "reverse")), "helloworld").state
     for _ in range(4):
         state = session.step(state).state
-    view = panels.export(state, "html")
+    view = export_panel.export(state, "html")
     assert view.path, view.message
     text = Path(view.path).read_text()
     assert "<h2>Step 4 (o): Integrated Gradients" in text and "<h2>Step 1 (d): Int" not in text

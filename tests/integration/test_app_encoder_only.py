@@ -11,8 +11,10 @@ import pytest
 from helpers import tiny_bert
 
 from attnviz.analysis import fill_mask
-from attnviz.app import compare_lab, labs, lensview, panels, session
+from attnviz.app import compare_lab, labs, lensview, session
 from attnviz.app.kinds import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
+from attnviz.app.panels import export as export_panel
+from attnviz.app.panels import health as health_panel
 from attnviz.app.state import checkpoint_of, describe
 
 TEXT = "the [MASK] sat on the [MASK]"
@@ -95,11 +97,11 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     attr = labs.attribution(state, "L1")
     assert attr.message.startswith(f"Explaining the top filler at the first mask token: “{tops[0]}”")
     assert len(attr.figures) == 2 and len(attr.figures[0].data[0].y) == len(fill.ids)
-    health = panels.health(state)
+    health = health_panel.health(state)
     assert "Health check passed" in health.message and "does not apply" in health.message
     assert health.figures[0].data
     for what in ("json", "npz", "html"):
-        out = panels.export(state, what)
+        out = export_panel.export(state, what)
         assert out.path and out.path.endswith(f"-read.{what}"), out.message  # no steps
     lens = lensview.payload(state, "rollout")["lens"]
     assert "error" not in lens and len(lens["kinds"]["encoder_self"]) == 2

@@ -67,11 +67,12 @@ def test_snapshots_record_the_probe_during_fine_tuning(tuned):
 
 
 def test_a_fine_tuned_checkpoint_opens_in_the_app_with_its_playback(tuned):
-    from attnviz.app import panels, session
+    from attnviz.app import session
+    from attnviz.app.panels import playback as playback_panel
 
     done = session.run(session.new_state(str(tuned)), "abcdef").state
     assert session.goto(done, 7).output == "fedcba"
-    assert panels.playback_steps(done) == [0, 1, 2, 3]
+    assert playback_panel.playback_steps(done) == [0, 1, 2, 3]
 
 
 def test_compare_shows_what_fine_tuning_changed(models_dir, tuned, tmp_path, capsys):
@@ -196,12 +197,13 @@ def test_compare_shows_what_fine_tuning_an_hf_folder_changed(hf_tuned, capsys):
 
 
 def test_a_fine_tuned_hf_folder_opens_in_the_app_with_its_playback(hf_tuned):
-    from attnviz.app import panels, session
+    from attnviz.app import session
+    from attnviz.app.panels import playback as playback_panel
 
     _, _, out = hf_tuned
     done = session.run(session.new_state(str(out)), _hf_text())
     assert done.state.done and done.output == load_checkpoint(out).predict_details(_hf_text()).text
-    assert panels.playback_steps(done.state) == [0, 1, 2, 3]
+    assert playback_panel.playback_steps(done.state) == [0, 1, 2, 3]
 
 
 def test_a_fine_tuned_hf_run_resumes_without_the_original_folder(hf_tuned, tmp_path):

@@ -309,7 +309,8 @@ def test_a_corpus_checkpoint_gets_a_start_from_its_dev_pairs(tmp_path):
     """A corpus model has no task, but its checkpoint stores dev pairs: they fill the Examples
     menu, the hint and the placeholder, pre-fill the Reference box of a typed dev source, and
     the health check runs on several of them, not on the one input typed."""
-    from attnviz.app import panels, reference, session, store, views
+    from attnviz.app import reference, session, store, views
+    from attnviz.app.panels import health as health_panel
 
     pairs, dev = _pairs(100), _pairs(20, seed=9)
     out = tmp_path / "corpus-model"
@@ -327,10 +328,10 @@ def test_a_corpus_checkpoint_gets_a_start_from_its_dev_pairs(tmp_path):
     assert reference.default_reference(fresh, dev[3][0]) == dev[3][1]
     assert reference.default_reference(fresh, "chat chat") == ""
     state = session.run(fresh, "chat chat").state
-    texts = panels.health_inputs(state)
+    texts = health_panel.health_inputs(state)
     assert texts[0] == "chat chat" and set(sources[: len(texts) - 1]) <= set(texts)
     assert len(texts) > 8
-    report = panels.health(state).message
+    report = health_panel.health(state).message
     assert f"{len(texts)} given inputs" in report, report
 
 

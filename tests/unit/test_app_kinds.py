@@ -20,13 +20,13 @@ from attnviz.app import (
     compare_lab,
     kinds,
     labs,
-    panels,
     reference,
     session,
     stepfigures,
     whatif_view,
 )
 from attnviz.app.kinds import NOT_YET, NOTES
+from attnviz.app.panels import playback as playback_panel
 from attnviz.app.state import describe
 
 
@@ -75,7 +75,9 @@ def test_the_payload_holds_prompt_rows_then_step_rows_as_recorded(induction):
         w = np.frombuffer(base64.b64decode(p["rows"]["decoder_self"][layer]["w"]), "<f4")
         first, second = np.split(w, [heads * (pre + 1)])
         # the app's stepper multiplies weight copies (the float sums in another order)
-        np.testing.assert_allclose(first.reshape(heads, pre + 1), full[:, pre, : pre + 1], atol=1e-6)
+        np.testing.assert_allclose(
+            first.reshape(heads, pre + 1), full[:, pre, : pre + 1], atol=1e-6
+        )
         np.testing.assert_allclose(second.reshape(heads, pre + 2), full[:, pre + 1], atol=1e-6)
     figs = stepfigures.figures_of(view.state, ckpt, trace, stepper.steps)
     assert len(figs["decoder_self"].data[0].y) == pre + 2  # prompt + output rows
@@ -89,7 +91,7 @@ def test_hidden_places_and_labs_say_why_in_one_sentence(stepped):
     cur = alignment.view(stepped)
     assert _esc(NOTES["align"]) in cur.message
     assert set(NOT_YET) == {"faith"}  # every other lab runs a decoder-only model
-    assert panels.playback(stepped, 3, "L1", "mean").figures  # playback runs it
+    assert playback_panel.playback(stepped, 3, "L1", "mean").figures  # playback runs it
 
 
 def test_ablation_lists_and_ranks_decoder_self_heads_only(stepped):

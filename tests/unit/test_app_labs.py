@@ -94,20 +94,21 @@ def test_an_output_that_is_eos_at_once_is_called_empty(done):
 def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path, monkeypatch):
     import dataclasses
 
-    from attnviz.app import panels, store
+    from attnviz.app import store
+    from attnviz.app.panels import health as health_panel
 
     real = store.get_checkpoint(reverse_path)
     no_task = dataclasses.replace(real, meta={k: v for k, v in real.meta.items() if k != "task"})
     assert no_task.task is None
     monkeypatch.setattr(store, "get_checkpoint", lambda path, device="cpu": no_task)
     fresh = session.new_state(reverse_path)
-    assert "type an input" in panels.health(fresh).message  # nothing to check on yet
+    assert "type an input" in health_panel.health(fresh).message  # nothing to check on yet
     state = session.step(fresh, "helloworld").state
-    view = panels.health(state, "abc\n\n  xyz  \nhelloworld\n")
+    view = health_panel.health(state, "abc\n\n  xyz  \nhelloworld\n")
     assert not view.message.startswith("⚠"), view.message
     assert "Health check passed</b> on 3 given inputs" in view.message
-    assert panels.health_inputs(state, "abc\nhelloworld") == ("helloworld", "abc")
-    one = panels.health(state)
+    assert health_panel.health_inputs(state, "abc\nhelloworld") == ("helloworld", "abc")
+    one = health_panel.health(state)
     assert "on 1 given input," in one.message and "1 given inputs" not in one.message
     # checked on the input, the report goes when another input is started, not with a step
     from attnviz.app import stamps as app_stamps
@@ -120,10 +121,10 @@ def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path,
 
 
 def test_health_of_a_model_with_a_task_follows_the_model_not_the_input(reverse_path):
-    from attnviz.app import panels
+    from attnviz.app.panels import health as health_panel
 
     state = session.step(session.new_state(reverse_path), "helloworld").state
-    assert not panels.health(state, n=16).on_input  # checked on the task's own inputs
+    assert not health_panel.health(state, n=16).on_input  # checked on the task's own inputs
 
 
 def test_health_wording_agrees_with_itself(reverse_ckpt):

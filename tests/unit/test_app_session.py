@@ -17,9 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attnviz
-from attnviz.app import labs, panels, session, store, views
+from attnviz.app import labs, session, store, views
 from attnviz.app import stamps as app_stamps
 from attnviz.app.decoders import DECODERS, DecoderCache
+from attnviz.app.panels import export as export_panel
+from attnviz.app.panels import health as health_panel
+from attnviz.app.panels import playback as playback_panel
 
 EOS = 2  # the built-in models' end id (ckpt.config.eos_id); test_special_ids covers others
 
@@ -188,17 +191,17 @@ def test_attribution_beside_cross_attention(done):
 
 # -- model-level panels -------------------------------------------------------------------------
 def test_health_playback_and_exports(done):
-    rep = panels.health(done, n=24)
+    rep = health_panel.health(done, n=24)
     assert "Health check passed" in rep.message and 'class="finding' in rep.message
-    steps = panels.playback_steps(done)
+    steps = playback_panel.playback_steps(done)
     assert steps and steps == sorted(steps)
-    play = panels.playback(done, 2, None, "H1")
+    play = playback_panel.playback(done, 2, None, "H1")
     assert f"step {steps[2]}" in play.message and "loss" in play.figures[0].layout.title.text
-    paths = {w: panels.export(session.goto(done, 4).state, w).path for w in ("json", "npz")}
+    paths = {w: export_panel.export(session.goto(done, 4).state, w).path for w in ("json", "npz")}
     data = json.loads(Path(paths["json"]).read_text())
     assert data["output"] == "dlro" and len(data["out_tokens"]) == 4
     assert "cross.0.weights" in np.load(paths["npz"])
-    html = panels.export(done, "html").path
+    html = export_panel.export(done, "html").path
     assert "window.AttnViz.drawReport(" in Path(html).read_text()  # the canvas report
 
 
@@ -588,8 +591,10 @@ def _page():
 
 
 def _follow(page, state, stamps, active, ref=""):
-    mask = (True, True, [], "cross", "last", "mean")  # the mask lab's inputs (not stale here)
-    return page.follow(state, stamps, active, *mask, False, None, [], ref, "light")
+    """``page.follow`` as the follow button calls it: the values of ``page.follow_inputs()``."""
+    given = {page.state: state, page.stamps: stamps, page.active: active, page.reference: ref,
+             page.wi_open: False, page.wi_heads: [], page.blocked: [], page.theme: "light"}  # fmt: skip
+    return page.follow(*(given.get(c) for c in page.follow_inputs()))
 
 
 def _stepped(models_dir, n):

@@ -14,8 +14,9 @@ import pytest
 
 from attnviz.analysis import export
 from attnviz.analysis.words import pool_words, word_index
-from attnviz.app import panels, session
+from attnviz.app import session
 from attnviz.app.pagetext import UNIT_JS
+from attnviz.app.panels import export as export_panel
 from attnviz.cli import main
 from attnviz.core.errors import InputError
 
@@ -120,21 +121,21 @@ def state(models_dir) -> session.SessionState:
 
 
 def test_export_panel_follows_the_switch(state):
-    words = panels.export(state, "json", "words")
+    words = export_panel.export(state, "json", "words")
     assert words.path.endswith("-step4-words.json") and "words" in words.message
     data = json.loads(Path(words.path).read_text())
     assert data["unit"] == "words" and len(data["out_tokens"]) == 4
-    npz = panels.export(state, "npz", "words")
+    npz = export_panel.export(state, "npz", "words")
     assert npz.path.endswith("-step4-words.npz") and str(np.load(npz.path)["unit"]) == "words"
-    pieces = panels.export(state, "json")
+    pieces = export_panel.export(state, "json")
     assert pieces.path.endswith("-step4.json") and "unit" not in json.loads(
         Path(pieces.path).read_text()
     )
-    html = panels.export(state, "html", "words")
+    html = export_panel.export(state, "html", "words")
     assert (
         html.path.endswith("-step4-words.html") and "· words</title>" in Path(html.path).read_text()
     )
-    bad = panels.export(state, "json", "letters")
+    bad = export_panel.export(state, "json", "letters")
     assert bad.path is None and bad.message == "⚠ export pieces or words, not &#x27;letters&#x27;"
 
 

@@ -1,0 +1,83 @@
+"""The Checkpoint health panel: the health check of the loaded checkpoint, as HTML and a figure
+of every head's role (reports cached per checkpoint file version; no gradio)."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+
+from ... import analysis
+from ...core.errors import AttnvizError, InputError
+from ...render import plots
+from ...train.evaluate import dev_pairs
+from .. import store
+from ..lab_view import stopped
+from ..labs import LabView, error_view
+from ..lru import LRU
+from ..state import (
+    SessionState,
+    checkpoint_of,
+)
+from ..workers import remote
+
+LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
+_HEALTH = LRU(16)  # reports by (model, version, device, n)
+
+
+# -- health -------------------------------------------------------------------------------------
+@remote(stopped)
+def health(state: SessionState, extra: str = "", n: int = 100) -> LabView:
+    """The health check of the loaded checkpoint (cached per checkpoint file version).
+
+    A checkpoint with a built-in task is checked on ``n`` of its validation inputs; one
+    without is checked on the current input plus the lines of ``extra`` (one input a line).
+
+    Returns:
+        The report as HTML (problems highlighted) in ``message``, and a figure of every
+        head's normalised entropy with its role.
+    """
+    try:
+        ckpt = checkpoint_of(state)
+        texts = None if ckpt.task else health_inputs(state, extra)
+        key = (state.model, store.version_of(state.model), state.device, n, texts)
+        rep = _HEALTH.get(key)
+        if rep is None:
+            rep = analysis.check(ckpt, texts=texts, n=n, ablation_sample=16)
+            _HEALTH.put(key, rep)
+    except AttnvizError as exc:
+        return error_view(exc)
+    items = []
+    for f in rep.findings:
+        items.append(
+            f'<li class="finding {f.level}"><span class="level">{LEVELS[f.level]} {f.level}</span>'
+            f" <b>{html.escape(f.check)}</b>: {html.escape(f.message)}</li>"
+        )
+    verdict = "passed" if rep.passed else "FAILED"
+    body = (
+        f'<div class="health {"pass" if rep.passed else "fail"}"><p><b>Health check {verdict}</b> '
+        f"on {html.escape(rep.inputs)}.</p><ul>{''.join(items)}</ul></div>"
+    )
+    rows = [s.to_dict() for s in rep.stats]
+    fig = plots.head_stats_figure(rows, "norm_entropy")
+    return LabView([fig], body, on_input=texts is not None)
+
+
+#: Dev sources a corpus checkpoint's health check adds to the inputs given.
+HEALTH_DEV_SOURCES = 15
+
+
+def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
+    """Inputs to check a checkpoint without a task on: the current input, each non-empty line
+    of ``extra``, then up to :data:`HEALTH_DEV_SOURCES` dev sources a corpus run stored
+    beside it (duplicates once): one input alone makes most heads look like they change
+    nothing."""
+    lines = [state.text.strip(), *(line.strip() for line in (extra or "").splitlines())]
+    with contextlib.suppress(AttnvizError):  # no model loaded: the inputs given alone
+        lines += [s.strip() for s, _ in dev_pairs(checkpoint_of(state))[:HEALTH_DEV_SOURCES]]
+    texts = tuple(dict.fromkeys(t for t in lines if t))
+    if not texts:
+        raise InputError(
+            "this checkpoint names no task, so it is checked on your inputs: type an input "
+            "above (and, if you like, more inputs one per line in the box here)"
+        )
+    return texts
