@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .config import ModelConfig
+from .devices import one_thread
 from .errors import CheckpointError, shorten
 from .model import Transformer
 
@@ -114,10 +115,13 @@ def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Pa
     Raises:
         CheckpointError: missing, unexpected, misshapen, non-float or non-finite tensors.
     """
-    with torch.device("meta"):
+    # No init on the skeleton either: normal_ on the meta device goes through torch's
+    # reference ops, whose first use imports torch._dynamo (1.5 s).
+    with torch.device("meta"), _no_init():
         skeleton = Transformer(config)
     check_tensors(unique_state_dict(skeleton), tensors, where)
     with _no_init():  # every parameter is overwritten just below
         model = Transformer(config)
-    load_tensors(model, tensors, where)
+    with one_thread():
+        load_tensors(model, tensors, where)
     return model.eval()

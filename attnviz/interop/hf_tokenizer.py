@@ -68,12 +68,17 @@ class HFTokenizer(SpecialIds):
         self.set_specials(specials)
         self._vocab_size = vocab_size
         self._size = len(tok)  # ids the tokenizer itself knows
-        self.tokens: list[str] = [
-            readable(t) if t is not None else f"<unused {i}>"
-            for i, t in enumerate(_id_pieces(tok, side, self._size))
-        ]
-        self.tokens += [f"<unused {i}>" for i in range(self._size, vocab_size or 0)]
         self._special_ids = set(tok.all_special_ids)
+
+    @functools.cached_property
+    def tokens(self) -> list[str]:
+        """A label per id, ids past the tokenizer's as ``<unused N>`` (built on first use:
+        262,144 pieces take 0.7 s, which opening a model need not pay)."""
+        out = [
+            readable(t) if t is not None else f"<unused {i}>"
+            for i, t in enumerate(_id_pieces(self._tok, self.side, self._size))
+        ]
+        return out + [f"<unused {i}>" for i in range(self._size, self._vocab_size or 0)]
 
     @property
     def tokenizer_eos_id(self) -> int | None:
@@ -98,7 +103,7 @@ class HFTokenizer(SpecialIds):
         return HFTokenizer(self._tok, self.specials, self.path, self._vocab_size, "target")
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        return max(self._size, self._vocab_size or 0)
 
     def __eq__(self, other: object) -> bool:
         """Same side, special ids and id -> piece table (a folder and its fine-tuned copy)."""
@@ -108,7 +113,7 @@ class HFTokenizer(SpecialIds):
             type(other._tok), other.side, other.specials, other.tokens)  # fmt: skip
 
     def __hash__(self) -> int:
-        return hash((self.side, len(self.tokens)))
+        return hash((self.side, len(self)))
 
     def __repr__(self) -> str:
         return f"HFTokenizer({type(self._tok).__name__}, size={len(self)}, path={str(self.path)!r})"
@@ -172,7 +177,7 @@ class HFTokenizer(SpecialIds):
         """The piece of one id (specials included, e.g. ``"</s>"``)."""
         if i < 0:
             raise InputError(f"token id {i} is negative")
-        return self.tokens[i] if i < len(self.tokens) else f"<unused {i}>"
+        return self.tokens[i] if i < len(self) else f"<unused {i}>"
 
     def to_dict(self) -> dict:
         """Where it comes from (a folder's tokenizer is not copied into attnviz checkpoints)."""

@@ -20,6 +20,7 @@ from gguf import GGUFValueType as V  # noqa: E402
 
 from attnviz.core.errors import CheckpointError  # noqa: E402
 from attnviz.interop.gguf import READABLE  # noqa: E402
+from attnviz.interop.gguf.blocks import DECODERS  # noqa: E402
 from attnviz.interop.gguf.reader import (  # noqa: E402
     GGUFError,
     GGUFFile,
@@ -259,3 +260,19 @@ def test_real_gemma3_file_reads_fast_and_matches_gguf_reader(gemma_gguf):
             )
         want = gguf.quants.dequantize(raw, theirs[name].tensor_type)
         np.testing.assert_array_equal(got.numpy(), want.reshape(got.shape))
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_torch_decoders_equal_gguf_bit_for_bit_across_chunks(name, monkeypatch):
+    """Random bytes (NaN and inf scales included) over several chunks and a ragged tail:
+    the torch decoders give gguf's numpy values exactly."""
+    from attnviz.interop.gguf import blocks as blocks_module
+
+    monkeypatch.setattr(blocks_module, "CHUNK_VALUES", 1024)
+    threads = torch.get_num_threads()
+    size = gguf.GGML_QUANT_SIZES[Q[name]]
+    raw = RNG.integers(0, 256, size=(37 * 1024 // size[0] + 3, size[1]), dtype=np.uint8)
+    got = blocks_module.decode_blocks(torch.from_numpy(raw), name, size[0])
+    want = gguf.quants.dequantize(raw.reshape(1, -1), Q[name]).reshape(-1)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert torch.get_num_threads() == threads  # one_thread() put it back

@@ -1,8 +1,9 @@
 """GGML tensor types: their sizes, as data, and dequantization to float32.
 
 Plain types (F32, F16, BF16, F64, I8..I64) are read with numpy alone; block-quantized types
-(Q8_0, Q4_K, ...) go through the ``gguf`` package's numpy dequantizers, which are handed only
-a byte slice whose length the reader has already checked.
+are decoded by :mod:`.blocks` (torch, equal bit for bit to the ``gguf`` package's numpy
+dequantizers) or, for Q2_K and Q3_K, by those dequantizers themselves. Both are handed only a
+byte slice whose length the reader has already checked.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import torch
+
+from .blocks import DECODERS, decode_blocks
 
 
 class GGMLType(NamedTuple):
@@ -110,11 +114,13 @@ def dequantize(data: np.ndarray, ggml_type: GGMLType, n_values: int) -> np.ndarr
     if name == "BF16":
         # bfloat16 is the top half of a float32.
         return (data.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    blocks = data.reshape(-1, ggml_type.type_size)  # [n_blocks, type_size]
+    if name in DECODERS:
+        return decode_blocks(torch.from_numpy(blocks), name, ggml_type.block_size).numpy()
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize as gguf_dequantize
 
     qtype = GGMLQuantizationType(ggml_type.type_id)
-    blocks = data.reshape(-1, ggml_type.type_size)  # [n_blocks, type_size]
     out = np.empty(n_values, dtype=np.float32)
     # Chunks of blocks, each handed over as one row: gguf then decodes it in one vectorised
     # pass (it loops in Python over groups of 16 rows), and the temporaries stay small.
