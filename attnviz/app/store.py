@@ -34,7 +34,7 @@ from .examples import examples_for as examples_for  # imported from here too
 from .examples import examples_of as examples_of
 from .filekinds import sniff
 from .lru import LRU as LRU  # the app's LRU map (imported from here too)
-from .upload_space import check_space, owner_dir  # the disk budget, per-session folders
+from .upload_space import check_space, owner_dir, owner_of, visible_to  # per-session uploads
 from .workers import WorkerStopped, facade, remote_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,9 @@ def get_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
             try:
                 prepare()
             except Exception as exc:  # noqa: BLE001 (a message in the page, never a traceback)
-                raise CheckpointError(f"{path.name} could not be made: {one_line(exc, 200)}") from exc
+                raise CheckpointError(
+                    f"{path.name} could not be made: {one_line(exc, 200)}"
+                ) from exc
         version = _version(path)
         hit = _CACHE.get(key)
         if hit is not None and hit[0] == version:
@@ -219,9 +221,7 @@ def model_name(path: str | Path) -> str:
     return register(path)
 
 
-def register(
-    path: str | Path, name: str | None = None, shipped: bool = False, prepare=None
-) -> str:
+def register(path: str | Path, name: str | None = None, shipped: bool = False, prepare=None) -> str:
     """Give a folder a menu name (its folder name unless ``name``), unique among the menu's;
     ``shipped``: a model the app ships, run in the server's process; ``prepare``: called
     before the first load while ``path`` does not exist (a packaged model assembled then)."""
@@ -243,19 +243,35 @@ def register(
         return n
 
 
-def menu(current: str | Path | None = None) -> list[str]:
-    """Names the model menu offers: the shipped models, then every registered one."""
+def menu(current: str | Path | None = None, owner: str | None = None) -> list[str]:
+    """Names the model menu offers a session: the shipped models, then every registered one
+    but other sessions' uploads.
+
+    Args:
+        current: the session's model (named in the menu if it was not yet).
+        owner: the session's id; default the owner of ``current`` when that is an upload
+            (a session on a shipped model sees no upload unless its id is given).
+    """
     if current:
         model_name(current)
+    root = private_dir("uploads")
+    owner = owner_of(root, current) if owner is None and current else owner
     with _NAMED_LOCK:
-        return [*shipped_models(), *_NAMED]
+        named = dict(_NAMED)
+    return [*shipped_models(), *(n for n, f in named.items() if visible_to(root, f, owner))]
 
 
-def resolve_model(name: str) -> str:
-    """A menu name (or a folder path) -> the folder."""
+def resolve_model(name: str, owner: str | None = None) -> str:
+    """A menu name (or a folder path) -> the folder.
+
+    Args:
+        owner: the asking session's id: another session's upload is then not found (the
+            name itself comes back, as for any unknown name); None: no check.
+    """
     with _NAMED_LOCK:
-        if name in _NAMED:
-            return _NAMED[name]
+        folder = _NAMED.get(name)
+    if folder is not None and (owner is None or visible_to(private_dir("uploads"), folder, owner)):
+        return folder
     return shipped_models().get(name, name)
 
 

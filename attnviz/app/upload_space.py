@@ -26,6 +26,23 @@ def owner_dir(root: Path, owner: str) -> Path:
     return root / (owner if _SID.fullmatch(owner or "") else "shared")
 
 
+def owner_of(root: Path, folder: str | Path) -> str | None:
+    """The session id whose upload ``folder`` is (``"shared"`` for the library's own
+    uploads), or None when ``folder`` is not under the uploads' ``root``."""
+    try:
+        rel = Path(folder).resolve().relative_to(root.resolve())
+    except (ValueError, OSError, RuntimeError):
+        return None
+    return rel.parts[0] if len(rel.parts) > 1 else None
+
+
+def visible_to(root: Path, folder: str | Path, owner: str | None) -> bool:
+    """Whether session ``owner`` may see (and pick) ``folder``: every model but another
+    session's upload under ``root`` (an upload is its session's own)."""
+    whose = owner_of(root, folder)
+    return whose is None or whose in ("shared", owner)
+
+
 def used_bytes(root: Path) -> int:
     """Bytes of every file under ``root``."""
     total = 0

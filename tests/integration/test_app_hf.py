@@ -108,7 +108,7 @@ def test_a_zipped_hf_folder_uploads(marian, tmp_path):
     assert sorted(p.name for p in up.iterdir()) == sorted(
         p.name for p in folder.iterdir()
     )  # every file kept, flat; README.md left out
-    assert store.model_name(up) in store.menu()
+    assert store.model_name(up) in store.menu(up)  # its own session's menu
     assert _run(view.state, TEXTS[0]).output == expected[TEXTS[0]]
 
 

@@ -512,7 +512,7 @@ def test_uploads_are_named_by_their_file(models_dir, fresh, tmp_path):
             z.writestr(name, data)
     view = session.upload_model(fresh, [str(path)])
     assert store.model_name(view.state.model).startswith("my-model")
-    assert store.model_name(view.state.model) in store.menu()
+    assert store.model_name(view.state.model) in store.menu(view.state.model)  # its own
     assert store.resolve_model(store.model_name(view.state.model)) == view.state.model
 
 
