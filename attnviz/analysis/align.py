@@ -28,6 +28,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from ..core.record import record
 from ..core.sites import head_name
+from ..core.specials import not_text_ids
 from ..data.batch import make_batch
 from .lenses import lens as lens_of
 
@@ -201,7 +202,7 @@ def alignment(
         raise InputError(f"{len(sources)} sentences but {len(targets)} targets")
     cfg, model = ckpt.config, ckpt.model
     n_layers, n_heads = cfg.n_decoder_layers, cfg.n_heads
-    specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}  # unknown words are still words
+    specials = not_text_ids(cfg)  # unknown words are still words
     per_head: list[dict[tuple[int, int], set[Link]]] = []
     layer_links: list[dict[int, set[Link]]] = []
     mean_links: list[set[Link]] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
+from ..core.specials import not_text_ids
 from ..train.induction import InductionScores, measure, repeated_tokens
 
 __all__ = ["InductionScores", "induction_scores", "symbol_ids"]
@@ -20,9 +21,8 @@ def symbol_ids(ckpt: Checkpoint) -> list[int]:
     """The ids random sequences are drawn from: the vocabulary without its special ids
     (pad, start, end, unknown, and the prompt's separator)."""
     cfg = ckpt.config
-    special = {cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id}
-    if ckpt.prompt is not None and ckpt.prompt.sep_id is not None:
-        special.add(ckpt.prompt.sep_id)
+    sep = [] if ckpt.prompt is None else [ckpt.prompt.sep_id]
+    special = not_text_ids(cfg, unk=True, more=sep)
     return [i for i in range(cfg.tgt_vocab_size) if i not in special]
 
 

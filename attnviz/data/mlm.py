@@ -19,6 +19,7 @@ import torch
 from ..core.config import ModelConfig
 from ..core.errors import InputError
 from ..core.masks import length_mask
+from ..core.specials import not_text_ids
 from .batch import Batch, Prompt, pad_batch
 
 #: Share of a training batch's rows whose whole target is masked.
@@ -63,10 +64,7 @@ def make_mlm_batch(
     rows = [pair_row(prompt, s, t, config.eos_id) for s, t in zip(src_rows, tgt_rows, strict=True)]
     if max(len(r) for r in rows) > config.max_len:
         raise InputError(f"a sequence is longer than this model's max_len={config.max_len}")
-    special = {config.pad_id, config.bos_id, config.eos_id, config.unk_id, prompt.mask_id}
-    special.discard(None)
-    if prompt.sep_id is not None:
-        special.add(prompt.sep_id)
+    special = not_text_ids(config, unk=True, more=[prompt.mask_id, prompt.sep_id])
     content = np.array([i for i in range(config.src_vocab_size) if i not in special])
     masked, chosen = [], []
     for row, src in zip(rows, src_rows, strict=True):

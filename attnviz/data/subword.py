@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..core.errors import InputError
+from ..core.specials import not_text_ids
 from .tokenizer import (
     DEFAULT_IDS,
     SPECIAL_TOKENS,
@@ -85,7 +86,7 @@ class SubwordTokenizer(Tokenizer):
         self.set_specials(specials)
         self._hf = hf
         # ids text may never produce (an unk stays, as the unknown-piece report needs it)
-        self._not_from_text = np.array(sorted({self.pad_id, self.bos_id, self.eos_id}))
+        self._not_from_text = np.array(sorted(not_text_ids(self)))
 
     @property
     def byte_fallback(self) -> bool:
