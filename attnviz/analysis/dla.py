@@ -10,6 +10,13 @@ parts of a sublayer still add up to its normed output. T5's output scale multipl
 an output bias and a final LayerNorm's bias are parts of their own. The parts add up to the
 logit up to float rounding (float64 arithmetic on the run's float32 streams).
 
+A post-norm model (the original Transformer, BERT, Marian: ``norm(x + sublayer(x))``) has no
+additive residual stream, but each of its norms, frozen at the scale it had in the run, is a
+linear map: every part written before a norm goes through it (centred, scaled, times its
+gain), and the norm's bias is one more part (``"L{l} attn norm bias"``). The parts then add
+up to the logit exactly as for a pre-norm model; what they mean is "this part's share of the
+stream, as the frozen norms passed it on".
+
 Shape legend: T positions, D width, H heads, Dh head width, N parts.
 """
 
@@ -99,20 +106,22 @@ class DirectAttribution(Exportable):
 
 
 def freeze(norm: nn.Module | None, x: Tensor, center: bool = True):
-    """A norm made linear at the input ``x [D]`` it saw (float64): ``(map, bias)``, where
-    ``map(parts [N, D]) -> [N, D]`` scales by the frozen factor (and centres each part, for a
-    LayerNorm with ``center``) and ``bias`` is the norm's own constant part ``[D]`` or None;
-    without ``center`` the centring is one more part, ``-mean(x)`` mapped."""
+    """A norm made linear at the input ``x [..., D]`` it saw (float64): ``(map, bias,
+    centring)``, where ``map(parts [..., N?, D])`` scales each vector by the frozen factor of
+    its row of ``x`` (``x [T, D]`` maps ``parts [..., T, D]``; ``x [D]`` maps any ``[..., D]``)
+    and, for a LayerNorm with ``center``, centres it; ``bias`` is the norm's own constant part
+    ``[D]`` or None; ``centring`` (LayerNorm without ``center``) is ``-mean(x)`` mapped, the
+    part that centring adds, else None."""
     if norm is None:
         return (lambda p: p), None, None
     x = x.double()
     if isinstance(norm, RMSNorm):
-        scale = torch.rsqrt(x.pow(2).mean() + norm.eps)
+        scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)  # [..., 1]
         gain = norm.weight.double() + norm.offset
         return (lambda p: p * scale * gain), None, None
     if isinstance(norm, nn.LayerNorm):
-        mean = x.mean()
-        scale = torch.rsqrt((x - mean).pow(2).mean() + norm.eps)
+        mean = x.mean(-1, keepdim=True)  # [..., 1]
+        scale = torch.rsqrt((x - mean).pow(2).mean(-1, keepdim=True) + norm.eps)
         gain = norm.weight.double() if norm.weight is not None else 1.0
         bias = norm.bias.double() if norm.bias is not None else None
         if center:
@@ -121,17 +130,33 @@ def freeze(norm: nn.Module | None, x: Tensor, center: bool = True):
     raise InputError(f"cannot freeze a {type(norm).__name__}")
 
 
-def _refuse_dla(ckpt: Checkpoint, stack: str) -> None:
-    cfg = ckpt.config
+def sublayers(layer: nn.Module) -> list[tuple[str, str, nn.Module, nn.Module | None]]:
+    """A layer's residual blocks in forward order: ``(point, kind, module, post-norm)``,
+    where ``point`` is the stream tap of the block's output (``"attn"``, ``"cross"``,
+    ``"mlp"``), ``kind`` the attention kind (``"mlp"`` for the feed-forward) and the
+    post-norm the norm after the residual add of a post-norm model (None: pre-norm)."""
+    post = not layer.norm_first
+    enc = layer.stack == "encoder"
+    out = [("attn", "encoder_self" if enc else "decoder_self", layer.self_attn,
+            layer.norm1 if post else None)]  # fmt: skip
+    if getattr(layer, "cross_attn", None) is not None:
+        out.append(("cross", "cross", layer.cross_attn, layer.norm2 if post else None))
+    if layer.ff is not None:
+        last = layer.norm2 if enc else layer.norm3
+        out.append(("mlp", "mlp", layer.ff, last if post else None))
+    return out
+
+
+def sandwich(layer: nn.Module, point: str) -> nn.Module | None:
+    """The norm on a sublayer's output before the residual add (Gemma 3), or None."""
+    return getattr(layer, {"attn": "post_norm1", "mlp": "post_norm3"}.get(point, ""), None)
+
+
+def _refuse_dla(stack: str) -> None:
     if stack == "encoder":
         raise InputError(
             "direct attribution reads the stream straight into the unembedding; a masked-LM "
             "head has a dense layer and an activation in between: use logit_lens"
-        )
-    if not cfg.norm_first:
-        raise InputError(
-            "direct attribution needs a pre-norm model (an additive residual stream); this "
-            "one norms after each block: use logit_lens or patch"
         )
 
 
@@ -156,12 +181,15 @@ def direct_attribution(
         ``"L{l}H{h}"`` (self-attention heads), ``"L{l}X{h}"`` (cross-attention heads),
         ``"L{l} attn bias"``, ``"L{l} mlp"``, ``"L{l} mlp bias"``, ``"final norm bias"``,
         ``"output bias"``; their sum ``total`` equals the model's ``logit`` to rounding.
+        A post-norm model adds ``"L{l} attn norm bias"`` (``cross``, ``mlp``): each norm
+        after a residual add is frozen at its scale in the run, every part before it goes
+        through it, and its bias is one more part.
     Raises:
-        InputError: a post-norm model, a masked-LM model, a token that is not one token.
+        InputError: a masked-LM model, a token that is not one token.
     """
     ckpt = checkpoint_of(ckpt)
     prep = prepare(ckpt, text, step)
-    _refuse_dla(ckpt, prep.stack)
+    _refuse_dla(prep.stack)
     with torch.no_grad():
         return _attribute(ckpt, prep, token, versus, center)
 
@@ -174,11 +202,8 @@ def _attribute(ckpt: Checkpoint, prep, token, versus, center: bool) -> DirectAtt
     b = None if versus is None else token_id(ckpt, versus, "versus")
     w_u = model.generator.weight.double()
     u = w_u[a] - (w_u[b] if b is not None else 0.0)  # [D]
-    layers = model.decoder.layers
-    final = trace.stream("decoder", len(layers) - 1, "resid_post")[0, p]
-    fmap, fbias, fcenter = freeze(model.decoder.norm, final, center)
-    out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else 1.0
-    names, vecs = [], []
+    names: list[tuple] = []
+    vecs: list[Tensor] = []  # each part's vector in the stream as it is now, [D] float64
 
     def add(name: str, kind: str, vec: Tensor, layer=None, head=None) -> None:
         names.append((name, kind, layer, head))
@@ -193,35 +218,44 @@ def _attribute(ckpt: Checkpoint, prep, token, versus, center: bool) -> DirectAtt
         add("positions", "positions", x0 - tok)
     else:
         add("embed", "embed", x0)
-    for i, layer in enumerate(layers):
-        sites = [("attn", layer.self_attn, "decoder_self", "H", layer.post_norm1)]
-        if layer.cross_attn is not None:
-            sites.append(("cross", layer.cross_attn, "cross", "X", None))
-        for point, attn, kind, letter, post in sites:
-            z = trace.head_output(kind, i)[0, :, p].double()  # [H, Dh]
-            w_o = attn.out_proj.weight.double().view(-1, attn.n_heads, attn.head_dim)
-            heads = torch.einsum("hd,ehd->he", z, w_o)  # [H, D]
-            pmap = _post_map(post, trace.stream("decoder", i, point)[0, p])
-            heads = pmap(heads)
-            for h in range(attn.n_heads):
-                add(f"L{i}{letter}{h}", "head" if letter == "H" else "cross_head", heads[h], i, h)
-            if attn.out_proj.bias is not None:
-                add(f"L{i} {point} bias", f"{point}_bias", pmap(attn.out_proj.bias.double()), i)
-        if layer.ff is not None:
-            raw = trace.stream("decoder", i, "mlp")[0, p].double()
-            pmap = _post_map(layer.post_norm3, raw)
-            b2 = layer.ff.linear2.bias
-            b2 = torch.zeros_like(raw) if b2 is None else b2.double()
-            add(f"L{i} mlp", "mlp", pmap(raw - b2), i)
-            if layer.ff.linear2.bias is not None:
-                add(f"L{i} mlp bias", "mlp_bias", pmap(b2), i)
+    stream = x0  # the stream at p, rebuilt block by block through the frozen norms
+    for i, layer in enumerate(model.decoder.layers):
+        for point, kind, mod, post in sublayers(layer):
+            raw = trace.stream("decoder", i, point)[0, p].double()
+            pmap = _post_map(sandwich(layer, point), raw)
+            if kind == "mlp":
+                b2 = mod.linear2.bias
+                b2 = torch.zeros_like(raw) if b2 is None else b2.double()
+                add(f"L{i} mlp", "mlp", pmap(raw - b2), i)
+                if mod.linear2.bias is not None:
+                    add(f"L{i} mlp bias", "mlp_bias", pmap(b2), i)
+            else:
+                z = trace.head_output(kind, i)[0, :, p].double()  # [H, Dh]
+                w_o = mod.out_proj.weight.double().view(-1, mod.n_heads, mod.head_dim)
+                heads = pmap(torch.einsum("hd,ehd->he", z, w_o))  # [H, D]
+                letter = "H" if kind != "cross" else "X"
+                for h in range(mod.n_heads):
+                    add(f"L{i}{letter}{h}", "head" if letter == "H" else "cross_head",
+                        heads[h], i, h)  # fmt: skip
+                if mod.out_proj.bias is not None:
+                    add(f"L{i} {point} bias", f"{point}_bias", pmap(mod.out_proj.bias.double()), i)
+            stream = stream + pmap(raw)
+            if post is not None:  # post-norm: everything so far goes through this norm
+                nmap, nbias, _ = freeze(post, stream, center=True)
+                vecs = list(nmap(torch.stack(vecs)))
+                stream = nmap(stream)
+                if nbias is not None:
+                    add(f"L{i} {point} norm bias", "norm_bias", nbias, i)
+                    stream = stream + nbias
+    fmap, fbias, fcenter = freeze(model.decoder.norm, stream, center)
+    out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else 1.0
     stacked = fmap(torch.stack(vecs)) * out_scale  # [N, D]
     values = (stacked @ u).tolist()
     extra = [("final norm centering", "norm", fcenter), ("final norm bias", "norm", fbias)]
     for name, kind, vec in extra:
         if vec is not None:
             names.append((name, kind, None, None))
-            values.append(float((vec * out_scale) @ u))
+            values.append(float((vec.reshape(-1) * out_scale) @ u))
     if model.generator.bias is not None:
         gb = model.generator.bias.double()
         names.append(("output bias", "bias", None, None))

@@ -1,20 +1,34 @@
 """Information-flow routes (Ferrando & Voita 2024, "Information Flow Routes: Automatically
 Interpreting Language Models at Scale"), written from the paper.
 
-Each block of a pre-norm model adds to the residual stream: the attention block's output at
-query position i is a sum over key positions j (and heads h) of ``α_ij^h f_h(x_j)`` (the
-value of j through head h's slice of the output projection, as in the ``"norms"`` lens), plus
-the output bias; the stream after the block is that sum plus the residual ``x_i``. The MLP
-block likewise adds ``mlp(x_i)`` to its residual. The importance of one part ``p`` of a sum
-``w`` is its proximity ``max(0, ‖w‖₁ - ‖w - p‖₁)``, normalised over the parts of that sum
-(per token, per block). Edges below ``threshold`` are dropped; the route is what is left
+Each residual block writes a sum into the stream: an attention block's output at query
+position i is the residual ``x_i`` plus, over key positions j and heads h, ``α_ij^h f_h(x_j)``
+(the value of j through head h's slice of the output projection, as in the ``"norms"`` lens),
+plus the output bias; an MLP block's is ``x_i + mlp(x_i)``. The importance of one part ``p``
+of a sum ``w`` is its proximity ``max(0, ‖w‖₁ - ‖w - p‖₁)``, normalised over the parts of that
+sum (per token, per block). Edges below ``threshold`` are dropped; the route is what is left
 reachable, going back, from the predicting position after the last layer to the inputs.
 
+Norms are frozen at the scale they had in the run (as in :mod:`.dla`), which makes them
+linear maps of the parts: a sandwich norm after a sublayer (Gemma 3) maps that sublayer's
+parts; a post-norm model's norm after the residual add (``norm(x + sublayer(x))``: the
+original Transformer, BERT, Marian) maps every part of the sum, residual included, and its
+bias is one more part of the normaliser. So ``w`` is always the stream after the block and
+the parts add up to it.
+
+An encoder-decoder model's graph has both stacks: the encoder's own routes (nodes prefixed
+``e``), and each decoder layer's cross-attention block, whose key parts come from the
+encoder's output at each source position (``ex{L_enc}_{j}``; the encoder's final norm acts
+per position, so it moves no information between tokens). A speech encoder's frames (1500
+for Whisper) are the leaves: the route stops at the encoder's output there.
+
 Nodes: ``"x{l}_{i}"`` the stream entering layer l at position i (``l = L``: after the last
-layer), ``"a{l}_{i}"`` the stream after layer l's attention block, ``"m{l}_{i}"`` layer l's
-MLP at position i. Every attention edge lists the heads carrying it, ranked by their own
-proximity (normalised as the edge's). A sandwich norm after a sublayer is frozen at the scale
-it had in the run (as in :mod:`.dla`). Shape legend: H heads, T positions, D width.
+layer), ``"a{l}_{i}"`` after layer l's self-attention block, ``"c{l}_{i}"`` after its
+cross-attention block, ``"m{l}_{i}"`` layer l's MLP at position i. Every attention edge lists
+the heads carrying it, ranked by their own proximity, normalised over the block's parts at
+head level (each head through each key, the residual, the biases), as the paper's head-level
+graph does: a head's share and the edge's need not agree where heads cancel. Shape
+legend: H heads, Tq query positions, Tk key positions, D width.
 """
 
 from __future__ import annotations
@@ -27,9 +41,12 @@ from torch import Tensor
 
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
-from .dla import freeze
+from .dla import freeze, sandwich, sublayers
 from .lenses import value_contributions
-from .why import Exportable, checkpoint_of, n_layers, prepare, stack_of, streams_of
+from .why import Exportable, checkpoint_of, label, n_layers, prepare, stack_of, streams_of
+
+#: how many seconds one of Whisper's encoder positions covers (two 10 ms frames)
+FRAME_SECONDS = 0.02
 
 
 @dataclass
@@ -37,14 +54,18 @@ class Edge:
     source: str
     target: str
     weight: float
-    kind: str  # "attention", "residual", "mlp"
+    kind: str  # "attention", "cross", "residual", "mlp"
     heads: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
 class Flow(Exportable):
-    """The pruned graph: ``nodes`` (id -> ``{"layer", "position", "kind"}``), ``edges``, and
-    ``route`` (indices into ``edges``) from the inputs to the predicted token."""
+    """The pruned graph: ``nodes`` (id -> ``{"layer", "position", "kind", "stack"}``),
+    ``edges``, and ``route`` (indices into ``edges``) from the inputs to the predicted token.
+
+    ``tokens`` label the positions of the stack that predicts; ``source_tokens`` (an
+    encoder-decoder model) those of the encoder's nodes (a speech model: the frames' times).
+    """
 
     tokens: list[str]
     position: int
@@ -52,11 +73,20 @@ class Flow(Exportable):
     nodes: dict[str, dict]
     edges: list[Edge]
     route: list[int]
+    source_tokens: list[str] | None = None
+
+    def token_of(self, node: str) -> str:
+        """The token (or frame) at the position of ``node``."""
+        info = self.nodes[node]
+        toks = (
+            self.source_tokens if info["stack"] == "encoder" and self.source_tokens else self.tokens
+        )
+        return toks[info["position"]]
 
     def to_dict(self) -> dict:
         return {
-            "tokens": self.tokens, "position": self.position, "threshold": self.threshold,
-            "nodes": self.nodes,
+            "tokens": self.tokens, "source_tokens": self.source_tokens,
+            "position": self.position, "threshold": self.threshold, "nodes": self.nodes,
             "edges": [{"source": e.source, "target": e.target, "weight": e.weight,
                        "kind": e.kind, "heads": [list(h) for h in e.heads]} for e in self.edges],
             "route": self.route,
@@ -79,8 +109,7 @@ class Flow(Exportable):
             if e.kind == "residual":
                 continue
             heads = ", ".join(f"h{h} {w:.2f}" for h, w in e.heads[:3])
-            src = self.nodes[e.source]
-            lines.append(f"  {e.source:>8} ({self.tokens[src['position']]!r}) -> {e.target:<8} "
+            lines.append(f"  {e.source:>8} ({self.token_of(e.source)!r}) -> {e.target:<8} "
                          f"{e.kind:<9} {e.weight:.2f}  {heads}")  # fmt: skip
         return "\n".join(lines)
 
@@ -91,92 +120,134 @@ def _prox(w: Tensor, parts: Tensor) -> Tensor:
 
 
 def flow(ckpt: Checkpoint | str, text, threshold: float = 0.04, step: int | None = None) -> Flow:
-    """The information-flow graph of ``text`` at its predicting position (``step`` as
-    :func:`attnviz.analysis.why.prepare`).
+    """The information-flow graph of ``text`` at its predicting position.
 
+    Args:
+        text: the input (see :func:`attnviz.analysis.why.prepare`; a speech model: a clip).
+        threshold: edges whose normalised importance is below it are pruned (0..1).
+        step: which decoding step (see :func:`attnviz.analysis.why.prepare`).
+    Returns:
+        :class:`Flow`: nodes, edges (each attention edge with its heads ranked) and the route.
     Raises:
-        InputError: a post-norm model (no additive residual stream), an encoder-decoder model
-            (cross-attention's routes are not drawn yet), a threshold outside 0..1.
+        InputError: a threshold outside 0..1, a model without an output head.
     """
     if not 0 <= threshold < 1:
         raise InputError(f"threshold must be in 0..1, got {threshold!r}")
     ckpt = checkpoint_of(ckpt)
-    if not ckpt.config.norm_first:
-        raise InputError("flow needs a pre-norm model (an additive residual stream); this one "
-                         "norms after each block")  # fmt: skip
-    if ckpt.config.arch == "encoder-decoder":
-        raise InputError("flow reads one-stack models (decoder-only or encoder-only) for now")
     prep = prepare(ckpt, text, step)
     _, trace = streams_of(ckpt, prep, capture=("weights", "values"))
-    kind = "decoder_self" if prep.stack == "decoder" else "encoder_self"
+    graph = _Graph(ckpt.model, trace, threshold)
+    source_tokens, memory = None, None
     with torch.no_grad():
-        nodes, edges = _graph(ckpt, prep.stack, kind, trace, len(prep.ids), threshold)
+        if ckpt.config.arch == "encoder-decoder":
+            ts = trace.stream("encoder", 0, "resid_pre").shape[1]
+            top = n_layers(ckpt, "encoder")
+            if ckpt.is_audio:
+                source_tokens = [f"{FRAME_SECONDS * j:.2f}s" for j in range(ts)]
+            else:
+                source_tokens = [label(ckpt, i, "encoder") for i in prep.source]
+                graph.stack("encoder", ts, pre="e")
+            memory = [graph.node(f"ex{top}_{j}", top, j, "stream", "encoder") for j in range(ts)]
+        graph.stack(prep.stack, len(prep.ids), memory)
     top = f"x{n_layers(ckpt, prep.stack)}_{prep.position}"
-    route = _route(edges, top)
-    return Flow(prep.tokens, prep.position, threshold, nodes, edges, route)
+    route = _route(graph.edges, top)
+    return Flow(prep.tokens, prep.position, threshold, graph.nodes, graph.edges, route,
+                source_tokens)  # fmt: skip
 
 
-def _graph(ckpt, stack: str, kind: str, trace, t: int, threshold: float):
-    model = ckpt.model
-    nodes: dict[str, dict] = {}
-    edges: list[Edge] = []
+class _Graph:
+    """The nodes and edges of one pass, built stack by stack, block by block."""
 
-    def node(name: str, layer: int, pos: int, what: str) -> str:
-        nodes.setdefault(name, {"layer": layer, "position": pos, "kind": what})
+    def __init__(self, model, trace, threshold: float):
+        self.model, self.trace, self.threshold = model, trace, threshold
+        self.nodes: dict[str, dict] = {}
+        self.edges: list[Edge] = []
+
+    def node(self, name: str, layer: int, pos: int, kind: str, stack: str) -> str:
+        self.nodes.setdefault(name, {"layer": layer, "position": pos, "kind": kind,
+                                     "stack": stack})  # fmt: skip
         return name
 
-    for i, layer in enumerate(stack_of(model, stack).layers):
-        x = trace.stream(stack, i, "resid_pre")[0].double()  # [T, D]
-        contrib = value_contributions(model, trace, kind, i)[0].double()  # [H, Tq, Tk, D]
-        attn = layer.self_attn
-        raw = trace.stream(stack, i, "attn")[0].double()  # [T, D]
-        post = getattr(layer, "post_norm1", None)
-        bias = attn.out_proj.bias
-        bias = torch.zeros_like(raw[0]) if bias is None else bias.double()
-        if post is not None:  # sandwich: each query's parts through its frozen norm
-            maps = [freeze(post, raw[q])[0] for q in range(t)]
-            contrib = torch.stack([maps[q](contrib[:, q]) for q in range(t)], 1)
-            bias_q = torch.stack([maps[q](bias) for q in range(t)])  # [T, D]
-        else:
-            bias_q = bias.expand(t, -1)
-        keys = contrib.sum(0)  # [Tq, Tk, D]
-        mid = x + keys.sum(1) + bias_q  # [T, D], the stream after the attention block
-        p_keys = _prox(mid[:, None], keys)  # [Tq, Tk]
-        p_res = _prox(mid, x)  # [Tq]
-        z = p_keys.sum(1) + p_res + _prox(mid, bias_q)  # [Tq]
+    def stack(self, stack: str, t: int, memory: list[str] | None = None, pre: str = "") -> None:
+        """Every block of ``stack`` (``t`` positions), its nodes' names prefixed ``pre``;
+        ``memory``: the encoder's output nodes that cross-attention reads."""
+        for i, layer in enumerate(stack_of(self.model, stack).layers):
+            x = self.trace.stream(stack, i, "resid_pre")[0].double()  # [T, D]
+            src = [self.node(f"{pre}x{i}_{q}", i, q, "stream", stack) for q in range(t)]
+            blocks = sublayers(layer)
+            for n, (point, kind, mod, post) in enumerate(blocks):
+                last = n == len(blocks) - 1
+                letter = "x" if last else {"attn": "a", "cross": "c"}[point]
+                what = "stream" if last else ("attention" if point == "attn" else "cross")
+                dst = [self.node(f"{pre}{letter}{i + last}_{q}", i + last, q, what, stack)
+                       for q in range(t)]  # fmt: skip
+                raw = self.trace.stream(stack, i, point)[0].double()  # [T, D]
+                pmap = freeze(sandwich(layer, point), raw)[0]
+                if kind == "mlp":
+                    x = self._mlp(i, x, pmap(raw), post, src, dst, stack, pre)
+                else:
+                    keys = memory if kind == "cross" else [self.node(f"{pre}x{i}_{k}", i, k,
+                                                                     "stream", stack)
+                                                           for k in range(t)]  # fmt: skip
+                    x = self._attention(i, kind, mod, x, pmap, post, src, dst, keys)
+                src = dst
+
+    def _post(self, post, total: Tensor):
+        """A post-norm model's norm frozen at the block's sum ``[T, D]``: ``(map, bias)``."""
+        if post is None:
+            return (lambda p: p), None
+        fmap, bias, _ = freeze(post, total)
+        return fmap, bias
+
+    def _attention(self, i, kind, mod, x, pmap, post, src, dst, keys) -> Tensor:
+        contrib = value_contributions(self.model, self.trace, kind, i)[0].double()  # [H, Tq, Tk, D]
+        contrib = pmap(contrib.transpose(1, 2))  # [H, Tk, Tq, D]: a norm maps each query's row
+        bias = mod.out_proj.bias
+        bias = torch.zeros_like(x) if bias is None else pmap(bias.double().expand_as(x))  # [Tq, D]
+        nmap, nbias = self._post(post, x + contrib.sum((0, 1)) + bias)
+        x, contrib, bias = nmap(x), nmap(contrib), nmap(bias)
+        per_key = contrib.sum(0)  # [Tk, Tq, D]
+        out = x + per_key.sum(0) + bias + (0.0 if nbias is None else nbias)  # [Tq, D]
+        p_keys = _prox(out[None], per_key)  # [Tk, Tq]
+        p_res = _prox(out, x)  # [Tq]
+        z = p_keys.sum(0) + p_res + _prox(out, bias)
+        if nbias is not None:
+            z = z + _prox(out, nbias.expand_as(out))
+        p_heads = _prox(out[None, None], contrib)  # [H, Tk, Tq]
+        # heads normalised over the head-level parts (each head x key, the residual, biases)
+        z_heads = (z - p_keys.sum(0) + p_heads.sum((0, 1))).clamp_min(1e-30)
+        p_heads = (p_heads / z_heads).cpu().numpy()
         z = z.clamp_min(1e-30)
-        p_heads = _prox(mid[None, :, None], contrib) / z[None, :, None]  # [H, Tq, Tk]
-        a_or_x = "a" if layer.ff is not None else "x"
-        for q in range(t):
-            target = node(f"{a_or_x}{i if a_or_x == 'a' else i + 1}_{q}", i, q,
-                          "attention" if a_or_x == "a" else "stream")  # fmt: skip
-            w = float(p_res[q] / z[q])
-            if w >= threshold:
-                edges.append(Edge(node(f"x{i}_{q}", i, q, "stream"), target, w, "residual"))
-            for k in range(t):
-                w = float(p_keys[q, k] / z[q])
-                if w < threshold:
-                    continue
-                ranked = sorted(((h, float(p_heads[h, q, k])) for h in range(attn.n_heads)),
-                                key=lambda hw: -hw[1])  # fmt: skip
-                edges.append(Edge(node(f"x{i}_{k}", i, k, "stream"), target, w, "attention",
-                                  [hw for hw in ranked if hw[1] > 0]))  # fmt: skip
-        if layer.ff is None:
-            continue
-        out = trace.stream(stack, i, "resid_post")[0].double()  # [T, D]
-        mlp = out - mid
-        p_mlp, p_mid = _prox(out, mlp), _prox(out, mid)
-        z = (p_mlp + p_mid).clamp_min(1e-30)
-        for q in range(t):
-            target = node(f"x{i + 1}_{q}", i + 1, q, "stream")
-            src = node(f"a{i}_{q}", i, q, "attention")
-            if float(p_mid[q] / z[q]) >= threshold:
-                edges.append(Edge(src, target, float(p_mid[q] / z[q]), "residual"))
-            if float(p_mlp[q] / z[q]) >= threshold:
-                m = node(f"m{i}_{q}", i, q, "mlp")
-                edges.append(Edge(src, m, 1.0, "mlp"))
-                edges.append(Edge(m, target, float(p_mlp[q] / z[q]), "mlp"))
-    return nodes, edges
+        res_w = (p_res / z).cpu().numpy()
+        key_w = (p_keys / z).cpu().numpy()  # [Tk, Tq]
+        label_ = "cross" if kind == "cross" else "attention"
+        for q in np.flatnonzero(res_w >= self.threshold):
+            self.edges.append(Edge(src[q], dst[q], float(res_w[q]), "residual"))
+        for k, q in zip(*np.nonzero(key_w >= self.threshold), strict=True):
+            ranked = sorted(((h, float(p_heads[h, k, q])) for h in range(p_heads.shape[0])),
+                            key=lambda hw: -hw[1])  # fmt: skip
+            self.edges.append(Edge(keys[k], dst[q], float(key_w[k, q]), label_,
+                                   [hw for hw in ranked if hw[1] > 0]))  # fmt: skip
+        return out
+
+    def _mlp(self, i, x, mlp, post, src, dst, stack: str, pre: str) -> Tensor:
+        nmap, nbias = self._post(post, x + mlp)
+        x, mlp = nmap(x), nmap(mlp)
+        out = x + mlp + (0.0 if nbias is None else nbias)
+        p_mlp, p_res = _prox(out, mlp), _prox(out, x)
+        z = p_mlp + p_res
+        if nbias is not None:
+            z = z + _prox(out, nbias.expand_as(out))
+        z = z.clamp_min(1e-30)
+        res_w, mlp_w = (p_res / z).cpu().numpy(), (p_mlp / z).cpu().numpy()
+        for q in range(len(src)):
+            if res_w[q] >= self.threshold:
+                self.edges.append(Edge(src[q], dst[q], float(res_w[q]), "residual"))
+            if mlp_w[q] >= self.threshold:
+                m = self.node(f"{pre}m{i}_{q}", i, q, "mlp", stack)
+                self.edges.append(Edge(src[q], m, 1.0, "mlp"))
+                self.edges.append(Edge(m, dst[q], float(mlp_w[q]), "mlp"))
+        return out
 
 
 def _route(edges: list[Edge], top: str) -> list[int]:

@@ -34,6 +34,14 @@ FAMILIES = {
     "t5-scale-enc-dec": dict(arch="encoder-decoder", norm="rms", positions="relative",
                              bias=False, scale_attention=False, tie_output=True,
                              share_embeddings=True, scale_decoder_output=True),
+    "post-norm-layernorm": dict(norm_first=False, final_norm=False, norm="layer",
+                                positions="sinusoidal"),
+    "post-norm-final-norm-learned": dict(norm_first=False, final_norm=True, norm="layer",
+                                         positions="learned", tie_output=True),
+    "post-norm-enc-dec-marian": dict(arch="encoder-decoder", norm_first=False, final_norm=False,
+                                     positions="sinusoidal", scale_embeddings=True,
+                                     tie_output=True, share_embeddings=True, output_bias=True),
+    "post-norm-rms-no-bias": dict(norm_first=False, norm="rms", bias=False),
 }  # fmt: skip
 
 
@@ -68,6 +76,8 @@ def test_parts_add_up_to_the_logit_in_float64(family):
     assert "head" in kinds and "mlp" in kinds
     if FAMILIES[family].get("arch") == "encoder-decoder":
         assert "cross_head" in kinds
+    post_norm = FAMILIES[family].get("norm_first") is False
+    assert ("norm_bias" in kinds) == (post_norm and FAMILIES[family].get("norm") != "rms")
 
 
 def test_float32_run_adds_up_to_rounding_and_exports(tmp_path):
@@ -142,11 +152,8 @@ def test_bad_input_is_refused_in_one_line():
     with pytest.raises(InputError, match="no output head"):
         logit_lens(make_ckpt(arch="encoder-only", n_encoder_layers=1, n_decoder_layers=0,
                              lm_head=False), IDS)  # fmt: skip
-    post = make_ckpt(norm_first=False, final_norm=False)
-    with pytest.raises(InputError, match="pre-norm"):
-        direct_attribution(post, IDS)
-    with pytest.raises(InputError, match="pre-norm"):
-        flow(post, IDS)
+    with pytest.raises(InputError, match="threshold must be in 0..1"):
+        flow(make_ckpt(), IDS, threshold=1.5)
 
 
 def test_patching_the_prev_token_head_kills_induction():
@@ -272,3 +279,51 @@ def test_cli_why_patch_flow(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "clean has 12" in err and err.count("\n") == 1
+
+
+#: bias-free families: every block's parts are the residual and what its sublayer wrote
+BIAS_FREE = ["post-norm-rms-no-bias", "llama-rms-untied-gqa", "gemma3-offset-sandwich",
+             "t5-scale-enc-dec"]  # fmt: skip
+
+
+@pytest.mark.parametrize("family", BIAS_FREE)
+def test_flow_importances_of_each_block_sum_to_one(family):
+    """At threshold 0 every edge is kept: the importances into each block's output (residual,
+    keys or the MLP) are its parts' proximities normalised per token, so they sum to 1 where
+    no bias takes a share; heads' shares are at most 1."""
+    ckpt = make_ckpt(**FAMILIES[family])
+    ckpt.model.double()
+    f = flow(ckpt, IDS, threshold=0.0)
+    into: dict[str, float] = {}
+    for e in f.edges:
+        if f.nodes[e.target]["kind"] != "mlp":  # the edge into an MLP node is its input
+            into[e.target] = into.get(e.target, 0.0) + e.weight
+    assert into and all(abs(v - 1.0) < 1e-9 for v in into.values()), family
+    assert all(0 <= w <= 1 + 1e-12 for e in f.edges for _, w in e.heads)
+
+
+def test_flow_on_a_post_norm_encoder_decoder_reads_the_source_through_cross_attention():
+    ckpt = make_ckpt(**FAMILIES["post-norm-enc-dec-marian"])
+    f = flow(ckpt, IDS, threshold=0.0, step=2)
+    assert f.source_tokens == [f"#{i}" for i in IDS] and f.position == 2
+    cross = [e for e in f.edges if e.kind == "cross"]
+    # one edge from each source position's encoder output into each decoder layer's query
+    assert {e.source for e in cross} == {f"ex2_{j}" for j in range(len(IDS))}
+    assert {e.target for e in cross} == {f"c{i}_{q}" for i in range(3) for q in range(3)}
+    assert all(f.nodes[e.source]["stack"] == "encoder" for e in cross)
+    routed = {f.edges[i].source for i in f.route}
+    assert {"ex0_0", "ex2_0"} <= routed  # the route reaches the encoder's inputs
+    assert f.token_of("ex0_3") == f"#{IDS[3]}" and json.loads(f.json())["source_tokens"]
+    pruned = flow(ckpt, IDS, step=2)
+    assert all(e.weight >= 0.04 for e in pruned.edges) and len(pruned.edges) < len(f.edges)
+
+
+def test_post_norm_shipped_models_attribute_and_flow():
+    """models/reverse-gpt (post-norm, decoder-only) and models/reverse-bert (post-norm masked
+    LM): the parts add up to the model's logit; the flow has a route to the prediction."""
+    gpt = attnviz.load_checkpoint(INDUCTION.parent / "reverse-gpt")
+    d = direct_attribution(gpt, "helloworld")
+    assert abs(d.total - d.logit) < 1e-4 and any(p.kind == "norm_bias" for p in d.parts)
+    assert flow(gpt, "helloworld").route
+    bert = attnviz.load_checkpoint(INDUCTION.parent / "reverse-bert")
+    assert flow(bert, "helloworld").route
