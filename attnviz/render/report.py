@@ -27,6 +27,7 @@ from ..analysis.masked_lm import special_token
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
+from ..core.masks import causal_mask
 from ..core.model import KINDS
 from ..train.snapshots import SNAPSHOTS, Snapshots
 from . import plots
@@ -379,7 +380,7 @@ def playback_spec(snaps: Snapshots, kind: str, layer: int, bos: str = "<bos>") -
     tgt_in = list(snaps.probe_tgt) if snaps.one_sequence else [bos, *snaps.probe_tgt]
     keys = tgt_in if kind == "decoder_self" else snaps.probe_src
     queries = snaps.probe_src if kind == "encoder_self" else tgt_in
-    m = np.triu(np.ones((tq, tk), bool), 1) if kind == "decoder_self" else None
+    m = as_numpy(causal_mask(tq, tk)) if kind == "decoder_self" else None
     frames = [{"step": int(s), "title": f"{kind} layer {layer} · step {s} · loss {loss:.4f} · "
                f"output “{out}”"}
               for s, loss, out in zip(snaps.steps, snaps.losses, snaps.outputs, strict=True)]  # fmt: skip

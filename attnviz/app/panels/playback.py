@@ -11,6 +11,7 @@ import numpy as np
 
 from ...core.devices import as_numpy
 from ...core.errors import AttnvizError, InputError
+from ...core.masks import causal_mask
 from ...render import plots
 from ...train.induction import best_of
 from ...train.snapshots import Snapshots
@@ -81,7 +82,7 @@ def playback(
         fig = plots.heatmap(w, snaps.probe_src, y, title=title, zmax=1.0)
     else:  # one sequence on both axes, the causal mask grey
         seq = list(snaps.probe_src)[: w.shape[0]]
-        blocked = np.triu(np.ones(w.shape, dtype=bool), 1)
+        blocked = as_numpy(causal_mask(*w.shape))
         fig = plots.heatmap(w, seq, seq, title=title, zmax=1.0, mask=blocked)
     figs = [fig]
     if snaps.scores:
