@@ -25,6 +25,7 @@ from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
 from ..decode.batched import until_eos
+from .labsize import lab_memory, refuse_oversized
 from .masked_lm import fillers_text, predictions, read_batch
 
 Head = tuple[str, int, int]  # (kind, layer, head)
@@ -97,6 +98,14 @@ def token_probs(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> n
     return as_numpy(probs.masked_fill(batch.tgt_pad, 0.0))
 
 
+def check_size(ckpt: Checkpoint, batch: Batch) -> None:
+    """Refuse, in one line, an ablation whose teacher-forced runs (:func:`token_probs`: one
+    ``[B, Tt, V]`` at a time, not recorded) this process cannot hold, before they run."""
+    b, tt = batch.tgt_in.shape if batch.tgt_in is not None else batch.src.shape
+    needed = lab_memory(ckpt.config, b, batch.src.shape[-1], tt, runs=1, recorded=False)
+    refuse_oversized("head ablation", ckpt.config, needed, tt, recorded=False)
+
+
 def zero_heads(heads: Sequence[Head]) -> list[ZeroHeads]:
     """``[(kind, layer, head), ...]`` -> one :class:`ZeroHeads` edit per (kind, layer)."""
     grouped: dict[tuple[str, int], list[int]] = {}
@@ -158,6 +167,7 @@ def ablate(
     """Zero ``heads`` (any kinds and layers) and compare outputs on ``text``."""
     ablation = [*edits, *zero_heads(heads)]
     base = greedy_batch(ckpt, [text], edits)
+    check_size(ckpt, base)
     ablated = decode_again(ckpt, base, ablation)[0]
     real = as_numpy(base.real[0])
     tok = ckpt.tgt_tokenizer
@@ -210,6 +220,7 @@ def head_effects(
         edits: edits kept on for every run (the baseline included).
     """
     base = greedy_batch(ckpt, texts, edits)
+    check_size(ckpt, base)
     p0 = token_probs(ckpt, base, edits)
     real = as_numpy(base.real)
     baseline = outputs_of(ckpt, base, edits)

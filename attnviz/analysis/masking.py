@@ -31,12 +31,12 @@ import torch
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
 from ..core.errors import InputError
-from ..core.memory import available_memory
 from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
 from ..decode.batched import until_eos
 from .ablation import greedy_each
+from .labsize import lab_memory, refuse_oversized
 
 #: What the references of an experiment are (``MaskExperiment.reference``).
 REFERENCES = {
@@ -254,35 +254,18 @@ def experiment(
     return MaskExperiment(name, texts, before, after, refs, reference, rows)
 
 
-#: Part of the memory this process may use that one mask experiment may hold.
-EXPERIMENT_FRACTION = 0.25
-
-
 def experiment_memory(cfg, batch_size: int, src_len: int, tgt_len: int) -> int:
-    """Peak bytes of a mask experiment's two runs, from the config's arithmetic: each run's
-    ``[B, T, V]`` logits and probabilities (three copies at the peak) and its recorded
-    attention (scores, weights and masks of every layer and head; a vocabulary of 262,144 on
-    700 tokens is gigabytes)."""
-    keys = src_len if cfg.arch != "decoder-only" else tgt_len
-    scores = 3 * batch_size * tgt_len * cfg.tgt_vocab_size * 4
-    layers = cfg.n_encoder_layers + 2 * cfg.n_decoder_layers
-    attention = 3 * layers * cfg.n_heads * batch_size * max(src_len, tgt_len) * keys * 4
-    return 2 * (scores + attention)
+    """Peak bytes of a mask experiment's two recorded runs (:func:`attnviz.analysis.labsize.
+    lab_memory`: each run's ``[B, T, V]`` scores, three copies at the peak, and its recorded
+    attention; a vocabulary of 262,144 on 700 tokens is gigabytes)."""
+    return lab_memory(cfg, batch_size, src_len, tgt_len, runs=2)
 
 
 def _check_size(ckpt: Checkpoint, batch) -> None:
     """Refuse, in one line, an experiment its process cannot hold (before anything runs)."""
-    cfg = ckpt.config
     b, tt = batch.tgt_in.shape if batch.tgt_in is not None else batch.src.shape
-    needed = experiment_memory(cfg, b, batch.src.shape[-1], tt)
-    budget = int(available_memory() * EXPERIMENT_FRACTION)
-    if needed > max(budget, 256 << 20):
-        raise InputError(
-            f"this mask experiment on {tt:,} tokens would hold about {needed / 2**30:.1f} GB "
-            f"(a {cfg.tgt_vocab_size:,}-token vocabulary's scores at every position, and the "
-            f"attention of every layer), more than the {budget / 2**30:.1f} GB it may use: "
-            "try a shorter input"
-        )
+    needed = experiment_memory(ckpt.config, b, batch.src.shape[-1], tt)
+    refuse_oversized("mask experiment", ckpt.config, needed, tt)
 
 
 def causal_experiment(

@@ -23,6 +23,7 @@ from ..checkpoint import Checkpoint
 from ..core.errors import InputError, index_in, shorten
 from ..core.record import ReplaceWeights
 from ..decode.greedy import GreedyStepper
+from .labsize import lab_memory, refuse_oversized
 
 
 @dataclass
@@ -101,6 +102,20 @@ def _prefix(ckpt: Checkpoint, tokens: Sequence[int], step: int) -> list[int]:
     return out
 
 
+def check_size(ckpt: Checkpoint, text) -> None:
+    """Refuse, in one line, a what-if whose two steppers this process cannot hold, before
+    either runs: each keeps every step's probabilities and logits (``[V]`` twice a step) and
+    records every layer's attention, up to the checkpoint's decode limit."""
+    cfg = ckpt.config
+    src_len = ckpt.source_tensor(text).shape[-1]
+    if ckpt.is_audio:
+        src_len //= 2  # log-mel frames -> encoder frames (the front-end's stride)
+    n_new = ckpt.limit(src_len)
+    tgt_len = n_new + (src_len if cfg.decoder_only else 1)
+    needed = lab_memory(cfg, 1, src_len, tgt_len, runs=2, vocab_copies=2, scored=n_new)
+    refuse_oversized("what-if", cfg, needed, tgt_len)
+
+
 def what_if(
     ckpt: Checkpoint,
     text: str,
@@ -144,6 +159,7 @@ def what_if(
             f"got {shorten(repr(heads))}"
         )
     heads = [index_in(h, "heads", cfg.n_heads) for h in heads]
+    check_size(ckpt, text)
     original = ckpt.stepper(text)
     if tokens is not None:
         original.sync(_prefix(ckpt, tokens, step))
