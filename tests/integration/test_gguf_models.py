@@ -21,6 +21,7 @@ import torch
 import attnviz
 from attnviz.core.errors import AttnvizError
 from attnviz.decode.batched import greedy_decode, until_eos
+from attnviz.decode.beam import beam_search
 from attnviz.interop.gguf.arch import unpermute
 
 gguf = pytest.importorskip("gguf")
@@ -472,6 +473,12 @@ def test_real_gemma3_270m_matches_transformers(gemma_file):
         assert until_eos(ours[0].tolist(), cfg.eos_id, cfg.pad_id) == until_eos(
             theirs.tolist(), cfg.eos_id, cfg.pad_id
         )
+        with torch.no_grad():
+            theirs = ref.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                  max_new_tokens=8, do_sample=False, num_beams=3)[0, ids.shape[1]:]  # fmt: skip
+        beam = beam_search(ckpt.model, ids, None, cfg.eos_id, beam_size=3, max_len=8,
+                           rules=ckpt.rules)[0]  # fmt: skip
+        assert beam.tokens == until_eos(theirs.tolist(), cfg.eos_id, cfg.pad_id), text
     # every attention weight on a prompt longer than the 512-token window
     ids = torch.tensor([tok.encode("The lighthouse keeper wrote in his log each night. " * 55).ids])
     assert ids.shape[1] > 520
