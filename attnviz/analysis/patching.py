@@ -206,10 +206,10 @@ def _check_same_length(ckpt: Checkpoint, clean: Prepared, corrupted: Prepared) -
 
 @torch.no_grad()
 def _run(ckpt: Checkpoint, prep: Prepared, edits: Sequence[Edit] = (), n: int = 1) -> Tensor:
-    """Logits ``[N, T, V]`` of ``n`` copies of ``prep`` under ``edits``."""
+    """Logits ``[N, V]`` at the explained position of ``n`` copies of ``prep`` under ``edits``."""
     x = prep.tensor(ckpt.device).expand(n, -1)
     with record(ckpt.model, edits, capture=None):
-        return prep.run(x)
+        return prep.last(x)
 
 
 def _recorded(ckpt: Checkpoint, prep: Prepared):
@@ -217,7 +217,7 @@ def _recorded(ckpt: Checkpoint, prep: Prepared):
         torch.no_grad(),
         record(ckpt.model, capture=("head_output", "weights"), streams=True) as tr,
     ):
-        logits = prep.run(prep.tensor(ckpt.device))
+        logits = prep.last(prep.tensor(ckpt.device))
     return logits, tr
 
 
@@ -250,10 +250,9 @@ def patch(
     c, k = prepare(ckpt, clean, step), prepare(ckpt, corrupted, step)
     _check_same_length(ckpt, c, k)
     a, b = token_id(ckpt, answer, "answer"), token_id(ckpt, wrong, "wrong")
-    p = c.position
 
-    def diff(logits: Tensor) -> Tensor:
-        return (logits[:, p, a] - logits[:, p, b]).double()  # [N]
+    def diff(logits: Tensor) -> Tensor:  # logits [N, V] at the explained position
+        return (logits[:, a] - logits[:, b]).double()  # [N]
 
     c_logits, c_trace = _recorded(ckpt, c)
     k_logits, k_trace = _recorded(ckpt, k)
@@ -359,7 +358,7 @@ def _attribution(ckpt, run: Prepared, src, run_trace, what: str, sites, diff) ->
     capture = ("head_output", "weights")
     with torch.enable_grad(), record(ckpt.model, [_GradStart()], capture=capture,
                                      streams=True, detach=False) as tr:  # fmt: skip
-        metric = diff(run.run(run.tensor(ckpt.device))).sum()
+        metric = diff(run.last(run.tensor(ckpt.device))).sum()
         if what == "resid":
             acts = [tr.stream(run.stack, s, "resid_pre") for s in sites]
             olds = [run_trace.stream(run.stack, s, "resid_pre") for s in sites]

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
+from ..core.model import output_scale, project_out
 from ..core.record import record
 from ..decode.batched import until_eos
 from .export import dumps
@@ -38,8 +39,10 @@ class Prepared:
     a masked-LM model), its ids and tokens, and the position whose prediction is explained.
 
     ``run(ids)`` runs the real model on ids of this stream (``[N, T]``) -> logits
-    ``[N, T, V]``; the source of an encoder-decoder model (``source``) stays fixed and is
-    encoded in every run (an edit may reach the encoder).
+    ``[N, T, V]``; ``last(ids)`` the same pass with only the explained position's logits
+    ``[N, V]`` projected (a 262k-token vocabulary makes the other positions' the largest
+    cost of a patched run). The source of an encoder-decoder model (``source``) stays fixed
+    and is encoded in every run (an edit may reach the encoder).
     """
 
     stack: str
@@ -47,6 +50,7 @@ class Prepared:
     tokens: list[str]
     position: int
     run: Callable[[Tensor], Tensor]
+    last: Callable[[Tensor], Tensor]
     source: list[int] | None = None  # an encoder-decoder model's source ids (text)
 
     def tensor(self, device) -> Tensor:
@@ -127,8 +131,12 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
         def run_mlm(x: Tensor) -> Tensor:
             return model(x, token_type_ids=None if tt is None else tt.expand_as(x))
 
+        def last_mlm(x: Tensor) -> Tensor:
+            h = model.encode(x, None, None if tt is None else tt.expand_as(x))[:, pos]
+            return model.generator(h if model.head is None else model.head(h))  # [N, V]
+
         toks = [label(ckpt, i, "encoder") for i in ids]
-        return Prepared("encoder", ids, toks, pos, run_mlm)
+        return Prepared("encoder", ids, toks, pos, run_mlm, last_mlm)
     k = step or 0
     source = None
     if cfg.arch == "decoder-only":
@@ -138,6 +146,9 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
 
         def run(x: Tensor) -> Tensor:
             return model(x)
+
+        def hidden(x: Tensor) -> Tensor:
+            return model.decode(x, None, logits=False)
     else:
         src = torch.tensor([list(text)], device=dev) if _is_ids(text) else ckpt.source_tensor(text)
         source = None if ckpt.is_audio else src[0].tolist()
@@ -147,6 +158,10 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
         def run(x: Tensor) -> Tensor:  # the whole model: edits may reach the encoder
             return model(src.expand(x.shape[0], *src.shape[1:]), x)
 
+        def hidden(x: Tensor) -> Tensor:
+            return model.decode(x, model.encode(src.expand(x.shape[0], *src.shape[1:])),
+                                logits=False)  # fmt: skip
+
     if len(out) < k:
         raise InputError(
             f"the greedy output ends after {len(out)} tokens; step must be 0..{len(out) - 1}"
@@ -154,7 +169,12 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     if len(ids) > cfg.max_len:
         raise InputError(f"step {k} reaches past this model's {cfg.max_len} positions")
     toks = [label(ckpt, i) for i in ids]
-    return Prepared("decoder", ids, toks, len(ids) - 1, run, source=source)
+    p = len(ids) - 1
+
+    def last(x: Tensor) -> Tensor:
+        return project_out(hidden(x)[:, p], output_scale(cfg), model.generator)  # [N, V]
+
+    return Prepared("decoder", ids, toks, p, run, last, source=source)
 
 
 def _is_ids(text) -> bool:
