@@ -20,6 +20,7 @@ other panels follow the state (:meth:`Page.follow`). The per-user state lives se
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import gradio as gr
 
@@ -73,12 +74,15 @@ class Page:
             ui_compare.compare_tab(self)
             ui_similarity.similarity_tab(self)
             ui_why.why_tab(self)
+            for page in panel_pages():  # the panels that are one module of app/panels
+                page.layout(self)
         #: every registered panel on the page, by name (built by the modules that lay them out)
         self.faces: dict[str, Face] = {
             f.name: f
             for f in (
                 header_face(self), *ui_step.faces(self), *ui_labs.faces(self),
                 *elsewhere.faces(self), *ui_compare.faces(self), *ui_similarity.faces(self),
+                *(f for page in panel_pages() for f in page.faces(self)),
             )
         }  # fmt: skip
         missing = {panel.name for panel in PANELS} ^ set(self.faces)
@@ -212,6 +216,13 @@ def _unique(components: list) -> list:
     return list({id(c): c for c in components}.values())
 
 
+def panel_pages() -> list:
+    """The modules of :mod:`attnviz.app.panels` that lay a registered panel out themselves
+    (:attr:`~attnviz.app.panels.registry.Panel.page`), once each, in registration order."""
+    names = dict.fromkeys(panel.page for panel in PANELS if panel.page)
+    return [importlib.import_module(f"{__package__}.panels.{name}") for name in names]
+
+
 def renewed_stamps(state: SessionState) -> dict:
     """The stamps of the panels that follow the checkpoint file (the header, the playback
     range), as the page's first load shows them."""
@@ -263,6 +274,8 @@ def build_app(
         ui_compare.wire(p)
         ui_similarity.wire(p)
         ui_why.wire(p)
+        for page in panel_pages():
+            page.wire(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
             lambda s: ui_step.answer(session.render(dataclasses.replace(s, page_rows=-1))),
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,

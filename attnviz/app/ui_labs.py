@@ -10,8 +10,8 @@ from ..core.errors import AttnvizError
 from ..core.model import KINDS
 from . import labs, session
 from .kinds import is_decoder_only, is_encoder_only
-from .pagetext import MASK_INTRO, STALE, THEME_JS, UNIT_JS
-from .panels import Face, export, health, playback
+from .pagetext import MASK_INTRO, STALE, THEME_JS
+from .panels import Face, health, playback
 from .stamps import panel_stamps as stamp
 from .state import SessionState, checkpoint_of, head_choices, layer_count
 from .ui_common import (
@@ -53,7 +53,7 @@ def mask_tab(p) -> None:
 
 
 def other_tabs(p, state: SessionState) -> None:
-    """Head ablation, attribution, checkpoint health, training playback, export."""
+    """Head ablation, attribution, checkpoint health, training playback."""
     layers, heads = decoder_menus(state)
     with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
         p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
@@ -118,20 +118,6 @@ def other_tabs(p, state: SessionState) -> None:
         p.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
             label="induction heads forming", elem_id="playback-curves", visible=False
         )
-    with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
-        gr.Markdown(
-            "Every heatmap has a PNG button; every lab figure a camera button. "
-            "Files of the state shown (their attention follows the step view's "
-            "**show: pieces | words** switch):"
-        )
-        with gr.Row():
-            p.exp_html = gr.Button("HTML report", elem_id="export-html")
-            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
-            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
-        # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
-        p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
-        p.exp_msg = gr.Markdown(elem_id="export-message")
-        p.exp_file = gr.File(label="download", elem_id="export-file")
 
 
 def mask_panels(
@@ -239,11 +225,6 @@ def faces(p) -> list[Face]:
                 )
             },
             control_outputs=[p.ablate_sites],
-        ),
-        Face(
-            "export",
-            [p.exp_file, p.exp_msg],
-            clear=lambda s, v: {p.exp_file: None, p.exp_msg: STALE},
         ),
         Face(
             "health",
@@ -384,19 +365,13 @@ def wire(p) -> None:
         [p.play_slider, p.play_plot, p.play_curves, p.play_msg, p.play_btn, p.play_timer],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
-        btn.click(
-            lambda s, stamps, unit, what=what: _file(export.export(s, what, unit), s, stamps),
-            [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
-            **INTERNAL,
-        )  # fmt: skip
 
 
 def _track_tab(p) -> None:
     """The selected tab, kept in ``p.active``: a Step reruns the lab shown, clears the rest."""
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
             p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
-            p.export_tab: "export", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
+            p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 
@@ -458,7 +433,3 @@ def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
         return (gr.skip(),) * 4 + (gr.Button("Play ▶"), gr.Timer(active=False))
     fig, curves, msg = _play(state, nxt, layer, head, theme)
     return nxt, fig, curves, msg, gr.skip(), gr.skip()
-
-
-def _file(view: labs.LabView, state: SessionState, stamps: dict) -> tuple:
-    return view.path, view.message, {**stamps, "export": stamp(state)["export"]}

@@ -39,7 +39,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("attr", tab="attr", stamp=on_step),
     Panel("attr_vs", tab="attr", stamp=on_step),  # "why this token and not that one"
     Panel("attr_alt", tab="attr", stamp=on_step, in_view=True),  # the step's candidates: cheap
-    Panel("export", tab="export", stamp=on_step),
+    Panel("export", tab="export", stamp=on_step, page="export"),
     Panel("faith", tab="align", stamp=on_step),
     Panel("whatif", tab="step", stamp=on_step, in_view=True, opened="whatif"),
     Panel("reference", tab="step", stamp=on_output, rerun_when=same_source),

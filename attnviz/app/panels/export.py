@@ -1,5 +1,11 @@
-"""The Export panel: the state shown written as an offline HTML report, a JSON or an NPZ trace,
-into a private temporary folder for the download button; no gradio."""
+"""The Export panel, whole: its logic (the state shown written as an offline HTML report, a JSON
+or an NPZ trace, into a private temporary folder for the download button) and, at the end, its
+tab on the page (:func:`layout`, :func:`wire`, :func:`faces`).
+
+Registered by one line in :data:`attnviz.app.panels.PANELS` (``page="export"``): the page lays
+it out, wires it and follows it from there. The logic imports no gradio; the page part imports
+it when the page is built.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +22,13 @@ from ..decoders import DECODERS
 from ..kinds import is_encoder_only
 from ..lab_view import stopped
 from ..labs import LabView, error_view, started_checkpoint
+from ..pagetext import STALE, UNIT_JS
 from ..state import (
     SessionState,
     checkpoint_of,
 )
 from ..workers import remote
+from .registry import Face
 
 
 # -- export -------------------------------------------------------------------------------------
@@ -67,3 +75,54 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
         return error_view(exc, 0)
     size = f"{path.stat().st_size / 1024:.1f} KB"
     return LabView([], f"Wrote {path.name} ({size}{', words' if words else ''}).", path=str(path))
+
+
+# -- on the page --------------------------------------------------------------------------------
+def layout(p) -> None:
+    """The Export tab: one button per format, the download."""
+    import gradio as gr
+
+    with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
+        gr.Markdown(
+            "Every heatmap has a PNG button; every lab figure a camera button. "
+            "Files of the state shown (their attention follows the step view's "
+            "**show: pieces | words** switch):"
+        )
+        with gr.Row():
+            p.exp_html = gr.Button("HTML report", elem_id="export-html")
+            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
+            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+        # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
+        p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
+        p.exp_msg = gr.Markdown(elem_id="export-message")
+        p.exp_file = gr.File(label="download", elem_id="export-file")
+
+
+def wire(p) -> None:
+    """Each button writes its file of the state shown, stamped so that it follows the step;
+    the tab, when selected, is the one shown (``p.active``)."""
+    from ..stamps import panel_stamps
+    from ..ui_common import FAST, HIDDEN, INTERNAL
+
+    def written(state, stamps, unit, what):
+        view = export(state, what, unit)
+        return view.path, view.message, {**stamps, "export": panel_stamps(state)["export"]}
+
+    for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
+        btn.click(
+            lambda s, stamps, unit, what=what: written(s, stamps, unit, what),
+            [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
+            **INTERNAL,
+        )  # fmt: skip
+    p.export_tab.select(lambda: "export", None, [p.active], **HIDDEN, **FAST)
+
+
+def faces(p) -> list[Face]:
+    """The file and its line, emptied when the step shown changes."""
+    return [
+        Face(
+            "export",
+            [p.exp_file, p.exp_msg],
+            clear=lambda s, v: {p.exp_file: None, p.exp_msg: STALE},
+        )
+    ]

@@ -65,6 +65,9 @@ class Panel:
         rerun_when: ``(old stamp, new stamp) -> bool``: rerun whatever the tab shown (the
             Reference box when only the output shown moved).
         renew: it follows the checkpoint file (the header): renewed, never cleared.
+        page: the module of this folder that lays it out, wires it and builds its face
+            (its ``layout(p)``, ``wire(p)``, ``faces(p)``), its tab added after the others;
+            ``""``: laid out by a ``ui_*`` module of the app.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Panel:
     opened: str = ""
     rerun_when: Callable[[Any, Any], bool] | None = None
     renew: bool = False
+    page: str = ""
 
     def reruns(self, old: Any, new: Any, active: str, opened: frozenset[str]) -> bool:
         """Whether this panel, stale (stamped ``old``, the state now ``new``), is computed
