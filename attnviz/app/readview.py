@@ -13,14 +13,11 @@ does not run the model again.
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import uuid
 from typing import Any
 
 from ..analysis.masked_lm import MaskFill, read_sentence, special_token
 from ..checkpoint import Checkpoint
-from ..core.errors import InputError
 from ..core.model import KINDS
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
@@ -35,20 +32,6 @@ TOP_K = 5
 NO_MASK = "no {mask} in the input: nothing to fill"
 TITLE = "Self-attention over the sentence"
 _CACHE = LRU(8)  # (model, device, version, text) -> MaskFill
-
-
-def start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) -> SessionState:
-    """``state`` on a new sentence: encoded (refused in one line when empty or too long);
-    ``version``: the checkpoint file's."""
-    if not (text or "").strip():
-        raise InputError("the input is empty: type a sentence (with [MASK] to fill) first")
-    enc = ckpt.encode_source(text)
-    return dataclasses.replace(
-        state, sid=state.sid or uuid.uuid4().hex, text=text, src_ids=list(enc.ids),
-        src_pieces=list(enc.pieces), unknown=list(enc.unknown), tokens=[], step=0,
-        max_steps=0, version=version, epoch=state.epoch + 1,
-        page_rows=-1, forced=[],
-    )  # fmt: skip
 
 
 def read(state: SessionState, ckpt: Checkpoint) -> MaskFill:

@@ -28,11 +28,10 @@ from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
-from . import beamview, readview, speech, stamps, stepfigures, store, uploads, views
+from . import beamview, inputs, readview, speech, stamps, store, uploads, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
-from .figures import placeholder
 from .kinds import is_encoder_only, refuse
 from .state import (
     SessionState,
@@ -43,35 +42,15 @@ from .state import (
     new_state,
     warning,
 )
+from .stepfigures import step_figures as figures  # a page action too
 from .workers import ON_START, remote
 
 __all__ = [
-    "BeamView",
-    "DecodeView",
-    "encoder_view",
-    "SessionState",
-    "back",
-    "beam",
-    "beam_node",
-    "beam_view",
-    "choose_model",
-    "continue_beam",
-    "figures",
-    "force",
-    "goto",
-    "new_state",
-    "open_head",
-    "remember_view",
-    "render",
-    "reset",
-    "run",
-    "set_model_kind",
-    "set_view",
-    "start",
-    "step",
-    "upload_model",
-]
-
+    "BeamView", "DecodeView", "encoder_view", "SessionState", "back", "beam", "beam_node",
+    "beam_view", "choose_model", "continue_beam", "figures", "force", "goto", "new_state",
+    "open_head", "remember_view", "render", "reset", "run", "set_model_kind", "set_view",
+    "start", "step", "upload_model",
+]  # fmt: skip
 
 
 def _worker_budget(memory: int) -> None:
@@ -134,7 +113,7 @@ def _open(state: SessionState) -> tuple[SessionState, Opened]:
 
 def _current(state: SessionState, op: Opened) -> tuple[SessionState, Opened]:
     if state.started and state.version != op.version:
-        restarted = _start_state(state, op.ckpt, state.text, op.version)
+        restarted = inputs.start(state, op.ckpt, state.text, op.version)
         return restarted, dataclasses.replace(op, notice=RESTARTED)
     return dataclasses.replace(state, version=op.version), op
 
@@ -222,52 +201,10 @@ def render(state: SessionState, message: str = "") -> DecodeView:
 
 
 # -- actions ------------------------------------------------------------------------------------
-def _start_state(state: SessionState, ckpt: Checkpoint, text: str, version: int) -> SessionState:
-    if ckpt.is_audio:  # the input is a clip (a path the page gave)
-        return speech.start_state(state, ckpt, text, version)
-    if is_encoder_only(ckpt):
-        return readview.start_state(state, ckpt, text, version)
-    if not (text or "").strip():
-        raise InputError("the input is empty: type something (or pick an example) first")
-    enc = ckpt.encode_source(text)  # InputError: empty or too long
-    return dataclasses.replace(
-        state,
-        sid=state.sid or uuid.uuid4().hex,
-        text=text,
-        src_ids=list(enc.ids),
-        src_pieces=list(enc.pieces),
-        unknown=list(enc.unknown),
-        tokens=[],
-        step=0,
-        max_steps=ckpt.limit(len(enc.ids)),
-        version=version,
-        epoch=state.epoch + 1,
-        page_rows=-1,
-        eos_id=ckpt.config.eos_id,
-        forced=[],
-    )
-
-
-def _cleared(state: SessionState, text: str | None) -> SessionState:
-    """A refused new input: nothing of the previous input stays on screen."""
-    if text is None or text == state.text:
-        return state
-    return dataclasses.replace(
-        state, text=text or "", audio="", src_ids=[], src_pieces=[], unknown=[], tokens=[],
-        step=0, epoch=state.epoch + 1, page_rows=-1, forced=[],
-    )  # fmt: skip
-
-
-def _given(ckpt: Checkpoint, text: str | None, clip: str | None) -> str | None:
-    """The input an action was given: a speech model's is the clip (the page's audio
-    component: ``""`` when it holds none), never the text box; other models' the text."""
-    return clip if ckpt.is_audio else text
-
-
 def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
     """Start on ``text`` when it is new (the Step button works right after typing)."""
     if text is not None and (not state.started or text != state.text):
-        return _start_state(state, op.ckpt, text, op.version)
+        return inputs.start(state, op.ckpt, text, op.version)
     if not state.started:
         raise InputError("type an input first (or pick an example), then press Step")
     return state
@@ -275,26 +212,26 @@ def _ensure(state: SessionState, op: Opened, text: str | None) -> SessionState:
 
 @remote(_stopped)
 def start(state: SessionState, text: str | None, clip: str | None = None) -> DecodeView:
-    """Encode ``text`` (a speech model: ``clip``, the page's audio; see :func:`_given`) and
+    """Encode ``text`` (a speech model: ``clip``, the page's audio; see :func:`attnviz.app.inputs.given`) and
     get ready to decode (nothing decoded yet)."""
     op, given = None, text
     try:
         s, op = _open(state)
-        given = _given(op.ckpt, text, clip)
-        return _show(_start_state(s, op.ckpt, given, op.version), op)
+        given = inputs.given(op.ckpt, text, clip)
+        return _show(inputs.start(s, op.ckpt, given, op.version), op)
     except AttnvizError as exc:
-        return _refused(_cleared(state, given), exc, op)
+        return _refused(inputs.cleared(state, given), exc, op)
 
 
 @remote(_stopped)
 def step(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
     """One greedy token further (replayed from history after Back, otherwise decoded); a
-    speech model's input is ``clip`` (see :func:`_given`)."""
+    speech model's input is ``clip`` (see :func:`attnviz.app.inputs.given`)."""
     op, given = None, text
     try:
         s, op = _open(state)
         refuse(op.ckpt, "decode")  # an encoder-only model generates nothing
-        given = _given(op.ckpt, text, clip)
+        given = inputs.given(op.ckpt, text, clip)
         s = _ensure(s, op, given)
         if s.done:
             raise InputError("the output is complete: press Back, Reset or scrub")
@@ -305,17 +242,17 @@ def step(state: SessionState, text: str | None = None, clip: str | None = None) 
             decoded = _decoded(s, stepper)
         return _show(s, op, decoded=decoded)
     except AttnvizError as exc:
-        return _refused(_cleared(state, given), exc, op)
+        return _refused(inputs.cleared(state, given), exc, op)
 
 
 @remote(_stopped)
 def run(state: SessionState, text: str | None = None, clip: str | None = None) -> DecodeView:
     """Decode to EOS (or the length limit) from where the view is (an encoder-only model:
-    read the sentence; a speech model: ``clip``, see :func:`_given`)."""
+    read the sentence; a speech model: ``clip``, see :func:`attnviz.app.inputs.given`)."""
     op, given = None, text
     try:
         s, op = _open(state)
-        given = _given(op.ckpt, text, clip)
+        given = inputs.given(op.ckpt, text, clip)
         s = _ensure(s, op, given)
         if is_encoder_only(op.ckpt):  # Read: one pass over the sentence, nothing to decode
             return _show(s, op)
@@ -325,7 +262,7 @@ def run(state: SessionState, text: str | None = None, clip: str | None = None) -
             decoded = _decoded(s, stepper)
         return _show(s, op, decoded=decoded)
     except AttnvizError as exc:
-        return _refused(_cleared(state, given), exc, op)
+        return _refused(inputs.cleared(state, given), exc, op)
 
 
 @remote(_stopped)
@@ -473,7 +410,7 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
     if not typed.strip() or op.ckpt.is_audio:  # a speech model's input is the clip, not text
         return _show(new, op)
     try:
-        return _show(_start_state(new, op.ckpt, typed, op.version), op)
+        return _show(inputs.start(new, op.ckpt, typed, op.version), op)
     except AttnvizError as exc:
         return _refused(new, exc, op)
 
@@ -506,20 +443,6 @@ def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
     ]
 
 
-@remote()
-def figures(state: SessionState) -> dict[str, go.Figure]:
-    """Every view of ``state`` as a plotly figure (see :func:`attnviz.app.stepfigures.figures_of`)."""
-    if not state.started:
-        return {name: placeholder("type an input and press Step") for name in stepfigures.FIGURES}
-    ckpt = checkpoint_of(state)
-    if is_encoder_only(ckpt):  # the one pass over the sentence
-        return stepfigures.figures_of(state, ckpt, readview.read(state, ckpt).trace, [])
-    with DECODERS.hold(state, ckpt, state.version) as stepper:
-        trace = stepper.trace(upto=state.step)
-        steps = stepper.steps
-    return stepfigures.figures_of(state, ckpt, trace, steps)
-
-
 def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
     """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
     (default: the state's input), and the search tree (see :func:`beam_view`)."""
@@ -545,7 +468,7 @@ def continue_beam(
         beamview.current(s, panel)
         tokens = beamview.hypothesis(panel, node)
         if not s.started or s.text != panel.text:
-            s = _start_state(s, op.ckpt, panel.text, op.version)
+            s = inputs.start(s, op.ckpt, panel.text, op.version)
         if len(tokens) > s.max_steps:
             raise InputError(f"the hypothesis has {len(tokens)} tokens; at most {s.max_steps}")
         s = dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])

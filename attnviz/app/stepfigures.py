@@ -18,9 +18,12 @@ from ..decode.greedy import StepResult
 from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures
-from .kinds import note
-from .state import SessionState, head_label, head_weights, layer_count
+from .decoders import DECODERS
+from .kinds import is_encoder_only, note
+from .readview import read
+from .state import SessionState, checkpoint_of, head_label, head_weights, layer_count
 from .views import src_labels, view_of
+from .workers import remote
 
 FIGURES = ("encoder_self", "decoder_self", "cross", "topk", "rows_cross", "rows_decoder", "model")
 
@@ -116,3 +119,17 @@ def figures_of(
         fig.update_layout(title=f"{KIND_TITLES[kind]}: rows added at step {last.step + 1}")
         figs[name] = fig
     return figs
+
+
+@remote()
+def step_figures(state: SessionState) -> dict[str, go.Figure]:
+    """Every view of ``state`` as a plotly figure (see :func:`figures_of`); ``session.figures``."""
+    if not state.started:
+        return {name: figures.placeholder("type an input and press Step") for name in FIGURES}
+    ckpt = checkpoint_of(state)
+    if is_encoder_only(ckpt):  # the one pass over the sentence
+        return figures_of(state, ckpt, read(state, ckpt).trace, [])
+    with DECODERS.hold(state, ckpt, state.version) as stepper:
+        trace = stepper.trace(upto=state.step)
+        steps = stepper.steps
+    return figures_of(state, ckpt, trace, steps)

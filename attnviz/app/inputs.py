@@ -1,0 +1,132 @@
+"""One input object per session: what the person gave, by kind — a text (a source or a prompt),
+a sentence or a pair for an encoder-only model, a clip for a speech model — each knowing its
+label, how it is refused when empty, how it becomes the start state, and which panels apply.
+
+:func:`input_of` answers which one a checkpoint reads (asked of its config: ``reads_audio``,
+``encoder_only``), and :func:`start` is the one place a fresh state is built: a new input, a
+refused one cleared, a decode restarted on a rewritten file. No gradio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+
+from ..checkpoint import Checkpoint
+from ..core.errors import InputError
+from . import speech
+from .kinds import input_label, note
+from .state import SessionState
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """An input encoded: its text as the state keeps it, the encoder's ids and their labels.
+
+    Attributes:
+        text: the input (a clip: the path the page gave).
+        ids, pieces, unknown: the source ids ``[Ts]``, their display labels (a clip's frames:
+            their times) and the pieces the tokenizer did not know.
+        limit: how many tokens may be decoded (0: nothing is decoded, a sentence is read).
+        audio: a clip's private copy (16 kHz samples, ``.npy``); ``""`` for a text.
+    """
+
+    text: str
+    ids: list[int]
+    pieces: list[str]
+    unknown: list[str] = dataclasses.field(default_factory=list)
+    limit: int = 0
+    audio: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputKind:
+    """One kind of input.
+
+    Attributes:
+        name: ``"text"``, ``"sentence"`` or ``"clip"``.
+        empty: what an empty input is refused with.
+        encode: ``(ckpt, given) -> Source``; raises :class:`InputError` on a bad input.
+    """
+
+    name: str
+    empty: str
+    encode: Callable[[Checkpoint, object], Source]
+
+    def label(self, ckpt: Checkpoint) -> str:
+        """The input box's label for ``ckpt`` (a clip: the audio component's)."""
+        return "Input clip (≤ 30 s)" if self.name == "clip" else input_label(ckpt)
+
+    def applies(self, ckpt: Checkpoint, place: str) -> bool:
+        """Whether the panel at ``place`` (a lab, ``"whatif"``, ``"align"``, ...) applies to
+        this input on ``ckpt`` (a clip: not the mask lab, whose tokens are 1500 frames)."""
+        if self.name == "clip" and place == "mask":
+            return False
+        return not note(ckpt, place)
+
+
+def _text(ckpt: Checkpoint, given) -> Source:
+    enc = ckpt.encode_source(str(given))  # InputError: empty or too long
+    return Source(str(given), list(enc.ids), list(enc.pieces), list(enc.unknown),
+                  limit=ckpt.limit(len(enc.ids)))  # fmt: skip
+
+
+def _sentence(ckpt: Checkpoint, given) -> Source:
+    enc = ckpt.encode_source(str(given))
+    return Source(str(given), list(enc.ids), list(enc.pieces), list(enc.unknown))
+
+
+def _clip(ckpt: Checkpoint, given) -> Source:
+    kept, _ = speech.store_clip(given)  # a path the page gave, or samples
+    frames = speech.ENCODER_FRAMES
+    return Source(str(given), list(range(frames)), [speech.time_label(i) for i in range(frames)],
+                  limit=ckpt.limit(frames), audio=kept)  # fmt: skip
+
+
+TEXT = InputKind("text", "the input is empty: type something (or pick an example) first", _text)
+SENTENCE = InputKind(
+    "sentence", "the input is empty: type a sentence (with [MASK] to fill) first", _sentence
+)
+CLIP = InputKind("clip", speech.NO_CLIP, _clip)
+
+
+def input_of(ckpt: Checkpoint) -> InputKind:
+    """The kind of input ``ckpt`` reads (asked of its config)."""
+    cfg = ckpt.config
+    return CLIP if cfg.reads_audio else SENTENCE if cfg.encoder_only else TEXT
+
+
+def given(ckpt: Checkpoint, text: str | None, clip: str | None) -> str | None:
+    """The input an action was given: a speech model's is the clip (the page's audio
+    component: ``""`` when it holds none), never the text box; other models' the text."""
+    return clip if input_of(ckpt) is CLIP else text
+
+
+def start(state: SessionState, ckpt: Checkpoint, given_input, version: int) -> SessionState:
+    """The state that starts on ``given_input`` (nothing decoded yet); ``version``: the
+    checkpoint file's. Refused in one line when it is empty or does not encode."""
+    kind = input_of(ckpt)
+    if kind is not CLIP and not str(given_input or "").strip():
+        raise InputError(kind.empty)
+    source = kind.encode(ckpt, given_input)
+    return fresh(state, source, version, ckpt.config.eos_id)
+
+
+def fresh(state: SessionState, source: Source, version: int, eos_id: int) -> SessionState:
+    """``state`` on ``source``: a new decode (its ``epoch``), nothing decoded, nothing forced,
+    nothing on the page yet — the one place a fresh state is built."""
+    return dataclasses.replace(
+        state, sid=state.sid or uuid.uuid4().hex, text=source.text, audio=source.audio,
+        src_ids=source.ids, src_pieces=source.pieces, unknown=source.unknown, tokens=[], step=0,
+        max_steps=source.limit, version=version, epoch=state.epoch + 1, page_rows=-1,
+        eos_id=eos_id, forced=[],
+    )  # fmt: skip
+
+
+def cleared(state: SessionState, text: str | None) -> SessionState:
+    """A refused new input: nothing of the previous input stays on screen."""
+    if text is None or text == state.text:
+        return state
+    empty = Source(text or "", [], [], limit=state.max_steps)
+    return dataclasses.replace(fresh(state, empty, state.version, state.eos_id), sid=state.sid)
