@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
-from ..core.model import output_scale, project_out
 from ..core.record import record
 from ..decode.batched import until_eos
 from .export import dumps
@@ -172,7 +171,8 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     p = len(ids) - 1
 
     def last(x: Tensor) -> Tensor:
-        return project_out(hidden(x)[:, p], output_scale(cfg), model.generator)  # [N, V]
+        h = hidden(x)[:, p]  # [N, D], after the final norm
+        return model.generator(h * cfg.d_model**-0.5 if cfg.scale_decoder_output else h)
 
     return Prepared("decoder", ids, toks, p, run, last, source=source)
 
