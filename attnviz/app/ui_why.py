@@ -139,85 +139,58 @@ def _file(view: wv.WhyView, name: str):
     return gr.DownloadButton(value=path, visible=path is not None)
 
 
+def endpoints(p) -> list[tuple]:
+    """The tab's buttons, one row each: ``(api name, panel key, view, JSON name, triggers,
+    inputs after the state)``."""
+    return [
+        ("why_attribution", "why_dla", wv.attribution, "attribution",
+         [p.why_dla_btn.click, p.why_versus.input], [p.why_versus]),
+        ("why_lens", "why_lens", wv.lens, "logit_lens", [p.why_lens_btn.click], []),
+        ("why_grid", "why_lens", wv.grid, "lens_grid", [p.why_grid_btn.click], []),
+        ("why_patch", "why_patch", wv.patching, "patching",
+         [p.why_patch_btn.click, p.why_corrupted.submit],
+         [p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction]),
+        ("why_flow", "why_flow", wv.flow_graph, "flow",
+         [p.why_flow_btn.click, p.why_threshold.release], [p.why_threshold]),
+    ]  # fmt: skip
+
+
+def _stamped(stamps, state, key):
+    return {**stamps, key: stamp(state)[key]}
+
+
+def _handler(view, key: str, name: str, comps: list):
+    """One button's handler: ``view(state, *inputs)`` shown in the panel's components (a
+    table its rows, a plot its figure themed, the message, the JSON download), then the
+    panel stamped with the state it shows."""
+
+    def handle(state, stamps, *args):
+        *inputs, theme = args
+        v = view(state, *inputs)
+        *figs, msg, json_btn = comps
+        out = []
+        for comp in figs:
+            if isinstance(comp, gr.Dataframe):
+                out.append(gr.Dataframe(value=v.rows or None, visible=bool(v.rows)))
+            else:
+                out.append(shown_plot(dark([v.figure], theme)[0]))
+        return (*out, v.message, _file(v, name), _stamped(stamps, state, key))
+
+    return handle
+
+
 def wire(p) -> None:
-    """The tab's buttons (each one named API endpoint) and its select (the candidates menu
-    filled for the step shown, the tab tracked in ``p.active``)."""
-
-    def stamped(stamps, state, key):
-        return {**stamps, key: stamp(state)[key]}
-
-    def attribute(state, stamps, versus, theme):
-        v = wv.attribution(state, versus)
-        fig = dark([v.figure], theme)[0]
-        return (
-            shown_plot(fig),
-            v.message,
-            _file(v, "attribution"),
-            stamped(stamps, state, "why_dla"),
-        )
-
-    def lens(state, stamps, theme):
-        v = wv.lens(state)
-        table = gr.Dataframe(value=v.rows or None, visible=bool(v.rows))
-        return (
-            table,
-            shown_plot(None),
-            v.message,
-            _file(v, "logit_lens"),
-            stamped(stamps, state, "why_lens"),
-        )
-
-    def grid(state, stamps, theme):
-        v = wv.grid(state)
-        fig = dark([v.figure], theme)[0]
-        table = gr.Dataframe(value=None, visible=False)
-        return (
-            table,
-            shown_plot(fig),
-            v.message,
-            _file(v, "lens_grid"),
-            stamped(stamps, state, "why_lens"),
-        )
-
-    def patching(state, stamps, corrupted, answer, wrong, what, direction, theme):
-        v = wv.patching(state, corrupted, answer, wrong, what, direction)
-        fig = dark([v.figure], theme)[0]
-        return shown_plot(fig), v.message, _file(v, "patching"), stamped(stamps, state, "why_patch")
-
-    def flow(state, stamps, threshold, theme):
-        v = wv.flow_graph(state, threshold)
-        fig = dark([v.figure], theme)[0]
-        return shown_plot(fig), v.message, _file(v, "flow"), stamped(stamps, state, "why_flow")
-
-    dla_out = [*panels(p)["why_dla"], p.stamps]
-    gr.on(
-        [p.why_dla_btn.click, p.why_versus.input], attribute,
-        [p.state, p.stamps, p.why_versus, p.theme], dla_out, js=THEME_JS,
-        api_name="why_attribution", **MODEL_EVENTS,
-    )  # fmt: skip
-    lens_out = [*panels(p)["why_lens"], p.stamps]
-    p.why_lens_btn.click(
-        lens, [p.state, p.stamps, p.theme], lens_out, js=THEME_JS, api_name="why_lens",
-        **MODEL_EVENTS,
-    )  # fmt: skip
-    p.why_grid_btn.click(
-        grid, [p.state, p.stamps, p.theme], lens_out, js=THEME_JS, api_name="why_grid",
-        **MODEL_EVENTS,
-    )  # fmt: skip
-    gr.on(
-        [p.why_patch_btn.click, p.why_corrupted.submit], patching,
-        [p.state, p.stamps, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction,
-         p.theme],
-        [*panels(p)["why_patch"], p.stamps], js=THEME_JS, api_name="why_patch", **MODEL_EVENTS,
-    )  # fmt: skip
-    gr.on(
-        [p.why_flow_btn.click, p.why_threshold.release], flow,
-        [p.state, p.stamps, p.why_threshold, p.theme], [*panels(p)["why_flow"], p.stamps],
-        js=THEME_JS, api_name="why_flow", **MODEL_EVENTS,
-    )  # fmt: skip
+    """The tab's buttons (each one named API endpoint, :func:`endpoints`) and its select (the
+    candidates menu filled for the step shown, the tab tracked in ``p.active``)."""
+    for api_name, key, view, name, triggers, inputs in endpoints(p):
+        comps = panels(p)[key]
+        gr.on(
+            triggers, _handler(view, key, name, comps), [p.state, p.stamps, *inputs, p.theme],
+            [*comps, p.stamps], js=THEME_JS, api_name=api_name, **MODEL_EVENTS,
+        )  # fmt: skip
 
     def opened(state, stamps, versus):
-        return _menu(state, versus), "why", stamped(stamps, state, wv.ALT)
+        return _menu(state, versus), "why", _stamped(stamps, state, wv.ALT)
 
     p.why_tab.select(
         opened, [p.state, p.stamps, p.why_versus], [p.why_versus, p.active, p.stamps],

@@ -13,11 +13,13 @@ it, forced ones included for a decoder-only model):
 - :func:`patching`: :func:`attnviz.analysis.patch` between the input and a corrupted one, the
   grid as a heatmap with its axes;
 - :func:`flow_graph`: :func:`attnviz.analysis.flow` drawn with tokens along x, layers up y,
-  edges as lines as wide as their importance.
+  edges as lines as wide as their importance (an encoder-decoder model: the source's tokens
+  on the left, cross-attention edges from them).
 
-Each returns a :class:`WhyView` whose ``data`` is the library result's ``to_dict()`` (the JSON
-download). What the library refuses (a post-norm model's attribution, an encoder-decoder
-model's flow, an encoder-only model's attribution) comes back as its one line.
+The figures are :mod:`attnviz.render.plots_why`'s. Each view returns a :class:`WhyView` whose
+``data`` is the library result's ``to_dict()`` (the JSON download). What the library refuses
+(an encoder-only model's attribution, inputs of different lengths) comes back as its one
+line.
 """
 
 from __future__ import annotations
@@ -30,17 +32,14 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from .. import analysis
-from ..analysis.dla import DirectAttribution
 from ..analysis.export import dumps
-from ..analysis.flow import Flow
-from ..analysis.patching import WHATS, Patching
-from ..analysis.why import LensGrid, label, lens_grid
+from ..analysis.patching import WHATS
+from ..analysis.why import label, lens_grid, n_layers
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
-from ..render.plots_core import DIVERGING, SCALE, TEMPLATE, token_axis, token_label
+from ..render.plots_why import dla_figure, flow_figure, grid_figure, patch_figure
 from . import store
 from .contrast_lab import alternatives
 from .kinds import is_decoder_only, is_encoder_only
@@ -63,7 +62,6 @@ INTRO = (
 )
 NOT_STEPPED = "take at least one Step: this tab explains the token produced at the step shown"
 LENS_HEADERS = ["layer", "rank of the token produced (1 = top)", "its probability", "top tokens"]
-FLOW_COLOURS = {"attention": "#4c78a8", "residual": "#9ca3af", "mlp": "#f58518"}
 
 
 @dataclass
@@ -167,55 +165,6 @@ def _tok(token: str) -> str:
 
 
 # -- direct attribution ------------------------------------------------------------------------
-def column_of(part) -> str:
-    """A part's column in the layers grid: ``"H2"``, ``"X1"`` (cross), ``"attn bias"``,
-    ``"mlp"``, ``"mlp bias"`` (its name without the layer)."""
-    return part.name[len(f"L{part.layer}") :].strip()
-
-
-def dla_figure(res: DirectAttribution) -> go.Figure:
-    """The parts of ``res`` as two heatmaps on one diverging scale: a row of the parts outside
-    the layers (embeddings, positions, final norm, output bias) above layers x (heads, biases,
-    MLP). Every part is one cell (its name in the hover); empty cells are NaN."""
-    outside = [p for p in res.parts if p.layer is None]
-    inside = [p for p in res.parts if p.layer is not None]
-    cols = list(dict.fromkeys(column_of(p) for p in inside))
-    n_layers = max((p.layer for p in inside), default=-1) + 1
-    z = np.full((n_layers, len(cols)), np.nan)
-    names = np.full((n_layers, len(cols)), "", dtype=object)
-    for p in inside:
-        j = cols.index(column_of(p))
-        z[p.layer, j], names[p.layer, j] = p.value, p.name
-    values = res.values()
-    span = float(np.abs(values).max()) if values.size else 1.0
-    span = span or 1.0
-    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)], vertical_spacing=0.12)
-    common = dict(colorscale=DIVERGING, zmin=-span, zmax=span, zmid=0.0, texttemplate="%{z:.2f}",
-                  hovertemplate="%{customdata}: %{z:+.4f}<extra></extra>")  # fmt: skip
-    fig.add_trace(go.Heatmap(
-        z=[[p.value for p in outside]], x=list(range(len(outside))), y=[0], name="outside",
-        customdata=[[p.name for p in outside]], showscale=False, **common,
-    ), row=1, col=1)  # fmt: skip
-    fig.add_trace(go.Heatmap(
-        z=z, x=list(range(len(cols))), y=list(range(n_layers)), name="layers", customdata=names,
-        colorbar=dict(title="logit" + (" diff." if res.versus else ""), thickness=14), **common,
-    ), row=2, col=1)  # fmt: skip
-    what = _tok(res.token) + (f" and not {_tok(res.versus)}" if res.versus else "")
-    logit = "logit difference" if res.versus else "logit"
-    fig.update_layout(
-        template=TEMPLATE,
-        title=f"why {what}: {logit} {res.logit:.3f} = sum of the parts {res.total:.3f}",
-        height=int(np.clip(230 + 46 * n_layers, 320, 1200)),
-        margin=dict(l=90, r=30, t=70, b=60),
-    )
-    fig.update_xaxes(token_axis([html.escape(p.name) for p in outside]), row=1, col=1)
-    fig.update_yaxes(tickmode="array", tickvals=[0], ticktext=["outside"], row=1, col=1)
-    fig.update_xaxes(token_axis([html.escape(c) for c in cols], title="head / part"), row=2, col=1)
-    fig.update_yaxes(token_axis([f"L{i}" for i in range(n_layers)], reverse=True, title="layer"),
-                     row=2, col=1)  # fmt: skip
-    return fig
-
-
 @remote(_stopped)
 def attribution(state: SessionState, versus: str | None = None) -> WhyView:
     """Direct logit attribution of the token at the step shown (``versus``: explain it and not
@@ -274,31 +223,6 @@ def lens(state: SessionState, k: int = 5) -> WhyView:
     return WhyView(msg, rows=lens_rows(res), data=res.to_dict(), result=res)
 
 
-def grid_figure(res: LensGrid, ckpt: Checkpoint) -> go.Figure:
-    """The lens at every layer x position: each cell the probability of that position's next
-    token (the last: the token produced), the top token written in it."""
-    top = [[token_label(label(ckpt, int(i))) for i in row] for row in res.top_ids.tolist()]
-    nxt = [token_label(label(ckpt, i)) for i in res.targets]
-    hover = np.array([[f"layer {name}, position {j} → {nxt[j]}: p %{{z:.3f}}; top {top[r][j]}"
-                       for j in range(len(res.tokens))] for r, name in enumerate(res.layers)],
-                     dtype=object)  # fmt: skip
-    trace = go.Heatmap(
-        z=res.prob, x=list(range(len(res.tokens))), y=list(range(len(res.layers))),
-        text=top, texttemplate="%{text}", colorscale=SCALE, zmin=0, zmax=1, name="lens",
-        hovertext=hover, hoverinfo="text", colorbar=dict(title="p(next)", thickness=14),
-    )  # fmt: skip
-    return go.Figure(
-        [trace],
-        layout=dict(
-            template=TEMPLATE,
-            title="logit lens, every layer × position: p(the next token); text: the top token",
-            height=int(np.clip(200 + 40 * len(res.layers), 300, 1200)),
-            xaxis=token_axis([token_label(t) for t in res.tokens], title="position", tickangle=-45),
-            yaxis=token_axis(res.layers, reverse=True, title="stream after layer"),
-        ),
-    )
-
-
 @remote(_stopped)
 def grid(state: SessionState) -> WhyView:
     """The whole logit-lens grid (every layer x position) of the step shown's input."""
@@ -311,61 +235,12 @@ def grid(state: SessionState) -> WhyView:
         f"The lens at every layer and position ({len(res.layers)} × {len(res.tokens)}): each "
         "cell is the probability the stream gives the position's next token."
     )
-    return WhyView(msg, grid_figure(res, s.ckpt), data=res.to_dict(), result=res)
+    return WhyView(
+        msg, grid_figure(res, lambda i: label(s.ckpt, i)), data=res.to_dict(), result=res
+    )
 
 
 # -- patching ----------------------------------------------------------------------------------
-def patch_cells(res: Patching) -> tuple[np.ndarray, list[str], list[str]]:
-    """The grid as drawn: ``(z [rows, cols], row labels, column labels)``; a
-    ``head_positions`` grid ``[M, H, T]`` has a row per module and head."""
-    g = res.grid if res.grid is not None else res.approx
-    if g.ndim == 3:
-        rows = [f"{m} H{h}" for m in res.labels[res.axes[0]] for h in res.labels[res.axes[1]]]
-        return g.reshape(-1, g.shape[-1]), rows, list(res.labels[res.axes[2]])
-    rows = list(res.labels[res.axes[0]])
-    cols = list(res.labels[res.axes[1]])
-    if res.axes[1] == "head":
-        cols = [f"H{c}" for c in cols]
-    if res.axes[0] == "layer":
-        rows = [f"L{r}" for r in rows]
-    return g, rows, cols
-
-
-def _axis_text(labels: list[str], axis: str) -> list[str]:
-    """Tick labels: tokens with their spaces shown (a position axis), other names escaped."""
-    if axis == "position":
-        return [token_label(t) for t in labels]
-    return [html.escape(t) for t in labels]
-
-
-def patch_figure(res: Patching) -> go.Figure:
-    """The patching grid with its axes, on a diverging scale centred on 0 (the corrupted
-    run) and reaching at least 1 (the clean run)."""
-    z, rows, cols = patch_cells(res)
-    span = max(1.0, float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0)
-    small = z.size <= 400
-    trace = go.Heatmap(
-        z=z, x=list(range(len(cols))), y=list(range(len(rows))), colorscale=DIVERGING,
-        zmin=-span, zmax=span, zmid=0.0, name="patching", texttemplate="%{z:.2f}" if small else None,
-        hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>",
-        colorbar=dict(title="restored<br>(0..1)", thickness=14),
-    )  # fmt: skip
-    x_name = res.axes[-1]
-    y_name = " / ".join(res.axes[:-1])
-    return go.Figure(
-        [trace],
-        layout=dict(
-            template=TEMPLATE,
-            title=(f"patching {res.what} ({res.direction}): logit({token_label(res.answer)}) − "
-                   f"logit({token_label(res.wrong)}), 0 = corrupted "
-                   f"{res.corrupted_diff:.2f}, 1 = clean {res.clean_diff:.2f}"),
-            height=int(np.clip(200 + 34 * len(rows), 300, 1400)),
-            xaxis=token_axis(_axis_text(cols, x_name), title=x_name, tickangle=-45),
-            yaxis=token_axis(_axis_text(rows, y_name), reverse=True, title=y_name),
-        ),
-    )  # fmt: skip
-
-
 @remote(_stopped)
 def patching(
     state: SessionState,
@@ -429,87 +304,6 @@ def patching(
 
 
 # -- information flow --------------------------------------------------------------------------
-def node_xy(name: str, nodes: dict) -> tuple[int, float]:
-    """Where a flow node is drawn: its position along x; up y the stream entering layer l at
-    ``l`` (``x{l}``), after layer l's attention at ``l + 0.5`` (``a{l}``), its MLP at
-    ``l + 0.75`` (``m{l}``)."""
-    kind, rest = name[0], name[1:]
-    layer = int(rest.split("_")[0])
-    return int(nodes[name]["position"]), layer + {"x": 0.0, "a": 0.5, "m": 0.75}[kind]
-
-
-def flow_figure(res: Flow, n_layers: int) -> go.Figure:
-    """The route of ``res``: tokens along x, layers up y, each edge a line as wide as its
-    importance (attention blue, residual grey, MLP orange); hover a midpoint for the heads."""
-    traces: list[go.Scatter] = []
-    buckets: dict[tuple[str, int], tuple[list, list]] = {}
-    mids: dict[str, tuple[list, list, list]] = {}
-    for i in res.route:
-        e = res.edges[i]
-        (x0, y0), (x1, y1) = node_xy(e.source, res.nodes), node_xy(e.target, res.nodes)
-        xs, ys = buckets.setdefault((e.kind, int(round(e.weight * 10))), ([], []))
-        xs += [x0, x1, None]
-        ys += [y0, y1, None]
-        heads = ", ".join(f"H{h} {w:.2f}" for h, w in e.heads[:4])
-        m = mids.setdefault(e.kind, ([], [], []))
-        m[0].append((x0 + x1) / 2)
-        m[1].append((y0 + y1) / 2)
-        m[2].append(f"{e.source} → {e.target}: {e.kind} {e.weight:.3f}"
-                    + (f"<br>heads {heads}" if heads else ""))  # fmt: skip
-    shown_kinds = set()
-    for (kind, w10), (xs, ys) in sorted(buckets.items()):
-        traces.append(go.Scatter(
-            x=xs, y=ys, mode="lines", name=kind, legendgroup=kind,
-            showlegend=kind not in shown_kinds, hoverinfo="skip",
-            line=dict(color=FLOW_COLOURS.get(kind, "#888"), width=0.8 + 0.9 * w10),
-        ))  # fmt: skip
-        shown_kinds.add(kind)
-    for kind, (xs, ys, text) in mids.items():
-        traces.append(go.Scatter(
-            x=xs, y=ys, mode="markers", marker=dict(size=6, opacity=0.01,
-                                                    color=FLOW_COLOURS.get(kind, "#888")),
-            hovertext=text, hoverinfo="text", showlegend=False, name=f"{kind} edges",
-        ))  # fmt: skip
-    top = f"x{n_layers}_{res.position}"
-    ends = (n for i in res.route for n in (res.edges[i].source, res.edges[i].target))
-    used = list(dict.fromkeys([*ends, top]))
-    pts = [node_xy(n, res.nodes) if n in res.nodes else (res.position, n_layers) for n in used]
-    traces.append(go.Scatter(
-        x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name="nodes",
-        marker=dict(size=[14 if n == top else 6 for n in used], color="#374151",
-                    symbol=["star" if n == top else "circle" for n in used]),
-        hovertext=used, hoverinfo="text", showlegend=False,
-    ))  # fmt: skip
-    ticks = [0.0] + [v for i in range(n_layers) for v in (i + 0.5, i + 1.0)]
-    texts = ["embeddings"] + [t for i in range(n_layers) for t in (f"L{i} attn", f"after L{i}")]
-    return go.Figure(
-        traces,
-        layout=dict(
-            template=TEMPLATE,
-            title=(
-                f"information flow to position {res.position} "
-                f"({token_label(res.tokens[res.position])}), threshold {res.threshold:g}: "
-                f"{len(res.route)} edges on the route"
-            ),  # fmt: skip
-            height=int(np.clip(220 + 110 * n_layers, 320, 1400)),
-            xaxis=token_axis(
-                [token_label(t) for t in res.tokens],
-                title="position",
-                tickangle=-45,
-                zeroline=False,
-            ),  # fmt: skip
-            yaxis=dict(
-                tickmode="array",
-                tickvals=ticks,
-                ticktext=texts,
-                zeroline=False,
-                range=[-0.3, n_layers + 0.3],
-            ),  # fmt: skip
-            legend=dict(orientation="h", y=-0.25),
-        ),
-    )
-
-
 @remote(_stopped)
 def flow_graph(state: SessionState, threshold: float = 0.04) -> WhyView:
     """The information-flow routes to the step shown's prediction at ``threshold``."""
@@ -518,18 +312,20 @@ def flow_graph(state: SessionState, threshold: float = 0.04) -> WhyView:
         res = analysis.flow(s.ckpt, s.text, float(threshold), step=s.step)
     except AttnvizError as exc:
         return WhyView(message=warning(exc))
-    from ..analysis.why import n_layers, prepare
-
-    layers = n_layers(s.ckpt, prepare(s.ckpt, s.text, s.step).stack)
-    attn = [res.edges[i] for i in res.route if res.edges[i].kind == "attention"]
-    strongest = max(attn, key=lambda e: e.weight, default=None)
+    layers = n_layers(s.ckpt, "encoder" if is_encoder_only(s.ckpt) else "decoder")
     said = ""
-    if strongest is not None:
+    for kind in ("attention", "cross"):
+        edges = [res.edges[i] for i in res.route if res.edges[i].kind == kind]
+        strongest = max(edges, key=lambda e: e.weight, default=None)
+        if strongest is None:
+            continue
         src = res.nodes[strongest.source]["position"]
         heads = ", ".join(f"H{h}" for h, _ in strongest.heads[:2])
-        said = (f" The strongest attention edge reads position {src} "
-                f"({_tok(res.tokens[src])}) into {strongest.target} ({strongest.weight:.2f}, "
-                f"carried by {heads or 'no single head'}).")  # fmt: skip
+        what = "source " if kind == "cross" else ""
+        said += (f" The strongest {'cross-' if kind == 'cross' else ''}attention edge reads "
+                 f"{what}position {src} ({_tok(res.token_of(strongest.source))}) into "
+                 f"{strongest.target} ({strongest.weight:.2f}, carried by "
+                 f"{heads or 'no single head'}).")  # fmt: skip
     msg = (
         f"Edges whose importance (the proximity of a part to the block's output, normalised "
         f"per token) is below {float(threshold):g} are dropped; {len(res.route)} of "

@@ -101,12 +101,30 @@ def test_the_flow_figure_draws_the_route(stepped):
     assert n_lines == len(want.route)
 
 
-@pytest.mark.parametrize("fn", [wv.attribution, wv.flow_graph], ids=["attribution", "flow"])
-def test_a_post_norm_model_is_refused_in_one_line(models_dir, fn):
+def test_a_post_norm_model_is_attributed_and_routed(models_dir):
+    """models/reverse-gpt norms after each block: its norms frozen, the parts still add up to
+    the logit, and the route reaches the prompt."""
     state = session.step(session.new_state(str(models_dir / "reverse-gpt")), "hello").state
-    view = fn(state)
-    assert view.message.startswith("⚠") and "pre-norm" in view.message
-    assert "\n" not in view.message and view.figure is None and view.data is None
+    view = wv.attribution(state)
+    assert abs(view.result.total - view.result.logit) < 1e-4
+    assert "attn norm bias" in set(view.figure.layout.xaxis2.ticktext)
+    flow_view = wv.flow_graph(state)
+    assert flow_view.figure is not None and flow_view.result.route
+
+
+def test_an_encoder_decoder_flow_draws_the_source_and_cross_edges(models_dir):
+    """models/reverse (encoder-decoder): the source's tokens label the left of the x axis,
+    and cross-attention edges run from the encoder's output into the decoder."""
+    state = session.step(session.new_state(str(models_dir / "reverse")), "helloworld").state
+    state = session.step(state).state
+    state = session.step(state).state
+    view = wv.flow_graph(state, 0.0)
+    res = view.result
+    assert res.source_tokens == list("helloworld")
+    assert view.figure.layout.xaxis.ticktext[:10] == tuple("helloworld")
+    assert any(e.kind == "cross" for e in res.edges)
+    assert "cross" in {t.name for t in view.figure.data}
+    assert "cross-attention edge reads source position" in view.message
 
 
 def test_before_a_step_and_bad_patching_input_are_one_line(stepped, models_dir):

@@ -1,0 +1,251 @@
+"""Figures of "Why this token" (:mod:`attnviz.analysis.dla`, :mod:`.why`, :mod:`.patching`,
+:mod:`.flow`): pure functions of a library result, no gradio.
+
+- :func:`dla_figure`: the parts of a direct attribution as layers x (heads, biases, MLP), above
+  a row of what sits outside the layers;
+- :func:`grid_figure`: the logit lens at every layer x position;
+- :func:`patch_figure`: a patching grid with its axes;
+- :func:`flow_figure`: the information-flow route, tokens along x and layers up y (an
+  encoder-decoder model: the encoder's source tokens on the left, the decoder's on the right,
+  cross-attention edges between them).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis.dla import DirectAttribution
+from ..analysis.flow import Flow
+from ..analysis.patching import Patching
+from ..analysis.why import LensGrid
+from .plots_core import DIVERGING, SCALE, TEMPLATE, token_axis, token_label
+
+FLOW_COLOURS = {"attention": "#4c78a8", "cross": "#54a24b", "residual": "#9ca3af",
+                "mlp": "#f58518"}  # fmt: skip
+#: where a flow node sits above its layer's line: after self-attention, cross, the MLP
+NODE_RISE = {"x": 0.0, "a": 0.33, "c": 0.6, "m": 0.8}
+
+
+def quoted(token: str) -> str:
+    """A token in a figure's title: “token”, spaces visible, HTML escaped."""
+    return f"“{token_label(token)}”"
+
+
+# -- direct attribution ------------------------------------------------------------------------
+def column_of(part) -> str:
+    """A part's column in the layers grid: ``"H2"``, ``"X1"`` (cross), ``"attn bias"``,
+    ``"mlp"``, ``"attn norm bias"`` (its name without the layer)."""
+    return part.name[len(f"L{part.layer}") :].strip()
+
+
+def dla_figure(res: DirectAttribution) -> go.Figure:
+    """The parts of ``res`` as two heatmaps on one diverging scale: a row of the parts outside
+    the layers (embeddings, positions, final norm, output bias) above layers x (heads, biases,
+    MLP). Every part is one cell (its name in the hover); empty cells are NaN."""
+    outside = [p for p in res.parts if p.layer is None]
+    inside = [p for p in res.parts if p.layer is not None]
+    cols = list(dict.fromkeys(column_of(p) for p in inside))
+    n_layers = max((p.layer for p in inside), default=-1) + 1
+    z = np.full((n_layers, len(cols)), np.nan)
+    names = np.full((n_layers, len(cols)), "", dtype=object)
+    for p in inside:
+        j = cols.index(column_of(p))
+        z[p.layer, j], names[p.layer, j] = p.value, p.name
+    values = res.values()
+    span = float(np.abs(values).max()) if values.size else 1.0
+    span = span or 1.0
+    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)], vertical_spacing=0.12)
+    common = dict(colorscale=DIVERGING, zmin=-span, zmax=span, zmid=0.0, texttemplate="%{z:.2f}",
+                  hovertemplate="%{customdata}: %{z:+.4f}<extra></extra>")  # fmt: skip
+    fig.add_trace(go.Heatmap(
+        z=[[p.value for p in outside]], x=list(range(len(outside))), y=[0], name="outside",
+        customdata=[[p.name for p in outside]], showscale=False, **common,
+    ), row=1, col=1)  # fmt: skip
+    fig.add_trace(go.Heatmap(
+        z=z, x=list(range(len(cols))), y=list(range(n_layers)), name="layers", customdata=names,
+        colorbar=dict(title="logit" + (" diff." if res.versus else ""), thickness=14), **common,
+    ), row=2, col=1)  # fmt: skip
+    what = quoted(res.token) + (f" and not {quoted(res.versus)}" if res.versus else "")
+    logit = "logit difference" if res.versus else "logit"
+    fig.update_layout(
+        template=TEMPLATE,
+        title=f"why {what}: {logit} {res.logit:.3f} = sum of the parts {res.total:.3f}",
+        height=int(np.clip(230 + 46 * n_layers, 320, 1200)),
+        margin=dict(l=90, r=30, t=70, b=60),
+    )
+    fig.update_xaxes(token_axis([html.escape(p.name) for p in outside]), row=1, col=1)
+    fig.update_yaxes(tickmode="array", tickvals=[0], ticktext=["outside"], row=1, col=1)
+    fig.update_xaxes(token_axis([html.escape(c) for c in cols], title="head / part"), row=2, col=1)
+    fig.update_yaxes(token_axis([f"L{i}" for i in range(n_layers)], reverse=True, title="layer"),
+                     row=2, col=1)  # fmt: skip
+    return fig
+
+
+# -- the logit lens ----------------------------------------------------------------------------
+def grid_figure(res: LensGrid, name_of: Callable[[int], str]) -> go.Figure:
+    """The lens at every layer x position: each cell the probability of that position's next
+    token (the last: the token produced), the top token written in it; ``name_of(id)`` is a
+    token's text."""
+    top = [[token_label(name_of(int(i))) for i in row] for row in res.top_ids.tolist()]
+    nxt = [token_label(name_of(i)) for i in res.targets]
+    hover = np.array([[f"layer {name}, position {j} → {nxt[j]}: p %{{z:.3f}}; top {top[r][j]}"
+                       for j in range(len(res.tokens))] for r, name in enumerate(res.layers)],
+                     dtype=object)  # fmt: skip
+    trace = go.Heatmap(
+        z=res.prob, x=list(range(len(res.tokens))), y=list(range(len(res.layers))),
+        text=top, texttemplate="%{text}", colorscale=SCALE, zmin=0, zmax=1, name="lens",
+        hovertext=hover, hoverinfo="text", colorbar=dict(title="p(next)", thickness=14),
+    )  # fmt: skip
+    return go.Figure(
+        [trace],
+        layout=dict(
+            template=TEMPLATE,
+            title="logit lens, every layer × position: p(the next token); text: the top token",
+            height=int(np.clip(200 + 40 * len(res.layers), 300, 1200)),
+            xaxis=token_axis([token_label(t) for t in res.tokens], title="position", tickangle=-45),
+            yaxis=token_axis(res.layers, reverse=True, title="stream after layer"),
+        ),
+    )
+
+
+# -- patching ----------------------------------------------------------------------------------
+def patch_cells(res: Patching) -> tuple[np.ndarray, list[str], list[str]]:
+    """The grid as drawn: ``(z [rows, cols], row labels, column labels)``; a
+    ``head_positions`` grid ``[M, H, T]`` has a row per module and head."""
+    g = res.grid if res.grid is not None else res.approx
+    if g.ndim == 3:
+        rows = [f"{m} H{h}" for m in res.labels[res.axes[0]] for h in res.labels[res.axes[1]]]
+        return g.reshape(-1, g.shape[-1]), rows, list(res.labels[res.axes[2]])
+    rows = list(res.labels[res.axes[0]])
+    cols = list(res.labels[res.axes[1]])
+    if res.axes[1] == "head":
+        cols = [f"H{c}" for c in cols]
+    if res.axes[0] == "layer":
+        rows = [f"L{r}" for r in rows]
+    return g, rows, cols
+
+
+def _axis_text(labels: list[str], axis: str) -> list[str]:
+    """Tick labels: tokens with their spaces shown (a position axis), other names escaped."""
+    if axis == "position":
+        return [token_label(t) for t in labels]
+    return [html.escape(t) for t in labels]
+
+
+def patch_figure(res: Patching) -> go.Figure:
+    """The patching grid with its axes, on a diverging scale centred on 0 (the corrupted
+    run) and reaching at least 1 (the clean run)."""
+    z, rows, cols = patch_cells(res)
+    span = max(1.0, float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0)
+    small = z.size <= 400
+    trace = go.Heatmap(
+        z=z, x=list(range(len(cols))), y=list(range(len(rows))), colorscale=DIVERGING,
+        zmin=-span, zmax=span, zmid=0.0, name="patching", texttemplate="%{z:.2f}" if small else None,
+        hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>",
+        colorbar=dict(title="restored<br>(0..1)", thickness=14),
+    )  # fmt: skip
+    x_name = res.axes[-1]
+    y_name = " / ".join(res.axes[:-1])
+    return go.Figure(
+        [trace],
+        layout=dict(
+            template=TEMPLATE,
+            title=(f"patching {res.what} ({res.direction}): logit({token_label(res.answer)}) − "
+                   f"logit({token_label(res.wrong)}), 0 = corrupted "
+                   f"{res.corrupted_diff:.2f}, 1 = clean {res.clean_diff:.2f}"),
+            height=int(np.clip(200 + 34 * len(rows), 300, 1400)),
+            xaxis=token_axis(_axis_text(cols, x_name), title=x_name, tickangle=-45),
+            yaxis=token_axis(_axis_text(rows, y_name), reverse=True, title=y_name),
+        ),
+    )  # fmt: skip
+
+
+# -- information flow --------------------------------------------------------------------------
+def node_xy(name: str, res: Flow) -> tuple[float, float]:
+    """Where a flow node is drawn: x its position (an encoder-decoder model's decoder positions
+    after the source's and a gap); y its layer, plus :data:`NODE_RISE` for the stream after a
+    layer's self-attention (``a``), cross-attention (``c``) and its MLP (``m``)."""
+    info = res.nodes[name]
+    letter = name.lstrip("e")[0]
+    x = float(info["position"])
+    if res.source_tokens is not None and info["stack"] != "encoder":
+        x += len(res.source_tokens) + 1
+    return x, info["layer"] + NODE_RISE[letter]
+
+
+def _flow_ticks(res: Flow, n_layers: int) -> tuple[list[float], list[str]]:
+    """Position ticks: the source's tokens, then the decoder's (or the one stack's)."""
+    toks = [token_label(t) for t in res.tokens]
+    if res.source_tokens is None:
+        return list(range(len(toks))), toks
+    src = [token_label(t) for t in res.source_tokens]
+    off = len(src) + 1
+    return list(range(len(src))) + [off + i for i in range(len(toks))], src + toks
+
+
+def flow_figure(res: Flow, n_layers: int) -> go.Figure:
+    """The route of ``res``: tokens along x, layers up y, each edge a line as wide as its
+    importance (self-attention blue, cross-attention green, residual grey, MLP orange); hover
+    a midpoint for the edge and its heads."""
+    traces: list[go.Scatter] = []
+    buckets: dict[tuple[str, int], tuple[list, list]] = {}
+    mids: dict[str, tuple[list, list, list]] = {}
+    for i in res.route:
+        e = res.edges[i]
+        (x0, y0), (x1, y1) = node_xy(e.source, res), node_xy(e.target, res)
+        xs, ys = buckets.setdefault((e.kind, int(round(e.weight * 10))), ([], []))
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+        heads = ", ".join(f"H{h} {w:.2f}" for h, w in e.heads[:4])
+        m = mids.setdefault(e.kind, ([], [], []))
+        m[0].append((x0 + x1) / 2)
+        m[1].append((y0 + y1) / 2)
+        m[2].append(f"{e.source} ({token_label(res.token_of(e.source))}) → {e.target}: "
+                    f"{e.kind} {e.weight:.3f}" + (f"<br>heads {heads}" if heads else ""))  # fmt: skip
+    shown_kinds = set()
+    for (kind, w10), (xs, ys) in sorted(buckets.items()):
+        traces.append(go.Scatter(
+            x=xs, y=ys, mode="lines", name=kind, legendgroup=kind,
+            showlegend=kind not in shown_kinds, hoverinfo="skip",
+            line=dict(color=FLOW_COLOURS.get(kind, "#888"), width=0.8 + 0.9 * w10),
+        ))  # fmt: skip
+        shown_kinds.add(kind)
+    for kind, (xs, ys, text) in mids.items():
+        traces.append(go.Scatter(
+            x=xs, y=ys, mode="markers", marker=dict(size=6, opacity=0.01,
+                                                    color=FLOW_COLOURS.get(kind, "#888")),
+            hovertext=text, hoverinfo="text", showlegend=False, name=f"{kind} edges",
+        ))  # fmt: skip
+    top = f"x{n_layers}_{res.position}"
+    ends = (n for i in res.route for n in (res.edges[i].source, res.edges[i].target))
+    used = [n for n in dict.fromkeys([*ends, top]) if n in res.nodes]
+    pts = [node_xy(n, res) for n in used]
+    traces.append(go.Scatter(
+        x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name="nodes",
+        marker=dict(size=[14 if n == top else 6 for n in used], color="#6b7280",
+                    symbol=["star" if n == top else "circle" for n in used]),
+        hovertext=used, hoverinfo="text", showlegend=False,
+    ))  # fmt: skip
+    ticks = [0.0] + [v for i in range(n_layers) for v in (i + 0.33, i + 1.0)]
+    texts = ["embeddings"] + [t for i in range(n_layers) for t in (f"L{i} attn", f"after L{i}")]
+    xvals, xtext = _flow_ticks(res, n_layers)
+    where = f"({token_label(res.tokens[res.position])})"
+    return go.Figure(
+        traces,
+        layout=dict(
+            template=TEMPLATE,
+            title=(f"information flow to position {res.position} {where}, threshold "
+                   f"{res.threshold:g}: {len(res.route)} edges on the route"),
+            height=int(np.clip(220 + 110 * n_layers, 320, 1400)),
+            xaxis=dict(tickmode="array", tickvals=xvals, ticktext=xtext, title="position",
+                       tickangle=-45, zeroline=False, showgrid=False),
+            yaxis=dict(tickmode="array", tickvals=ticks, ticktext=texts, zeroline=False,
+                       range=[-0.3, n_layers + 0.3]),
+            legend=dict(orientation="h", y=-0.25),
+        ),
+    )  # fmt: skip
