@@ -36,10 +36,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...core.errors import InteropError, shorten
+from ...core.errors import InteropError
 from ...core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
 from ...core.positions import sinusoidal_positions, split_sinusoidal_positions
 from ..hf.common import Source
+from .variables import (
+    DECODER_LAYER_VARIABLES,
+    ENCODER_LAYER_VARIABLES,
+    count_layers,
+    flag,
+    linear,
+    norm,
+    put,
+    scalar,
+)
 
 #: CTranslate2's activation ids (``common_spec.Activation``) -> ours
 ACTIVATIONS = {0: "relu", 1: "gelu_tanh", 2: "silu", 3: "gelu"}
@@ -53,47 +63,10 @@ _NEUTRAL_FLAGS = {
     "decoder/alignment_layer": None,  # which cross-attention CTranslate2 returns as alignment
     "decoder/alignment_heads": None,
 }
-#: the fewest variables an encoder / decoder layer has (weights of 2 / 3 attention linears and
-#: 2 feed-forward linears, gamma and beta of 2 / 3 norms; biases and gates come on top)
-_ENCODER_LAYER_VARIABLES = 2 + 2 + 2 * 2
-_DECODER_LAYER_VARIABLES = 3 + 2 + 2 + 3 * 2
 #: rows of the position table built where the file carries none (CTranslate2 computes it)
 COMPUTED_POSITIONS = 1024
 #: copies of a position table alive while it is computed and compared (float64 temporaries)
 TABLE_COPIES = 6
-
-
-def _scalar(src: Source, name: str) -> float | None:
-    if not src.has(name):
-        return None
-    t = src.take(name)
-    if t.numel() != 1:
-        raise InteropError(f"{src.where}: {name} should be one number, has shape {list(t.shape)}")
-    return float(t.reshape(()).item())
-
-
-def _flag(src: Source, name: str, default: float) -> float:
-    value = _scalar(src, name)
-    return default if value is None else value
-
-
-def _norm(src: Source, scope: str, ours: str) -> dict[str, Tensor]:
-    if src.has(f"{scope}/gamma") and not src.has(f"{scope}/beta"):
-        raise InteropError(
-            f"{src.where}: {scope} is an RMS norm, not implemented for CTranslate2 folders"
-        )
-    return {f"{ours}.weight": src.take(f"{scope}/gamma"), f"{ours}.bias": src.take(f"{scope}/beta")}
-
-
-def _linear(src: Source, scope: str) -> tuple[Tensor, Tensor | None]:
-    bias = src.take(f"{scope}/bias") if src.has(f"{scope}/bias") else None
-    return src.take(f"{scope}/weight"), bias
-
-
-def _put(out: dict[str, Tensor], name: str, weight: Tensor, bias: Tensor | None) -> None:
-    out[f"{name}.weight" if not name.endswith("in_proj") else f"{name}_weight"] = weight
-    if bias is not None:
-        out[f"{name}.bias" if not name.endswith("in_proj") else f"{name}_bias"] = bias
 
 
 def computed_positions(rows: int, d_model: int) -> Tensor:
@@ -191,39 +164,6 @@ def _same(values: dict[str, float | None], where: Path, what: str) -> float | No
     return distinct.pop() if distinct else None
 
 
-def count_layers(tensors: dict[str, Tensor], stack: str, where: Path, per_layer: int) -> int:
-    """How many ``{stack}/layer_N/`` blocks the variables hold, read in one pass over the
-    names; the blocks must be numbered 0..n-1 and each needs at least ``per_layer`` variables
-    (so a file of 20,000 names ``encoder/layer_N/x`` is refused at once, not built).
-
-    Raises:
-        InteropError: numbers with gaps, or too few variables for the layers they name.
-    """
-    prefix = f"{stack}/layer_"
-    counts: dict[int, int] = {}
-    for name in tensors:
-        if name.startswith(prefix):
-            number = name[len(prefix) :].partition("/")[0]
-            if not number.isdigit():
-                continue  # layer_norm/..., or a name the leftovers check names
-            if len(number) > 6:
-                raise InteropError(f"{where}: {shorten(name)} names a layer number too high")
-            counts[int(number)] = counts.get(int(number), 0) + 1
-    n = len(counts)
-    if counts and max(counts) != n - 1:
-        raise InteropError(
-            f"{where}: the {stack} layers are not numbered 0..{n - 1} (layer {max(counts)} "
-            "is named)"
-        )
-    thin = [i for i, c in sorted(counts.items()) if c < per_layer]
-    if thin:
-        raise InteropError(
-            f"{where}: {stack}/layer_{thin[0]} has {counts[thin[0]]} variables, fewer than the "
-            f"{per_layer} a layer needs ({len(thin)} such layers)"
-        )
-    return n
-
-
 def convert_transformer(
     tensors: dict[str, Tensor], where: Path, layer_norm_eps: float
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
@@ -237,22 +177,22 @@ def convert_transformer(
     """
     src = Source(tensors, where)
     for name, neutral in _NEUTRAL_FLAGS.items():
-        value = _scalar(src, name)
+        value = scalar(src, name)
         if neutral is not None and value is not None and value != neutral:
             raise InteropError(f"{where}: {name}={value:g} is not implemented in attnviz")
-    heads = _same({s: _scalar(src, f"{s}/num_heads") for s in ("encoder", "decoder")}, where,
+    heads = _same({s: scalar(src, f"{s}/num_heads") for s in ("encoder", "decoder")}, where,
                   "head count")  # fmt: skip
-    pre_norm = _same({s: _flag(src, f"{s}/pre_norm", 1) for s in ("encoder", "decoder")}, where,
+    pre_norm = _same({s: flag(src, f"{s}/pre_norm", 1) for s in ("encoder", "decoder")}, where,
                      "norm placement")  # fmt: skip
-    act = _same({s: _flag(src, f"{s}/activation", 0) for s in ("encoder", "decoder")}, where,
+    act = _same({s: flag(src, f"{s}/activation", 0) for s in ("encoder", "decoder")}, where,
                 "activation")  # fmt: skip
     if heads is None:
         raise InteropError(f"{where}: the weights lack encoder/num_heads")
     if int(act) not in ACTIVATIONS:
         raise InteropError(f"{where}: activation id {act:g} is not implemented in attnviz")
-    start_from_zero = bool(_flag(src, "decoder/start_from_zero_embedding", 0))
-    n_enc = count_layers(tensors, "encoder", where, _ENCODER_LAYER_VARIABLES)
-    n_dec = count_layers(tensors, "decoder", where, _DECODER_LAYER_VARIABLES)
+    start_from_zero = bool(flag(src, "decoder/start_from_zero_embedding", 0))
+    n_enc = count_layers(tensors, "encoder", where, ENCODER_LAYER_VARIABLES)
+    n_dec = count_layers(tensors, "decoder", where, DECODER_LAYER_VARIABLES)
     if not n_enc or not n_dec:
         raise InteropError(f"{where}: a TransformerSpec needs encoder and decoder layers")
     emb = src.tensors.get("decoder/embeddings/weight")
@@ -267,26 +207,26 @@ def convert_transformer(
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
         for i in range(n):
             p, o = f"{stack}/layer_{i}/", f"{stack}.layers.{i}."
-            w, b = _linear(src, f"{p}self_attention/linear_0")
-            _put(ours, f"{o}self_attn.in_proj", w, b)
+            w, b = linear(src, f"{p}self_attention/linear_0")
+            put(ours, f"{o}self_attn.in_proj", w, b)
             biases.add(b is not None)
-            w, b = _linear(src, f"{p}self_attention/linear_1")
-            _put(ours, f"{o}self_attn.out_proj", w, b)
-            ours |= _norm(src, f"{p}self_attention/layer_norm", f"{o}norm1")
+            w, b = linear(src, f"{p}self_attention/linear_1")
+            put(ours, f"{o}self_attn.out_proj", w, b)
+            ours |= norm(src, f"{p}self_attention/layer_norm", f"{o}norm1")
             if stack == "decoder":
-                (wq, bq), (wkv, bkv) = (_linear(src, f"{p}attention/linear_{j}") for j in (0, 1))
+                (wq, bq), (wkv, bkv) = (linear(src, f"{p}attention/linear_{j}") for j in (0, 1))
                 bias = None if bq is None or bkv is None else torch.cat([bq, bkv])
-                _put(ours, f"{o}cross_attn.in_proj", torch.cat([wq, wkv]), bias)
-                _put(ours, f"{o}cross_attn.out_proj", *_linear(src, f"{p}attention/linear_2"))
-                ours |= _norm(src, f"{p}attention/layer_norm", f"{o}norm2")
+                put(ours, f"{o}cross_attn.in_proj", torch.cat([wq, wkv]), bias)
+                put(ours, f"{o}cross_attn.out_proj", *linear(src, f"{p}attention/linear_2"))
+                ours |= norm(src, f"{p}attention/layer_norm", f"{o}norm2")
             for j in (0, 1):
-                w, b = _linear(src, f"{p}ffn/linear_{j}")
-                _put(ours, f"{o}ff.linear{j + 1}", w, b)
+                w, b = linear(src, f"{p}ffn/linear_{j}")
+                put(ours, f"{o}ff.linear{j + 1}", w, b)
                 biases.add(b is not None)
             gates.add(src.has(f"{p}ffn/linear_0_noact/weight"))
             if src.has(f"{p}ffn/linear_0_noact/weight"):  # GLU: act(linear_0 x) * linear_0_noact x
-                _put(ours, f"{o}ff.gate", *_linear(src, f"{p}ffn/linear_0_noact"))
-            ours |= _norm(
+                put(ours, f"{o}ff.gate", *linear(src, f"{p}ffn/linear_0_noact"))
+            ours |= norm(
                 src, f"{p}ffn/layer_norm", f"{o}{'norm3' if stack == 'decoder' else 'norm2'}"
             )
     if len(biases) > 1:
@@ -300,9 +240,9 @@ def convert_transformer(
             raise InteropError(f"{where}: only one stack has a {what}; attnviz needs both or none")
     for stack in ("encoder", "decoder"):
         if finals[stack]:
-            ours |= _norm(src, f"{stack}/layer_norm", f"{stack}.norm")
+            ours |= norm(src, f"{stack}/layer_norm", f"{stack}.norm")
         if embed_norms[stack]:
-            ours |= _norm(src, f"{stack}/layernorm_embedding", f"{stack}.embed_norm")
+            ours |= norm(src, f"{stack}/layernorm_embedding", f"{stack}.embed_norm")
     position_fields, position_weights = _positions(src, where, d_model)
     ours |= position_weights
     fields = dict(

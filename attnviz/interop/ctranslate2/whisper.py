@@ -29,6 +29,15 @@ from ..hf_tokenizer import HFTokenizer, IdTokenizer
 from .binary import ModelBin
 from .folder import register_spec
 from .tokenizer_file import load_fast_tokenizer
+from .variables import (
+    DECODER_LAYER_VARIABLES,
+    ENCODER_LAYER_VARIABLES,
+    count_layers,
+    linear,
+    norm,
+    put,
+    scalar,
+)
 from .vocabulary import read_vocabulary
 
 #: CTranslate2's activation ids (``common_spec.Activation``) -> ours
@@ -49,26 +58,6 @@ TIMESTAMP_SECONDS = 0.02
 START, END, NO_TIMESTAMPS = "<|startoftranscript|>", "<|endoftext|>", "<|notimestamps|>"
 
 
-def _scalar(src: Source, name: str) -> float | None:
-    if not src.has(name):
-        return None
-    t = src.take(name)
-    if t.numel() != 1:
-        raise InteropError(f"{src.where}: {name} should be one number, has shape {list(t.shape)}")
-    return float(t.reshape(()).item())
-
-
-def _linear(src: Source, scope: str, ours: str) -> dict[str, Tensor]:
-    out = {f"{ours}.weight": src.take(f"{scope}/weight")}
-    if src.has(f"{scope}/bias"):
-        out[f"{ours}.bias"] = src.take(f"{scope}/bias")
-    return out
-
-
-def _norm(src: Source, scope: str, ours: str) -> dict[str, Tensor]:
-    return {f"{ours}.weight": src.take(f"{scope}/gamma"), f"{ours}.bias": src.take(f"{scope}/beta")}
-
-
 def _attention(src: Source, scope: str, ours: str, parts: tuple[str, ...]) -> dict[str, Tensor]:
     """CTranslate2's fused projections (q/k/v in one, or q then k/v) -> ``in_proj``."""
     weights = [src.take(f"{scope}/{p}/weight") for p in parts]
@@ -82,13 +71,6 @@ def _attention(src: Source, scope: str, ours: str, parts: tuple[str, ...]) -> di
     }
 
 
-def _layers(tensors: dict[str, Tensor], stack: str) -> int:
-    n = 0
-    while f"{stack}/layer_{n}/ffn/linear_0/weight" in tensors:
-        n += 1
-    return n
-
-
 def convert_whisper(
     model_bin: ModelBin, folder: Path
 ) -> tuple[dict[str, Any], dict[str, Tensor], Tensor, bool]:
@@ -96,14 +78,14 @@ def convert_whisper(
     table, whether the output matrix is the token table)."""
     tensors = {k: v for k, v in model_bin.variables.items() if k not in model_bin.aliases}
     src = Source(tensors, folder)
-    heads = {s: _scalar(src, f"{s}/num_heads") for s in ("encoder", "decoder")}
+    heads = {s: scalar(src, f"{s}/num_heads") for s in ("encoder", "decoder")}
     if heads["encoder"] != heads["decoder"] or heads["encoder"] is None:
         raise InteropError(f"{folder}: the stacks' head counts differ or are missing ({heads})")
-    act = _scalar(src, "decoder/activation")
+    act = scalar(src, "decoder/activation")
     if act not in ACTIVATIONS:
         raise InteropError(f"{folder}: activation id {act} is not one attnviz implements")
     for name, want in _FLAGS.items():
-        value = _scalar(src, name)
+        value = scalar(src, name)
         if want is not None and value is not None and value != want:
             raise InteropError(f"{folder}: {name}={value:g} is not implemented (expected {want})")
     table = src.take("decoder/embeddings/weight")
@@ -116,8 +98,8 @@ def convert_whisper(
         n_mels=int(conv1.shape[1]),
         d_model=int(table.shape[1]),
         n_heads=int(heads["encoder"]),
-        n_encoder_layers=_layers(tensors, "encoder"),
-        n_decoder_layers=_layers(tensors, "decoder"),
+        n_encoder_layers=count_layers(tensors, "encoder", folder, ENCODER_LAYER_VARIABLES),
+        n_decoder_layers=count_layers(tensors, "decoder", folder, DECODER_LAYER_VARIABLES),
         d_ff=int(d_ff),
         activation=ACTIVATIONS[int(act)],
         norm_first=True,
@@ -133,7 +115,7 @@ def convert_whisper(
     ours: dict[str, Tensor] = {"tgt_embed.weight": table, "decoder.pos_embed.weight": dec_table}
     ours["frontend.conv1.weight"] = conv1
     ours["frontend.conv1.bias"] = src.take("encoder/conv1/bias")
-    ours |= _linear(src, "encoder/conv2", "frontend.conv2")
+    put(ours, "frontend.conv2", *linear(src, "encoder/conv2"))
     for stack, n in (
         ("encoder", fields["n_encoder_layers"]),
         ("decoder", fields["n_decoder_layers"]),
@@ -141,18 +123,18 @@ def convert_whisper(
         for i in range(n):
             p, o = f"{stack}/layer_{i}/", f"{stack}.layers.{i}."
             ours |= _attention(src, f"{p}self_attention", f"{o}self_attn.", ("linear_0",))
-            ours |= _norm(src, f"{p}self_attention/layer_norm", f"{o}norm1")
+            ours |= norm(src, f"{p}self_attention/layer_norm", f"{o}norm1")
             if stack == "decoder":
                 ours |= _attention(
                     src, f"{p}attention", f"{o}cross_attn.", ("linear_0", "linear_1")
                 )
-                ours |= _norm(src, f"{p}attention/layer_norm", f"{o}norm2")
-            ours |= _linear(src, f"{p}ffn/linear_0", f"{o}ff.linear1")
-            ours |= _linear(src, f"{p}ffn/linear_1", f"{o}ff.linear2")
-            ours |= _norm(
+                ours |= norm(src, f"{p}attention/layer_norm", f"{o}norm2")
+            put(ours, f"{o}ff.linear1", *linear(src, f"{p}ffn/linear_0"))
+            put(ours, f"{o}ff.linear2", *linear(src, f"{p}ffn/linear_1"))
+            ours |= norm(
                 src, f"{p}ffn/layer_norm", f"{o}{'norm3' if stack == 'decoder' else 'norm2'}"
             )
-        ours |= _norm(src, f"{stack}/layer_norm", f"{stack}.norm")
+        ours |= norm(src, f"{stack}/layer_norm", f"{stack}.norm")
     projection = model_bin.variables.get("decoder/projection/weight")
     tied = model_bin.aliases.get("decoder/projection/weight") == "decoder/embeddings/weight" or (
         projection is not None and torch.equal(projection, table)
