@@ -50,7 +50,7 @@ def test_the_estimate_is_the_vocabulary_times_the_positions():
 def test_head_ablation_is_refused_before_its_scored_runs(wide, small_machine, monkeypatch):
     ran = []
     monkeypatch.setattr(ablation, "token_probs", lambda *a, **k: ran.append(1))
-    long = "abcdefghij" * 4  # ~100 positions decoded x 262,144 x 3 copies: ~300 MB
+    long = "abcdefghij" * 4  # 63 positions decoded x 262,144 x 3 copies: 189 MB
     with pytest.raises(attnviz.InputError, match=r"head ablation on \d+ tokens would hold about"):
         ablation.ablate(wide, long, [("cross", 0, 0)])
     with pytest.raises(attnviz.InputError, match="try a shorter input"):
