@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import speech
-from .kinds import input_label, note
+from .kinds import ENCODER_NOTES, input_label, note
 from .state import SessionState
 
 
@@ -57,6 +57,17 @@ class InputKind:
     def label(self, ckpt: Checkpoint) -> str:
         """The input box's label for ``ckpt`` (a clip: the audio component's)."""
         return "Input clip (≤ 30 s)" if self.name == "clip" else input_label(ckpt)
+
+    @property
+    def decodes(self) -> bool:
+        """Whether an output is decoded from it (a sentence is read once: nothing to decode)."""
+        return self is not SENTENCE
+
+    def refuse_decoding(self) -> None:
+        """Raise :class:`InputError` with the one sentence saying why Step, Back, Reset and
+        beam search do not apply to this input; nothing where they do."""
+        if not self.decodes:
+            raise InputError(ENCODER_NOTES["decode"])
 
     def applies(self, ckpt: Checkpoint, place: str) -> bool:
         """Whether the panel at ``place`` (a lab, ``"whatif"``, ``"align"``, ...) applies to
@@ -110,17 +121,20 @@ def start(state: SessionState, ckpt: Checkpoint, given_input, version: int) -> S
     if kind is not CLIP and not str(given_input or "").strip():
         raise InputError(kind.empty)
     source = kind.encode(ckpt, given_input)
-    return fresh(state, source, version, ckpt.config.eos_id)
+    dec = ckpt.decoding  # where an output ends: the checkpoint's one Decoding value
+    return fresh(state, source, version, dec.eos_id, tuple(dec.end_ids))
 
 
-def fresh(state: SessionState, source: Source, version: int, eos_id: int) -> SessionState:
+def fresh(
+    state: SessionState, source: Source, version: int, eos_id: int, end_ids: tuple[int, ...] = ()
+) -> SessionState:
     """``state`` on ``source``: a new decode (its ``epoch``), nothing decoded, nothing forced,
     nothing on the page yet — the one place a fresh state is built."""
     return dataclasses.replace(
         state, sid=state.sid or uuid.uuid4().hex, text=source.text, audio=source.audio,
         src_ids=source.ids, src_pieces=source.pieces, unknown=source.unknown, tokens=[], step=0,
         max_steps=source.limit, version=version, epoch=state.epoch + 1, page_rows=-1,
-        eos_id=eos_id, forced=[],
+        eos_id=eos_id, end_ids=end_ids, forced=[],
     )  # fmt: skip
 
 
@@ -129,4 +143,5 @@ def cleared(state: SessionState, text: str | None) -> SessionState:
     if text is None or text == state.text:
         return state
     empty = Source(text or "", [], [], limit=state.max_steps)
-    return dataclasses.replace(fresh(state, empty, state.version, state.eos_id), sid=state.sid)
+    kept = fresh(state, empty, state.version, state.eos_id, state.end_ids)
+    return dataclasses.replace(kept, sid=state.sid)

@@ -32,7 +32,6 @@ from . import beamview, inputs, readview, speech, stamps, store, uploads, views
 from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
-from .kinds import is_encoder_only, refuse
 from .state import (
     SessionState,
     checkpoint_of,
@@ -144,7 +143,7 @@ def _show(
     from the session's decoder; the files' say (examples, the expected output, a clip's
     part) read here, so that the views stay pure."""
     ckpt, message = op.ckpt, message or op.notice
-    if is_encoder_only(ckpt):  # reads the sentence at once: nothing to decode
+    if not inputs.input_of(ckpt).decodes:  # reads the sentence at once: nothing to decode
         return readview.render(state, ckpt, message, view=DecodeView)
     if decoded is None and state.started:
         with DECODERS.hold(state, ckpt, op.version) as stepper:
@@ -230,7 +229,7 @@ def step(state: SessionState, text: str | None = None, clip: str | None = None) 
     op, given = None, text
     try:
         s, op = _open(state)
-        refuse(op.ckpt, "decode")  # an encoder-only model generates nothing
+        inputs.input_of(op.ckpt).refuse_decoding()  # a sentence read generates nothing
         given = inputs.given(op.ckpt, text, clip)
         s = _ensure(s, op, given)
         if s.done:
@@ -254,7 +253,7 @@ def run(state: SessionState, text: str | None = None, clip: str | None = None) -
         s, op = _open(state)
         given = inputs.given(op.ckpt, text, clip)
         s = _ensure(s, op, given)
-        if is_encoder_only(op.ckpt):  # Read: one pass over the sentence, nothing to decode
+        if not inputs.input_of(op.ckpt).decodes:  # Read: one pass over the sentence
             return _show(s, op)
         with DECODERS.hold(s, op.ckpt, op.version) as stepper:
             tokens = stepper.run()
@@ -272,7 +271,7 @@ def back(state: SessionState) -> DecodeView:
     Step decodes greedily again."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        refuse(ckpt, "decode")
+        inputs.input_of(ckpt).refuse_decoding()
         to = max(0, s.step - 1)
         undone = [p for p in s.forced if p >= to]
         if not undone:
@@ -291,7 +290,7 @@ def reset(state: SessionState) -> DecodeView:
     """Back to the start of decoding this input (nothing decoded, nothing forced)."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        refuse(ckpt, "decode")
+        inputs.input_of(ckpt).refuse_decoding()
         return dataclasses.replace(s, tokens=[], step=0, page_rows=min(s.page_rows, 0), forced=[])
 
     return _apply(state, change)
@@ -309,7 +308,7 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
     """
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        refuse(ckpt, "decode")
+        inputs.input_of(ckpt).refuse_decoding()
         if not s.started:
             raise InputError("type an input and press Step first, then force a candidate")
         vocab = ckpt.config.tgt_vocab_size
@@ -336,7 +335,7 @@ def goto(state: SessionState, position: int) -> DecodeView:
     """Show the first ``position`` decoded tokens (the step slider)."""
 
     def change(s: SessionState, ckpt: Checkpoint) -> SessionState:
-        refuse(ckpt, "decode")
+        inputs.input_of(ckpt).refuse_decoding()
         try:
             pos = int(float(position or 0))
         except (TypeError, ValueError):
@@ -407,7 +406,7 @@ def choose_model(state: SessionState, model: str, text: str | None = None) -> De
         new, op = _open(new)  # load now: a broken file is reported here, not at the first step
     except AttnvizError as exc:
         return render(state, message=warning(exc))
-    if not typed.strip() or op.ckpt.is_audio:  # a speech model's input is the clip, not text
+    if not typed.strip() or inputs.input_of(op.ckpt) is inputs.CLIP:  # a clip, not the text
         return _show(new, op)
     try:
         return _show(inputs.start(new, op.ckpt, typed, op.version), op)

@@ -18,7 +18,7 @@ def panel_stamps(state: SessionState) -> dict[str, Any]:
     """What each of the page's other panels depends on, by panel (every panel of
     :data:`attnviz.app.panels.PANELS`, by its stamp): a panel computed for a stamp other than
     the current one shows an earlier state (the page clears or reruns it)."""
-    return {panel.name: panel.stamp(state) for panel in PANELS}
+    return {panel.name: tuple(getattr(state, f) for f in panel.stamp) for panel in PANELS}
 
 
 def stale_panels(stamps: dict[str, Any], state: SessionState) -> set[str]:

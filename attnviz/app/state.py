@@ -107,6 +107,11 @@ class SessionState:
     audio: str = ""
 
     @property
+    def shown(self) -> tuple[int, ...]:
+        """The output the step view shows: its first ``step`` tokens."""
+        return tuple(self.tokens[: self.step])
+
+    @property
     def started(self) -> bool:
         return bool(self.src_ids)
 

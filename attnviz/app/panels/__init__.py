@@ -21,40 +21,40 @@ ask it.
 from __future__ import annotations
 
 from .registry import (
+    ON_CHECKED_INPUT,
+    ON_FILE,
+    ON_INPUT,
+    ON_OUTPUT,
+    ON_STEP,
     Face,
     Panel,
-    on_checked_input,
-    on_file,
-    on_input,
-    on_output,
-    on_step,
     same_source,
 )
 
 #: Every panel of the page that follows the session state, in the order the page follows them.
 PANELS: tuple[Panel, ...] = (
-    Panel("model", tab="", stamp=on_file, renew=True),  # the header
-    Panel("playback", tab="play", stamp=on_file, renew=True),  # the snapshots' range
-    Panel("mask", tab="mask", stamp=on_step, in_view=True),  # a person watching sees it follow
-    Panel("attr", tab="attr", stamp=on_step),
-    Panel("attr_vs", tab="attr", stamp=on_step),  # "why this token and not that one"
-    Panel("attr_alt", tab="attr", stamp=on_step, in_view=True),  # the step's candidates: cheap
-    Panel("export", tab="export", stamp=on_step, page="export"),
-    Panel("faith", tab="align", stamp=on_step),
-    Panel("whatif", tab="step", stamp=on_step, in_view=True, opened="whatif"),
-    Panel("reference", tab="step", stamp=on_output, rerun_when=same_source),
-    Panel("beam", tab="step", stamp=on_input),
-    Panel("ablate", tab="ablation", stamp=on_input),
-    Panel("align", tab="align", stamp=on_input),
-    Panel("compare", tab="compare", stamp=on_input),  # A and the input
-    Panel("similarity", tab="similarity", stamp=on_file),  # its own sentences
-    Panel("why_dla", tab="why", stamp=on_step),
-    Panel("why_lens", tab="why", stamp=on_step),
-    Panel("why_patch", tab="why", stamp=on_step),
-    Panel("why_flow", tab="why", stamp=on_step),
-    Panel("why_alt", tab="why", stamp=on_step, in_view=True),  # the step's candidates menu
+    Panel("model", tab="", stamp=ON_FILE, renew=True),  # the header
+    Panel("playback", tab="play", stamp=ON_FILE, renew=True),  # the snapshots' range
+    Panel("mask", tab="mask", stamp=ON_STEP, in_view=True),  # a person watching sees it follow
+    Panel("attr", tab="attr", stamp=ON_STEP),
+    Panel("attr_vs", tab="attr", stamp=ON_STEP),  # "why this token and not that one"
+    Panel("attr_alt", tab="attr", stamp=ON_STEP, in_view=True),  # the step's candidates: cheap
+    Panel("export", tab="export", stamp=ON_STEP, page="export"),
+    Panel("faith", tab="align", stamp=ON_STEP),
+    Panel("whatif", tab="step", stamp=ON_STEP, in_view=True, opened="whatif"),
+    Panel("reference", tab="step", stamp=ON_OUTPUT, rerun_when=same_source),
+    Panel("beam", tab="step", stamp=ON_INPUT),
+    Panel("ablate", tab="ablation", stamp=ON_INPUT),
+    Panel("align", tab="align", stamp=ON_INPUT),
+    Panel("compare", tab="compare", stamp=ON_INPUT),  # A and the input
+    Panel("similarity", tab="similarity", stamp=ON_FILE),  # its own sentences
+    Panel("why_dla", tab="why", stamp=ON_STEP),
+    Panel("why_lens", tab="why", stamp=ON_STEP),
+    Panel("why_patch", tab="why", stamp=ON_STEP),
+    Panel("why_flow", tab="why", stamp=ON_STEP),
+    Panel("why_alt", tab="why", stamp=ON_STEP, in_view=True),  # the step's candidates menu
     # a checkpoint without a task is checked on the current input (stamped only then)
-    Panel("health", tab="health", stamp=on_checked_input),
+    Panel("health", tab="health", stamp=ON_CHECKED_INPUT),
 )
 
 #: The panels by name.

@@ -17,37 +17,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the state's type only: this module stays a leaf
     from ..state import SessionState
 
-#: A stamp: what a panel's result depends on, as a value of the state it was computed for.
-Stamp = Callable[["SessionState"], Any]
-
-
-def on_step(state: SessionState) -> tuple:
-    """The step shown: the model, the decode (``epoch``) and the step."""
-    return (state.model, state.epoch, state.step)
-
-
-def on_input(state: SessionState) -> tuple:
-    """The input: the model and the decode, whatever step is shown."""
-    return (state.model, state.epoch)
-
-
-def on_file(state: SessionState) -> tuple:
-    """The checkpoint file as the last action read it (``state.version``)."""
-    return (state.model, state.version)
-
-
-def on_checked_input(state: SessionState) -> tuple:
-    """The checkpoint file and the input (a checkpoint without a task is checked on it)."""
-    return (state.model, state.version, state.epoch)
-
-
-def on_output(state: SessionState) -> tuple:
-    """The input, the checkpoint file and the output shown (its first ``step`` tokens)."""
-    return (state.model, state.epoch, state.version, tuple(state.tokens[: state.step]))
+#: A stamp: what a panel's result depends on, as the :class:`SessionState` fields it reads
+#: (data, not code: the stamps are read on every Step).
+Stamp = tuple[str, ...]
+#: The step shown: the model, the decode (``epoch``) and the step.
+ON_STEP: Stamp = ("model", "epoch", "step")
+#: The input: the model and the decode, whatever step is shown.
+ON_INPUT: Stamp = ("model", "epoch")
+#: The checkpoint file as the last action read it (``state.version``).
+ON_FILE: Stamp = ("model", "version")
+#: The checkpoint file and the input (a checkpoint without a task is checked on it).
+ON_CHECKED_INPUT: Stamp = ("model", "version", "epoch")
+#: The input, the checkpoint file and the output shown (``state.shown``: its first tokens).
+ON_OUTPUT: Stamp = ("model", "epoch", "version", "shown")
 
 
 def same_source(old: Any, new: Any) -> bool:
-    """Two :func:`on_output` stamps of one input and file (only the output shown moved)."""
+    """Two :data:`ON_OUTPUT` stamps of one input and file (only the output shown moved)."""
     return old[:3] == new[:3]
 
 
@@ -58,7 +44,7 @@ class Panel:
     Attributes:
         name: its stamp key (the page's ``stamps`` hold ``{name: stamp of the state shown}``).
         tab: the tab it is on (``"step"``, ``"mask"``, ``"attr"``, ...; ``""``: the header).
-        stamp: what its result depends on (:func:`on_step`, :func:`on_input`, ...).
+        stamp: what its result depends on (:data:`ON_STEP`, :data:`ON_INPUT`, ...).
         in_view: rerun (not cleared) when it is stale and its tab is shown; a panel whose
             rerun costs a model pass and is cheap to ask again says False.
         opened: a collapsible part it lives in: it reruns in view only while that is open.
