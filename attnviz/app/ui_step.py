@@ -16,7 +16,7 @@ import time
 
 import gradio as gr
 
-from . import labs, lensview, reference, session, speech, store, whatif_view
+from . import labs, lensview, reference, session, store, ui_speech, whatif_view
 from .kinds import note
 from .pagetext import (
     BEAM_NODE_JS,
@@ -91,7 +91,7 @@ def top(p) -> None:
             label="Input", placeholder="type an input", elem_id="input-text", scale=3
         )
         p.examples = gr.Dropdown(label="Examples", choices=[], elem_id="examples", scale=1)
-    speech_input(p)
+    ui_speech.speech_input(p)
     p.input_note = gr.Markdown(elem_id="input-note", elem_classes="explain")
     with gr.Row():
         p.step_btn = gr.Button("Step ▶", variant="primary", elem_id="step-btn")
@@ -123,23 +123,6 @@ def top(p) -> None:
     beam_box(p)
     p.output_text = gr.Textbox(label="Output so far", interactive=False, elem_id="output-text")
     p.slider = gr.Slider(0, 1, value=0, step=1, label="Step (scrub)", elem_id="step-slider")
-
-
-def speech_input(p) -> None:
-    """A speech model's input: a clip (upload or microphone) and example clips, shown
-    instead of the text box. The clip the audio component holds is the speech model's only
-    input (Step, Run and the API take it as ``clip``); the text box never reaches it."""
-    with gr.Row(visible=False, elem_id="speech-input") as p.speech_row:
-        p.audio_in = gr.Audio(
-            sources=["upload", "microphone"], type="filepath", label="Input clip (≤ 30 s)",
-            elem_id="input-audio", scale=3,
-        )  # fmt: skip
-        with gr.Column(scale=1):
-            p.speech_examples = gr.Dropdown(
-                label="Example clips (espeak-ng)", choices=speech_example_choices(), value=None,
-                elem_id="speech-examples",
-            )  # fmt: skip
-            p.clip_note = gr.Markdown(speech.clip_note(None), elem_id="clip-note")
 
 
 def whatif_box(p, state: SessionState) -> None:
@@ -295,26 +278,6 @@ def _reference_followed(p, state: SessionState, ref: str, theme: str) -> dict:
     }
 
 
-def speech_example_choices() -> list[str]:
-    return [speech.example_name(p) for p in speech.examples()]
-
-
-def speech_example_path(name: str | None) -> str | None:
-    """An example clip's menu name -> a copy in this process's temporary folder (gradio
-    serves files from there, and the session reads clips only from there or the examples)."""
-    for path in speech.examples():
-        if speech.example_name(path) == name:
-            return speech.example_copy(path)
-    return None
-
-
-def clip_changed(state: SessionState, stamps: dict, clip: str | None) -> tuple:
-    """The audio component's clip changed: it is the input now (nothing decoded yet; none:
-    the previous clip is dropped); the examples menu shows its name only when it is one."""
-    view = session.start(state, None, clip=clip or "")
-    return (*answer(view, stamps), speech.example_of(clip), speech.clip_note(clip))
-
-
 def wire_decoding(p) -> None:
     """Step, Run, Back, Reset, scrub, a forced token, the model menu and uploads: each one
     session action, its view sent as the decoding outputs."""
@@ -352,17 +315,7 @@ def wire_decoding(p) -> None:
         [p.state, p.stamps], outs, **HIDDEN, **FAST,
     )  # fmt: skip
     p.examples.input(lambda e: e or gr.skip(), [p.examples], [p.input_text], **HIDDEN)
-    # a speech model: an example chosen is put in the audio component, and the clip it holds
-    # (chosen, uploaded, recorded or cleared) becomes the input at once
-    p.speech_examples.input(
-        lambda e: speech_example_path(e) or gr.skip(), [p.speech_examples], [p.audio_in],
-        api_name="speech_example",
-    )  # fmt: skip
-    p.audio_in.change(
-        lambda s, stamps, clip=None: clip_changed(s, stamps, clip),
-        [p.state, p.stamps, p.audio_in], [*outs, p.speech_examples, p.clip_note],
-        api_name="clip", **MODEL_EVENTS,
-    )  # fmt: skip
+    ui_speech.wire(p, answer)  # a speech model: its clip is the input
     p.input_text.change(  # the input edited but not run: say the panels show another
         labs.edited_note, [p.state, p.input_text], [p.input_note], **HIDDEN, **FAST
     )
