@@ -33,7 +33,7 @@ from ..decode.greedy import StepResult
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from .encview import encoder_block, encoder_inline
-from .kinds import is_decoder_only, note, prompt_part
+from .kinds import note, prompt_part
 from .state import (
     SessionState,
     head_choices,
@@ -202,7 +202,7 @@ def expected_tokens(ckpt: Checkpoint, expected: str | None) -> list[str] | None:
 def input_placeholder(ckpt: Checkpoint, examples: Sequence[str]) -> str:
     """The input box's placeholder: one of the model's own ``examples``
     (:func:`attnviz.app.store.examples_of`; a decoder-only model's: a prompt to continue)."""
-    if is_decoder_only(ckpt):
+    if ckpt.config.decoder_only:
         return f"a prompt to continue, e.g. {examples[0]}" if examples else "type a prompt"
     return f"e.g. {examples[0]}" if examples else "type an input for this model"
 
@@ -308,7 +308,7 @@ def payload(
     start = 0 if full else min(state.page_rows, n)
     steps = decoded.steps
     tok = ckpt.tgt_tokenizer
-    prompt = state.src_pieces if is_decoder_only(ckpt) else []
+    prompt = state.src_pieces if ckpt.config.decoder_only else []
     part: dict[str, Any] = {
         "tokens": [display_token(tok.token(t)) for t in state.tokens],
         "prob": [round(float(s.prob), 6) for s in steps[start:n]],
@@ -336,7 +336,7 @@ def _source(state: SessionState, ckpt: Checkpoint, encoder: Trace | None, said: 
     """A full payload's part: labels, the expected output, the encoder's matrices (a long
     input's: the layer and head shown; a clip's: none, the page asks), a prompt's rows."""
     cfg, tok = ckpt.config, ckpt.tgt_tokenizer
-    prompt = state.src_pieces if is_decoder_only(ckpt) else []
+    prompt = state.src_pieces if ckpt.config.decoder_only else []
     out: dict[str, Any] = dict(
         heads=cfg.n_heads,
         layers={k: layer_count(ckpt, k) for k in KINDS},
