@@ -8,6 +8,7 @@ Shape legend as in :mod:`attnviz.core.model`, which ties these parts into the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +65,9 @@ def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
 def gelu_new(x: Tensor) -> Tensor:
     """The tanh GELU written out as GPT-2 and T5 v1.1 compute it (transformers' ``gelu_new``):
     the same function as ``F.gelu(approximate="tanh")``, not the same bits (up to 4.8e-7)."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
 
 
 def gelu_fast(x: Tensor) -> Tensor:
@@ -83,6 +86,44 @@ ACTIVATION_FNS = {
 }
 
 
+# -- the layers' math as functions: the modules below and the fused step (core.step) call them
+def sublayer_input(x: Tensor, norm: Callable[[Tensor], Tensor], first: bool) -> Tensor:
+    """What a residual block's sublayer reads: ``norm(x)`` pre-norm (``first``), else ``x``."""
+    return norm(x) if first else x
+
+
+def residual_add(x: Tensor, out: Tensor, norm: Callable[[Tensor], Tensor], first: bool) -> Tensor:
+    """A residual block's output from the sublayer's ``out``: ``x + out`` pre-norm
+    (``first``), ``norm(x + out)`` post-norm."""
+    return x + out if first else norm(x + out)
+
+
+def residual(
+    x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: Callable[[Tensor], Tensor], first: bool
+) -> Tensor:
+    """One residual block around ``sublayer``: pre-norm (``first``) ``x + sublayer(norm(x))``,
+    post-norm ``norm(x + sublayer(x))``. ``x [B, T, D]`` (``[B, D]`` in a fused step, which
+    calls the two halves, :func:`sublayer_input` and :func:`residual_add`)."""
+    return residual_add(x, sublayer(sublayer_input(x, norm, first)), norm, first)
+
+
+def feed_forward(
+    x: Tensor,
+    up: Callable[[Tensor], Tensor],
+    act: Callable[[Tensor], Tensor],
+    down: Callable[[Tensor], Tensor],
+    gate: Callable[[Tensor], Tensor] | None = None,
+    dropout: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """The position-wise feed-forward ``down(dropout(act(up(x)) [* gate(x)]))``:
+    ``[..., D]`` -> ``[..., d_ff]`` -> ``[..., D]``. ``up``, ``gate``, ``down``: the linears
+    (modules, or the fused step's products with the same weights)."""
+    h = act(up(x))  # [..., d_ff]
+    if gate is not None:
+        h = h * gate(x)
+    return down(h if dropout is None else dropout(h))
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward: ``linear2(dropout(act(linear1(x)) [* gate(x)]))``.
 
@@ -99,10 +140,7 @@ class FeedForward(nn.Module):
         self.act = ACTIVATION_FNS[cfg.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.linear1(x))  # [B, T, d_ff]
-        if self.gate is not None:
-            h = h * self.gate(x)
-        return self.linear2(self.dropout(h))  # [B, T, D]
+        return feed_forward(x, self.linear1, self.act, self.linear2, self.gate, self.dropout)
 
 
 def _attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
@@ -161,13 +199,8 @@ class EncoderLayer(nn.Module):
         def feed(h: Tensor) -> Tensor:
             return self.dropout2(tap(self, "mlp", self.ff(h)))
 
-        x = tap(self, "resid_pre", x)
-        if self.norm_first:
-            x = x + attend(self.norm1(x))
-            x = x if self.ff is None else x + feed(self.norm2(x))
-        else:
-            x = self.norm1(x + attend(x))
-            x = x if self.ff is None else self.norm2(x + feed(x))
+        x = residual(tap(self, "resid_pre", x), attend, self.norm1, self.norm_first)
+        x = x if self.ff is None else residual(x, feed, self.norm2, self.norm_first)
         return tap(self, "resid_post", x)
 
 
@@ -239,18 +272,10 @@ class DecoderLayer(nn.Module):
                 out = self.post_norm3(out)
             return self.dropout3(out)
 
-        x = tap(self, "resid_pre", x)
-        cross = self.cross_attn is not None
-        if self.norm_first:
-            x = x + self_block(self.norm1(x))
-            if cross:
-                x = x + cross_block(self.norm2(x))
-            x = x if self.ff is None else x + feed(self.norm3(x))
-        else:
-            x = self.norm1(x + self_block(x))
-            if cross:
-                x = self.norm2(x + cross_block(x))
-            x = x if self.ff is None else self.norm3(x + feed(x))
+        x = residual(tap(self, "resid_pre", x), self_block, self.norm1, self.norm_first)
+        if self.cross_attn is not None:
+            x = residual(x, cross_block, self.norm2, self.norm_first)
+        x = x if self.ff is None else residual(x, feed, self.norm3, self.norm_first)
         return tap(self, "resid_post", x)
 
 

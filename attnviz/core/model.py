@@ -44,6 +44,29 @@ def embed_scale(cfg: ModelConfig, dtype: torch.dtype) -> float | Tensor:
     return math.sqrt(cfg.d_model)
 
 
+def add_positions(
+    x: Tensor, table: Tensor | None, rows: slice | int, norm: nn.Module | None
+) -> Tensor:
+    """Token embeddings plus their positions' rows of ``table`` (cast to ``x``'s dtype; no
+    table: none), then the stack's embedding norm where it has one: ``x [B, T, D]`` with
+    ``rows`` a slice, or one step's ``[B, D]`` with ``rows`` an int."""
+    if table is not None:
+        x = x + table[rows].to(x.dtype)
+    return x if norm is None else norm(x)
+
+
+def output_scale(cfg: ModelConfig) -> float | None:
+    """What the decoder's output is multiplied by before the output projection: D^-0.5 where
+    ``scale_decoder_output`` (T5 v1.0 with its tied lm_head), else None."""
+    return cfg.d_model**-0.5 if cfg.scale_decoder_output else None
+
+
+def project_out(x: Tensor, scale: float | None, project) -> Tensor:
+    """The output projection of the decoder's (final-normed) output ``[..., D]`` -> logits
+    ``[..., V]``, scaled first by :func:`output_scale`."""
+    return project(x if scale is None else x * scale)
+
+
 class Transformer(nn.Module):
     """Transformer ("Attention Is All You Need"), every part written out, in three kinds.
 
@@ -165,15 +188,9 @@ class Transformer(nn.Module):
         offset = self.config.position_offset
         rows = slice(start + offset, start + offset + x.shape[1])
         table = self.encoder_pe if stack is self.encoder and self.encoder_pe is not None else None
-        if table is None and stack.pos_embed is None:
-            table = self.pe
-        if table is not None:
-            x = x + table[rows].to(x.dtype)
-        elif stack.pos_embed is not None:
-            x = x + stack.pos_embed.weight[rows].to(x.dtype)
-        if stack.embed_norm is not None:
-            x = stack.embed_norm(x)
-        return self.emb_dropout(x)
+        if table is None:
+            table = self.pe if stack.pos_embed is None else stack.pos_embed.weight
+        return self.emb_dropout(add_positions(x, table, rows, stack.embed_norm))
 
     def _check_features(self, features: Tensor) -> None:
         cfg = self.config
@@ -326,9 +343,7 @@ class Transformer(nn.Module):
         x = self.decoder.finish(x)
         if not logits:
             return x
-        if self.config.scale_decoder_output:  # T5 v1.0 rescales before its tied lm_head
-            x = x * self.config.d_model**-0.5
-        return self.generator(x)
+        return project_out(x, output_scale(self.config), self.generator)
 
     def forward(
         self,

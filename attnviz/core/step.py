@@ -18,6 +18,7 @@ to the module path: the same logits, and the same recorded tensors.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,16 @@ from torch import Tensor, nn
 
 from . import gemv, masks
 from .attention import watched_attention
-from .layers import RMSNorm
-from .model import ACTIVE_RECORDER, DecoderCache, Transformer, embed_scale
+from .layers import RMSNorm, feed_forward, residual_add, sublayer_input
+from .model import (
+    ACTIVE_RECORDER,
+    DecoderCache,
+    Transformer,
+    add_positions,
+    embed_scale,
+    output_scale,
+    project_out,
+)
 from .positions import apply_rotary, rotary_angles, rotary_frequencies
 
 
@@ -74,6 +83,11 @@ def _bias_of(linear_bias: Tensor | None, part: slice) -> Tensor | None:
     return None if linear_bias is None else linear_bias[part]
 
 
+def _product(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
+    """A linear as a plain function of its (possibly column-major) weight and bias."""
+    return partial(F.linear, weight=weight, bias=bias)
+
+
 class FusedStep:
     """Feed one token per row through the decoder with a cache; logits of the next token.
 
@@ -112,11 +126,12 @@ class FusedStep:
         self.embed_norm = _norm(stack.embed_norm)
         self.bias = stack.bias if stack.position_bias is not None else None
         self.final = _norm(stack.norm)
-        self.out_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else None
+        self.out_scale = output_scale(cfg)
         # the same values, laid out for one-row products where the caller holds copies
         lay = copies.lay if copies is not None else lambda w: w
 
         self.generator = (lay(model.generator.weight), model.generator.bias)
+        self.project = _product(*self.generator)
         inner = self.inner
         self.layers = []
         for layer in stack.layers:
@@ -131,9 +146,16 @@ class FusedStep:
                     None
                     if ca is None
                     else (lay(ca.out_proj.weight), ca.out_proj.bias, ca.score_scale, ca),
-                    None if ff is None else (lay(ff.linear1.weight), ff.linear1.bias, ff.act),
-                    None if ff is None or ff.gate is None else (lay(ff.gate.weight), ff.gate.bias),
-                    None if ff is None else (lay(ff.linear2.weight), ff.linear2.bias),
+                    # the feed-forward's up, activation, down and gate (None: an attention-only
+                    # model's layer has none; a plain one no gate)
+                    None
+                    if ff is None
+                    else (
+                        _product(lay(ff.linear1.weight), ff.linear1.bias),
+                        ff.act,
+                        _product(lay(ff.linear2.weight), ff.linear2.bias),
+                        None if ff.gate is None else _product(lay(ff.gate.weight), ff.gate.bias),
+                    ),
                     (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3)),
                     # Gemma 3: QK-norm, sandwich norms, the sliding window (None: every key)
                     (sa.q_norm, sa.k_norm, layer.post_norm1, layer.post_norm3, layer.window),
@@ -156,10 +178,8 @@ class FusedStep:
         x = F.embedding(tokens, self.table)  # [B, D]
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        if self.positions is not None:
-            x = x + self.positions[pos + self.offset].to(x.dtype)
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
+        x = add_positions(x, self.positions, pos + self.offset, self.embed_norm)
+        first = self.norm_first
         bias = None
         if self.bias is not None:  # T5: [1, H, 1, pos + 1], added to the scores
             bias = self.bias(1, pos + 1, pos)
@@ -172,12 +192,12 @@ class FusedStep:
             local = rotary
             if self.local_freq is not self.inv_freq:
                 local = rotary_angles(self.local_freq, pos, 1, x.dtype)
-        for i, (sa, so, cq, co, f1, gate, f2, norms, extra) in enumerate(self.layers):
+        for i, (sa, so, cq, co, ff, norms, extra) in enumerate(self.layers):
             n1, n2, n3 = norms
             q_norm, k_norm, post1, post3, window = extra
             rot = rotary if window is None else local
             # -- masked self-attention over the cache (one query: nothing is in its future)
-            h = n1(x) if self.norm_first else x
+            h = sublayer_input(x, n1, first)
             qkv = F.linear(h, sa[0], sa[1])  # [B, (H + 2 * Hkv) * Dh]
             buf = cache.self_kv[i]
             kv = buf.reserve(end, qkv)  # [2, B, Hkv, room, Dh]
@@ -214,10 +234,10 @@ class FusedStep:
             out = F.linear(z.reshape(b, inner), so[0], so[1])  # [B, D]
             if post1 is not None:
                 out = post1(out)
-            x = x + out if self.norm_first else n1(x + out)
+            x = residual_add(x, out, n1, first)
             # -- cross-attention to the cached encoder keys/values (none in a decoder-only model)
             if cq is not None:
-                h = n2(x) if self.norm_first else x
+                h = sublayer_input(x, n2, first)
                 q = F.linear(h, cq[0], cq[1]).view(b, h_, 1, dh)  # [B, H, 1, Dh]
                 k, v = cache.cross_kv[i]
                 hook = recorder.hook_for(co[3]) if recorder is not None else None
@@ -230,20 +250,14 @@ class FusedStep:
                     if self.cross_dead is not None:
                         z = z.masked_fill(self.cross_dead, 0.0)
                 out = F.linear(z.reshape(b, inner), co[0], co[1])
-                x = x + out if self.norm_first else n2(x + out)
+                x = residual_add(x, out, n2, first)
             # -- feed-forward (none in an attention-only model)
-            if f1 is None:
+            if ff is None:
                 continue
-            h = n3(x) if self.norm_first else x
-            a = f1[2](F.linear(h, f1[0], f1[1]))  # [B, d_ff]
-            if gate is not None:
-                a = a * F.linear(h, gate[0], gate[1])
-            out = F.linear(a, f2[0], f2[1])
+            out = feed_forward(sublayer_input(x, n3, first), *ff)  # [B, D]
             if post3 is not None:
                 out = post3(out)
-            x = x + out if self.norm_first else n3(x + out)
+            x = residual_add(x, out, n3, first)
         if self.final is not None:
             x = self.final(x)
-        if self.out_scale is not None:
-            x = x * self.out_scale
-        return F.linear(x, *self.generator)  # [B, V]
+        return project_out(x, self.out_scale, self.project)  # [B, V]
