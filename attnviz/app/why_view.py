@@ -286,8 +286,11 @@ def patching(
     g = res.grid
     noising = direction == "noising"  # what matters most: the lowest cell, else the highest
     best = np.unravel_index(int(np.nanargmin(g) if noising else np.nanargmax(g)), g.shape)
-    names = [res.labels[ax][i] for ax, i in zip(res.axes, best, strict=True)]
-    where = " / ".join(f"{ax} {html.escape(n)}" for ax, n in zip(res.axes, names, strict=True))
+    short = {"head": "H", "layer": "L"}  # as the grid's axes write them
+    names = [display_token(res.labels[ax][i]) if ax == "position"  # a token: spaces shown
+             else short.get(ax, "") + res.labels[ax][i]
+             for ax, i in zip(res.axes, best, strict=True)]  # fmt: skip
+    where = " · ".join(html.escape(n) for n in names)
     how = (
         "Noising: the clean input runs, one corrupted activation put in per cell."
         if noising
@@ -298,7 +301,8 @@ def patching(
         f"clean {res.clean_diff:.3f}, "
         f"corrupted {res.corrupted_diff:.3f}; each cell normalised so 0 is the corrupted run "
         f"and 1 the clean one. {'Most damaging' if noising else 'Largest restored'}: "
-        f"**{where}** ({float(g[best]):.3f})."
+        f"**{where}** ({float(g[best]):.3f} of the clean run's difference "
+        f"{'left' if noising else 'restored'})."
     )
     return WhyView(msg, patch_figure(res), data=res.to_dict(), result=res)
 

@@ -83,7 +83,7 @@ def test_patching_the_previous_token_head_breaks_induction(stepped):
     assert view.result.clean_diff == pytest.approx(11.97, abs=0.01)
     assert view.result.grid[0, 0] == pytest.approx(0.008, abs=0.002)
     assert view.result.grid[0, 0] == np.nanmin(view.result.grid)
-    assert "Most damaging" in view.message and "head 0" in view.message
+    assert "Most damaging: **decoder_self 0 · H0** (0.008" in view.message
 
 
 def test_patching_defaults_to_the_token_produced_and_the_runner_up(stepped):

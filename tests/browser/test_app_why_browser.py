@@ -1,0 +1,114 @@
+"""Activation patching in the "Why this token" tab, in a real headless Chromium: pick
+models/induction in the model menu, Step once after ``abcdefabcde`` (the model answers ``f``),
+open the tab, type the corrupted ``abcdxfabcde``, the answer and the wrong token, patch each
+head's output (noising), and read the drawn grid's cells back: they are the library's grid,
+and the layer-0 previous-token head is the one that kills the answer. Light and dark; set
+``ATTNVIZ_SHOTS=<folder>`` to keep the screenshots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import browser_or_skip
+
+browser_or_skip()  # skips the module without Chromium, Playwright or gradio
+
+import attnviz  # noqa: E402  (after the skips)
+
+CLEAN, CORRUPTED = "abcdefabcde", "abcdxfabcde"
+SHOTS = os.environ.get("ATTNVIZ_SHOTS")
+SHOWN = "(id) => { const e = document.querySelector(id); return e && e.offsetParent !== null; }"
+# the cells as plotly drew them (its full data: base64 arrays decoded)
+CELLS = """() => { const gd = document.querySelector('#why-patch-plot .js-plotly-plot');
+  return Array.from(gd._fullData[0].z, (row) => Array.from(row)); }"""
+TICKS = """(axis) => { const l = document.querySelector('#why-patch-plot .js-plotly-plot').layout;
+  return Array.from(l[axis].ticktext); }"""
+# WCAG contrast of the text in the tab's messages on their effective background
+CONTRAST = """(sel) => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const blend = (el) => { let out = [255, 255, 255], stack = [];
+    for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length >= 3 && (c.length < 4 || c[3] > 0)) { stack.push(c); if (c.length < 4 || c[3] >= 1) break; } }
+    for (const c of stack.reverse()) { const a = c.length < 4 ? 1 : c[3]; out = out.map((v, i) => v * (1 - a) + c[i] * a); }
+    return out; };
+  return Array.from(document.querySelectorAll(sel)).filter((el) => el.textContent.trim()).map((el) => {
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(blend(el));
+    return [el.textContent.trim().slice(0, 30), (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
+  });
+}"""
+# the tab bar's overflow button (the one without text), opening the tabs that do not fit
+OPEN_TAB = """() => { const b = [...document.querySelectorAll('#tabs button')].find(
+  (b) => !b.innerText.trim() && !b.className.includes('av-') && b.offsetParent !== null);
+  if (b) b.click(); }"""
+
+
+def _open_tab(page) -> None:
+    tab = page.get_by_role("tab", name="Why this token")
+    if tab.count() and tab.first.is_visible():
+        tab.first.click()
+    else:  # past the tab bar's width: in its overflow menu
+        page.evaluate(OPEN_TAB)
+        page.get_by_role("button", name="Why this token").filter(visible=True).click()
+    page.wait_for_function(SHOWN, arg="#why-patch-btn")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_patching_in_the_why_tab_reads_back_the_library_grid(
+    browser, url, models_dir, scheme, tmp_path
+):
+    page = browser.new_page(viewport={"width": 1400, "height": 1300}, color_scheme=scheme)
+    page.set_default_timeout(120_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(url)
+        page.wait_for_function(
+            "() => document.querySelector('#model-info')?.innerText.includes('running on')"
+        )
+        page.locator("#model-picker input").click()
+        page.get_by_role("option", name="induction", exact=True).click()
+        page.wait_for_function(
+            "() => document.querySelector('#model-info').innerText.includes('decoder-only')"
+        )
+        page.locator("#input-text textarea").fill(CLEAN)
+        page.locator("#step-btn").click()
+        page.wait_for_function("() => window.AttnViz.drawn.step === 1")
+        _open_tab(page)
+        page.locator("#why-corrupted textarea").fill(CORRUPTED)
+        page.locator("#why-answer textarea").fill("f")
+        page.locator("#why-wrong textarea").fill("x")
+        page.locator("#why-what label:has-text('heads')").first.click()
+        page.locator("#why-direction label:has-text('noising')").last.click()
+        page.locator("#why-patch-btn").click()
+        page.wait_for_function(SHOWN, arg="#why-patch-plot .js-plotly-plot")
+        message = page.locator("#why-patch-message").inner_text()
+        assert "⚠" not in message and "Most damaging" in message, message
+
+        ckpt = attnviz.load_checkpoint(models_dir / "induction")
+        want = attnviz.analysis.patch(ckpt, CLEAN, CORRUPTED, "f", "x", "heads",
+                                      direction="noising", progress=False)  # fmt: skip
+        drawn = np.asarray(page.evaluate(CELLS), dtype=float)
+        np.testing.assert_allclose(drawn, want.grid, atol=1e-6)
+        assert page.evaluate(TICKS, "yaxis") == ["decoder_self 0", "decoder_self 1"]
+        assert page.evaluate(TICKS, "xaxis") == ["H0", "H1", "H2", "H3"]
+        prev = int(attnviz.analysis.induction_scores(ckpt, n=20).prev_token[0].argmax())
+        assert drawn[0, prev] == drawn.min() and drawn[0, prev] < 0.1  # the answer is gone
+        assert f"Most damaging: decoder_self 0 · H{prev}" in message
+        worst = page.evaluate(CONTRAST, "#why-patch-message p, #why-patch-message strong")
+        assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:3]
+        folder = Path(SHOTS) if SHOTS else tmp_path
+        folder.mkdir(parents=True, exist_ok=True)
+        page.locator("#why-patch-plot").scroll_into_view_if_needed()
+        box = page.evaluate("""() => { const a = document.querySelector('#why-corrupted')
+            .getBoundingClientRect(), b = document.querySelector('#why-patch-plot')
+            .getBoundingClientRect(); return {x: 0, y: a.top + window.scrollY - 60,
+            width: 1400, height: b.bottom - a.top + 80}; }""")
+        page.screenshot(path=str(folder / f"why-patch-{scheme}.png"), clip=box, full_page=True)
+        assert errors == [], errors
+    finally:
+        page.close()
