@@ -182,7 +182,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         # a tokenizer entry of the wrong type (a number for a token list, say)
         raise CheckpointError(f"{weights}: unusable metadata ({one_line(exc, 200)})") from None
     _check_vocab(config, src_tok, tgt_tok, CheckpointError)
-    model = build_model(config, tensors, weights)  # shapes on the meta device first
+    model = build_model(config, tensors, weights, owned=True)  # shapes on the meta device first
     return Checkpoint(
         model.to(device).eval(), src_tok, tgt_tok, config, meta, weights.parent, prompt=prompt
     )

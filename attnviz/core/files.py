@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
@@ -48,6 +50,39 @@ def write_json_atomically(path: str | Path, data: dict) -> None:
     replace_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
 
 
+#: safetensors dtype names read straight into torch tensors (others go through safetensors)
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+           "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
+           "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}  # fmt: skip
+
+
+def _read_into_memory(path: Path, f) -> dict[str, Tensor]:
+    """Every tensor of a safetensors file ``f`` (already opened, so its header and offsets
+    are checked) read with plain reads into tensors of its own, never a mapping of the file:
+    the loaded weights then exist once (a mapping's pages count again when touched), and a
+    file rewritten in place later cannot change them or fault."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        (n,) = struct.unpack("<Q", fh.read(8))
+        entries = json.loads(fh.read(n))
+        out: dict[str, Tensor] = {}
+        for key in f.keys():  # noqa: SIM118 (not a dict)
+            entry = entries[key]
+            dtype = _DTYPES.get(entry["dtype"])
+            if dtype is None:
+                out[key] = f.get_tensor(key)
+                continue
+            begin, end = entry["data_offsets"]
+            t = torch.empty(entry["shape"], dtype=dtype)
+            if t.numel() * t.element_size() != end - begin or 8 + n + end > size:
+                raise ValueError(f"tensor {key} does not fit its offsets")
+            fh.seek(8 + n + begin)
+            if t.numel() and fh.readinto(t.reshape(-1).view(torch.uint8).numpy()) != end - begin:
+                raise ValueError(f"the file ends inside tensor {key}")
+            out[key] = t
+    return out
+
+
 def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     """Read a safetensors file without unpickling anything.
 
@@ -59,9 +94,9 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="pt") as f:  # checks the header and offsets
             header = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+            tensors = _read_into_memory(path, f)
     except (SafetensorError, OSError, ValueError) as exc:
         # Only now look at the first bytes: a valid safetensors header length can start with
         # any byte (0x80 included), so the pickle test must not come first.
@@ -81,5 +116,3 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
         except json.JSONDecodeError as exc:
             raise CheckpointError(f"{path}: metadata in the header is not JSON ({exc})") from None
     return tensors, meta
-
-

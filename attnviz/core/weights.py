@@ -57,23 +57,39 @@ def check_tensors(expected: dict[str, Tensor], tensors: dict[str, Tensor], where
 
 
 def finite(t: Tensor) -> bool:
-    """Whether every number of ``t`` is finite: its sum first (NaN and inf carry into it; a
-    few milliseconds for a 168M-number table), the cells only when the sum is not finite
-    (an overflowing sum of finite numbers)."""
+    """Whether every number of ``t`` is finite: its sum first, in its own dtype (NaN and inf
+    carry into it; no copy is made, where a float64 sum copies the whole tensor to float64),
+    the cells only when the sum is not finite (an overflowing sum of finite numbers)."""
     if not t.is_floating_point() or t.numel() == 0:
         return True
     with torch.no_grad():
-        if bool(torch.isfinite(t.sum(dtype=torch.float64))):
+        if bool(torch.isfinite(t.sum())):
             return True
-        return bool(torch.isfinite(t).all())
+        return all(bool(torch.isfinite(part).all()) for part in t.reshape(-1).split(1 << 20))
 
 
-def load_tensors(model: torch.nn.Module, tensors: dict[str, Tensor], where) -> None:
-    """Copy ``tensors`` into ``model`` (names and shapes already checked); refuse NaN/inf."""
-    expected = unique_state_dict(model)
+def load_tensors(
+    model: torch.nn.Module, tensors: dict[str, Tensor], where, owned: bool = False
+) -> None:
+    """Put ``tensors`` into ``model`` (names and shapes already checked); refuse NaN/inf.
+
+    Args:
+        owned: the tensors are the caller's to give away (read from a file for this model):
+            each parameter then takes its tensor's memory instead of a copy, so the weights
+            exist once (the parameter's own, never-written allocation is handed back
+            untouched). Otherwise they are copied (a user's state dict stays theirs).
+    """
+    # keep_vars: the parameter and buffer objects themselves (state_dict() detaches them,
+    # and a detached alias given new data leaves the module's tensor as it was)
+    kept = model.state_dict(keep_vars=True)
+    expected = {k: kept[k] for k in unique_state_dict(model)}
     with torch.no_grad():
         for k, t in expected.items():
-            t.copy_(tensors[k].to(t.dtype))
+            given = tensors[k].to(t.dtype)
+            if owned and given.device == t.device:
+                t.data = given.contiguous()  # the same Parameter object: ties are kept
+            else:
+                t.copy_(given)
     bad = [k for k, t in expected.items() if not finite(t)]
     if bad:
         raise CheckpointError(f"{where}: NaN or inf in {', '.join(shorten(k) for k in bad[:4])}")
@@ -102,7 +118,9 @@ def _no_init():
                 setattr(init, name, fn)
 
 
-def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Path) -> Transformer:
+def build_model(
+    config: ModelConfig, tensors: dict[str, Tensor], where: str | Path, owned: bool = False
+) -> Transformer:
     """A :class:`Transformer` of ``config`` holding ``tensors``, in eval mode on the CPU.
 
     Names and shapes are checked against a meta-device skeleton before anything is
@@ -112,6 +130,7 @@ def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Pa
     Args:
         tensors: the state dict, tied tensors once (as :func:`unique_state_dict` names them).
         where: the file or folder named in errors.
+        owned: the model may keep the tensors' memory (see :func:`load_tensors`).
     Raises:
         CheckpointError: missing, unexpected, misshapen, non-float or non-finite tensors.
     """
@@ -123,5 +142,5 @@ def build_model(config: ModelConfig, tensors: dict[str, Tensor], where: str | Pa
     with _no_init():  # every parameter is overwritten just below
         model = Transformer(config)
     with one_thread():
-        load_tensors(model, tensors, where)
+        load_tensors(model, tensors, where, owned)
     return model.eval()

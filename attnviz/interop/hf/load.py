@@ -166,7 +166,7 @@ def _build(
     table = take_encoder_table(ours)  # a fixed table the folder holds (Whisper's encoder)
     if table is not None:
         table = check_encoder_table(table, cfg, folder)
-    model = build_model(cfg, ours, folder)  # shapes on the meta device first
+    model = build_model(cfg, ours, folder, owned=True)  # shapes on the meta device first
     if table is not None:
         set_encoder_table(model, table)
     return model.to(device)
