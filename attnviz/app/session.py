@@ -28,10 +28,11 @@ from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
-from . import beamview, inputs, readview, speech, stamps, store, uploads, views
-from .beamview import BeamView, beam_node, beam_view  # the beam panel's actions
+from . import inputs, readview, speech, stamps, store, uploads, views
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
+from .panels import beam as beamview
+from .panels.beam import BeamView, beam_node, beam_view  # the beam panel's actions
 from .state import (
     SessionState,
     checkpoint_of,

@@ -29,7 +29,6 @@ from . import (
     filekinds,
     llms,
     session,
-    similarity_view,
     speech,
     store,
     ui_align,
@@ -42,7 +41,7 @@ from . import (
 )
 from .decoders import DECODERS
 from .kinds import input_label, note
-from .panels import PANELS, Face, elsewhere
+from .panels import PANELS, Face, elsewhere, similarity
 from .stamps import follow as follow_plan
 from .stamps import panel_stamps as stamp
 from .state import SessionState, checkpoint_of, describe
@@ -256,7 +255,7 @@ def build_app(
     its last decoding event; gradio's temporary files (uploads, exports) after an hour.
     """
     title = "attnviz — attention inspector"
-    similarity_view.register_models()  # all-MiniLM-L6-v2 when its package is installed
+    similarity.register_models()  # all-MiniLM-L6-v2 when its package is installed
     if model:
         store.model_name(model)  # a --model folder gets its name in the menu
     speech.register_models()  # Whisper tiny.en when its package is installed

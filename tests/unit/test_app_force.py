@@ -8,7 +8,8 @@ import re
 import numpy as np
 import torch
 
-from attnviz.app import reference, session, store
+from attnviz.app import session, store
+from attnviz.app.panels import reference
 from attnviz.decode.greedy import GreedyStepper
 
 TEXT = "helloworld"

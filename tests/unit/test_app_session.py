@@ -659,7 +659,7 @@ def _leaves(strip: str) -> list[int]:
 
 
 def test_a_forced_step_moves_the_references_output_mark(models_dir):
-    from attnviz.app import reference
+    from attnviz.app.panels import reference
 
     ckpt = session.checkpoint_of(_stepped(models_dir, 0))
     s = _stepped(models_dir, 3)
@@ -705,7 +705,7 @@ def test_the_expected_line_and_the_reference_box_say_the_same(models_dir, tmp_pa
     """One function (:func:`attnviz.train.evaluate.expected_output`) gives the output expected
     of an input: the Expected line under the step view and the Reference box's pre-filled
     text say the same, for a built-in task's input and for a corpus run's dev source."""
-    from attnviz.app import reference
+    from attnviz.app.panels import reference
     from attnviz.train.evaluate import expected_output
 
     def both(folder: Path, text: str) -> tuple[list[str] | None, str]:

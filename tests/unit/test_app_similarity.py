@@ -1,4 +1,4 @@
-"""The Similarity tab through its gradio-free logic (:mod:`attnviz.app.similarity_view`): the
+"""The Similarity tab through its gradio-free logic (:mod:`attnviz.app.panels.similarity`): the
 real all-MiniLM-L6-v2 when its package is installed, else skipped; the non-embedder line on
 the shipped reversal model."""
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.app import session, similarity_view, store
+from attnviz.app import session, store
 from attnviz.app import stamps as app_stamps
+from attnviz.app.panels import similarity as similarity_view
 from attnviz.render.plots_similarity import pair_heatmap, token_bars
 
 A = "A cat sits on the mat."

@@ -3,16 +3,18 @@ its name, its tab, its stamp and how it follows the state; the page's followers 
 
 A panel is a gradio-free logic module plus its layout and wiring, which build its
 :class:`~attnviz.app.panels.registry.Face` (its components and how they are cleared, rerun and
-renewed). Here, the panels already moved: :mod:`.health`, :mod:`.playback`, :mod:`.export`
-(logic modules named for the panel, no suffix). A new panel is one module here plus one line
-in :data:`PANELS`.
+renewed). Panel modules are named for the panel (a bare noun, no suffix). Here: :mod:`.export`
+(logic, layout, wiring and face in one module: a new panel is one module here plus one line
+in :data:`PANELS`), and the logic of :mod:`.health`, :mod:`.playback`, :mod:`.beam`,
+:mod:`.compare`, :mod:`.reference`, :mod:`.similarity` and :mod:`.whatif`, whose layout and
+wiring are still in the ``ui_*`` modules (``ui_labs``, ``ui_step``, ``ui_compare``,
+``ui_similarity``), which build their faces.
 
-Panels registered where they still live (being edited elsewhere; to move): the Alignment tab
+Panels registered where they still live, being edited elsewhere (to move): the Alignment tab
 and faithfulness (``app.alignment``, ``app.ui_align``), Why this token (``app.why_view``,
-``app.ui_why``), whose faces :mod:`.elsewhere` builds; and the labs, what-if, Reference, beam,
-Compare and Similarity panels (``app.labs``, ``app.whatif_view``, ``app.reference``,
-``app.beamview``, ``app.compare_lab``, ``app.similarity_view``), whose faces their ``ui_*``
-modules build.
+``app.ui_why``), whose faces :mod:`.elsewhere` builds; the labs and the contrast
+(``app.labs``, ``app.contrast_lab``: the workers preload the first, ``app.why_view`` imports
+the second).
 
 Importing this package imports no panel and no gradio: the stamps (and so the session layer)
 ask it.

@@ -25,15 +25,15 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..analysis.similarity import Similarity, similarity
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..render.plots_similarity import pair_heatmap, token_bars
-from . import store
-from .lru import LRU
-from .state import SessionState, checkpoint_of, warning
-from .views import display_token
-from .workers import remote
+from ...analysis.similarity import Similarity, similarity
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...render.plots_similarity import pair_heatmap, token_bars
+from .. import store
+from ..lru import LRU
+from ..state import SessionState, checkpoint_of, warning
+from ..views import display_token
+from ..workers import remote
 
 #: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
 PANEL = "similarity"

@@ -29,17 +29,17 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
-from ..render import plots
-from ..render.plots import KIND_TITLES
-from . import store
-from .kinds import is_decoder_only, refuse, scored_rows
-from .stamps import panel_stamps
-from .state import SessionState, checkpoint_of, head_label, head_weights, warning
-from .views import display_token, view_of
-from .workers import remote
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
+from ...render import plots
+from ...render.plots import KIND_TITLES
+from .. import store
+from ..kinds import is_decoder_only, refuse, scored_rows
+from ..stamps import panel_stamps
+from ..state import SessionState, checkpoint_of, head_label, head_weights, warning
+from ..views import display_token, view_of
+from ..workers import remote
 
 MAX_BEAMS = 8
 COL_W, ROW_H = 86, 58  # one column per step, one row per rank: room for the edges

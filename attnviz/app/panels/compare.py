@@ -20,23 +20,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 
-from ..analysis import compare as analysis_compare
-from ..analysis.compare import Comparison, check_comparable
-from ..analysis.masked_lm import scored_positions
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..core.model import KINDS
-from ..core.sites import parse_head, parse_head_index, parse_layer
-from ..decode.scoring import Scored
-from ..render import plots
-from ..render.plots import KIND_TITLES
-from . import store
-from .figures import placeholder
-from .kinds import is_decoder_only, is_encoder_only
-from .lru import LRU
-from .state import SessionState, checkpoint_of, layer_count, warning
-from .views import display_token
-from .workers import remote
+from ...analysis import compare as analysis_compare
+from ...analysis.compare import Comparison, check_comparable
+from ...analysis.masked_lm import scored_positions
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...core.model import KINDS
+from ...core.sites import parse_head, parse_head_index, parse_layer
+from ...decode.scoring import Scored
+from ...render import plots
+from ...render.plots import KIND_TITLES
+from .. import store
+from ..figures import placeholder
+from ..kinds import is_decoder_only, is_encoder_only
+from ..lru import LRU
+from ..state import SessionState, checkpoint_of, layer_count, warning
+from ..views import display_token
+from ..workers import remote
 
 #: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
 PANEL = "compare"

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..analysis.whatif import WhatIf, what_if
-from ..checkpoint import Checkpoint
-from ..core.devices import as_numpy
-from ..core.errors import AttnvizError, InputError
-from ..core.sites import parse_head_index
-from .decoders import DECODERS
-from .kinds import refuse
-from .state import SessionState, checkpoint_of, layer_index, warning
-from .views import display_token
-from .workers import remote
+from ...analysis.whatif import WhatIf, what_if
+from ...checkpoint import Checkpoint
+from ...core.devices import as_numpy
+from ...core.errors import AttnvizError, InputError
+from ...core.sites import parse_head_index
+from ..decoders import DECODERS
+from ..kinds import refuse
+from ..state import SessionState, checkpoint_of, layer_index, warning
+from ..views import display_token
+from ..workers import remote
 
 #: The strip's shading, from no attention to the row's largest weight: opaque, so the dark text
 #: on it reads the same on a light and a dark page (contrast >= 4.5 at both ends).
