@@ -83,6 +83,19 @@ class Flow(Exportable):
         )
         return toks[info["position"]]
 
+    def dead_ends(self) -> list[str]:
+        """Nodes where the route stops short of the inputs: reached (or the predicting node
+        itself) but with no edge into them at this threshold, and not an input stream. There
+        no single part is close to the block's output, as where a sublayer's output cancels
+        much of the residual: the proximity credits neither."""
+        top = next((k for k, v in self.nodes.items() if v["kind"] == "stream"
+                    and v["stack"] != "encoder" and v["position"] == self.position
+                    and v["layer"] == max(n["layer"] for n in self.nodes.values())), None)  # fmt: skip
+        reached = {self.edges[i].source for i in self.route} | ({top} if top else set())
+        fed = {self.edges[i].target for i in self.route}
+        return sorted(n for n in reached - fed
+                      if not (self.nodes[n]["kind"] == "stream" and self.nodes[n]["layer"] == 0))  # fmt: skip
+
     def to_dict(self) -> dict:
         return {
             "tokens": self.tokens, "source_tokens": self.source_tokens,

@@ -330,6 +330,11 @@ def flow_graph(state: SessionState, threshold: float = 0.04) -> WhyView:
                  f"{what}position {src} ({_tok(res.token_of(strongest.source))}) into "
                  f"{strongest.target} ({strongest.weight:.2f}, carried by "
                  f"{heads or 'no single head'}).")  # fmt: skip
+    dead = res.dead_ends()
+    if dead:
+        said += (f" The route stops at {', '.join(dead[:4])}: no single part of that block is "
+                 "close to its output (its sublayer cancels much of the residual), so the "
+                 "measure credits none; the direct attribution still splits the logit.")  # fmt: skip
     msg = (
         f"Edges whose importance (the proximity of a part to the block's output, normalised "
         f"per token) is below {float(threshold):g} are dropped; {len(res.route)} of "

@@ -59,7 +59,7 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
     values = res.values()
     span = float(np.abs(values).max()) if values.size else 1.0
     span = span or 1.0
-    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)], vertical_spacing=0.12)
+    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)], vertical_spacing=0.08)
     common = dict(colorscale=DIVERGING, zmin=-span, zmax=span, zmid=0.0, texttemplate="%{z:.2f}",
                   hovertemplate="%{customdata}: %{z:+.4f}<extra></extra>")  # fmt: skip
     fig.add_trace(go.Heatmap(
@@ -76,9 +76,9 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
         template=TEMPLATE,
         title=f"why {what}: {logit} {res.logit:.3f} = sum of the parts {res.total:.3f}",
         height=int(np.clip(230 + 46 * n_layers, 320, 1200)),
-        margin=dict(l=90, r=30, t=70, b=60),
+        margin=dict(l=90, r=30, t=110, b=60),
     )
-    fig.update_xaxes(token_axis([html.escape(p.name) for p in outside]), row=1, col=1)
+    fig.update_xaxes(token_axis([html.escape(p.name) for p in outside], side="top"), row=1, col=1)
     fig.update_yaxes(tickmode="array", tickvals=[0], ticktext=["outside"], row=1, col=1)
     fig.update_xaxes(token_axis([html.escape(c) for c in cols], title="head / part"), row=2, col=1)
     fig.update_yaxes(token_axis([f"L{i}" for i in range(n_layers)], reverse=True, title="layer"),
@@ -243,7 +243,8 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
                    f"{res.threshold:g}: {len(res.route)} edges on the route"),
             height=int(np.clip(220 + 110 * n_layers, 320, 1400)),
             xaxis=dict(tickmode="array", tickvals=xvals, ticktext=xtext, title="position",
-                       tickangle=-45, zeroline=False, showgrid=False),
+                       tickangle=-45, zeroline=False, showgrid=False,
+                       range=[-0.5, max(xvals) + 0.5]),  # every token, not the route's
             yaxis=dict(tickmode="array", tickvals=ticks, ticktext=texts, zeroline=False,
                        range=[-0.3, n_layers + 0.3]),
             legend=dict(orientation="h", y=-0.25),

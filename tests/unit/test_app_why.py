@@ -125,6 +125,12 @@ def test_an_encoder_decoder_flow_draws_the_source_and_cross_edges(models_dir):
     assert any(e.kind == "cross" for e in res.edges)
     assert "cross" in {t.name for t in view.figure.data}
     assert "cross-attention edge reads source position" in view.message
+    # at the default threshold the route stops where layer 1's cross-attention output cancels
+    # most of the residual: no part is close to the block's output, and the message says so
+    pruned = wv.flow_graph(state)
+    assert pruned.result.dead_ends() == ["c1_2"] and "The route stops at c1_2" in pruned.message
+    xs = pruned.figure.layout.xaxis
+    assert xs.range[1] > max(xs.tickvals)  # every token on the axis, not only the route's
 
 
 def test_before_a_step_and_bad_patching_input_are_one_line(stepped, models_dir):
