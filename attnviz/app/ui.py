@@ -69,12 +69,12 @@ class Page:
             ui_step.step_tab(self, state)
             ui_labs.mask_tab(self)
             ui_labs.other_tabs(self, state)
+            for page in panel_pages():  # one module of app/panels each, after the labs
+                page.layout(self)
             ui_align.align_tab(self)
             ui_compare.compare_tab(self)
             ui_similarity.similarity_tab(self)
             ui_why.why_tab(self)
-            for page in panel_pages():  # the panels that are one module of app/panels
-                page.layout(self)
         #: every registered panel on the page, by name (built by the modules that lay them out)
         self.faces: dict[str, Face] = {
             f.name: f

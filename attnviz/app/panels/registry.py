@@ -52,7 +52,7 @@ class Panel:
             Reference box when only the output shown moved).
         renew: it follows the checkpoint file (the header): renewed, never cleared.
         page: the module of this folder that lays it out, wires it and builds its face
-            (its ``layout(p)``, ``wire(p)``, ``faces(p)``), its tab added after the others;
+            (its ``layout(p)``, ``wire(p)``, ``faces(p)``), its tab added after the labs' tabs;
             ``""``: laid out by a ``ui_*`` module of the app.
     """
 
