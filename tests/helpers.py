@@ -336,3 +336,14 @@ def reverse_fixture(models_dir):
 
     return store.get_checkpoint(str(models_dir / "reverse"), "cpu")
 
+
+def zipped(folder: Path, zpath: Path) -> str:
+    """``folder``'s files (not its subfolders) in one zip at ``zpath``, as a user uploads a
+    checkpoint folder; the zip's path."""
+    import zipfile
+
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in folder.iterdir():
+            if f.is_file():
+                z.write(f, f.name)
+    return str(zpath)

@@ -11,7 +11,6 @@ import json
 import shutil
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,13 @@ import pytest
 pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import handle_file  # noqa: E402
-from helpers import MODELS, launched_app  # noqa: E402
+from helpers import MODELS, launched_app, zipped  # noqa: E402
 
 from attnviz.app import store, upload_space, workers  # noqa: E402
 
 OUTPUT, STATUS = 0, 1
 GB = 1 << 30
 pytestmark = pytest.mark.slow
-
-
-def zipped(folder: Path, zpath: Path) -> str:
-    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in folder.iterdir():
-            z.write(f, f.name)
-    return str(zpath)
 
 
 def many_added_tokens(folder: Path, n: int = 100_000) -> Path:

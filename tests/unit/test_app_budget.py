@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import zipfile
 from pathlib import Path
 
-from helpers import MODELS
+from helpers import MODELS, zipped
 
 from attnviz.app import session, uploads
 from attnviz.app.decoders import DecoderCache, held_bytes
@@ -38,18 +37,12 @@ def test_steppers_are_evicted_least_recently_used_to_fit_the_byte_budget():
 
 
 def test_a_sessions_new_upload_deletes_its_previous_one(tmp_path):
-    def zipped(name):
-        z = tmp_path / f"{name}.zip"
-        with zipfile.ZipFile(z, "w") as f:
-            for p in (MODELS / "reverse").iterdir():
-                if p.is_file():
-                    f.write(p, p.name)
-        return str(z)
-
-    first = session.upload_model(session.new_state(), [zipped("one")])
+    first = session.upload_model(
+        session.new_state(), [zipped(MODELS / "reverse", tmp_path / "one.zip")]
+    )
     sid = first.state.sid
     assert uploads.owned(sid) == {Path(first.state.model)}
-    second = session.upload_model(first.state, [zipped("two")])
+    second = session.upload_model(first.state, [zipped(MODELS / "reverse", tmp_path / "two.zip")])
     assert second.state.sid == sid and second.state.model != first.state.model
     assert not Path(first.state.model).exists()
     uploads.end_session(sid)

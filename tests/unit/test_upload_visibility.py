@@ -3,24 +3,15 @@ their look-ups of the name do not reach it (#39)."""
 
 from __future__ import annotations
 
-import zipfile
-
-from helpers import MODELS
+from helpers import MODELS, zipped
 
 from attnviz.app import session, store, uploads
 
 
-def _zipped(tmp_path, name):
-    z = tmp_path / f"{name}.zip"
-    with zipfile.ZipFile(z, "w") as f:
-        for p in (MODELS / "reverse").iterdir():
-            if p.is_file():
-                f.write(p, p.name)
-    return str(z)
-
-
 def test_an_upload_is_in_its_own_sessions_menu_only(tmp_path):
-    a = session.upload_model(session.new_state(), [_zipped(tmp_path, "mine")]).state
+    a = session.upload_model(
+        session.new_state(), [zipped(MODELS / "reverse", tmp_path / "mine.zip")]
+    ).state
     b = session.new_state()  # another tab, on a shipped model
     try:
         name = store.model_name(a.model)
