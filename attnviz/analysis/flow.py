@@ -124,6 +124,10 @@ class Flow(Exportable):
             heads = ", ".join(f"h{h} {w:.2f}" for h, w in e.heads[:3])
             lines.append(f"  {e.source:>8} ({self.token_of(e.source)!r}) -> {e.target:<8} "
                          f"{e.kind:<9} {e.weight:.2f}  {heads}")  # fmt: skip
+        dead = self.dead_ends()
+        if dead:
+            lines.append(f"the route stops at {', '.join(dead)}: no part of that block is close "
+                         "to its output (its sublayer cancels much of the residual)")  # fmt: skip
         return "\n".join(lines)
 
 
