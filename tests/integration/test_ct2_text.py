@@ -295,7 +295,7 @@ def test_missing_vocabulary_is_refused(tmp_path):
 
 def test_errors_are_interop_errors_for_what_attnviz_does_not_implement(tmp_path):
     folder = _spec_folder(tmp_path / "m", with_relative_position=True)
-    with pytest.raises(InteropError):
+    with pytest.raises(InteropError, match="does not implement: .*relative_position_keys"):
         attnviz.load_checkpoint(folder)
 
 

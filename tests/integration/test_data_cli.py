@@ -52,7 +52,7 @@ def test_bad_sizes_are_one_line_exit_2_and_nothing_written(tmp_path, capsys, ext
 
 
 def test_an_unknown_task_is_refused_by_the_parser(tmp_path, capsys):
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit, match="^2$") as info:
         main(["data", "--task", "nope", "--out", str(tmp_path / "c")])
     assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()

@@ -418,7 +418,7 @@ def test_bad_files_are_refused_in_one_line(tmp_path, arch, changes, words):
         write_model(path, "llama", meta={"general.architecture": "mamba"})
     else:
         write_model(path, arch, **changes)
-    with pytest.raises(AttnvizError) as err:
+    with pytest.raises(AttnvizError, match=r"bad\.gguf") as err:
         attnviz.load_checkpoint(path)
     text = str(err.value)
     assert "\n" not in text and len(text) < 400, text

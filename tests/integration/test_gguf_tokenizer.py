@@ -265,7 +265,7 @@ def test_bad_metadata_is_one_line(tmp_path, case):
     _write_llama(path)
     md = _metadata(path)
     md.update(_bad_cases(md)[case])
-    with pytest.raises(InteropError) as err:
+    with pytest.raises(InteropError, match=r"llama\.gguf") as err:
         gguf_tokenizer(md, 20_000_000, str(path))
     assert "\n" not in str(err.value) and "llama.gguf" in str(err.value)
 

@@ -250,18 +250,22 @@ def test_hugging_face_sizes_are_refused_under_an_address_space_limit(
 # -- B9: anything a file says gives an attnviz error ------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "file, change",
+    "file, change, match",
     [
-        ("config.json", {"activation_function": ["relu"]}),
-        ("config.json", {"max_position_embeddings": "abc"}),
-        ("config.json", {"d_model": 40.5}),
-        ("config.json", {"scale_embedding": {"a": 1}, "encoder_layers": [2]}),
-        ("generation_config.json", {"max_length": "abc"}),
-        ("generation_config.json", {"min_length": [1]}),
+        ("config.json", {"activation_function": ["relu"]}, r"activation \['relu'\] is not supp"),
+        ("config.json", {"max_position_embeddings": "abc"}, "max_position_embeddings must be an"),
+        ("config.json", {"d_model": 40.5}, "d_model must be an integer, got 40.5"),
+        (
+            "config.json",
+            {"scale_embedding": {"a": 1}, "encoder_layers": [2]},
+            r"encoder_layers must be an integer, got \[2\]",
+        ),
+        ("generation_config.json", {"max_length": "abc"}, "max_length must be a whole number"),
+        ("generation_config.json", {"min_length": [1]}, "min_length must be a whole number"),
     ],
 )
 def test_wrong_types_in_a_hugging_face_folder_are_one_attnviz_error(
-    marian_folder, tmp_path, file, change
+    marian_folder, tmp_path, file, change, match
 ):
     import shutil
 
@@ -271,7 +275,7 @@ def test_wrong_types_in_a_hugging_face_folder_are_one_attnviz_error(
     data = json.loads(path.read_text()) if path.is_file() else {}
     data.update(change)
     path.write_text(json.dumps(data))
-    with pytest.raises(attnviz.AttnvizError) as info:
+    with pytest.raises(attnviz.AttnvizError, match=match) as info:
         attnviz.load_checkpoint(folder)
     assert "\n" not in str(info.value) and len(str(info.value)) < 600
 
@@ -298,19 +302,19 @@ def test_wrong_types_in_the_config_are_one_attnviz_error(tmp_path, change, match
 
 
 @pytest.mark.parametrize(
-    "field, value",
+    "field, value, match",
     [
-        ("src_tokenizer", {"kind": 5, "tokens": 7}),
-        ("tgt_tokenizer", "abc"),
-        ("src_tokenizer", {"kind": "word", "tokens": [1, 2, None]}),
+        ("src_tokenizer", {"kind": 5, "tokens": 7}, "a tokenizer must be saved as"),
+        ("tgt_tokenizer", "abc", "a tokenizer must be saved as"),
+        ("src_tokenizer", {"kind": "word", "tokens": [1, 2, None]}, "first tokens must be"),
     ],  # fmt: skip
 )
-def test_wrong_types_in_the_tokenizers_are_one_attnviz_error(tmp_path, field, value):
+def test_wrong_types_in_the_tokenizers_are_one_attnviz_error(tmp_path, field, value, match):
     folder = _checkpoint(tmp_path / "ck")
     tensors, meta = read_tensors(folder / WEIGHTS)
     meta[field] = value
     write_tensors(folder / WEIGHTS, tensors, meta)
-    with pytest.raises(attnviz.AttnvizError) as info:
+    with pytest.raises(attnviz.AttnvizError, match=match) as info:
         attnviz.load_checkpoint(folder)
     assert "\n" not in str(info.value)
 

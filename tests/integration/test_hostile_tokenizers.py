@@ -168,8 +168,8 @@ def test_a_rust_panic_is_one_attnviz_error(tmp_path):
     failed = "reading text failed inside the tokenizers library"
     with pytest.raises(InputError, match=failed), rust_panics("reading text"):
         raise PanicException("Onig: Regex search error: retry-limit-in-match over")
-    with pytest.raises(KeyboardInterrupt), rust_panics("reading text"):  # passes through
-        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt, match="^stop$"), rust_panics("reading text"):
+        raise KeyboardInterrupt("stop")  # passes through as it is
     ckpt = attnviz.load_checkpoint(_subword_checkpoint(tmp_path / "ck"))
 
     class Panicking:
@@ -196,7 +196,7 @@ def test_the_cli_prints_a_panic_it_meets_in_one_line(monkeypatch, capsys):
     assert cli.main(["step", "--text", "abc"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("attnviz: error:") and "\n" not in err and "unwrap" in err
-    with pytest.raises(PanicException):  # --debug shows it whole
+    with pytest.raises(PanicException, match=r"Option::unwrap\(\)"):  # --debug: it whole
         cli.main(["step", "--text", "abc", "--debug"])
 
 
@@ -286,7 +286,7 @@ def test_a_folders_tokenizer_json_components_are_allow_listed(part, component, o
     if ok:
         check_folder(doc)
     else:
-        with pytest.raises(InputError) as info:
+        with pytest.raises(InputError, match=f"tokenizer.json's {part}") as info:
             check_folder(doc)
         assert "\n" not in str(info.value)
 

@@ -222,7 +222,7 @@ def test_cuda_bf16_training_run(tmp_path):
 
 
 def test_cli_unknown_task_is_an_argparse_error():
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         main(["train", "--task", "nope"])
 
 

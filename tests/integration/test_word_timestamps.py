@@ -5,6 +5,7 @@ silences, so every true start and end is known)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -152,7 +153,7 @@ def test_bad_word_time_files_are_one_line(tmp_path):
     for name, line in cases.items():
         path = tmp_path / f"{name}.jsonl"
         path.write_text(line + "\n")
-        with pytest.raises(attnviz.InputError) as info:
+        with pytest.raises(attnviz.InputError, match=re.escape(f"{name}.jsonl:1: ")) as info:
             read_word_times(path)
         assert "\n" not in str(info.value) and ":1" in str(info.value), name
     with pytest.raises(attnviz.InputError, match="not a file"):

@@ -57,7 +57,7 @@ def test_max_upload_reaches_launch_and_the_page(monkeypatch):
 
 
 def test_a_bad_max_upload_is_refused_by_the_parser(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         server.parser().parse_args(["--max-upload", "lots"])
     assert "not a size" in capsys.readouterr().err
 

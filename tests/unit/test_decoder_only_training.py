@@ -52,10 +52,14 @@ def test_a_too_long_pair_and_a_bad_stored_prompt_are_refused():
     with pytest.raises(InputError, match="max_len=6"):
         make_lm_batch([Prompt(1, 19).ids([5, 6, 7, 8])], [[5]], cfg)
     assert Prompt.from_dict(Prompt(1, 19).to_dict(), V) == Prompt(1, 19)
-    for bad in ({"bos_id": 1}, {"bos_id": 1, "sep_id": 99, "loss": "target"},
-                {"bos_id": True, "sep_id": None, "loss": "all"},
-                {"bos_id": 1, "sep_id": None, "loss": "everything"}, [1, 2]):  # fmt: skip
-        with pytest.raises(InputError):
+    for bad, match in (
+        ({"bos_id": 1}, "needs exactly bos_id, sep_id, loss"),
+        ({"bos_id": 1, "sep_id": 99, "loss": "target"}, "sep_id must be an id below 20, got 99"),
+        ({"bos_id": True, "sep_id": None, "loss": "all"}, "bos_id must be an id below 20, got T"),
+        ({"bos_id": 1, "sep_id": None, "loss": "everything"}, "loss must be 'target', 'all' or"),
+        ([1, 2], "needs exactly bos_id, sep_id, loss"),
+    ):
+        with pytest.raises(InputError, match=match):
             Prompt.from_dict(bad, V)
 
 

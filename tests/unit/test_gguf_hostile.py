@@ -60,7 +60,7 @@ def refused(tmp_path: Path, data: bytes, match: str = "") -> str:
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)
     start = time.perf_counter()
-    with pytest.raises(GGUFError) as info:
+    with pytest.raises(GGUFError, match=r"^bad\.gguf: ") as info:
         read_gguf(path)
     assert time.perf_counter() - start < 1.0
     message = str(info.value)

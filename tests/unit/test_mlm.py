@@ -59,10 +59,12 @@ def test_a_layout_without_a_mask_id_and_bad_stored_layouts_are_refused():
     with pytest.raises(InputError, match="mask id"):
         answer_batch(SRC, TGT, CFG, Prompt(TOK.bos_id, SEP, "mlm"))
     assert Prompt.from_dict(PROMPT.to_dict(), len(TOK)) == PROMPT
-    for bad in ({"bos_id": 1, "sep_id": SEP, "loss": "mlm"},
-                {"bos_id": 1, "sep_id": SEP, "loss": "mlm", "mask_id": 99},
-                {"bos_id": 1, "sep_id": SEP, "loss": "target", "mask_id": MASK}):  # fmt: skip
-        with pytest.raises(InputError):
+    for bad, match in (
+        ({"bos_id": 1, "sep_id": SEP, "loss": "mlm"}, "and mask_id for mlm"),
+        ({"bos_id": 1, "sep_id": SEP, "loss": "mlm", "mask_id": 99}, "mask_id must be an id below"),
+        ({"bos_id": 1, "sep_id": SEP, "loss": "target", "mask_id": MASK}, "and mask_id for mlm"),
+    ):
+        with pytest.raises(InputError, match=match):
             Prompt.from_dict(bad, len(TOK))
 
 
