@@ -18,13 +18,11 @@ the word timeline of the transcript once it is complete
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import io
 import shutil
 import tempfile
 import threading
-import uuid
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -182,30 +180,6 @@ def samples_of(state: SessionState) -> np.ndarray:
         return np.load(state.audio, allow_pickle=False)
     except (OSError, ValueError):
         raise InputError("the clip is gone from the server: give it again") from None
-
-
-def start_state(state: SessionState, ckpt: Checkpoint, clip, version: int) -> SessionState:
-    """The state that starts decoding ``clip`` (what the page gave: a path, or samples);
-    ``version``: the checkpoint file's."""
-    kept, _ = store_clip(clip)
-    frames = ENCODER_FRAMES
-    return dataclasses.replace(
-        state,
-        sid=state.sid or uuid.uuid4().hex,
-        text=str(clip),
-        audio=kept,
-        src_ids=list(range(frames)),
-        src_pieces=[time_label(i) for i in range(frames)],
-        unknown=[],
-        tokens=[],
-        step=0,
-        max_steps=ckpt.limit(frames),
-        version=version,
-        epoch=state.epoch + 1,
-        page_rows=-1,
-        eos_id=ckpt.config.eos_id,
-        forced=[],
-    )
 
 
 # -- the page payload ---------------------------------------------------------------------------
