@@ -8,15 +8,6 @@ from pathlib import Path
 
 from attnviz.app import session
 
-# -- step-through decoding -------------------------------------------------------------------------
-
-
-# -- mask lab, ablation, attribution ----------------------------------------------------------------
-
-
-# -- model-level panels -------------------------------------------------------------------------
-
-
 # -- models and uploads --------------------------------------------------------------------------
 
 
@@ -101,6 +92,3 @@ def test_app_modules_import_in_one_direction():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
-
-
-# -- the Attribution tab's alternatives menu and the Reference box follow the step view ---------

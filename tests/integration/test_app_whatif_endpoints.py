@@ -14,16 +14,8 @@ from attnviz.app import labs, session
 TEXT = "helloworld"
 
 
-
-
 def _stepped(models_dir, n: int) -> session.SessionState:
     return stepped_state(models_dir / "reverse", TEXT, n)
-
-
-# -- what-if ------------------------------------------------------------------------------------
-
-
-# -- why this token and not that one --------------------------------------------------------------
 
 
 # -- the named endpoints --------------------------------------------------------------------------

@@ -8,17 +8,6 @@ import attnviz
 from attnviz.analysis import health
 from attnviz.cli import main
 
-# -- reading figures back ----------------------------------------------------------------------
-
-
-# -- the report --------------------------------------------------------------------------------
-
-
-# -- every figure function that draws a mask ----------------------------------------------------
-
-
-# -- strict JSON -------------------------------------------------------------------------------
-
 
 # -- the health check fails a model that cannot do its task -------------------------------------
 @pytest.mark.slow

@@ -222,6 +222,3 @@ def test_a_stale_tree_is_cleared_and_refuses_clicks(done, shown):
     assert "changed since this tree was drawn" in view.message and kept is None
     assert view.state.tokens == other.tokens  # the step view is kept
     assert session.beam_node(done, None, 5).message.startswith("⚠ press “Decode with beam")
-
-
-# -- the page's endpoints, through gradio_client -------------------------------------------------

@@ -18,8 +18,6 @@ from attnviz.app.panels import whatif as whatif_view
 TEXT = "helloworld"
 
 
-
-
 def _stepped(models_dir, n: int) -> session.SessionState:
     return stepped_state(models_dir / "reverse", TEXT, n)
 
@@ -149,7 +147,10 @@ def test_whatif_follows_the_step_only_while_open():
     nxt = session.SessionState(model="m", epoch=1, step=4)
     assert app_stamps.stale_panels(stamps, nxt) == {"whatif"}
     shown = app_stamps.follow(stamps, nxt, "step", frozenset({"whatif"}))
-    assert shown.rerun == {"whatif"} and shown.stamps["whatif"] == app_stamps.panel_stamps(nxt)["whatif"]
+    assert (
+        shown.rerun == {"whatif"}
+        and shown.stamps["whatif"] == app_stamps.panel_stamps(nxt)["whatif"]
+    )
     closed = app_stamps.follow(stamps, nxt, "step")
     assert closed.clear == {"whatif"} and "whatif" not in closed.stamps
     elsewhere = app_stamps.follow(stamps, nxt, "mask", frozenset({"whatif"}))
@@ -215,6 +216,3 @@ def test_contrast_bad_input_is_one_line(models_dir, versus, layer, head, words):
     assert view.attribution is None
     chosen = labs.contrast(s, str(s.tokens[1]), "L1", "mean", n_steps=4)
     assert "is the one chosen at step 2" in chosen.message
-
-
-# -- the named endpoints --------------------------------------------------------------------------

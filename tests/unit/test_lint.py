@@ -53,3 +53,40 @@ def test_the_suite_sees_a_tracked_file_it_changed(tmp_path):
     assert tracked_changes(tmp_path) == {}
     (tmp_path / "shot.png").write_bytes(b"new")
     assert list(tracked_changes(tmp_path)) == ["shot.png"]
+
+
+def _test_files() -> list[Path]:
+    return sorted((ROOT / "tests").rglob("*.py"))
+
+
+def test_every_pytest_raises_says_which_message_it_expects():
+    """``pytest.raises(E)`` alone passes on any ``E``, the wrong one included: ``match=``."""
+    import ast
+
+    bare = []
+    for path in _test_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "raises"
+                and getattr(node.func.value, "id", "") == "pytest"
+                and not any(k.arg == "match" for k in node.keywords)
+            ):
+                bare.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bare, f"pytest.raises without match=: {bare}"
+
+
+def test_no_section_heading_in_the_tests_is_empty():
+    """A ``# -- heading ---`` comment followed by another heading or by the end of the file
+    heads nothing."""
+    import re
+
+    banner = re.compile(r"^\s*# ?(-{2,}|={2,}).*|^\s*# .*-{4,}\s*$")
+    empty = []
+    for path in _test_files():
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        for i, line in enumerate(lines):
+            if banner.match(line) and (i + 1 == len(lines) or banner.match(lines[i + 1])):
+                empty.append(f"{path.relative_to(ROOT)}: {line.strip()[:60]}")
+    assert not empty, f"section headings with nothing under them: {empty}"

@@ -215,6 +215,3 @@ def test_json_exports_are_strict_json(reverse_ckpt, tmp_path, models_dir):
     assert _strict(export.dumps({"a": [np.float32("nan"), float("inf"), 1.5]})) == {
         "a": [None, None, 1.5]
     }
-
-
-# -- the health check fails a model that cannot do its task -------------------------------------
