@@ -22,6 +22,7 @@ Shape legend: N patched runs in a batch, L layers, T positions, H heads, Dh head
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -234,13 +235,21 @@ def patch(
     method: str = "exact",
     batch: int = 32,
     progress: bool | None = None,
+    budget_s: float | None = None,
 ) -> Patching:
     """Activation patching of ``what`` between ``clean`` and ``corrupted`` (see the module
     docstring); ``step`` as :func:`attnviz.analysis.why.prepare`.
 
+    Args:
+        budget_s: the longest exact patching may take: after its first batch of patched runs
+            the whole grid's time is projected, and a grid that would take longer is refused
+            (:class:`TooLong`) before the rest runs. None: no limit.
+    Returns:
+        :class:`Patching`: ``grid`` (exact) and/or ``approx`` (attribution) with their axes.
     Raises:
         InputError: inputs of different token counts (both tokenizations shown), an answer
             or wrong token that is not one token, runs with the same logit difference.
+        TooLong: the exact grid would take more than ``budget_s``.
     """
     for name, value, allowed in (("what", what, WHATS), ("method", method, METHODS),
                                  ("direction", direction, DIRECTIONS)):  # fmt: skip
@@ -271,7 +280,8 @@ def patch(
     axes, labels, sites = _layout(ckpt, c, what)
     grid = approx = None
     if method in ("exact", "both"):
-        grid = _exact(ckpt, run, src, what, sites, diff, batch, progress)
+        clock = _Clock(_n_batches(ckpt, src, what, sites, len(run.ids), batch), budget_s, what)
+        grid = _exact(ckpt, run, src, what, sites, diff, batch, progress, clock)
         grid = norm(grid)
     agreement = {}
     if method in ("attribution", "both"):
@@ -309,10 +319,59 @@ def _chunks(n: int, size: int):
         yield slice(start, min(n, start + size))
 
 
-def _exact(ckpt, run: Prepared, src, what: str, sites, diff: Callable, batch: int, progress):
+class TooLong(InputError):
+    """An exact patching grid that would take longer than the time it was given."""
+
+    def __init__(self, message: str, seconds: float):
+        super().__init__(message)
+        self.seconds = seconds
+
+
+def _n_batches(ckpt, src, what: str, sites, t: int, batch: int) -> int:
+    """How many batched runs the exact grid takes."""
+    if what == "resid":
+        return len(sites) * -(-t // batch)
+    if what in ("heads", "patterns"):
+        return len(sites)
+    h = ckpt.config.n_heads
+    return sum(-(-(h * src.head_output(*site).shape[2]) // batch) for site in sites)
+
+
+class _Clock:
+    """Times the first batched run and refuses a grid whose projected time is over budget."""
+
+    def __init__(self, n: int, budget_s: float | None, what: str):
+        self.n, self.budget, self.what = n, budget_s, what
+        self.start = time.perf_counter()
+        self.done = 0
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.done != 1 or self.budget is None:
+            return
+        took = time.perf_counter() - self.start
+        total = took * self.n
+        if total > self.budget:
+            raise TooLong(
+                f"patching {self.what} takes {self.n} batched runs, about "
+                f"{total:.{0 if total >= 10 else 1}f} s here "
+                f"(over {self.budget:g} s): use attribution patching for a first look (one "
+                "backward pass), a coarser grid (heads, resid) or a shorter input",
+                total,
+            )
+
+
+def _exact(ckpt, run: Prepared, src, what: str, sites, diff: Callable, batch: int, progress,
+           clock: _Clock):  # fmt: skip
     """The metric (not normalised) of every patched run, shaped like the grid."""
     dev, h, t = ckpt.device, ckpt.config.n_heads, len(run.ids)
     out = []
+
+    def diff_run(edit, n: int) -> Tensor:
+        d = diff(_run(ckpt, run, [edit], n))
+        clock.tick()
+        return d
+
     for site in progress_bar(sites, f"patching {what}", progress):
         if what == "resid":
             values = src.stream(run.stack, site, "resid_pre")  # [1, T, D]
@@ -320,7 +379,7 @@ def _exact(ckpt, run: Prepared, src, what: str, sites, diff: Callable, batch: in
             row = []
             for s in _chunks(t, batch):
                 e = PatchStream(run.stack, site, "resid_pre", values, eye[s])
-                row.append(diff(_run(ckpt, run, [e], s.stop - s.start)))
+                row.append(diff_run(e, s.stop - s.start))
             out.append(torch.cat(row).cpu().numpy())
             continue
         kind, layer = site
@@ -328,16 +387,16 @@ def _exact(ckpt, run: Prepared, src, what: str, sites, diff: Callable, batch: in
             e = PatchWeights(
                 kind, layer, src.weights(kind, layer), torch.eye(h, dtype=torch.bool, device=dev)
             )
-            out.append(diff(_run(ckpt, run, [e], h)).cpu().numpy())
+            out.append(diff_run(e, h).cpu().numpy())
             continue
         z = src.head_output(kind, layer)  # [1, H, Tq, Dh]
         tq = z.shape[2]
         if what == "heads":
             where = torch.eye(h, dtype=torch.bool, device=dev)[:, :, None].expand(h, h, tq)
-            out.append(diff(_run(ckpt, run, [PatchHeads(kind, layer, z, where)], h)).cpu().numpy())
+            out.append(diff_run(PatchHeads(kind, layer, z, where), h).cpu().numpy())
             continue
         where = torch.eye(h * tq, dtype=torch.bool, device=dev).view(h * tq, h, tq)
-        row = [diff(_run(ckpt, run, [PatchHeads(kind, layer, z, where[s])], s.stop - s.start))
+        row = [diff_run(PatchHeads(kind, layer, z, where[s]), s.stop - s.start)
                for s in _chunks(h * tq, batch)]  # fmt: skip
         out.append(torch.cat(row).cpu().numpy().reshape(h, tq))
     return _stack(out)

@@ -35,7 +35,7 @@ import plotly.graph_objects as go
 
 from .. import analysis
 from ..analysis.export import dumps
-from ..analysis.patching import WHATS
+from ..analysis.patching import WHATS, TooLong
 from ..analysis.why import label, lens_grid, n_layers
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
@@ -60,6 +60,8 @@ INTRO = (
     "activation back at a time; **information flow** draws the routes that carry the "
     "prediction. Tokens are typed as text, or `#17` for the id 17."
 )
+#: the longest a patching grid may take in the app before attribution patching stands in
+BUDGET_S = 60.0
 NOT_STEPPED = "take at least one Step: this tab explains the token produced at the step shown"
 LENS_HEADERS = ["layer", "rank of the token produced (1 = top)", "its probability", "top tokens"]
 
@@ -278,12 +280,17 @@ def patching(
             b = token_arg(default)
         if a is None or b is None:
             raise InputError("give the answer and the wrong token (text, or #id)")
-        res = analysis.patch(
-            s.ckpt, s.text, bad, a, b, what, step=s.step, direction=direction, progress=False
-        )
+        run = dict(step=s.step, direction=direction, progress=False)
+        try:
+            res = analysis.patch(s.ckpt, s.text, bad, a, b, what, budget_s=BUDGET_S, **run)
+            slow = ""
+        except TooLong as exc:  # a first look from one backward pass instead
+            res = analysis.patch(s.ckpt, s.text, bad, a, b, what, method="attribution", **run)
+            slow = (f"Exact patching would take about {exc.seconds:.0f} s here: this grid is "
+                    "**attribution patching** (one backward pass, an estimate). ")  # fmt: skip
     except AttnvizError as exc:
         return WhyView(message=warning(exc))
-    g = res.grid
+    g = res.grid if res.grid is not None else res.approx
     noising = direction == "noising"  # what matters most: the lowest cell, else the highest
     best = np.unravel_index(int(np.nanargmin(g) if noising else np.nanargmax(g)), g.shape)
     short = {"head": "H", "layer": "L"}  # as the grid's axes write them
@@ -296,7 +303,7 @@ def patching(
         if noising
         else "Denoising: the corrupted input runs, one clean activation put back per cell."
     )
-    msg = (
+    msg = slow + (
         f"{how} Metric logit({_tok(res.answer)}) − logit({_tok(res.wrong)}): "
         f"clean {res.clean_diff:.3f}, "
         f"corrupted {res.corrupted_diff:.3f}; each cell normalised so 0 is the corrupted run "

@@ -157,3 +157,12 @@ def test_the_json_download_holds_the_result(stepped):
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     assert data["axes"] == ["module", "head", "position"]
     assert data["clean_diff"] == pytest.approx(view.result.clean_diff)
+
+
+def test_a_grid_too_long_for_the_app_is_estimated_by_attribution_patching(stepped, monkeypatch):
+    monkeypatch.setattr(wv, "BUDGET_S", 0.0)
+    view = wv.patching(stepped, CORRUPTED, "f", "x", "head_positions")
+    assert view.message.startswith("Exact patching would take about")
+    assert view.result.grid is None and view.result.approx.shape == (2, 4, 12)
+    z = np.asarray(view.figure.data[0].z, dtype=float)
+    assert np.allclose(z, view.result.approx.reshape(z.shape), equal_nan=True)

@@ -327,3 +327,14 @@ def test_post_norm_shipped_models_attribute_and_flow():
     assert flow(gpt, "helloworld").route
     bert = attnviz.load_checkpoint(INDUCTION.parent / "reverse-bert")
     assert flow(bert, "helloworld").route
+
+
+def test_a_grid_over_its_time_budget_is_refused_after_one_batch():
+    from attnviz.analysis.patching import TooLong
+
+    ckpt = attnviz.load_checkpoint(INDUCTION)
+    with pytest.raises(TooLong, match=r"patching head_positions takes 4 batched runs, about") as e:
+        patch(ckpt, "abcdefabcde", "abcdxfabcde", "f", "x", what="head_positions", budget_s=0.0)
+    assert e.value.seconds > 0 and "attribution patching" in str(e.value)
+    ok = patch(ckpt, "abcdefabcde", "abcdxfabcde", "f", "x", what="heads", budget_s=3600.0)
+    assert ok.grid.shape == (2, 4)
