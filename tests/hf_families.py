@@ -12,6 +12,17 @@ import torch
 
 V = 61  # vocabulary of the tiny models
 
+#: The tiny sizes, under the names most transformers configs use (Llama, Mistral, Qwen2,
+#: Gemma 3, BERT, RoBERTa); every family's kwargs below start from it or from :data:`_COMMON`.
+_SIZES = dict(
+    vocab_size=V,
+    hidden_size=40,
+    intermediate_size=56,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+)
+
+#: The same sizes as the BART-like encoder-decoders name them.
 _COMMON = dict(
     d_model=40,
     encoder_layers=2,
@@ -25,6 +36,23 @@ _COMMON = dict(
     attention_dropout=0.0,
     activation_dropout=0.0,
 )
+_ONE_VOCAB = dict(_COMMON, vocab_size=V)  # FSMT names a vocabulary per side instead
+
+#: T5's own names for the sizes (its heads are 8 wide, not 40 / 3)
+_T5 = dict(
+    vocab_size=V,
+    d_model=40,
+    d_kv=8,
+    num_heads=3,
+    d_ff=56,
+    num_layers=2,
+    num_decoder_layers=3,
+    feed_forward_proj="relu",
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    dropout_rate=0.0,
+    decoder_start_token_id=0,
+)
 
 #: family -> (config class name, model class name, config kwargs)
 FAMILIES = {
@@ -32,8 +60,7 @@ FAMILIES = {
         "MarianConfig",
         "MarianMTModel",
         dict(
-            _COMMON,
-            vocab_size=V,
+            _ONE_VOCAB,
             pad_token_id=V - 1,
             decoder_start_token_id=V - 1,
             eos_token_id=0,
@@ -45,25 +72,20 @@ FAMILIES = {
     "bart": (
         "BartConfig",
         "BartForConditionalGeneration",
-        dict(_COMMON, vocab_size=V, activation_function="gelu", scale_embedding=False),
+        dict(_ONE_VOCAB, activation_function="gelu", scale_embedding=False),
     ),
     "mbart": (
         "MBartConfig",
         "MBartForConditionalGeneration",
         dict(
-            _COMMON,
-            vocab_size=V,
-            activation_function="gelu",
-            scale_embedding=True,
-            decoder_start_token_id=2,
+            _ONE_VOCAB, activation_function="gelu", scale_embedding=True, decoder_start_token_id=2
         ),
     ),
     "pegasus": (
         "PegasusConfig",
         "PegasusForConditionalGeneration",
         dict(
-            _COMMON,
-            vocab_size=V,
+            _ONE_VOCAB,
             pad_token_id=0,
             eos_token_id=1,
             decoder_start_token_id=0,
@@ -88,42 +110,11 @@ FAMILIES = {
             tie_word_embeddings=False,
         ),
     ),
-    "t5": (
-        "T5Config",
-        "T5ForConditionalGeneration",
-        dict(
-            vocab_size=V,
-            d_model=40,
-            d_kv=8,
-            num_heads=3,
-            d_ff=56,
-            num_layers=2,
-            num_decoder_layers=3,
-            feed_forward_proj="relu",
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=20,
-            dropout_rate=0.0,
-            decoder_start_token_id=0,
-        ),
-    ),
+    "t5": ("T5Config", "T5ForConditionalGeneration", dict(_T5)),
     "t5-v1.1": (
         "T5Config",
         "T5ForConditionalGeneration",
-        dict(
-            vocab_size=V,
-            d_model=40,
-            d_kv=8,
-            num_heads=3,
-            d_ff=56,
-            num_layers=2,
-            num_decoder_layers=3,
-            feed_forward_proj="gated-gelu",
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=20,
-            dropout_rate=0.0,
-            decoder_start_token_id=0,
-            tie_word_embeddings=False,
-        ),
+        dict(_T5, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
     ),
 }
 
@@ -288,13 +279,9 @@ def tokenized_folder(root: Path, family: str):
 
 
 _DECODER = dict(
-    vocab_size=V,
-    hidden_size=40,
-    intermediate_size=56,
+    _SIZES,
     num_hidden_layers=3,
-    num_attention_heads=4,
     num_key_value_heads=2,
-    max_position_embeddings=64,
     bos_token_id=1,
     eos_token_id=2,
     attention_dropout=0.0,
@@ -346,44 +333,36 @@ DECODER_ONLY = {
         "Gemma3TextConfig",
         "Gemma3ForCausalLM",
         dict(
-            _DECODER, num_key_value_heads=1, head_dim=12, query_pre_attn_scalar=20,
-            sliding_window=4, pad_token_id=0,
+            _DECODER,
+            num_key_value_heads=1,
+            head_dim=12,
+            query_pre_attn_scalar=20,
+            sliding_window=4,
+            pad_token_id=0,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         ),  # fmt: skip
     ),
 }
 
+_BERT = dict(
+    _SIZES,
+    num_hidden_layers=2,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    pad_token_id=0,
+)
+
 #: encoder-only families with a masked-LM head
 ENCODER_ONLY = {
-    "bert": (
-        "BertConfig",
-        "BertForMaskedLM",
-        dict(
-            vocab_size=V,
-            hidden_size=40,
-            intermediate_size=56,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=64,
-            type_vocab_size=2,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            pad_token_id=0,
-        ),  # fmt: skip
-    ),
-    "roberta": (
+    "bert": ("BertConfig", "BertForMaskedLM", dict(_BERT)),
+    "roberta": (  # positions start after the pad id: two more rows
         "RobertaConfig",
         "RobertaForMaskedLM",
         dict(
-            vocab_size=V,
-            hidden_size=40,
-            intermediate_size=56,
-            num_hidden_layers=2,
-            num_attention_heads=4,
+            _BERT,
             max_position_embeddings=66,
             type_vocab_size=1,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
             pad_token_id=1,
             bos_token_id=0,
             eos_token_id=2,
@@ -431,7 +410,9 @@ def gpt2_text_folder(folder: Path, **overrides):
     from tokenizers import ByteLevelBPETokenizer
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"])
+    bpe.train_from_iterator(
+        CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"]
+    )
     tok = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer)
     tok.save_pretrained(folder)
     config = transformers.GPT2Config(**{
