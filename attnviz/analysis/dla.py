@@ -198,7 +198,7 @@ def _attribute(ckpt: Checkpoint, prep, token, versus, center: bool) -> DirectAtt
     model, cfg = ckpt.model, ckpt.config
     logits, trace = streams_of(ckpt, prep, capture=("head_output",))
     p = prep.position
-    a = int(logits[0, p].argmax()) if token is None else token_id(ckpt, token)
+    a = int(logits[0].argmax()) if token is None else token_id(ckpt, token)
     b = None if versus is None else token_id(ckpt, versus, "versus")
     w_u = model.generator.weight.double()
     u = w_u[a] - (w_u[b] if b is not None else 0.0)  # [D]
@@ -261,7 +261,7 @@ def _attribute(ckpt: Checkpoint, prep, token, versus, center: bool) -> DirectAtt
         names.append(("output bias", "bias", None, None))
         values.append(float(gb[a] - (gb[b] if b is not None else 0.0)))
     parts = [Part(n, v, k, layer, h) for (n, k, layer, h), v in zip(names, values, strict=True)]
-    row = logits[0, p].double()
+    row = logits[0].double()
     logit = float(row[a] - (row[b] if b is not None else 0.0))
     return DirectAttribution(
         prep.tokens, p, label(ckpt, a), a, None if b is None else label(ckpt, b), b,

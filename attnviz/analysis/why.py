@@ -209,9 +209,10 @@ def readout(model: nn.Module, stack: str, x: Tensor) -> Tensor:
 
 @torch.no_grad()
 def streams_of(ckpt: Checkpoint, prep: Prepared, capture=None):
-    """One real forward pass keeping every layer's stream: ``(logits [1, T, V], trace)``."""
+    """One real forward pass keeping every layer's stream: ``(logits [1, V], trace)``, the
+    logits of the explained position only (the others' are never projected)."""
     with record(ckpt.model, capture=capture, streams=True) as trace:
-        logits = prep.run(prep.tensor(ckpt.device))
+        logits = prep.last(prep.tensor(ckpt.device))
     return logits, trace
 
 
@@ -311,7 +312,7 @@ def logit_lens(ckpt: Checkpoint | str, text, step: int | None = None, k: int = 5
     with torch.no_grad():
         x = torch.stack([s[0, p] for s in streams])  # [L + 1, D]
         probs = readout(ckpt.model, prep.stack, x).float().softmax(-1)  # [L + 1, V]
-    target = int(logits[0, p].argmax())
+    target = int(logits[0].argmax())
     k = max(1, min(int(k), probs.shape[-1]))
     top_p, top_i = probs.topk(k, dim=-1)
     t_prob = probs[:, target]
@@ -374,10 +375,8 @@ def lens_grid(
     logits, trace = streams_of(ckpt, prep)
     streams = layer_streams(trace, prep.stack, n_layers(ckpt, prep.stack))
     t = prep.position + 1
-    if prep.stack == "decoder":
-        targets = prep.ids[1:t] + [int(logits[0, t - 1].argmax())]
-    else:  # a masked-LM model predicts each position's own token
-        targets = prep.ids[:t]
+    nxt = prep.ids[1:t] + [int(logits[0].argmax())]
+    targets = nxt if prep.stack == "decoder" else prep.ids[:t]  # masked LM: its own token
     tgt = torch.tensor(targets, device=ckpt.device)
     rows = []
     for s in progress_bar(streams, "logit lens", progress):
