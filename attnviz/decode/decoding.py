@@ -44,7 +44,7 @@ def decode_memory(cfg: ModelConfig, prompt_len: int, steps: int) -> int:
     rows = _FIELDS * 4 * layers * heads * (self_keys + cross_keys)
     kv = (cfg.n_kv_heads or heads) * cfg.head_dim
     cache = layers * 2 * (first + steps) * kv * 4
-    per_step = 2 * cfg.tgt_vocab_size * 4
+    per_step = cfg.tgt_vocab_size * 4  # its logits (the probabilities are worked out from them)
     return rows + cache + steps * per_step
 
 

@@ -257,9 +257,10 @@ class StepResult:
         step: index of the produced token (0 = first token after BOS).
         token: the token id chosen (argmax under the stepper's rules, unless forced).
         prob: its probability.
-        probs: next-token distribution ``[V]`` (float32, CPU): the model's own, before any
-            :class:`LogitRules`.
-        logits: ``[V]`` (float32, CPU), likewise the model's own.
+        logits: ``[V]`` (float32, CPU): the model's own, before any :class:`LogitRules`.
+        probs: (a property) the next-token distribution ``[V]``, ``softmax(logits)``: worked
+            out when asked (the same numbers each time), so a step keeps one ``[V]`` vector,
+            not two (Gemma 3's 262,144-token vocabulary: 1 MB a step).
         attention: ``(kind, layer) -> [H, Tk]`` weights of this step's query row for
             ``"decoder_self"`` (Tk = step + 1) and ``"cross"`` (Tk = Ts).
         done: EOS produced or the length limit reached.
@@ -268,10 +269,14 @@ class StepResult:
     step: int
     token: int
     prob: float
-    probs: Tensor
     logits: Tensor
     attention: dict[tuple[str, int], Tensor]
     done: bool
+
+    @property
+    def probs(self) -> Tensor:
+        """The next-token distribution ``[V]`` (float32, CPU), before any rules."""
+        return torch.softmax(self.logits, dim=-1)
 
 
 class GreedyStepper:
@@ -384,7 +389,8 @@ class GreedyStepper:
                 logits = fused(ids[0])[0].float()  # [V]
             else:
                 logits = self.model.decode(ids, None, cache=self._cache)[0, -1].float()
-        probs = torch.softmax(logits, dim=-1)
+        kept = logits.cpu()
+        probs = torch.softmax(kept, dim=-1)  # as StepResult.probs works it out
         step = len(self._steps)
         chosen = (
             token
@@ -397,8 +403,7 @@ class GreedyStepper:
             step=len(self._steps),
             token=chosen,
             prob=float(probs[chosen]),
-            probs=probs.cpu(),
-            logits=logits.cpu(),
+            logits=kept,
             attention=attention,
             done=False,
         )

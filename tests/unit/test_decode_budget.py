@@ -24,7 +24,7 @@ def _held(stepper) -> int:
             total += t.numel() * t.element_size()
 
     for s in stepper.steps:
-        add(s.probs), add(s.logits)
+        add(s.logits)  # probs are worked out from them when asked
         for t in s.attention.values():
             add(t)
     for rec in stepper._records:  # the rows the trace is assembled from
