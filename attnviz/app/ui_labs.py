@@ -11,7 +11,7 @@ from ..core.model import KINDS
 from . import labs, session
 from .kinds import is_decoder_only, is_encoder_only
 from .pagetext import MASK_INTRO, STALE, THEME_JS
-from .panels import Face, health, playback
+from .panels import Face, playback
 from .stamps import panel_stamps as stamp
 from .state import SessionState, checkpoint_of, head_choices, layer_count
 from .ui_common import (
@@ -53,7 +53,7 @@ def mask_tab(p) -> None:
 
 
 def other_tabs(p, state: SessionState) -> None:
-    """Head ablation, attribution, checkpoint health, training playback."""
+    """Head ablation, attribution, training playback."""
     layers, heads = decoder_menus(state)
     with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
         p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
@@ -96,14 +96,6 @@ def other_tabs(p, state: SessionState) -> None:
                 label="contrastive attribution and next-step attention",
                 elem_id="attribution-contrast",
             )
-    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
-        p.health_extra = gr.Textbox(
-            label="for a model without a task: the current input is checked, and these "
-            "inputs too (one per line)", lines=2, elem_id="health-inputs",
-        )  # fmt: skip
-        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
-        p.health_html = gr.HTML(elem_id="health-report")
-        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
     with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
         with gr.Row():
             p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
@@ -226,11 +218,6 @@ def faces(p) -> list[Face]:
             },
             control_outputs=[p.ablate_sites],
         ),
-        Face(
-            "health",
-            [p.health_html, p.health_plot],
-            clear=lambda s, v: {p.health_html: STALE, p.health_plot: None},
-        ),
         Face(  # the snapshots' range follows the checkpoint file
             "playback",
             [p.play_slider],
@@ -349,11 +336,6 @@ def wire(p) -> None:
         **MODEL_EVENTS,
     )  # fmt: skip
     p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
-    p.health_btn.click(
-        _health, [p.state, p.stamps, p.health_extra, p.theme],
-        [p.health_html, p.health_plot, p.stamps],
-        js=THEME_JS, **INTERNAL,
-    )  # fmt: skip
     play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
     gr.on(
         [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
@@ -370,7 +352,7 @@ def wire(p) -> None:
 def _track_tab(p) -> None:
     """The selected tab, kept in ``p.active``: a Step reruns the lab shown, clears the rest."""
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
-            p.attr_tab: "attr", p.health_tab: "health", p.play_tab: "play",
+            p.attr_tab: "attr", p.play_tab: "play",
             p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
@@ -401,15 +383,6 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     fig = dark(view.figures[:1], theme)[0] if view.figures else None
     table = gr.Dataframe(value=view.rows or None, visible=bool(view.rows))
     return table, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
-
-
-def _health(state: SessionState, stamps: dict, extra: str, theme: str) -> tuple:
-    view = health.health(state, extra)
-    fig = dark(view.figures[:1], theme)[0] if view.figures else None
-    stamps = {k: v for k, v in stamps.items() if k != "health"}
-    if view.on_input:  # a checkpoint without a task was checked on the input: it follows it
-        stamps["health"] = stamp(state)["health"]
-    return view.message, fig, stamps
 
 
 def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:

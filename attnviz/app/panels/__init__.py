@@ -3,9 +3,9 @@ its name, its tab, its stamp and how it follows the state; the page's followers 
 
 A panel is a gradio-free logic module plus its layout and wiring, which build its
 :class:`~attnviz.app.panels.registry.Face` (its components and how they are cleared, rerun and
-renewed). Panel modules are named for the panel (a bare noun, no suffix). Here: :mod:`.export`
-(logic, layout, wiring and face in one module: a new panel is one module here plus one line
-in :data:`PANELS`), and the logic of :mod:`.health`, :mod:`.playback`, :mod:`.beam`,
+renewed). Panel modules are named for the panel (a bare noun, no suffix). Here: :mod:`.export` and
+:mod:`.health` (logic, layout, wiring and face in one module: a new panel is one module here
+plus one line in :data:`PANELS`), and the logic of :mod:`.playback`, :mod:`.beam`,
 :mod:`.compare`, :mod:`.reference`, :mod:`.similarity` and :mod:`.whatif`, whose layout and
 wiring are still in the ``ui_*`` modules (``ui_labs``, ``ui_step``, ``ui_compare``,
 ``ui_similarity``), which build their faces.
@@ -56,7 +56,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("why_flow", tab="why", stamp=ON_STEP),
     Panel("why_alt", tab="why", stamp=ON_STEP, in_view=True),  # the step's candidates menu
     # a checkpoint without a task is checked on the current input (stamped only then)
-    Panel("health", tab="health", stamp=ON_CHECKED_INPUT),
+    Panel("health", tab="health", stamp=ON_CHECKED_INPUT, page="health"),
 )
 
 #: The panels by name.

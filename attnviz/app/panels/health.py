@@ -1,5 +1,10 @@
-"""The Checkpoint health panel: the health check of the loaded checkpoint, as HTML and a figure
-of every head's role (reports cached per checkpoint file version; no gradio)."""
+"""The Checkpoint health panel, whole: its logic (the health check of the loaded checkpoint, as
+HTML and a figure of every head's role; reports cached per checkpoint file version) and, at the
+end, its tab on the page (:func:`layout`, :func:`wire`, :func:`faces`).
+
+Registered by one line in :data:`attnviz.app.panels.PANELS` (``page="health"``). The logic
+imports no gradio; the page part imports it when the page is built.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ from .. import store
 from ..lab_view import stopped
 from ..labs import LabView, error_view
 from ..lru import LRU
+from ..pagetext import STALE, THEME_JS
 from ..state import (
     SessionState,
     checkpoint_of,
 )
 from ..workers import remote
+from .registry import Face
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}
 _HEALTH = LRU(16)  # reports by (model, version, device, n)
@@ -81,3 +88,51 @@ def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
             "above (and, if you like, more inputs one per line in the box here)"
         )
     return texts
+
+
+# -- on the page --------------------------------------------------------------------------------
+def layout(p) -> None:
+    """The Checkpoint health tab: more inputs for a model without a task, the button, the
+    report and the head roles."""
+    import gradio as gr
+
+    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
+        p.health_extra = gr.Textbox(
+            label="for a model without a task: the current input is checked, and these "
+            "inputs too (one per line)", lines=2, elem_id="health-inputs",
+        )  # fmt: skip
+        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
+        p.health_html = gr.HTML(elem_id="health-report")
+        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
+
+
+def wire(p) -> None:
+    """The button runs the check (stamped when it was run on the current input, so that it
+    follows it); the tab, when selected, is the one shown (``p.active``)."""
+    from ..stamps import panel_stamps
+    from ..ui_common import FAST, HIDDEN, INTERNAL, dark
+
+    def checked(state, stamps, extra, theme):
+        view = health(state, extra)
+        fig = dark(view.figures[:1], theme)[0] if view.figures else None
+        stamps = {k: v for k, v in stamps.items() if k != "health"}
+        if view.on_input:  # a checkpoint without a task was checked on the input
+            stamps["health"] = panel_stamps(state)["health"]
+        return view.message, fig, stamps
+
+    p.health_btn.click(
+        checked, [p.state, p.stamps, p.health_extra, p.theme],
+        [p.health_html, p.health_plot, p.stamps], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.health_tab.select(lambda: "health", None, [p.active], **HIDDEN, **FAST)
+
+
+def faces(p) -> list[Face]:
+    """The report, said to be for an earlier input when the one it was checked on changes."""
+    return [
+        Face(
+            "health",
+            [p.health_html, p.health_plot],
+            clear=lambda s, v: {p.health_html: STALE, p.health_plot: None},
+        )
+    ]
