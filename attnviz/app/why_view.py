@@ -327,7 +327,10 @@ def flow_graph(state: SessionState, threshold: float = 0.04) -> WhyView:
     said = ""
     for kind in ("attention", "cross"):
         edges = [res.edges[i] for i in res.route if res.edges[i].kind == kind]
-        strongest = max(edges, key=lambda e: e.weight, default=None)
+        # what reaches the predicting position from elsewhere says most; else any edge
+        far = [e for e in edges if res.nodes[e.target]["position"] == res.position
+               and (kind == "cross" or res.nodes[e.source]["position"] != res.position)]  # fmt: skip
+        strongest = max(far or edges, key=lambda e: e.weight, default=None)
         if strongest is None:
             continue
         src = res.nodes[strongest.source]["position"]

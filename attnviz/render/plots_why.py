@@ -59,7 +59,9 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
     values = res.values()
     span = float(np.abs(values).max()) if values.size else 1.0
     span = span or 1.0
-    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)], vertical_spacing=0.08)
+    height = int(np.clip(230 + 46 * n_layers, 320, 1200))
+    fig = make_subplots(rows=2, cols=1, row_heights=[1, max(n_layers, 1)],
+                        vertical_spacing=min(0.08, 60 / height))  # fmt: skip
     common = dict(colorscale=DIVERGING, zmin=-span, zmax=span, zmid=0.0, texttemplate="%{z:.2f}",
                   hovertemplate="%{customdata}: %{z:+.4f}<extra></extra>")  # fmt: skip
     fig.add_trace(go.Heatmap(
@@ -75,7 +77,7 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE,
         title=f"why {what}: {logit} {res.logit:.3f} = sum of the parts {res.total:.3f}",
-        height=int(np.clip(230 + 46 * n_layers, 320, 1200)),
+        height=height,
         margin=dict(l=90, r=30, t=110, b=60),
     )
     fig.update_xaxes(token_axis([html.escape(p.name) for p in outside], side="top"), row=1, col=1)
@@ -247,6 +249,6 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
                        range=[-0.5, max(xvals) + 0.5]),  # every token, not the route's
             yaxis=dict(tickmode="array", tickvals=ticks, ticktext=texts, zeroline=False,
                        range=[-0.3, n_layers + 0.3]),
-            legend=dict(orientation="h", y=-0.25),
+            legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
         ),
     )  # fmt: skip
