@@ -196,7 +196,7 @@ def _tokens_of(prep: Prepared, ckpt: Checkpoint) -> tuple[list[int], list[str]]:
     return prep.source, [tok.token(i) if tok else f"#{i}" for i in prep.source]
 
 
-def _check_same_length(ckpt: Checkpoint, clean: Prepared, corrupted: Prepared) -> None:
+def check_same_length(ckpt: Checkpoint, clean: Prepared, corrupted: Prepared) -> None:
     (a, ta), (b, tb) = _tokens_of(clean, ckpt), _tokens_of(corrupted, ckpt)
     if len(a) != len(b) or len(clean.ids) != len(corrupted.ids):
         raise InputError(
@@ -213,7 +213,7 @@ def _run(ckpt: Checkpoint, prep: Prepared, edits: Sequence[Edit] = (), n: int = 
         return prep.last(x)
 
 
-def _recorded(ckpt: Checkpoint, prep: Prepared):
+def recorded(ckpt: Checkpoint, prep: Prepared):
     with (
         torch.no_grad(),
         record(ckpt.model, capture=("head_output", "weights"), streams=True) as tr,
@@ -257,14 +257,14 @@ def patch(
             raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
     ckpt = checkpoint_of(ckpt)
     c, k = prepare(ckpt, clean, step), prepare(ckpt, corrupted, step)
-    _check_same_length(ckpt, c, k)
+    check_same_length(ckpt, c, k)
     a, b = token_id(ckpt, answer, "answer"), token_id(ckpt, wrong, "wrong")
 
     def diff(logits: Tensor) -> Tensor:  # logits [N, V] at the explained position
         return (logits[:, a] - logits[:, b]).double()  # [N]
 
-    c_logits, c_trace = _recorded(ckpt, c)
-    k_logits, k_trace = _recorded(ckpt, k)
+    c_logits, c_trace = recorded(ckpt, c)
+    k_logits, k_trace = recorded(ckpt, k)
     d_clean, d_corr = float(diff(c_logits)[0]), float(diff(k_logits)[0])
     if abs(d_clean - d_corr) < 1e-6:
         raise InputError(
@@ -277,7 +277,7 @@ def patch(
     def norm(d: Tensor | np.ndarray) -> np.ndarray:
         return (np.asarray(d, dtype=np.float64) - d_corr) / (d_clean - d_corr)
 
-    axes, labels, sites = _layout(ckpt, c, what)
+    axes, labels, sites = layout(ckpt, c, what)
     grid = approx = None
     if method in ("exact", "both"):
         clock = _Clock(_n_batches(ckpt, src, what, sites, len(run.ids), batch), budget_s, what)
@@ -298,7 +298,7 @@ def patch(
     )  # fmt: skip
 
 
-def _layout(ckpt: Checkpoint, prep: Prepared, what: str):
+def layout(ckpt: Checkpoint, prep: Prepared, what: str):
     """``(axes, labels, sites)``: sites are the layers (resid) or attention modules."""
     h = ckpt.config.n_heads
     heads = [str(i) for i in range(h)]

@@ -338,3 +338,24 @@ def test_a_grid_over_its_time_budget_is_refused_after_one_batch():
     assert e.value.seconds > 0 and "attribution patching" in str(e.value)
     ok = patch(ckpt, "abcdefabcde", "abcdxfabcde", "f", "x", what="heads", budget_s=3600.0)
     assert ok.grid.shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "what, cell", [("resid", (0, 5)), ("heads", (0, 0)), ("head_positions", (1, 2, 11)),
+                   ("patterns", (1, 3))],
+)  # fmt: skip
+def test_a_patched_cell_opened_on_its_own_is_the_grid_cell_and_recorded(what, cell):
+    from attnviz.analysis.patched_run import patched_run
+
+    ckpt = attnviz.load_checkpoint(INDUCTION)
+    args = (ckpt, "abcdefabcde", "abcdxfabcde", "f", "x", what)
+    grid = patch(*args, direction="noising").grid
+    one = patched_run(*args, cell, direction="noising", k=3)
+    assert one.metric == pytest.approx(grid[cell], abs=1e-5)
+    assert len(one.top_tokens) == 3 and one.probs[0] >= one.probs[-1]
+    assert one.trace.weights("decoder_self", 1).shape == (1, 4, 12, 12)
+    if what == "heads" and cell == (0, 0):  # the previous-token head: 'f' is no longer top
+        assert one.top_tokens[0] != "f" and one.clean_probs[0] < one.probs[0]
+    assert json.loads(one.json())["cell"][0] in ("0", "1", "decoder_self 0", "decoder_self 1")
+    with pytest.raises(InputError, match="cell is"):
+        patched_run(*args, (9, 9, 9, 9))
