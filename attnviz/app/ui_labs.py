@@ -11,9 +11,9 @@ from ..core.model import KINDS
 from . import labs, session
 from .kinds import is_decoder_only, is_encoder_only
 from .pagetext import MASK_INTRO, STALE, THEME_JS
-from .panels import Face, playback
+from .panels import Face
 from .stamps import panel_stamps as stamp
-from .state import SessionState, checkpoint_of, head_choices, layer_count
+from .state import SessionState, head_choices, layer_count
 from .ui_common import (
     FAST,
     HIDDEN,
@@ -53,7 +53,7 @@ def mask_tab(p) -> None:
 
 
 def other_tabs(p, state: SessionState) -> None:
-    """Head ablation, attribution, training playback."""
+    """Head ablation and attribution."""
     layers, heads = decoder_menus(state)
     with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
         p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
@@ -96,20 +96,6 @@ def other_tabs(p, state: SessionState) -> None:
                 label="contrastive attribution and next-step attention",
                 elem_id="attribution-contrast",
             )
-    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
-        with gr.Row():
-            p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
-            p.play_layer = gr.Dropdown(label="layer", scale=1, allow_custom_value=STALE_OK)
-            p.play_head = gr.Dropdown(
-                ["mean"], value="mean", label="head", scale=1, allow_custom_value=STALE_OK
-            )
-            p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
-        p.play_timer = gr.Timer(0.6, active=False)
-        p.play_msg = gr.Markdown(elem_id="play-message")
-        p.play_plot = gr.Plot(label="attention on the probe", elem_id="playback-plot")
-        p.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
-            label="induction heads forming", elem_id="playback-curves", visible=False
-        )
 
 
 def mask_panels(
@@ -218,22 +204,7 @@ def faces(p) -> list[Face]:
             },
             control_outputs=[p.ablate_sites],
         ),
-        Face(  # the snapshots' range follows the checkpoint file
-            "playback",
-            [p.play_slider],
-            rerun=lambda s, v: _renewed(p, s),
-            controls=lambda s, ckpt: playback_controls(p, s, ckpt),
-            control_outputs=[p.play_slider, p.play_layer, p.play_head, p.play_btn],
-        ),
     ]
-
-
-def _renewed(p, state: SessionState) -> dict:
-    try:
-        ckpt = checkpoint_of(state)
-    except AttnvizError:
-        return {}
-    return {p.play_slider: playback_controls(p, state, ckpt)[p.play_slider]}
 
 
 def mask_controls(p, ckpt) -> dict:
@@ -275,19 +246,6 @@ def attribution_controls(p, ckpt) -> dict:
         p.attr_btn: gr.Button(words[0]),
         p.attr_src: gr.Plot(label=words[1]),
         p.attr_tgt: gr.Plot(label=words[2]),
-    }
-
-
-def playback_controls(p, state: SessionState, ckpt) -> dict:
-    """The Training playback menus: the snapshots' range, the decoder layers and heads."""
-    steps = playback.playback_steps(state)
-    dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
-    heads = [h for h in head_choices(ckpt) if h != "all heads"]
-    return {
-        p.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
-        p.play_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
-        p.play_head: gr.Dropdown(choices=heads, value="mean"),
-        p.play_btn: gr.Button(interactive=bool(steps)),
     }
 
 
@@ -336,23 +294,12 @@ def wire(p) -> None:
         **MODEL_EVENTS,
     )  # fmt: skip
     p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
-    play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
-    gr.on(
-        [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
-        _play, play_in, [p.play_plot, p.play_curves, p.play_msg], js=THEME_JS, **INTERNAL,
-    )  # fmt: skip
-    p.play_btn.click(_play_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
-    p.play_timer.tick(
-        _play_tick, play_in,
-        [p.play_slider, p.play_plot, p.play_curves, p.play_msg, p.play_btn, p.play_timer],
-        js=THEME_JS, **INTERNAL,
-    )  # fmt: skip
 
 
 def _track_tab(p) -> None:
     """The selected tab, kept in ``p.active``: a Step reruns the lab shown, clears the rest."""
     tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
-            p.attr_tab: "attr", p.play_tab: "play",
+            p.attr_tab: "attr",
             p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
@@ -383,26 +330,3 @@ def _rank(state: SessionState, stamps: dict, theme: str = "light") -> tuple:
     fig = dark(view.figures[:1], theme)[0] if view.figures else None
     table = gr.Dataframe(value=view.rows or None, visible=bool(view.rows))
     return table, fig, view.message, {**stamps, "ablate": stamp(state)["ablate"]}
-
-
-def _play(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
-    """The attention at one snapshot, and (where the run measured them) the induction
-    scores and losses over training with that snapshot marked."""
-    view = playback.playback(state, index, layer, head)
-    figs = dark(view.figures, theme) if view.figures else []
-    curves = gr.Plot(value=figs[1], visible=True) if len(figs) > 1 else gr.Plot(visible=False)
-    return (figs[0] if figs else None), curves, view.message
-
-
-def _play_toggle(label: str) -> tuple:
-    playing = str(label).startswith("Pause")
-    return gr.Button("Play ▶" if playing else "Pause ⏸"), gr.Timer(active=not playing)
-
-
-def _play_tick(state: SessionState, index, layer, head, theme: str) -> tuple:
-    steps = playback.playback_steps(state)
-    nxt = int(index or 0) + 1
-    if nxt >= len(steps):  # the end: stop
-        return (gr.skip(),) * 4 + (gr.Button("Play ▶"), gr.Timer(active=False))
-    fig, curves, msg = _play(state, nxt, layer, head, theme)
-    return nxt, fig, curves, msg, gr.skip(), gr.skip()

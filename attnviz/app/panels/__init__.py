@@ -4,8 +4,8 @@ its name, its tab, its stamp and how it follows the state; the page's followers 
 A panel is a gradio-free logic module plus its layout and wiring, which build its
 :class:`~attnviz.app.panels.registry.Face` (its components and how they are cleared, rerun and
 renewed). Panel modules are named for the panel (a bare noun, no suffix). Here: :mod:`.export` and
-:mod:`.health` (logic, layout, wiring and face in one module: a new panel is one module here
-plus one line in :data:`PANELS`), and the logic of :mod:`.playback`, :mod:`.beam`,
+:mod:`.health` and :mod:`.playback` (logic, layout, wiring and face in one module: a new panel
+is one module here plus one line in :data:`PANELS`), and the logic of :mod:`.beam`,
 :mod:`.compare`, :mod:`.reference`, :mod:`.similarity` and :mod:`.whatif`, whose layout and
 wiring are still in the ``ui_*`` modules (``ui_labs``, ``ui_step``, ``ui_compare``,
 ``ui_similarity``), which build their faces.
@@ -36,12 +36,10 @@ from .registry import (
 #: Every panel of the page that follows the session state, in the order the page follows them.
 PANELS: tuple[Panel, ...] = (
     Panel("model", tab="", stamp=ON_FILE, renew=True),  # the header
-    Panel("playback", tab="play", stamp=ON_FILE, renew=True),  # the snapshots' range
     Panel("mask", tab="mask", stamp=ON_STEP, in_view=True),  # a person watching sees it follow
     Panel("attr", tab="attr", stamp=ON_STEP),
     Panel("attr_vs", tab="attr", stamp=ON_STEP),  # "why this token and not that one"
     Panel("attr_alt", tab="attr", stamp=ON_STEP, in_view=True),  # the step's candidates: cheap
-    Panel("export", tab="export", stamp=ON_STEP, page="export"),
     Panel("faith", tab="align", stamp=ON_STEP),
     Panel("whatif", tab="step", stamp=ON_STEP, in_view=True, opened="whatif"),
     Panel("reference", tab="step", stamp=ON_OUTPUT, rerun_when=same_source),
@@ -57,6 +55,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("why_alt", tab="why", stamp=ON_STEP, in_view=True),  # the step's candidates menu
     # a checkpoint without a task is checked on the current input (stamped only then)
     Panel("health", tab="health", stamp=ON_CHECKED_INPUT, page="health"),
+    Panel("playback", tab="play", stamp=ON_FILE, renew=True, page="playback"),  # its range
+    Panel("export", tab="export", stamp=ON_STEP, page="export"),
 )
 
 #: The panels by name.

@@ -1,6 +1,11 @@
-"""The Training playback panel: the attention on the probe input at each training snapshot (and,
-where the run measured them, the induction scores over training); snapshots cached per file
-version; no gradio."""
+"""The Training playback panel, whole: its logic (the attention on the probe input at each
+training snapshot and, where the run measured them, the induction scores over training;
+snapshots cached per file version) and, at the end, its tab on the page (:func:`layout`,
+:func:`wire`, :func:`faces`: the snapshots' range follows the checkpoint file).
+
+Registered by one line in :data:`attnviz.app.panels.PANELS` (``page="playback"``). The logic
+imports no gradio; the page part imports it when the page is built.
+"""
 
 from __future__ import annotations
 
@@ -18,16 +23,19 @@ from ...train.snapshots import Snapshots
 from ..lab_view import stopped
 from ..labs import LabView, error_view
 from ..lru import LRU
+from ..pagetext import THEME_JS
 from ..state import (
     SessionState,
     checkpoint_of,
     has_snapshots,
+    head_choices,
     head_label,
     head_weights,
     layer_index,
 )
 from ..views import pieces_text
 from ..workers import remote
+from .registry import Face
 
 _SNAPS = LRU(16)  # snapshots by (model, version)
 
@@ -101,3 +109,113 @@ def playback(
             f"random tokens, {s['loss_second']:.2f} on its repeat."
         )
     return LabView(figs, msg)
+
+
+# -- on the page --------------------------------------------------------------------------------
+def layout(p) -> None:
+    """The Training playback tab: the snapshot slider, layer, head, Play, the figures."""
+    import gradio as gr
+
+    from ..ui_common import STALE_OK
+
+    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
+        with gr.Row():
+            p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
+            p.play_layer = gr.Dropdown(label="layer", scale=1, allow_custom_value=STALE_OK)
+            p.play_head = gr.Dropdown(
+                ["mean"], value="mean", label="head", scale=1, allow_custom_value=STALE_OK
+            )
+            p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
+        p.play_timer = gr.Timer(0.6, active=False)
+        p.play_msg = gr.Markdown(elem_id="play-message")
+        p.play_plot = gr.Plot(label="attention on the probe", elem_id="playback-plot")
+        p.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
+            label="induction heads forming", elem_id="playback-curves", visible=False
+        )
+
+
+def wire(p) -> None:
+    """A snapshot drawn when the slider, layer or head changes or the tab shows; Play steps
+    the slider on a timer until the last snapshot; the tab tracked in ``p.active``."""
+    import gradio as gr
+
+    from ..ui_common import FAST, HIDDEN, INTERNAL
+
+    play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
+    gr.on(
+        [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
+        _shown, play_in, [p.play_plot, p.play_curves, p.play_msg], js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.play_btn.click(_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
+    p.play_timer.tick(
+        _tick, play_in,
+        [p.play_slider, p.play_plot, p.play_curves, p.play_msg, p.play_btn, p.play_timer],
+        js=THEME_JS, **INTERNAL,
+    )  # fmt: skip
+    p.play_tab.select(lambda: "play", None, [p.active], **HIDDEN, **FAST)
+
+
+def faces(p) -> list[Face]:
+    """The menus for the loaded model; the snapshots' range renewed with the checkpoint file."""
+
+    def renewed(state: SessionState, values: dict) -> dict:
+        try:
+            ckpt = checkpoint_of(state)
+        except AttnvizError:
+            return {}
+        return {p.play_slider: controls(p, state, ckpt)[p.play_slider]}
+
+    return [
+        Face(
+            "playback",
+            [p.play_slider],
+            rerun=renewed,
+            controls=lambda s, ckpt: controls(p, s, ckpt),
+            control_outputs=[p.play_slider, p.play_layer, p.play_head, p.play_btn],
+        )
+    ]
+
+
+def controls(p, state: SessionState, ckpt) -> dict:
+    """The tab's menus for ``ckpt``: the snapshots' range, the decoder layers and heads."""
+    import gradio as gr
+
+    steps = playback_steps(state)
+    dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
+    heads = [h for h in head_choices(ckpt) if h != "all heads"]
+    return {
+        p.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
+        p.play_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
+        p.play_head: gr.Dropdown(choices=heads, value="mean"),
+        p.play_btn: gr.Button(interactive=bool(steps)),
+    }
+
+
+def _shown(state: SessionState, index, layer, head, theme: str = "light") -> tuple:
+    """The attention at one snapshot, and (where the run measured them) the induction
+    scores and losses over training with that snapshot marked."""
+    import gradio as gr
+
+    from ..ui_common import dark
+
+    view = playback(state, index, layer, head)
+    figs = dark(view.figures, theme) if view.figures else []
+    curves = gr.Plot(value=figs[1], visible=True) if len(figs) > 1 else gr.Plot(visible=False)
+    return (figs[0] if figs else None), curves, view.message
+
+
+def _toggle(label: str) -> tuple:
+    import gradio as gr
+
+    playing = str(label).startswith("Pause")
+    return gr.Button("Play ▶" if playing else "Pause ⏸"), gr.Timer(active=not playing)
+
+
+def _tick(state: SessionState, index, layer, head, theme: str) -> tuple:
+    import gradio as gr
+
+    nxt = int(index or 0) + 1
+    if nxt >= len(playback_steps(state)):  # the end: stop
+        return (gr.skip(),) * 4 + (gr.Button("Play ▶"), gr.Timer(active=False))
+    fig, curves, msg = _shown(state, nxt, layer, head, theme)
+    return nxt, fig, curves, msg, gr.skip(), gr.skip()
