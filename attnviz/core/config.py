@@ -10,6 +10,7 @@ from typing import Any
 from .errors import ConfigError, shorten
 from .memory import check_size
 from .model_kind import ARCHS, ModelKind
+from .sizes import model_sizes
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "silu")
 #: Positional encodings: the paper's interleaved sinusoids; sin-half/cos-half sinusoids (Marian,
@@ -419,62 +420,10 @@ class ModelConfig(ModelKind):
         return self.bias if self.qkv_bias is None else self.qkv_bias
 
     def sizes(self) -> dict[str, int]:
-        """How many numbers each part of the model holds (parameters, and the fixed position
-        table, a buffer), computed from the config alone: nothing is built.
-
-        Returns:
-            ``{"embeddings", "encoder layers", "decoder layers", "position tables",
-            "output projection", "parameters", "buffers"}``; the last two are the totals, equal
-            to ``sum(p.numel())`` over a built model's parameters and buffers.
-        """
-        d, h = self.d_model, self.n_heads
-        inner = h * self.head_dim
-        kv_inner = self.kv_heads * self.head_dim
-        norm = d if self.norm == "rms" else 2 * d
-        qkv_bias = 3 * inner if self.has_qkv_bias else 0
-        out_bias = d if self.bias else 0
-        cross = 4 * inner * d + qkv_bias + out_bias
-        attention = 2 * (inner + kv_inner) * d + out_bias
-        attention += (inner + 2 * kv_inner) if self.has_qkv_bias else 0
-        attention += 2 * self.head_dim if self.qk_norm else 0
-        ff = (3 if self.gated_ff else 2) * d * self.d_ff
-        ff += ((2 if self.gated_ff else 1) * self.d_ff + d) if self.bias else 0
-        stack = (norm if self.final_norm else 0) + (norm if self.embed_norm else 0)
-        learned = relative = buffers = 0
-        for decoder in (False, True):
-            if not (self.has_decoder if decoder else self.has_encoder):
-                continue  # a one-stack model has no table for the other stack
-            kind, length = self.stack_positions(decoder)
-            rows = length + self.position_offset
-            learned += rows * d if kind == "learned" else 0
-            relative += self.relative_buckets * h if kind == "relative" else 0
-        for kind, length in self.fixed_tables():
-            buffers += (length + (self.position_offset if kind == "fairseq" else 0)) * d
-        audio = self.reads_audio
-        front = 3 * self.n_mels * d + d + 3 * d * d + d if audio and self.has_encoder else 0
-        embeddings = self.src_vocab_size * d if self.has_encoder and not audio else 0
-        if self.has_decoder and not (self.share_embeddings and self.has_encoder and not audio):
-            embeddings += self.tgt_vocab_size * d
-        with_cross = self.has_encoder and self.has_decoder
-        decoder_layer = attention + ff + 2 * norm + ((cross + norm) if with_cross else 0)
-        decoder_layer += 2 * norm if self.sandwich_norm else 0
-        parts = {
-            "embeddings": embeddings + self.type_vocab_size * d,
-            "encoder layers": self.n_encoder_layers * (attention + ff + 2 * norm) + stack
-            if self.has_encoder
-            else 0,
-            "decoder layers": self.n_decoder_layers * decoder_layer + stack
-            if self.has_decoder
-            else 0,
-            "position tables": learned + relative + buffers,
-            "output projection": (0 if self.tie_output else self.tgt_vocab_size * d)
-            + (self.tgt_vocab_size if self.output_bias else 0)
-            + ((d * d + (d if self.bias else 0) + norm) if self.head_transform else 0),
-            "audio front-end": front,
-        }
-        parts["parameters"] = sum(parts.values()) - buffers
-        parts["buffers"] = buffers
-        return parts
+        """How many numbers each part of the model holds, from the config alone
+        (:func:`attnviz.core.sizes.model_sizes`: ``{"embeddings", ..., "parameters",
+        "buffers"}``)."""
+        return model_sizes(self)
 
     def stack_positions(self, decoder: bool) -> tuple[str, int]:
         """``(position kind, positions covered)`` of the decoder or the encoder stack."""
