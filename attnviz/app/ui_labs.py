@@ -1,6 +1,7 @@
-"""The labs' tabs: mask lab, head ablation, attribution ("why this token and not that one"),
-checkpoint health, training playback and export, and their events. Each panel is computed when
-its button or control asks (stamped with the state it shows), never on a Step."""
+"""The labs' tabs: mask lab, head ablation, attribution ("why this token and not that one"), and
+their events and faces (:func:`faces`). Each panel is computed when its button or control asks
+(stamped with the state it shows), never on a Step. Checkpoint health, training playback and
+export are one module each in :mod:`attnviz.app.panels`."""
 
 from __future__ import annotations
 
