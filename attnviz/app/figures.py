@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from ..core.sites import head_name
 from ..render import plots
 
 COLOURS = (plots.BAR, plots.HIGHLIGHT, "#54a24b", "#b279a2")
@@ -176,7 +177,7 @@ def alignment_overlay(cur, lens: str, setting: str) -> go.Figure:
         cur.matrix,
         cur.src_words,
         cur.tgt_words,
-        title=f"cross L{cur.layer} H{cur.head} · lens {lens} · {setting} setting<br>"
+        title=f"{head_name('cross', cur.layer, cur.head)} · lens {lens} · {setting} setting<br>"
         "<sup>○ predicted link (argmax) · ✕ gold link</sup>",
     )
 
