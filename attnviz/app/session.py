@@ -395,11 +395,23 @@ def open_head(state: SessionState, site: str) -> DecodeView:
     return set_view(state, kind, layer, head)
 
 
-@remote(_stopped, model_of=lambda state, model, *a, **k: store.resolve_model(model))
+def _chosen(state: SessionState, model: str, *args, **kwargs) -> str:
+    """The folder ``model`` (a menu name or a folder) names for this session: another
+    session's upload is not found by its name, and its folder is refused ("")."""
+    path = store.resolve_model(model, owner=state.sid)
+    return path if store.visible(path, state.sid) else ""
+
+
+@remote(_stopped, model_of=_chosen)
 def choose_model(state: SessionState, model: str, text: str | None = None) -> DecodeView:
-    """Switch to another checkpoint (a menu name or a folder); the typed input is kept."""
+    """Switch to another checkpoint (a menu name or a folder); the typed input is kept.
+    Another session's upload is not this session's to choose (#39)."""
     typed = state.text if text is None else text
-    path = store.resolve_model(model)
+    path = _chosen(state, model)
+    if not path:
+        return render(
+            state, message=warning(InputError("that model is not in this session's menu"))
+        )
     new = dataclasses.replace(
         new_state(path, state.device), text=typed, sid=state.sid, epoch=state.epoch + 1
     )

@@ -275,6 +275,12 @@ def resolve_model(name: str, owner: str | None = None) -> str:
     return shipped_models().get(name, name)
 
 
+def visible(folder: str | Path, owner: str) -> bool:
+    """Whether session ``owner`` may open ``folder`` (a path, or a name that resolved to
+    nothing): every folder but another session's upload."""
+    return visible_to(private_dir("uploads"), folder, owner)
+
+
 # -- what the pickers offer ----------------------------------------------------------------------
 def shipped_models(root: Path = MODELS_DIR) -> dict[str, str]:
     """``{name: folder}`` of the checkpoints under ``models/`` that have finished writing:

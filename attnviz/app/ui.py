@@ -138,7 +138,8 @@ class Page:
             self.speech_row: gr.Row(visible=audio),
             self.model_info: describe(state),
             self.model_pick: gr.Dropdown(
-                choices=store.menu(state.model), value=store.model_name(state.model)
+                choices=store.menu(state.model, owner=state.sid),
+                value=store.model_name(state.model),
             ),
         }
 

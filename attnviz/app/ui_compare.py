@@ -119,7 +119,7 @@ def wire(p) -> None:
         files = [f for f in files or [] if f]
         new = [f for f in files if f not in (held or [])] or files
         box = gr.File(value=new)
-        name, why = compare_lab.upload_b(new, state.device)
+        name, why = compare_lab.upload_b(new, state.device, owner=state.sid)
         if name is None:  # the grid below (labelled A vs B) still shows the last comparison
             shown = f" (the grid below still compares A with B = {model_b})" if model_b else ""
             return (*[gr.skip()] * 3, why.rstrip(". ") + shown, *[gr.skip()] * 4, box, new)

@@ -75,9 +75,14 @@ class CompareView:
     comparison: Comparison | None = None
 
 
+#: Why a comparison (or an upload of model B) waits: B is compared on the session's input.
+START_FIRST = "type an input and press Step or Run (Read, for a sentence model) first"
+
+
 def model_choices(state: SessionState) -> list[str]:
-    """The model menu's names (the same the page's model picker offers)."""
-    return store.menu(state.model or None)
+    """The model menu's names (the same the page's model picker offers: no other
+    session's upload)."""
+    return store.menu(state.model or None, owner=state.sid)
 
 
 def head_menus(state: SessionState, kind: str = "cross") -> tuple[list[str], list[str]]:
@@ -127,10 +132,12 @@ def _index(value, prefix: str, n: int, what: str) -> int:
 
 def _checkpoints(state: SessionState, model_b: str) -> tuple[Checkpoint, Checkpoint, str]:
     if not state.started:
-        raise InputError("type an input and press Step or Run (Read, for a sentence model) first")
+        raise InputError(START_FIRST)
     if not model_b:
         raise InputError("pick model B to compare with")
-    path_b = store.resolve_model(model_b)
+    path_b = store.resolve_model(model_b, owner=state.sid)
+    if not store.visible(path_b, state.sid):
+        raise InputError("model B is not in this session's menu")
     a, b = checkpoint_of(state), store.get_checkpoint(path_b, state.device)
     check_comparable(a, b)  # one line: another kind, other heads or other tokenizers
     return a, b, path_b
@@ -264,7 +271,7 @@ def compare(
     """
     try:
         result, sa, sb = comparison_of(state, model_b)
-        b_name = store.model_name(store.resolve_model(model_b))
+        b_name = store.model_name(store.resolve_model(model_b, owner=state.sid))
         grids = []
         kind = kind if kind in shown_kinds(result) else shown_kinds(result)[0]
         for k in shown_kinds(result):
@@ -355,14 +362,23 @@ def parse_pick(value: str) -> tuple[str, str, str]:
     return kind, f"L{layer}", f"H{head}"
 
 
-def upload_b(paths: list[str], device: str = "cpu") -> tuple[str | None, str]:
+def upload_b(
+    paths: list[str], device: str = "cpu", owner: str | None = None
+) -> tuple[str | None, str]:
     """An uploaded checkpoint as model B: ``(its menu name, "")``, or ``(None, why not)``.
 
     The main upload's checks (:func:`attnviz.app.store.import_upload`): no pickle is read, and
     a refused upload leaves nothing on disk.
+
+    Args:
+        owner: the session's id: the upload is that session's own (other sessions' menus do
+            not list it; deleted with the session); ``""``: a session that has not started
+            (refused: B is compared on its input); None: shared (a library call).
     """
+    if owner == "":
+        return None, warning(InputError(START_FIRST))
     try:
-        folder, _ = store.import_upload([p for p in paths or [] if p], device)
+        folder, _ = store.import_upload([p for p in paths or [] if p], device, owner=owner or "")
     except AttnvizError as exc:
         return None, warning(exc)
     return store.model_name(folder), ""
