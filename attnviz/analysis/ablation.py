@@ -24,7 +24,6 @@ from ..core.errors import EditError
 from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
-from ..decode.batched import until_eos
 from .labsize import lab_memory, refuse_oversized
 from .masked_lm import fillers_text, predictions, read_batch
 
@@ -42,15 +41,15 @@ def greedy_batch(ckpt: Checkpoint, texts: Sequence[str], edits: Sequence[Edit] =
         encoder-only model, the sentences read once (:func:`~attnviz.analysis.masked_lm.read_batch`).
     """
     cfg = ckpt.config
-    if cfg.arch == "encoder-only":
+    if cfg.encoder_only:
         return read_batch(ckpt, texts, edits)
     ids = [ckpt.encode_source(t).ids for t in texts]
-    if cfg.arch == "decoder-only":
+    if cfg.decoder_only:
         rows = greedy_each(ckpt, ids, edits)
         return make_lm_batch(ids, rows, cfg, "target", ckpt.device)
     src = source_batch(ids, cfg, ckpt.device)
     out = ckpt.greedy(src.src, src.src_pad, edits)  # the checkpoint's generation rules
-    rows = [until_eos(r, cfg.eos_id, cfg.pad_id, cfg.end_ids) for r in out.tolist()]
+    rows = [ckpt.decoding.until_end(r) for r in out.tolist()]
     return make_batch(ids, rows, cfg, ckpt.device, add_eos=False)
 
 
@@ -62,24 +61,23 @@ def greedy_each(
 ) -> list[list[int]]:
     """A decoder-only model's greedy outputs (end id included), one prompt at a time: a
     decoder-only prompt is never padded, so prompts of several lengths are decoded apart."""
-    cfg, rows = ckpt.config, []
+    rows = []
     for p in prompts:
         one = torch.tensor([list(p)], device=ckpt.device)  # [1, P]
         out = ckpt.greedy(one, None, edits, cache=cache)[0].tolist()
-        rows.append(until_eos(out, cfg.eos_id, cfg.pad_id, cfg.end_ids))
+        rows.append(ckpt.decoding.until_end(out))
     return rows
 
 
 def decode_again(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit]) -> list[list[int]]:
     """The greedy outputs (end id included) of ``batch``'s inputs under ``edits`` (an
     encoder-only model's: its top token at each scored position)."""
-    cfg = ckpt.config
     if batch.mlm:
         return predictions(ckpt, batch, edits)
     if batch.lm:
         return greedy_each(ckpt, batch.prompts(), edits)
     out = ckpt.greedy(batch.src, batch.src_pad, edits)
-    return [until_eos(r, cfg.eos_id, cfg.pad_id, cfg.end_ids) for r in out.tolist()]
+    return [ckpt.decoding.until_end(r) for r in out.tolist()]
 
 
 def outputs_of(ckpt: Checkpoint, batch: Batch, edits: Sequence[Edit] = ()) -> list[list[int]]:
@@ -122,7 +120,7 @@ def all_heads(ckpt: Checkpoint, kinds: Sequence[str] = KINDS) -> list[Head]:
     cfg = ckpt.config
     layers = {"encoder_self": cfg.n_encoder_layers * cfg.has_encoder,
               "decoder_self": cfg.n_decoder_layers * cfg.has_decoder,
-              "cross": cfg.n_decoder_layers * (cfg.arch == "encoder-decoder")}  # fmt: skip
+              "cross": cfg.n_decoder_layers * cfg.has_cross}  # fmt: skip
     return [(k, layer, h) for k in kinds for layer in range(layers[k]) for h in range(cfg.n_heads)]
 
 

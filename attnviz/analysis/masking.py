@@ -34,7 +34,6 @@ from ..core.errors import InputError
 from ..core.record import DropMask, Edit, Trace, record
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch, with_eos
 from ..data.tasks import TASKS, get_task
-from ..decode.batched import until_eos
 from .ablation import greedy_each
 from .labsize import lab_memory, refuse_oversized
 
@@ -136,14 +135,13 @@ def _own_ids(ckpt: Checkpoint, texts: Sequence[str]) -> list[list[int]]:
     """The model's greedy outputs as ids (end id included), as :meth:`Checkpoint.predict`
     decodes them: each row cut at its own length limit, not the padded batch's."""
     ids = [ckpt.encode_source(t).ids for t in texts]
-    if ckpt.config.arch == "decoder-only":  # prompts are never padded: one at a time
+    if ckpt.config.decoder_only:  # prompts are never padded: one at a time
         out = greedy_each(ckpt, ids)
     else:
         batch = source_batch(ids, ckpt.config, ckpt.device)
         out = ckpt.greedy(batch.src, batch.src_pad).tolist()
-    cfg = ckpt.config
     return [
-        until_eos(row[: ckpt.limit(len(own))], cfg.eos_id, cfg.pad_id, cfg.end_ids)
+        ckpt.decoding.until_end(row[: ckpt.limit(len(own))])
         for row, own in zip(out, ids, strict=True)
     ]
 
@@ -227,7 +225,7 @@ def experiment(
             "blocked source tokens are blocked through the padding mask, so they cannot be "
             "combined with the padding mask switched off: choose one"
         )
-    if blocked is not None and ckpt.config.arch == "decoder-only":
+    if blocked is not None and ckpt.config.decoder_only:
         raise InputError(
             "blocking prompt tokens is for encoder-decoder models; a decoder-only model's "
             "mask lab switches its causal or padding mask off"
@@ -241,7 +239,7 @@ def experiment(
         for i, r in enumerate(refs)
     ]  # the model's own output as decoded; a reference text encoded (its end id once)
     prompts: list[list[int]] = []
-    if cfg.arch == "decoder-only":  # prompt + reference, one sequence a row
+    if cfg.decoder_only:  # prompt + reference, one sequence a row
         prompts = [ckpt.encode_source(t).ids for t in texts]
         batch = make_lm_batch(prompts, rows, cfg, "target", ckpt.device)
     else:
@@ -438,7 +436,7 @@ def mask_lab(
     name = "mask lab: " + ("; ".join(parts) if parts else "no change")
     exp = experiment(name, ckpt, texts, targets, edits, blocked=blocked, recompute=causal_off)
     tok = ckpt.tgt_tokenizer
-    if ckpt.config.arch == "decoder-only":  # the sequence read: prompt, then the reference
+    if ckpt.config.decoder_only:  # the sequence read: prompt, then the reference
         tgt_pieces = [
             [*src, *(tok.token(i) for i in with_eos(row, ckpt.config.eos_id)[:-1])]
             for src, row in zip(src_pieces, exp.target_ids, strict=True)

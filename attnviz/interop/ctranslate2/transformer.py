@@ -38,7 +38,7 @@ from torch import Tensor
 
 from ...core.errors import InteropError
 from ...core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
-from ...core.positions import sinusoidal_positions, split_sinusoidal_positions
+from ...core.positions import half_sinusoids, sinusoidal_positions, split_sinusoidal_positions
 from ..hf.common import Source
 from .variables import (
     DECODER_LAYER_VARIABLES,
@@ -76,13 +76,7 @@ def computed_positions(rows: int, d_model: int) -> Tensor:
     Returns:
         ``[rows, D]`` float32.
     """
-    half = d_model // 2
-    freq = torch.exp(
-        torch.arange(half, dtype=torch.float32) * -(math.log(10000) / max(half - 1, 1))
-    )
-    angles = torch.arange(1, rows + 1, dtype=torch.float32)[:, None] * freq[None]  # [rows, D/2]
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-    return torch.cat([table, torch.zeros(rows, d_model % 2)], dim=1)
+    return half_sinusoids(torch.arange(1, rows + 1), d_model)
 
 
 def check_table(rows: int, d_model: int, where: Path, what: str) -> None:
