@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..checkpoint import Checkpoint
 from ..core.gemv import Copies
 from ..data.audio import log_mel
 from ..decode.greedy import GreedyStepper
+from .lru import LRU
 from .recall import encode_keeping_inputs
 from .state import SessionState
 
@@ -78,13 +78,21 @@ class DecoderCache:
     def __init__(
         self, maxsize: int = MAX_STEPPERS, slots: int = COMPUTE_SLOTS, budget: int | None = None
     ):
-        self.maxsize = maxsize
         self.budget = budget
         self._sizes: dict[str, int] = {}
         self._slots = threading.BoundedSemaphore(slots)
-        self._items: OrderedDict[str, tuple[tuple, GreedyStepper]] = OrderedDict()
+        self._items = LRU(maxsize)  # sid -> (signature, stepper)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()  # guards the two dicts, held for microseconds
+
+    @property
+    def maxsize(self) -> int:
+        """Steppers kept at most (the least recently used pushed out)."""
+        return self._items.maxsize
+
+    @maxsize.setter
+    def maxsize(self, n: int) -> None:
+        self._items.maxsize = n
 
     def _lock(self, sid: str) -> threading.Lock:
         with self._guard:
@@ -102,17 +110,12 @@ class DecoderCache:
         with self._lock(state.sid), self._slots:
             with self._guard:
                 hit = self._items.get(state.sid)
-                if hit is not None:
-                    self._items.move_to_end(state.sid)
             if hit is not None and hit[0] == sig:
                 stepper = hit[1]
             else:
                 stepper = new_stepper(state, ckpt)
                 with self._guard:
-                    self._items[state.sid] = (sig, stepper)
-                    self._items.move_to_end(state.sid)
-                    while len(self._items) > self.maxsize:
-                        old, _ = self._items.popitem(last=False)
+                    for old, _ in self._items.put(state.sid, (sig, stepper)):
                         self._sizes.pop(old, None)
                         if old != state.sid:
                             self._locks.pop(old, None)
@@ -133,7 +136,7 @@ class DecoderCache:
             if sid in self._items:
                 self._sizes[sid] = size
             total = sum(self._sizes.values())
-            for old in list(self._items):
+            for old in self._items.keys():
                 if total <= self.budget:
                     break
                 lock = self._locks.get(old)
@@ -157,7 +160,7 @@ class DecoderCache:
     def sessions(self) -> set[str]:
         """Ids of the sessions holding a stepper now."""
         with self._guard:
-            return set(self._items)
+            return set(self._items.keys())
 
     def __len__(self) -> int:
         with self._guard:
@@ -166,8 +169,7 @@ class DecoderCache:
 
 #: Models whose weight copies are kept (each up to :data:`attnviz.core.gemv.BUDGET` elements).
 KEPT_COPIES = 2
-_COPIES: OrderedDict[int, tuple[torch.nn.Module, Copies]] = OrderedDict()
-_COPIES_LOCK = threading.Lock()
+_COPIES = LRU(KEPT_COPIES)  # id(model) -> (model, its copies)
 
 
 def copies_of(ckpt: Checkpoint) -> Copies | None:
@@ -178,16 +180,11 @@ def copies_of(ckpt: Checkpoint) -> Copies | None:
     model = ckpt.model
     if model.decoder is None:
         return None
-    with _COPIES_LOCK:
-        hit = _COPIES.get(id(model))
-        if hit is not None and hit[0] is model:
-            _COPIES.move_to_end(id(model))
-            return hit[1]
-    copies = Copies(model)  # outside the lock: other sessions' steps go on meanwhile
-    with _COPIES_LOCK:
-        _COPIES[id(model)] = (model, copies)
-        while len(_COPIES) > KEPT_COPIES:
-            _COPIES.popitem(last=False)
+    hit = _COPIES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    copies = Copies(model)  # outside any lock: other sessions' steps go on meanwhile
+    _COPIES.put(id(model), (model, copies))
     return copies
 
 

@@ -53,6 +53,16 @@ class LRU:
             gone, self._items = list(self._items.values()), OrderedDict()
             return gone
 
+    def keys(self) -> list[Hashable]:
+        """A snapshot of the keys, oldest first (the next to be pushed out first)."""
+        with self._lock:
+            return list(self._items)
+
+    def items(self) -> list[tuple[Hashable, Any]]:
+        """A snapshot of the ``(key, value)`` pairs, oldest first."""
+        with self._lock:
+            return list(self._items.items())
+
     def values(self) -> list[Any]:
         """A snapshot of the values, oldest first."""
         with self._lock:

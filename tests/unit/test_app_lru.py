@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from attnviz.app.decoders import DecoderCache
 from attnviz.app.lru import LRU
 
 
@@ -32,3 +34,21 @@ def test_lru_stays_bounded_under_threads():
     for t in threads:
         t.join()
     assert len(cache) == 8
+
+
+def test_lru_lists_oldest_first_and_the_apps_caches_use_it():
+    cache = LRU(3)
+    for k in "abc":
+        cache.put(k, k.upper())
+    cache.get("a")
+    assert cache.keys() == ["b", "c", "a"]
+    assert cache.items() == [("b", "B"), ("c", "C"), ("a", "A")]
+
+
+def test_the_app_writes_no_other_lru():
+    """The app's caches (decoders, weight copies, word timelines, workers) use this one map."""
+    app = Path(LRU.__module__.replace(".", "/")).parent
+    root = Path(__file__).resolve().parents[2]
+    found = [p.name for p in (root / app).rglob("*.py") if "move_to_end" in p.read_text()]
+    assert found == ["lru.py"]
+    assert DecoderCache(maxsize=5).maxsize == 5
