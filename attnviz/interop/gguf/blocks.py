@@ -44,22 +44,22 @@ def _high_bits(qh: Tensor, n_bits: int = 32) -> Tensor:
     return ((word >> shifts) & 1).to(torch.uint8)
 
 
-def _q8_0(blocks: Tensor) -> Tensor:
+def _q8_0(blocks: Tensor, out: Tensor) -> None:
     d = _f16(blocks, 0)
     x = blocks[:, 2:].contiguous().view(torch.int8).float()
-    return x * d
+    torch.mul(x, d, out=out)
 
 
-def _q4_0(blocks: Tensor) -> Tensor:
+def _q4_0(blocks: Tensor, out: Tensor) -> None:
     d = _f16(blocks, 0)
     qs = _nibbles(blocks[:, 2:], 16).reshape(blocks.shape[0], -1).to(torch.int8) - 8
-    return d * qs.float()
+    torch.mul(d, qs.float(), out=out)
 
 
-def _q4_1(blocks: Tensor) -> Tensor:
+def _q4_1(blocks: Tensor, out: Tensor) -> None:
     d, m = _f16(blocks, 0), _f16(blocks, 2)
     qs = _nibbles(blocks[:, 4:], 16).reshape(blocks.shape[0], -1).float()
-    return (d * qs) + m
+    torch.add(d * qs, m, out=out)
 
 
 def _q5(blocks: Tensor, start: int) -> Tensor:
@@ -69,15 +69,15 @@ def _q5(blocks: Tensor, start: int) -> Tensor:
     return ql | (qh << 4)
 
 
-def _q5_0(blocks: Tensor) -> Tensor:
+def _q5_0(blocks: Tensor, out: Tensor) -> None:
     d = _f16(blocks, 0)
     qs = _q5(blocks, 2).to(torch.int8) - 16
-    return d * qs.float()
+    torch.mul(d, qs.float(), out=out)
 
 
-def _q5_1(blocks: Tensor) -> Tensor:
+def _q5_1(blocks: Tensor, out: Tensor) -> None:
     d, m = _f16(blocks, 0), _f16(blocks, 2)
-    return (d * _q5(blocks, 4).float()) + m
+    torch.add(d * _q5(blocks, 4).float(), m, out=out)
 
 
 def _k_scales(scales: Tensor) -> tuple[Tensor, Tensor]:
@@ -98,24 +98,24 @@ def _k_affine(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return (d * sc.float()).reshape(n, -1, 1), (dmin * mins.float()).reshape(n, -1, 1)
 
 
-def _q4_k(blocks: Tensor) -> Tensor:
+def _q4_k(blocks: Tensor, out: Tensor) -> None:
     n = blocks.shape[0]
     d, dm = _k_affine(blocks)
     qs = _nibbles(blocks[:, 16:], 32).reshape(n, -1, 32).float()
-    return (d * qs - dm).reshape(n, _QK_K)
+    torch.sub(d * qs, dm, out=out.view(n, -1, 32))
 
 
-def _q5_k(blocks: Tensor) -> Tensor:
+def _q5_k(blocks: Tensor, out: Tensor) -> None:
     n = blocks.shape[0]
     d, dm = _k_affine(blocks)
     qh = blocks[:, 16 : 16 + _QK_K // 8].reshape(n, -1, 1, 32)
     qh = (qh >> torch.arange(8, dtype=torch.uint8).reshape(1, 1, 8, 1)) & 1
     ql = _nibbles(blocks[:, 16 + _QK_K // 8 :], 32).reshape(n, -1, 32)
     q = (ql | (qh.reshape(n, -1, 32) << 4)).float()
-    return (d * q - dm).reshape(n, _QK_K)
+    torch.sub(d * q, dm, out=out.view(n, -1, 32))
 
 
-def _q6_k(blocks: Tensor) -> Tensor:
+def _q6_k(blocks: Tensor, out: Tensor) -> None:
     n = blocks.shape[0]
     ql_end, qh_end = _QK_K // 2, _QK_K // 2 + _QK_K // 4
     sc_end = qh_end + _QK_K // 16
@@ -125,11 +125,12 @@ def _q6_k(blocks: Tensor) -> Tensor:
     qh = blocks[:, ql_end:qh_end].reshape(n, -1, 1, 32)
     qh = (qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 4, 1)) & 3
     q = (ql | (qh.reshape(n, -1, 32) << 4)).to(torch.int8) - 32
-    return (d * q.reshape(n, _QK_K // 16, -1).float()).reshape(n, _QK_K)
+    torch.mul(d, q.reshape(n, _QK_K // 16, -1).float(), out=out.view(n, _QK_K // 16, -1))
 
 
-#: Type name -> decoder of ``[n, type_size]`` uint8 blocks to ``[n, block_size]`` float32.
-DECODERS: dict[str, Callable[[Tensor], Tensor]] = {
+#: Type name -> decoder of ``[n, type_size]`` uint8 blocks into ``out``, ``[n, block_size]``
+#: float32 (the last operation writes there: no copy of the values).
+DECODERS: dict[str, Callable[[Tensor, Tensor], None]] = {
     "Q8_0": _q8_0,
     "Q4_0": _q4_0,
     "Q4_1": _q4_1,
@@ -162,5 +163,5 @@ def decode_blocks(blocks: Tensor, name: str, block_size: int) -> Tensor:
     with one_thread():
         for start in range(0, blocks.shape[0], chunk):
             stop = start + chunk
-            out[start:stop] = decode(blocks[start:stop])
+            decode(blocks[start:stop], out[start:stop])
     return out.reshape(-1)
