@@ -172,7 +172,7 @@ def aer_grid(
 
 def alignment_overlay(cur, lens: str, setting: str) -> go.Figure:
     """One head's word-level cross-attention of the current input with predicted links
-    (white circles) and gold links (red crosses). ``cur``: :class:`attnviz.app.alignment.Current`."""
+    (white circles) and gold links (red crosses). ``cur``: :class:`attnviz.app.panels.alignment.Current`."""
     fig = plots.heatmap(
         cur.matrix,
         cur.src_words,

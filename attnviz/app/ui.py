@@ -8,8 +8,9 @@
   Step-through tab (heatmaps, what-if box, reference box); the named API endpoints ``start``,
   ``step``, ``run``, ``back``, ``reset``, ``force``, ``beam``, ``beam_node``,
   ``beam_continue`` and ``whatif`` (``Client(url).predict("helloworld", api_name="/step")``);
-- :mod:`~attnviz.app.ui_labs`: mask lab, head ablation, attribution, health, playback, export;
-- :mod:`~attnviz.app.ui_align`: the Alignment tab; :mod:`~attnviz.app.ui_compare`: Compare;
+- :mod:`~attnviz.app.ui_labs`: mask lab, head ablation, attribution;
+- the modules of :mod:`attnviz.app.panels` that lay their own tab out (health, playback, export,
+  the Alignment tab: :func:`panel_pages`); :mod:`~attnviz.app.ui_compare`: Compare;
 - :mod:`~attnviz.app.ui_common`: the event options and small helpers they share.
 
 Here: what every decoding event returns, the choices that depend on the model, and how the
@@ -31,7 +32,6 @@ from . import (
     session,
     speech,
     store,
-    ui_align,
     ui_compare,
     ui_labs,
     ui_similarity,
@@ -71,7 +71,6 @@ class Page:
             ui_labs.other_tabs(self, state)
             for page in panel_pages():  # one module of app/panels each, after the labs
                 page.layout(self)
-            ui_align.align_tab(self)
             ui_compare.compare_tab(self)
             ui_similarity.similarity_tab(self)
             ui_why.why_tab(self)
@@ -270,7 +269,6 @@ def build_app(
         ui_step.wire(p)
         ui_labs.wire(p)
         ui_step.wire_whatif(p)
-        ui_align.wire(p)
         ui_compare.wire(p)
         ui_similarity.wire(p)
         ui_why.wire(p)

@@ -15,6 +15,7 @@ def test_session_layer_does_not_import_gradio():
     code = (
         "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels, "
         "attnviz.app.panels.health, attnviz.app.panels.playback, attnviz.app.panels.export, "
+        "attnviz.app.panels.alignment, "
         "attnviz.app.server, attnviz.bench.app, attnviz.bench.suite; "
         "assert 'gradio' not in sys.modules"
     )

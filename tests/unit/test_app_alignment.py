@@ -12,7 +12,8 @@ import pytest
 import attnviz
 from attnviz import analysis
 from attnviz.analysis.align import parse_pharaoh, to_pharaoh
-from attnviz.app import alignment, session
+from attnviz.app import session
+from attnviz.app.panels import alignment
 from attnviz.data.tasks import get_task
 
 

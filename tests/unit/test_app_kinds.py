@@ -15,17 +15,16 @@ from helpers import induction_fixture, stepped_fixture  # noqa: F401 (fixtures)
 
 import attnviz
 from attnviz.app import (
-    alignment,
     kinds,
     labs,
     session,
     stepfigures,
 )
 from attnviz.app.kinds import NOT_YET, NOTES
+from attnviz.app.panels import alignment, reference
 from attnviz.app.panels import beam as beamview
 from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import playback as playback_panel
-from attnviz.app.panels import reference
 from attnviz.app.panels import whatif as whatif_view
 from attnviz.app.state import describe
 

@@ -5,16 +5,16 @@ A panel is a gradio-free logic module plus its layout and wiring, which build it
 :class:`~attnviz.app.panels.registry.Face` (its components and how they are cleared, rerun and
 renewed). Panel modules are named for the panel (a bare noun, no suffix). Here: :mod:`.export` and
 :mod:`.health` and :mod:`.playback` (logic, layout, wiring and face in one module: a new panel
-is one module here plus one line in :data:`PANELS`), and the logic of :mod:`.beam`,
-:mod:`.compare`, :mod:`.reference`, :mod:`.similarity` and :mod:`.whatif`, whose layout and
-wiring are still in the ``ui_*`` modules (``ui_labs``, ``ui_step``, ``ui_compare``,
-``ui_similarity``), which build their faces.
+is one module here plus one line in :data:`PANELS`); the Alignment tab (:mod:`.alignment`, its
+logic, and :mod:`.alignment_ui`, its layout, wiring and faces: one module would pass ~500
+lines); and the logic of :mod:`.beam`, :mod:`.compare`, :mod:`.reference`, :mod:`.similarity`
+and :mod:`.whatif`, whose layout and wiring are still in the ``ui_*`` modules (``ui_labs``,
+``ui_step``, ``ui_compare``, ``ui_similarity``), which build their faces.
 
-Panels registered where they still live, being edited elsewhere (to move): the Alignment tab
-and faithfulness (``app.alignment``, ``app.ui_align``), Why this token (``app.why_view``,
-``app.ui_why``), whose faces :mod:`.elsewhere` builds; the labs and the contrast
-(``app.labs``, ``app.contrast_lab``: the workers preload the first, ``app.why_view`` imports
-the second).
+Panels registered where they still live, being edited elsewhere (to move): Why this token
+(``app.why_view``, ``app.ui_why``), whose faces :mod:`.elsewhere` builds; the labs and the
+contrast (``app.labs``, ``app.contrast_lab``: the workers preload the first, ``app.why_view``
+imports the second).
 
 Importing this package imports no panel and no gradio: the stamps (and so the session layer)
 ask it.
@@ -40,12 +40,10 @@ PANELS: tuple[Panel, ...] = (
     Panel("attr", tab="attr", stamp=ON_STEP),
     Panel("attr_vs", tab="attr", stamp=ON_STEP),  # "why this token and not that one"
     Panel("attr_alt", tab="attr", stamp=ON_STEP, in_view=True),  # the step's candidates: cheap
-    Panel("faith", tab="align", stamp=ON_STEP),
     Panel("whatif", tab="step", stamp=ON_STEP, in_view=True, opened="whatif"),
     Panel("reference", tab="step", stamp=ON_OUTPUT, rerun_when=same_source),
     Panel("beam", tab="step", stamp=ON_INPUT),
     Panel("ablate", tab="ablation", stamp=ON_INPUT),
-    Panel("align", tab="align", stamp=ON_INPUT),
     Panel("compare", tab="compare", stamp=ON_INPUT),  # A and the input
     Panel("similarity", tab="similarity", stamp=ON_FILE),  # its own sentences
     Panel("why_dla", tab="why", stamp=ON_STEP),
@@ -57,6 +55,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("health", tab="health", stamp=ON_CHECKED_INPUT, page="health"),
     Panel("playback", tab="play", stamp=ON_FILE, renew=True, page="playback"),  # its range
     Panel("export", tab="export", stamp=ON_STEP, page="export"),
+    Panel("align", tab="align", stamp=ON_INPUT, page="alignment_ui"),
+    Panel("faith", tab="align", stamp=ON_STEP, page="alignment_ui"),
 )
 
 #: The panels by name.

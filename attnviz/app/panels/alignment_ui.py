@@ -1,19 +1,25 @@
-"""The Alignment tab: which heads align source and output words (AER against gold links, per
-lens and setting, on the current input or a grid of sources) and faithfulness at the step
-shown, and its events. Computed when the tab opens or a control asks, never on a Step."""
+"""The Alignment tab on the page: which heads align source and output words (AER against gold
+links, per lens and setting, on the current input or a grid of sources) and faithfulness at the
+step shown — its layout, events and faces (:func:`layout`, :func:`wire`, :func:`faces`); the
+logic is :mod:`.alignment`. Computed when the tab opens or a control asks, never on a Step.
+
+Registered by two lines in :data:`attnviz.app.panels.PANELS` (``"align"`` and ``"faith"``,
+``page="alignment_ui"``).
+"""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from ..analysis import LENSES
+from ...analysis import LENSES
+from ..pagetext import ALIGN_INTRO, STALE, THEME_JS
+from ..stamps import panel_stamps as stamp
+from ..ui_common import INTERNAL, STALE_OK, dark, kind_note
 from . import alignment
-from .pagetext import ALIGN_INTRO, THEME_JS
-from .stamps import panel_stamps as stamp
-from .ui_common import INTERNAL, STALE_OK, dark, kind_note
+from .registry import Face
 
 
-def align_tab(p) -> None:
+def layout(p) -> None:
     """The Alignment tab: heads scored against gold links, and faithfulness at this step."""
     with gr.Tab("Alignment", elem_id="tab-align") as p.align_tab:
         kind_note(p, "align")
@@ -97,3 +103,37 @@ def wire(p) -> None:
 
 def _file_only(view) -> tuple:
     return view.path, view.message
+
+
+def _menus(p, ckpt) -> dict:
+    """The layer and head menus for ``ckpt``: its decoder layers and heads, "best" first."""
+    dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
+    heads = [f"H{h}" for h in range(ckpt.config.n_heads)]
+    return {
+        p.align_layer: gr.Dropdown(choices=["best", *dec], value="best"),
+        p.align_head: gr.Dropdown(choices=["best", *heads], value="best"),
+    }
+
+
+def faces(p) -> list[Face]:
+    """The AER grid and the faithfulness curves, said to be for an earlier state when it moves
+    on; the layer and head menus renewed for each model."""
+    return [
+        Face(
+            "align",
+            [p.align_grid, p.align_plot, p.align_overlay, p.align_msg],
+            clear=lambda s, v: {
+                p.align_grid: "",
+                p.align_plot: None,
+                p.align_overlay: None,
+                p.align_msg: STALE,
+            },
+            controls=lambda s, ckpt: _menus(p, ckpt),
+            control_outputs=[p.align_layer, p.align_head],
+        ),
+        Face(
+            "faith",
+            [p.faith_plot, p.faith_msg],
+            clear=lambda s, v: {p.faith_plot: None, p.faith_msg: STALE},
+        ),
+    ]

@@ -1,4 +1,4 @@
-"""The app's Alignment tab: which cross-attention head aligns words, how well, and how faithful.
+"""The Alignment tab's logic: which cross-attention head aligns words, how well, and how faithful.
 
 Plain Python over :func:`attnviz.analysis.alignment` and :func:`attnviz.analysis.faithfulness`
 (no gradio). Computed only when the tab asks (never on a decoding step):
@@ -25,21 +25,21 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from .. import analysis
-from ..analysis.align import Gold, parse_pharaoh, to_pharaoh, word_index
-from ..analysis.export import key_stats
-from ..analysis.stats import SINK_SHARE
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..core.record import record
-from ..data.batch import make_batch
-from ..data.tasks import TASKS, get_task
-from ..data.tokenizer import Encoding
-from . import figures, store
-from .kinds import refuse
-from .labs import started_checkpoint
-from .state import SessionState, checkpoint_of, warning
-from .workers import remote
+from ... import analysis
+from ...analysis.align import Gold, parse_pharaoh, to_pharaoh, word_index
+from ...analysis.export import key_stats
+from ...analysis.stats import SINK_SHARE
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...core.record import record
+from ...data.batch import make_batch
+from ...data.tasks import TASKS, get_task
+from ...data.tokenizer import Encoding
+from .. import figures, store
+from ..kinds import refuse
+from ..labs import started_checkpoint
+from ..state import SessionState, checkpoint_of, warning
+from ..workers import remote
 
 GRID_SENTENCES = 40  # a built-in task's test sentences scored in the grid
 MAX_UPLOAD_LINES = 2000
