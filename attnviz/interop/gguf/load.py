@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -249,24 +248,14 @@ def load_gguf_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     f = read_gguf(path)
     arch = architecture(f)
     hf = gguf_config(f, arch)
-    has_tokenizer = f.metadata.get("tokenizer.ggml.model") is not None
-    embedding = f.tensors.get("token_embd.weight")
-    rows = embedding.shape[0] if embedding is not None else -1
-    pool = ThreadPoolExecutor(1)
-    # The tokenizer is read (or built) beside the weights: both spend their time in native
-    # code that lets the other run.
-    early = pool.submit(gguf_tokenizer, f.metadata, rows, str(path)) if has_tokenizer else None
-    try:
-        tensors = gguf_tensors(f, arch, hf)
-    finally:  # a file refused for its tensors is not kept waiting for its tokenizer
-        pool.shutdown(wait=False, cancel_futures=True)
+    tensors = gguf_tensors(f, arch, hf)
     gen = {k: hf[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in hf}
 
     def tokenizer(ids: dict[str, int], tgt_rows: int, limit: int):
-        if not has_tokenizer:
+        # (Read after the weights, not beside them: the tokenizers library holds the GIL
+        # while it reads its JSON, so a thread of its own gained nothing, measured.)
+        if f.metadata.get("tokenizer.ggml.model") is None:
             return None, f"{shorten(path.name)} has no tokenizer metadata; ids in, ids out"
-        if early is not None and tgt_rows == rows:
-            return early.result(), None
         return gguf_tokenizer(f.metadata, tgt_rows, str(path)), None
 
     meta = {
