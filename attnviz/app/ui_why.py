@@ -73,6 +73,16 @@ def why_tab(p) -> None:
             p.why_patch_json = _download("why-patch-json")
         p.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
         p.why_patch_plot = gr.Plot(label="patching grid", visible=False, elem_id="why-patch-plot")
+        with gr.Row(equal_height=True):
+            p.why_cell = gr.Dropdown(
+                label="open one cell: its patched run's next tokens", choices=[], value=None,
+                scale=4, elem_id="why-cell",
+            )  # fmt: skip
+            p.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
+        p.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
+        p.why_cell_table = gr.Dataframe(
+            headers=wv.CELL_HEADERS, interactive=False, visible=False, elem_id="why-cell-table"
+        )
         gr.Markdown("### Information flow")
         with gr.Row(equal_height=True):
             p.why_threshold = gr.Slider(
@@ -94,7 +104,14 @@ def panels(p) -> dict[str, list]:
     return {
         "why_dla": [p.why_dla_plot, p.why_dla_msg, p.why_dla_json],
         "why_lens": [p.why_lens_table, p.why_grid_plot, p.why_lens_msg, p.why_lens_json],
-        "why_patch": [p.why_patch_plot, p.why_patch_msg, p.why_patch_json],
+        "why_patch": [
+            p.why_patch_plot,
+            p.why_cell,
+            p.why_cell_table,
+            p.why_cell_msg,
+            p.why_patch_msg,
+            p.why_patch_json,
+        ],
         "why_flow": [p.why_flow_plot, p.why_flow_msg, p.why_flow_json],
     }
 
@@ -124,6 +141,10 @@ def follow(p, state, plan) -> dict:
 def _empty(comp):
     if isinstance(comp, gr.Dataframe):
         return gr.Dataframe(value=None, visible=False)
+    if isinstance(comp, gr.Dropdown):
+        return gr.Dropdown(choices=[], value=None)
+    if isinstance(comp, gr.Markdown):
+        return ""
     return shown_plot(None)
 
 
@@ -172,6 +193,10 @@ def _handler(view, key: str, name: str, comps: list):
         for comp in figs:
             if isinstance(comp, gr.Dataframe):
                 out.append(gr.Dataframe(value=v.rows or None, visible=bool(v.rows)))
+            elif isinstance(comp, gr.Dropdown):
+                out.append(gr.Dropdown(choices=v.cells, value=v.cell))
+            elif isinstance(comp, gr.Markdown):
+                out.append("")
             else:
                 out.append(shown_plot(dark([v.figure], theme)[0]))
         return (*out, v.message, _file(v, name), _stamped(stamps, state, key))
@@ -188,6 +213,16 @@ def wire(p) -> None:
             triggers, _handler(view, key, name, comps), [p.state, p.stamps, *inputs, p.theme],
             [*comps, p.stamps], js=THEME_JS, api_name=api_name, **MODEL_EVENTS,
         )  # fmt: skip
+
+    def open_cell(state, corrupted, answer, wrong, what, direction, cell):
+        v = wv.open_cell(state, corrupted, answer, wrong, what, direction, cell)
+        return gr.Dataframe(value=v.rows or None, visible=bool(v.rows)), v.message
+
+    p.why_cell_btn.click(
+        open_cell, [p.state, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what,
+                    p.why_direction, p.why_cell],
+        [p.why_cell_table, p.why_cell_msg], api_name="why_cell", **MODEL_EVENTS,
+    )  # fmt: skip
 
     def opened(state, stamps, versus):
         return _menu(state, versus), "why", _stamped(stamps, state, wv.ALT)

@@ -35,6 +35,7 @@ import plotly.graph_objects as go
 
 from .. import analysis
 from ..analysis.export import dumps
+from ..analysis.patched_run import patched_run
 from ..analysis.patching import WHATS, TooLong
 from ..analysis.why import label, lens_grid, n_layers
 from ..checkpoint import Checkpoint
@@ -83,6 +84,8 @@ class WhyView:
     rows: list[list] = field(default_factory=list)
     data: dict[str, Any] | None = None
     result: Any = field(default=None, repr=False)
+    cells: list[tuple[str, str]] = field(default_factory=list)  # a grid's cells to open
+    cell: str | None = None  # the one chosen first
 
 
 def _stopped(*args, message: str, **kwargs) -> WhyView:
@@ -264,22 +267,7 @@ def patching(
             ``"noising"`` (the clean run, one corrupted activation put in).
     """
     try:
-        s = shown(state)
-        if what not in WHATS:
-            raise InputError(f"what must be one of {', '.join(WHATS)}, got {what!r}")
-        text = (corrupted or "").strip()
-        if not text:
-            raise InputError("type a corrupted input of as many tokens as the input")
-        one = is_decoder_only(s.ckpt)  # the tokens shown before the step follow the prompt
-        bad = list(s.ckpt.encode_source(text).ids) + s.prefix if one else text
-        a = token_arg(answer)
-        a = s.token if a is None else a
-        b = token_arg(wrong)
-        if b is None:
-            _, default = candidates(state)
-            b = token_arg(default)
-        if a is None or b is None:
-            raise InputError("give the answer and the wrong token (text, or #id)")
+        s, bad, a, b = _patch_inputs(state, corrupted, answer, wrong, what)
         run = dict(step=s.step, direction=direction, progress=False)
         try:
             res = analysis.patch(s.ckpt, s.text, bad, a, b, what, budget_s=BUDGET_S, **run)
@@ -293,11 +281,9 @@ def patching(
     g = res.grid if res.grid is not None else res.approx
     noising = direction == "noising"  # what matters most: the lowest cell, else the highest
     best = np.unravel_index(int(np.nanargmin(g) if noising else np.nanargmax(g)), g.shape)
-    short = {"head": "H", "layer": "L"}  # as the grid's axes write them
-    names = [display_token(res.labels[ax][i]) if ax == "position"  # a token: spaces shown
-             else short.get(ax, "") + res.labels[ax][i]
-             for ax, i in zip(res.axes, best, strict=True)]  # fmt: skip
-    where = " · ".join(html.escape(n) for n in names)
+    where = html.escape(_cell_name(res, best))
+    cells = [(_cell_name(res, i), ",".join(map(str, i))) for i in np.ndindex(*g.shape)
+             if np.isfinite(g[i])][:2000]  # fmt: skip
     how = (
         "Noising: the clean input runs, one corrupted activation put in per cell."
         if noising
@@ -311,7 +297,81 @@ def patching(
         f"**{where}** ({float(g[best]):.3f} of the clean run's difference "
         f"{'left' if noising else 'restored'})."
     )
-    return WhyView(msg, patch_figure(res), data=res.to_dict(), result=res)
+    first = ",".join(str(int(i)) for i in best)
+    return WhyView(msg, patch_figure(res), data=res.to_dict(), result=res, cells=cells, cell=first)
+
+
+def _cell_name(res, index) -> str:
+    """A grid cell as the grid's axes write it: ``decoder_self 0 · H0``, ``L3 · ␣Paris``."""
+    short = {"head": "H", "layer": "L"}
+    names = [display_token(res.labels[ax][i]) if ax == "position"  # a token: spaces shown
+             else short.get(ax, "") + res.labels[ax][i]
+             for ax, i in zip(res.axes, index, strict=True)]  # fmt: skip
+    return " · ".join(names)
+
+
+def _patch_inputs(state: SessionState, corrupted, answer, wrong, what: str):
+    """The step shown and the patching inputs as the library takes them: ``(shown, corrupted
+    ids or text, answer, wrong)``; a decoder-only model's corrupted prompt gets the tokens
+    shown before the step, as the clean one has them."""
+    s = shown(state)
+    if what not in WHATS:
+        raise InputError(f"what must be one of {', '.join(WHATS)}, got {what!r}")
+    text = (corrupted or "").strip()
+    if not text:
+        raise InputError("type a corrupted input of as many tokens as the input")
+    one = is_decoder_only(s.ckpt)  # the tokens shown before the step follow the prompt
+    bad = list(s.ckpt.encode_source(text).ids) + s.prefix if one else text
+    a = token_arg(answer)
+    a = s.token if a is None else a
+    b = token_arg(wrong)
+    if b is None:
+        _, default = candidates(state)
+        b = token_arg(default)
+    if a is None or b is None:
+        raise InputError("give the answer and the wrong token (text, or #id)")
+    return s, bad, a, b
+
+
+CELL_HEADERS = ["next token", "p patched", "p clean", "p corrupted"]
+
+
+@remote(_stopped)
+def open_cell(
+    state: SessionState,
+    corrupted: str | None,
+    answer: str | None,
+    wrong: str | None,
+    what: str,
+    direction: str,
+    cell: str | None,
+) -> WhyView:
+    """One cell of the patching grid run again on its own (:func:`attnviz.analysis.
+    patched_run.patched_run`): the patched run's top next tokens beside the clean and
+    corrupted runs' probabilities of them. ``cell``: its indices, ``"0,2"``."""
+    try:
+        if not cell:
+            raise InputError("run patching, then choose one of its cells")
+        try:
+            index = [int(i) for i in str(cell).split(",")]
+        except ValueError:
+            raise InputError(f"a cell is its indices, as '0,2'; got {str(cell)[:20]!r}") from None
+        s, bad, a, b = _patch_inputs(state, corrupted, answer, wrong, what)
+        res = patched_run(s.ckpt, s.text, bad, a, b, what, index, step=s.step,
+                          direction=direction)  # fmt: skip
+    except AttnvizError as exc:
+        return WhyView(message=warning(exc))
+    rows = [[display_token(t), round(p, 4), round(c, 4), round(k, 4)]
+            for t, p, c, k in zip(res.top_tokens, res.probs, res.clean_probs,
+                                  res.corrupted_probs, strict=True)]  # fmt: skip
+    # as the grid's axes write them: L3 · ␣Paris, decoder_self 0 · H0 · ␣is
+    prefix = {"resid": ["L", None], "head_positions": ["", "H", None]}.get(what, ["", "H"])
+    name = " · ".join(display_token(c) if p is None else p + c
+                      for p, c in zip(prefix, res.cell, strict=True))  # fmt: skip
+    msg = (f"The {res.direction} run with only **{html.escape(name)}** patched:"
+           f" its metric {res.metric:.3f} (0 = corrupted, 1 = clean); it predicts "
+           f"{_tok(res.top_tokens[0])} ({res.probs[0]:.3f}).")  # fmt: skip
+    return WhyView(msg, rows=rows, data=res.to_dict(), result=res)
 
 
 # -- information flow --------------------------------------------------------------------------

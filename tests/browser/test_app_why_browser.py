@@ -99,6 +99,15 @@ def test_patching_in_the_why_tab_reads_back_the_library_grid(
         prev = int(attnviz.analysis.induction_scores(ckpt, n=20).prev_token[0].argmax())
         assert drawn[0, prev] == drawn.min() and drawn[0, prev] < 0.1  # the answer is gone
         assert f"Most damaging: decoder_self 0 · H{prev}" in message
+        # the most damaging cell is chosen: opened, its run no longer answers "f"
+        page.locator("#why-cell-btn").click()
+        page.wait_for_function(SHOWN, arg="#why-cell-table")
+        first = page.locator("#why-cell-table tbody tr").first.locator("td").first.inner_text()
+        said = page.locator("#why-cell-message").inner_text()
+        assert first.strip() != "f" and f"decoder_self 0 · H{prev} patched" in said, said
+        shots = Path(SHOTS) if SHOTS else tmp_path
+        shots.mkdir(parents=True, exist_ok=True)
+        page.locator("#why-cell-table").screenshot(path=str(shots / f"why-cell-{scheme}.png"))
         worst = page.evaluate(CONTRAST, "#why-patch-message p, #why-patch-message strong")
         assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:3]
         folder = Path(SHOTS) if SHOTS else tmp_path

@@ -74,16 +74,22 @@ def test_why_endpoints_through_gradio_client(models_dir):
         assert z[:, -1] == pytest.approx(lens.prob, abs=1e-6)
 
         # patching the heads (noising): the layer-0 previous-token head kills the answer
-        plot, msg, path = client.predict(CORRUPTED, "f", "x", "heads", "noising", "light",
-                                         api_name="/why_patch")  # fmt: skip
+        plot, cell, _, _, msg, path = client.predict(CORRUPTED, "f", "x", "heads", "noising",
+                                                     "light", api_name="/why_patch")  # fmt: skip
         want = analysis.patch(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", direction="noising")
         got = np.asarray(_json(path)["grid"], dtype=float)
         np.testing.assert_allclose(got, want.grid, atol=1e-9)
         drawn = _array(_fig(plot)["data"][0]["z"]).reshape(got.shape)
         np.testing.assert_allclose(drawn, want.grid, atol=1e-9)
         assert "Most damaging" in msg
+        # the most damaging cell is offered first; opened, it is that patched run
+        assert _value(cell) == "0,0"
+        table, said = client.predict(CORRUPTED, "f", "x", "heads", "noising", "0,0",
+                                     api_name="/why_cell")  # fmt: skip
+        rows = _value(table)["data"]
+        assert rows[0][0] != "f" and "decoder_self 0 · H0" in said
         bad = client.predict("abc", "f", "x", "heads", "noising", "light", api_name="/why_patch")
-        assert bad[1].startswith("⚠") and "as many tokens" in bad[1] and "\n" not in bad[1]
+        assert bad[4].startswith("⚠") and "as many tokens" in bad[4] and "\n" not in bad[4]
 
         # information flow at a threshold: the route is the library's
         plot, msg, path = client.predict(0.04, "light", api_name="/why_flow")

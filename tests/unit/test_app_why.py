@@ -166,3 +166,15 @@ def test_a_grid_too_long_for_the_app_is_estimated_by_attribution_patching(steppe
     assert view.result.grid is None and view.result.approx.shape == (2, 4, 12)
     z = np.asarray(view.figure.data[0].z, dtype=float)
     assert np.allclose(z, view.result.approx.reshape(z.shape), equal_nan=True)
+
+
+def test_a_patched_cell_opens_as_its_own_run(stepped):
+    grid = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
+    assert grid.cell == "0,0" and ("decoder_self 0 · H0", "0,0") in grid.cells
+    assert len(grid.cells) == 8
+    view = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", grid.cell)
+    assert view.result.metric == pytest.approx(grid.result.grid[0, 0], abs=1e-5)
+    assert [r[0] for r in view.rows][0] != "f" and "decoder_self 0 · H0" in view.message
+    assert wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", None).message.startswith(
+        "⚠"
+    )
