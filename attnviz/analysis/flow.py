@@ -156,7 +156,7 @@ def flow(ckpt: Checkpoint | str, text, threshold: float = 0.04, step: int | None
     graph = _Graph(ckpt.model, trace, threshold)
     source_tokens, memory = None, None
     with torch.no_grad():
-        if ckpt.config.arch == "encoder-decoder":
+        if ckpt.config.has_cross:
             ts = trace.stream("encoder", 0, "resid_pre").shape[1]
             top = n_layers(ckpt, "encoder")
             if ckpt.is_audio:

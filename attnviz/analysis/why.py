@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..core.errors import InputError
 from ..core.record import record
-from ..decode.batched import until_eos
+from ..core.specials import not_text_ids
 from .export import dumps
 
 # -- inputs --------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def token_id(ckpt: Checkpoint, token: int | str, what: str = "token") -> int:
     if tok is None:
         raise InputError(f"this checkpoint has no tokenizer: give the {what} as an id")
     enc = tok.encode(token)
-    special = {ckpt.config.bos_id, ckpt.config.eos_id, ckpt.config.pad_id}
+    special = not_text_ids(ckpt.config)
     ids = [i for i in enc.ids if i not in special or tok.token(i) == token]
     if len(ids) != 1:
         pieces = " | ".join(tok.token(i) for i in ids) or "nothing"
@@ -112,7 +112,7 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
     if step is not None and (not isinstance(step, int) or step < 0):
         raise InputError(f"step must be a decoding step 0, 1, 2, ..., got {step!r}")
     dev = ckpt.device
-    if cfg.arch == "encoder-only":
+    if cfg.encoder_only:
         from .masked_lm import read_inputs, scored_positions
 
         if _is_ids(text):
@@ -138,7 +138,7 @@ def prepare(ckpt: Checkpoint, text, step: int | None = None) -> Prepared:
         return Prepared("encoder", ids, toks, pos, run_mlm, last_mlm)
     k = step or 0
     source = None
-    if cfg.arch == "decoder-only":
+    if cfg.decoder_only:
         prompt = list(text) if _is_ids(text) else list(ckpt.encode_source(text).ids)
         out = _greedy(ckpt, torch.tensor([prompt], device=dev), k) if k else []
         ids = prompt + out[:k]
@@ -187,9 +187,7 @@ def _is_ids(text) -> bool:
 
 
 def _greedy(ckpt: Checkpoint, src: Tensor, k: int) -> list[int]:
-    cfg = ckpt.config
-    row = ckpt.greedy(src, max_len=k)[0].tolist()
-    return until_eos(row, cfg.eos_id, cfg.pad_id, cfg.end_ids)
+    return ckpt.decoding.until_end(ckpt.greedy(src, max_len=k)[0].tolist())
 
 
 def stack_of(model: nn.Module, stack: str) -> nn.Module:
