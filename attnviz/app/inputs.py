@@ -1,6 +1,7 @@
 """One input object per session: what the person gave, by kind — a text (a source or a prompt),
 a sentence or a pair for an encoder-only model, a clip for a speech model — each knowing its
-label, how it is refused when empty, how it becomes the start state, and which panels apply.
+label, how it is refused when empty, how it becomes the start state, and which panels apply
+(:func:`note`, :func:`refuse`: one sentence for each place a model's kind hides).
 
 :func:`input_of` answers which one a checkpoint reads (asked of its config: ``reads_audio``,
 ``encoder_only``), and :func:`start` is the one place a fresh state is built: a new input, a
@@ -13,13 +14,130 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 
+from ..analysis.masked_lm import special_token
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import speech
-from .kinds import ENCODER_NOTES, input_label, note
 from .state import SessionState
 
+# -- which panels apply, by the model's kind ------------------------------------------------
+#: One sentence for each place a decoder-only model hides, by place.
+NOTES = {
+    "step": (
+        "A decoder-only model has no encoder and no cross-attention: its prompt and its "
+        "output are one sequence in the self-attention above."
+    ),
+    "whatif": (
+        "What-if redirects a head's cross-attention to one source token; a decoder-only "
+        "model has no cross-attention, so there is nothing here to redirect."
+    ),
+    "align": (
+        "Alignment scores cross-attention heads against gold links between source and "
+        "output words (AER); a decoder-only model has no cross-attention, its prompt and "
+        "output being one sequence, so there is nothing to align."
+    ),
+    "mask": (
+        "A decoder-only model's prompt and output are one sequence, so there are no source "
+        "tokens to block: switch the causal mask off to let each position read the token it "
+        "should predict."
+    ),
+}
 
+#: Labs that do not run a decoder-only model: why, in one sentence.
+NOT_YET = {
+    "faith": (
+        "Faithfulness removes source tokens the cross-attention points at; a decoder-only "
+        "model has no cross-attention."
+    ),
+}
+
+
+#: One sentence for each place an encoder-only model hides or refuses, by place; every other
+#: place (a lab) says :data:`ENCODER_NOT_YET`.
+ENCODER_NOTES = {
+    "step": (
+        "An encoder-only model reads the whole sentence at once and generates nothing: above "
+        "is its self-attention over the sentence, and the bars are its fillers at each mask "
+        "token."
+    ),
+    "decode": (
+        "Step, Back, Reset and beam search do not apply: an encoder-only model reads the whole "
+        "sentence at once and generates nothing. Press Read (or Enter) to see its attention "
+        "and fillers."
+    ),
+    "reference": (
+        "There is no output to score a reference against: an encoder-only model reads the "
+        "whole sentence at once and generates nothing."
+    ),
+    "whatif": (
+        "What-if redirects a head's cross-attention to one source token; an encoder-only "
+        "model has no cross-attention (it reads the whole sentence at once and generates "
+        "nothing)."
+    ),
+    "align": (
+        "Alignment scores cross-attention heads against gold links between source and output "
+        "words; an encoder-only model has no cross-attention and generates nothing to align."
+    ),
+    "mask": (
+        "The mask lab switches a decoder's causal mask off and blocks source tokens; an "
+        "encoder-only model has no causal mask and no decoder, and this lab does not run one "
+        "yet."
+    ),
+    "contrast": (
+        "“Why this token and not that one” compares two candidates for the next token; an "
+        "encoder-only model produces no next token (the attribution above explains the "
+        "filler at the first mask)."
+    ),
+    "faith": (
+        "Faithfulness removes source tokens the cross-attention points at; an encoder-only "
+        "model has no cross-attention."
+    ),
+    "beam": (
+        "Beam search decodes an output; an encoder-only model reads the whole sentence at "
+        "once and generates nothing."
+    ),
+}
+ENCODER_NOT_YET = "Not yet for encoder-only models: this lab runs models that decode."
+#: The labs an encoder-only model runs, on its one pass over the sentence (the output read being
+#: its top filler at each mask token, or its prediction of each token of a sentence without one).
+ENCODER_LABS = ("ablation", "attribution", "health", "export", "compare", "lens")
+
+
+def input_label(ckpt: Checkpoint | None) -> str:
+    """The input box's label: a decoder-only model continues a prompt, an encoder-only one
+    reads a sentence or a pair (with its tokenizer's separator and mask tokens)."""
+    if ckpt is not None and ckpt.config.encoder_only:
+        sep, mask = (_special(ckpt, w) for w in ("sep", "mask"))
+        return f"Sentence (or a pair: first {sep} second; {mask} to fill)"
+    return "Prompt" if ckpt is not None and ckpt.config.decoder_only else "Input"
+
+
+def _special(ckpt: Checkpoint, which: str) -> str:
+    token = special_token(ckpt, which)
+    return token[0] if token else f"[{which.upper()}]"
+
+
+def note(ckpt: Checkpoint | None, place: str) -> str:
+    """The sentence shown where ``place`` (a place of :data:`NOTES` or a lab of
+    :data:`NOT_YET`; for an encoder-only model, of :data:`ENCODER_NOTES`, a lab of
+    :data:`ENCODER_LABS` running and any other place saying :data:`ENCODER_NOT_YET`) is
+    hidden for this model, or ``""`` where it is shown."""
+    if ckpt is not None and ckpt.config.encoder_only:
+        return "" if place in ENCODER_LABS else ENCODER_NOTES.get(place, ENCODER_NOT_YET)
+    if ckpt is None or not ckpt.config.decoder_only:
+        return ""
+    return NOTES.get(place) or NOT_YET.get(place, "")
+
+
+def refuse(ckpt: Checkpoint, place: str) -> None:
+    """Raise :class:`InputError` with the one sentence of a place (a lab, what-if, AER) that
+    does not apply to this model; nothing where it applies."""
+    why = note(ckpt, place)
+    if why:
+        raise InputError(why)
+
+
+# -- the input kinds ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Source:
     """An input encoded: its text as the state keeps it, the encoder's ids and their labels.

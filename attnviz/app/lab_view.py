@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
 from . import figures
-from .kinds import refuse
+from .inputs import refuse
 from .speech import NOT_FOR_AUDIO
 from .state import SessionState, checkpoint_of, warning
 

@@ -30,7 +30,8 @@ from ..core.model import KINDS
 from ..core.record import Trace, record
 from ..render.arrays import b64_f32
 from . import encview, readview
-from .kinds import is_encoder_only, refuse
+from .inputs import refuse
+from .kinds import is_encoder_only
 from .state import SessionState, checkpoint_of, layer_number, warning
 from .workers import remote
 

@@ -22,7 +22,7 @@ from ..core.model import KINDS
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from .encview import encoder_block, encoder_inline
-from .kinds import ENCODER_NOTES
+from .inputs import ENCODER_NOTES
 from .lru import LRU
 from .state import SessionState, layer_count
 from .views import Payload, Shown, display_token, page_model, view_of

@@ -19,7 +19,8 @@ from ..render import plots
 from ..render.plots import KIND_TITLES
 from . import figures
 from .decoders import DECODERS
-from .kinds import is_encoder_only, note
+from .inputs import note
+from .kinds import is_encoder_only
 from .readview import read
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_count
 from .views import src_labels, view_of

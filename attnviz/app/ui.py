@@ -40,7 +40,7 @@ from . import (
     uploads,
 )
 from .decoders import DECODERS
-from .kinds import input_label, note
+from .inputs import input_label, note
 from .panels import PANELS, Face, elsewhere, similarity
 from .stamps import follow as follow_plan
 from .stamps import panel_stamps as stamp

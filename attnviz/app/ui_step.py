@@ -17,7 +17,7 @@ import time
 import gradio as gr
 
 from . import labs, lensview, session, store, ui_speech
-from .kinds import note
+from .inputs import note
 from .pagetext import (
     BEAM_NODE_JS,
     ENC_JS,

@@ -33,7 +33,8 @@ from ..decode.greedy import StepResult
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
 from .encview import encoder_block, encoder_inline
-from .kinds import note, prompt_part
+from .inputs import note
+from .kinds import prompt_part
 from .state import (
     SessionState,
     head_choices,

@@ -18,7 +18,7 @@ browser_or_skip()  # skips the module without Chromium, Playwright or gradio
 from helpers import launched_app, shots_folder  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
-from attnviz.app.kinds import NOTES  # noqa: E402
+from attnviz.app.inputs import NOTES  # noqa: E402
 
 TIMEOUT = 30_000
 PROMPT = "qXb3LmZ7tRw2Kp9"

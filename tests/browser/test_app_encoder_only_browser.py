@@ -18,7 +18,7 @@ from helpers import launched_app, shots_folder, tiny_bert  # noqa: E402
 
 import attnviz  # noqa: E402  (after the skips)
 from attnviz.analysis import fill_mask  # noqa: E402
-from attnviz.app.kinds import ENCODER_NOTES  # noqa: E402
+from attnviz.app.inputs import ENCODER_NOTES  # noqa: E402
 
 TIMEOUT = 30_000
 TEXT = "the [MASK] sat on the mat"

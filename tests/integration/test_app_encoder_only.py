@@ -12,7 +12,7 @@ from helpers import tiny_bert
 
 from attnviz.analysis import fill_mask
 from attnviz.app import labs, lensview, session
-from attnviz.app.kinds import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
+from attnviz.app.inputs import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
 from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import export as export_panel
 from attnviz.app.panels import health as health_panel
@@ -96,7 +96,9 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     assert drawn > 0 and ranked.rows[0][2] == pytest.approx(drawn, rel=1e-3)
     assert ranked.message.count("No head matters much") == 1  # not "most important" at 1e-5
     attr = labs.attribution(state, "L1")
-    assert attr.message.startswith(f"Explaining the top filler at the first mask token: “{tops[0]}”")
+    assert attr.message.startswith(
+        f"Explaining the top filler at the first mask token: “{tops[0]}”"
+    )
     assert len(attr.figures) == 2 and len(attr.figures[0].data[0].y) == len(fill.ids)
     health = health_panel.health(state)
     assert "Health check passed" in health.message and "does not apply" in health.message
@@ -118,16 +120,20 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     apart = any(b != a + 1 for a, b in zip(at, at[1:], strict=False))
     assert ('class="av-cmp-gap"' in cmp.tokens_html) == apart
     other = compare_lab.compare(state, str(models_dir / "reverse"))
-    assert other.message == "⚠ A is encoder-only and B is encoder-decoder: Compare lines up " \
+    assert (
+        other.message == "⚠ A is encoder-only and B is encoder-decoder: Compare lines up "
         "two models of one kind head by head; pick a B of A&#x27;s kind"
+    )
 
 
 def test_a_lab_refuses_bad_input_in_one_line_and_keeps_the_state(bert):
     state = session.run(session.new_state(bert), "the cat sat [SEP] a dog ran").state
     before = (state.text, state.src_ids, state.epoch)
     attr = labs.attribution(state, "L0")
-    assert attr.message == "⚠ write [MASK] where a token should be filled in, e.g. “the cat " \
+    assert (
+        attr.message == "⚠ write [MASK] where a token should be filled in, e.g. “the cat "
         "sat on the [MASK] .”"
+    )
     assert labs.ablation(state, []).message == "⚠ tick at least one head to switch off"
     assert not labs.ablation(state, ["encoder_self L0 H0"]).message.startswith("⚠")
     assert labs.attribution(state, "L9").message.startswith("⚠ layer must be one of [0, 1]")

@@ -15,12 +15,12 @@ from helpers import induction_fixture, stepped_fixture  # noqa: F401 (fixtures)
 
 import attnviz
 from attnviz.app import (
-    kinds,
+    inputs,
     labs,
     session,
     stepfigures,
 )
-from attnviz.app.kinds import NOT_YET, NOTES
+from attnviz.app.inputs import NOT_YET, NOTES
 from attnviz.app.panels import alignment, reference
 from attnviz.app.panels import beam as beamview
 from attnviz.app.panels import compare as compare_lab
@@ -44,8 +44,8 @@ def test_the_header_and_the_input_read_for_a_decoder_only_model(induction, model
     rev = session.new_state(str(models_dir / "reverse"))
     assert "2 encoder + 2 decoder layers" in describe(rev)
     ckpt = attnviz.load_checkpoint(induction)
-    assert kinds.input_label(ckpt) == "Prompt"
-    assert kinds.input_label(attnviz.load_checkpoint(models_dir / "reverse")) == "Input"
+    assert inputs.input_label(ckpt) == "Prompt"
+    assert inputs.input_label(attnviz.load_checkpoint(models_dir / "reverse")) == "Input"
 
 
 def test_the_payload_holds_prompt_rows_then_step_rows_as_recorded(induction):

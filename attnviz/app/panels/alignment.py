@@ -36,7 +36,7 @@ from ...data.batch import make_batch
 from ...data.tasks import TASKS, get_task
 from ...data.tokenizer import Encoding
 from .. import figures, store
-from ..kinds import refuse
+from ..inputs import refuse
 from ..labs import started_checkpoint
 from ..state import SessionState, checkpoint_of, warning
 from ..workers import remote

@@ -35,7 +35,8 @@ from ...decode.beam import BeamResult, BeamTree, Hypothesis, beam_predict
 from ...render import plots
 from ...render.plots import KIND_TITLES
 from .. import store
-from ..kinds import is_decoder_only, refuse, scored_rows
+from ..inputs import refuse
+from ..kinds import is_decoder_only, scored_rows
 from ..stamps import panel_stamps
 from ..state import SessionState, checkpoint_of, head_label, head_weights, warning
 from ..views import display_token, view_of

@@ -22,7 +22,8 @@ from ...core.errors import AttnvizError, InputError
 from ...decode.scoring import Scored
 from ...render import plots
 from ...train.evaluate import expected_output
-from ..kinds import is_decoder_only, refuse, scored_rows
+from ..inputs import refuse
+from ..kinds import is_decoder_only, scored_rows
 from ..state import SessionState, checkpoint_of, head_label, head_weights
 from ..views import display_token, view_of
 from ..workers import remote

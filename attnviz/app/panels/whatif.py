@@ -24,7 +24,7 @@ from ...core.devices import as_numpy
 from ...core.errors import AttnvizError, InputError
 from ...core.sites import parse_head_index
 from ..decoders import DECODERS
-from ..kinds import refuse
+from ..inputs import refuse
 from ..state import SessionState, checkpoint_of, layer_index, warning
 from ..views import display_token
 from ..workers import remote
