@@ -23,6 +23,7 @@ from ..core.devices import as_numpy
 from ..core.errors import EditError
 from ..core.model import KINDS
 from ..core.record import Edit, ZeroHeads, record
+from ..core.sites import head_name
 from ..data.batch import Batch, make_batch, make_lm_batch, source_batch
 from .labsize import lab_memory, refuse_oversized
 from .masked_lm import fillers_text, predictions, read_batch
@@ -201,7 +202,8 @@ class HeadEffect:
 
     @property
     def site(self) -> str:
-        return f"{self.kind} L{self.layer} H{self.head}"
+        """``"cross L1 H2"`` (:func:`attnviz.core.sites.head_name`)."""
+        return head_name(self.kind, self.layer, self.head)
 
 
 def head_effects(
