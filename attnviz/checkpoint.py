@@ -44,6 +44,8 @@ from .decode.scoring import Scored, score_reference
 FORMAT = "attnviz-checkpoint/1"
 WEIGHTS = "model.safetensors"
 METADATA = "config.json"
+
+
 # -- save / load ----------------------------------------------------------------------------
 def save_checkpoint(
     path: str | Path,

@@ -22,7 +22,9 @@ from .rows import Row, app_threads, no_progress_bars, paired_times
 OPEN_ROW = "Gemma 3 270M GGUF: open the file, first time (tokenizer built)"
 REOPEN_ROW = "Gemma 3 270M GGUF: open the file again (tokenizer cached)"
 RSS_ROW = "Gemma 3 270M GGUF: resident memory after opening"
-STEP_ROW = "Gemma 3 270M GGUF recorded stepper vs transformers' cached greedy (same file), per token"
+STEP_ROW = (
+    "Gemma 3 270M GGUF recorded stepper vs transformers' cached greedy (same file), per token"
+)
 HEAD_ROW = "Gemma 3 270M GGUF: the 262,144 x 640 output projection's share of a step"
 LLAMA_ROW = "Gemma 3 270M GGUF: llama.cpp tokens per second (same prompt, for reference)"
 ROWS = (OPEN_ROW, REOPEN_ROW, RSS_ROW, STEP_ROW, HEAD_ROW, LLAMA_ROW)
@@ -68,10 +70,26 @@ def bench_gemma(quick: bool) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="attnviz-bench-gguf-") as cache:
         first = _open_in_fresh_process(path, cache)
         again = _open_in_fresh_process(path, cache)
-    rows.append(Row(OPEN_ROW, first["open"], "s", "<= 10", first["open"] <= 10,
-                    "a fresh process, import included, the tokenizer built into an empty cache"))
-    rows.append(Row(REOPEN_ROW, again["open"], "s", "<= 3", again["open"] <= 3,
-                    "a fresh process, import included, the tokenizer read from the cache"))
+    rows.append(
+        Row(
+            OPEN_ROW,
+            first["open"],
+            "s",
+            "<= 10",
+            first["open"] <= 10,
+            "a fresh process, import included, the tokenizer built into an empty cache",
+        )
+    )
+    rows.append(
+        Row(
+            REOPEN_ROW,
+            again["open"],
+            "s",
+            "<= 3",
+            again["open"] <= 3,
+            "a fresh process, import included, the tokenizer read from the cache",
+        )
+    )
     rss = again["rss"] / 2**30
     rows.append(Row(RSS_ROW, rss, "GB", "<= 2", rss <= 2, "resident set after load_checkpoint"))
     rows += _stepping(path, quick)
@@ -109,7 +127,7 @@ def _stepping(path, quick: bool) -> list[Row]:
                                    max_new_tokens=n, min_new_tokens=n, num_beams=1,
                                    do_sample=False)  # fmt: skip
 
-        same = ours() == theirs()[0, prompt.shape[1]:].tolist()
+        same = ours() == theirs()[0, prompt.shape[1] :].tolist()
         t_ours, t_base = paired_times(ours, theirs, reps, 1)
         w = ckpt.model.generator.weight  # [V, D] (tied to the token table)
         x = torch.randn(1, w.shape[1])
@@ -124,8 +142,16 @@ def _stepping(path, quick: bool) -> list[Row]:
                 f"{prompt.shape[1]}-token prompt, the prompt's pass included, every step's "
                 f"attention recorded{'' if same else ', tokens differ'}")]  # fmt: skip
     share = t_head / (t_ours / (n + 1))
-    rows.append(Row(HEAD_ROW, share, "share", "-", None,
-                    f"one [640] x [640, 262144] product: {t_head * 1e3:.1f} ms"))
+    rows.append(
+        Row(
+            HEAD_ROW,
+            share,
+            "share",
+            "-",
+            None,
+            f"one [640] x [640, 262144] product: {t_head * 1e3:.1f} ms",
+        )
+    )
     rows.append(_llama_cpp(path, prompt.shape[1], n))
     return rows
 
@@ -144,6 +170,12 @@ def _llama_cpp(path, prompt_tokens: int, n: int) -> Row:
     out = llm.create_completion(toks, max_tokens=n, temperature=0.0, top_k=1)
     took = time.perf_counter() - t0
     made = out["usage"]["completion_tokens"]
-    return Row(LLAMA_ROW, made / took, "tokens/s", "-", None,
-               f"{made} tokens after a {prompt_tokens}-token prompt in {took:.2f} s (prompt "
-               "included), llama.cpp's own quantized kernels")
+    return Row(
+        LLAMA_ROW,
+        made / took,
+        "tokens/s",
+        "-",
+        None,
+        f"{made} tokens after a {prompt_tokens}-token prompt in {took:.2f} s (prompt "
+        "included), llama.cpp's own quantized kernels",
+    )

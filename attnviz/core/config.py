@@ -35,6 +35,8 @@ BOOL_FIELDS = (
 )  # fmt: skip
 #: What each decoder layer's self-attention sees: every earlier key, or a sliding window.
 LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
 def _show(value: Any) -> str:
     """A value from a config file as a message shows it: ``repr``, cut to a sane length."""
     return shorten(repr(value))
@@ -267,8 +269,10 @@ class ModelConfig(ModelKind):
         ends = self.end_ids
         if isinstance(ends, list):  # from JSON: kept as a tuple (the config is hashable)
             object.__setattr__(self, "end_ids", ends := tuple(ends))
-        if not isinstance(ends, tuple) or len(ends) > 64 or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ends
+        if (
+            not isinstance(ends, tuple)
+            or len(ends) > 64
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ends)
         ):
             raise ConfigError(f"end_ids must be a list of at most 64 ids, got {_show(ends)}")
         if self.d_head is not None:

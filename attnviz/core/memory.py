@@ -17,13 +17,13 @@ class Sized(Protocol):
 
     def sizes(self) -> dict[str, int]: ...
 
+
 #: Bytes of one number (float32).
 BYTES_PER_NUMBER = 4
 #: Part of the memory this process may use that one model may need at its peak.
 MEMORY_FRACTION = 0.75
 #: Models needing less than this are never checked against the machine (no system calls).
 _ALWAYS_FITS = 256 << 20
-
 
 
 def available_memory() -> int:

@@ -276,7 +276,11 @@ class Translate(Task):
         self.lexicon = lex.lexicon()
 
     def _np(self, rng: random.Random, adj: bool) -> list[str]:
-        return [rng.choice(lex.DETS), *([rng.choice(lex.ADJS)] if adj else []), rng.choice(lex.NOUNS)]
+        return [
+            rng.choice(lex.DETS),
+            *([rng.choice(lex.ADJS)] if adj else []),
+            rng.choice(lex.NOUNS),
+        ]
 
     def sample(self, rng: random.Random, length: int) -> str:
         """A sentence of ``length`` words (5-12): fills the optional slots to reach it."""

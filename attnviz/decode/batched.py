@@ -26,9 +26,7 @@ from .greedy import (
 )
 
 
-def until_eos(
-    row: Sequence[int], eos_id: int, pad_id: int, more: Sequence[int] = ()
-) -> list[int]:
+def until_eos(row: Sequence[int], eos_id: int, pad_id: int, more: Sequence[int] = ()) -> list[int]:
     """One decoded row up to and including its first end id (``eos_id`` or one of ``more``:
     a config's further ``end_ids``), without the padding after a row ends."""
     row = list(row)

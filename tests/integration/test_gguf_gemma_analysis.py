@@ -50,8 +50,9 @@ def test_a_local_layer_cannot_see_the_start_of_a_long_prompt(gemma):
     assert bool(window[:first].all()) and not bool(window[first:].any())
     assert float(trace.weights("decoder_self", 0)[0, :, -1, :first].abs().max()) == 0.0
     assert float(trace.weights("decoder_self", 5)[0, :, -1, :first].sum()) > 0  # global
-    with torch.no_grad(), attnviz.record(
-        gemma.model, [attnviz.DropMask("sliding", layers=[0])]
-    ) as off:
+    with (
+        torch.no_grad(),
+        attnviz.record(gemma.model, [attnviz.DropMask("sliding", layers=[0])]) as off,
+    ):
         gemma.model(ids)
     assert float(off.weights("decoder_self", 0)[0, :, -1, :first].sum()) > 0

@@ -488,8 +488,10 @@ def test_real_gemma3_270m_matches_transformers(gemma_file):
             logits = ckpt.model(ids)
     worst = max(float((trace.weights("decoder_self", i) - a).abs().max())
                 for i, a in enumerate(out.attentions))  # fmt: skip
-    print(f"{ids.shape[1]} tokens: max |Δlogits| = {float((logits - out.logits).abs().max()):.2e}, "
-          f"max |Δattention| = {worst:.2e} over {len(out.attentions)} layers")
+    print(
+        f"{ids.shape[1]} tokens: max |Δlogits| = {float((logits - out.logits).abs().max()):.2e}, "
+        f"max |Δattention| = {worst:.2e} over {len(out.attentions)} layers"
+    )
     assert worst <= 1e-4 and float((logits - out.logits).abs().max()) <= 1e-3
     assert trace.is_sliding("decoder_self", 0) and not trace.is_sliding("decoder_self", 5)
 

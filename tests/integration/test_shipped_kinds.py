@@ -24,9 +24,7 @@ def reverse_gpt(models_dir):
 
 
 @pytest.mark.parametrize("name", ["induction", "reverse-gpt", "reverse-bert"])
-def test_shipped_one_stack_models_are_small_documented_and_made_by_attnviz_train(
-    name, models_dir
-):
+def test_shipped_one_stack_models_are_small_documented_and_made_by_attnviz_train(name, models_dir):
     folder = models_dir / name
     ckpt = attnviz.load_checkpoint(folder)
     if name == "reverse-bert":

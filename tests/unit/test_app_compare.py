@@ -88,7 +88,9 @@ def test_compare_needs_an_input_and_a_real_head(models_dir, done):
 def test_a_compare_result_goes_stale_with_a_new_input_not_with_a_step(done):
     shown = {"compare": app_stamps.panel_stamps(done)["compare"]}
     assert not app_stamps.stale_panels(shown, session.back(done).state)
-    assert app_stamps.follow(shown, session.start(done, "abc").state, "compare").clear == {"compare"}
+    assert app_stamps.follow(shown, session.start(done, "abc").state, "compare").clear == {
+        "compare"
+    }
 
 
 # -- the clickable grid and model B uploaded in the tab -------------------------------------------

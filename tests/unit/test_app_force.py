@@ -140,5 +140,13 @@ def test_reference_follows_the_layer_and_head_the_page_shows(models_dir):
     z = np.asarray(view.figure.data[0].z, dtype=float)  # [Tt, Ts]
     want = ckpt.score(TEXT, "dlrowolleh").trace.numpy("cross", 0)[0, 2]
     assert np.allclose(z, want, atol=1e-6) and "layer 0" in view.figure.layout.title.text
-    for stale in ("", "cross", "cross x H1", "nope 0 H1", "cross 0 Hx", "cross 0 x2", "cross 0 <b>"):
+    for stale in (
+        "",
+        "cross",
+        "cross x H1",
+        "nope 0 H1",
+        "cross 0 Hx",
+        "cross 0 x2",
+        "cross 0 <b>",
+    ):
         assert session.remember_view(s, stale) == s  # nothing but a view the page can name

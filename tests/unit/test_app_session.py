@@ -541,13 +541,18 @@ def test_follow_rules_say_what_each_panel_does_after_an_event(done):
     assert plan.stamps == {k: shown[k] for k in ("beam", "align", "model")}
     plan = app_stamps.follow(shown, back, "mask")  # the mask lab is shown: it follows the step
     assert plan.rerun == {"mask"} and plan.clear == {"attr"}
-    assert plan.stamps["mask"] == app_stamps.panel_stamps(back)["mask"] and "attr" not in plan.stamps
+    assert (
+        plan.stamps["mask"] == app_stamps.panel_stamps(back)["mask"] and "attr" not in plan.stamps
+    )
     new = session.start(done, "abc").state  # a new input: every input-bound panel is stale
     assert app_stamps.follow(shown, new, "align").clear == {"mask", "attr", "beam", "align"}
     moved = {**shown, "model": (done.model, -1)}  # the checkpoint changed on disk
     plan = app_stamps.follow(moved, done, "step")
     assert plan.renew == {"model"} and not plan.clear and plan.stamps == shown
-    assert not app_stamps.follow(shown, done, "mask") and app_stamps.follow({}, new, "mask").stamps == {}
+    assert (
+        not app_stamps.follow(shown, done, "mask")
+        and app_stamps.follow({}, new, "mask").stamps == {}
+    )
 
 
 def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:

@@ -63,7 +63,9 @@ def test_the_mask_lab_switches_a_layers_window_off(windowed):
     from attnviz.app import labs
 
     prompt = " ".join("abcdefgh")
-    state = session.step(session.start(session.new_state(str(windowed)), prompt).state, prompt).state
+    state = session.step(
+        session.start(session.new_state(str(windowed)), prompt).state, prompt
+    ).state
     view = labs.mask_lab(state, window_off=["L0"])
     assert "Sliding window off" in view.message and len(view.figures) == 2
     assert "nothing is changed yet" not in view.message  # the window was changed

@@ -99,7 +99,10 @@ def test_a_tsv_line_without_exactly_one_tab_is_named(tmp_path, line, tabs):
         ('{"en": "a", "de": "b"}', r':2: expected \{"translation"'),
         ('{"translation": {"en": "a"}}', r":2: no 'de' text"),
         ('{"translation": {"en": "a", "de": 3}}', r":2: the texts .* must be strings"),
-        ('{"translation": {"en": "a\\ud800b", "de": "c"}}', r":2: the 'en' text holds a lone surrogate \(U\+D800 at character 2\)"),
+        (
+            '{"translation": {"en": "a\\ud800b", "de": "c"}}',
+            r":2: the 'en' text holds a lone surrogate \(U\+D800 at character 2\)",
+        ),
     ],
 )
 def test_a_bad_jsonl_line_is_named(tmp_path, line, match):

@@ -26,8 +26,6 @@ from attnviz.cli import main
 TEXTS = ["helloworld", "abc", "zyxwvutsrqponmlkjihg", "a", "hello world"]  # ' ' is unknown
 
 
-
-
 def _old(perm, ids):
     return [perm[i] for i in ids]
 
