@@ -18,6 +18,7 @@ import dataclasses
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -397,8 +398,11 @@ def open_head(state: SessionState, site: str) -> DecodeView:
 
 def _chosen(state: SessionState, model: str, *args, **kwargs) -> str:
     """The folder ``model`` (a menu name or a folder) names for this session: another
-    session's upload is not found by its name, and its folder is refused ("")."""
+    session's upload is not found by its name, and its folder is refused (""), as is a name
+    that is neither in the menu nor a folder."""
     path = store.resolve_model(model, owner=state.sid)
+    if path == model and not Path(model).expanduser().exists():
+        return ""  # no menu name and no folder: said so without the server's paths
     return path if store.visible(path, state.sid) else ""
 
 

@@ -65,3 +65,11 @@ def test_model_b_uploaded_is_its_sessions_own(tmp_path):
         assert compare.upload_b([str(tmp_path / "b.zip")], owner="")[1].startswith("⚠ type")
     finally:
         uploads.end_session(started.sid)
+
+
+def test_a_name_neither_in_the_menu_nor_a_folder_is_refused_without_a_path():
+    b = session.start(session.new_state(store.shipped_models()["copy"]), "abc").state
+    view = session.choose_model(b, "no-such-model")
+    assert view.state.model == b.model and view.state.text == "abc"
+    assert "not in this session" in view.message  # (the page's text, HTML-escaped)
+    assert "/" not in view.message
