@@ -41,9 +41,13 @@ def speech_example_path(name: str | None) -> str | None:
     return None
 
 
-def clip_changed(answer, state: SessionState, stamps: dict, clip: str | None) -> tuple:
+def clip_changed(answer, n: int, state: SessionState, stamps: dict, clip: str | None) -> tuple:
     """The audio component's clip changed: it is the input now (nothing decoded yet; none:
-    the previous clip is dropped); the examples menu shows its name only when it is one."""
+    the previous clip is dropped); the examples menu shows its name only when it is one.
+    The clip the session already decodes changes nothing (the page can send one change
+    twice, the second after a Step: it would undo it); ``n``: the decoding outputs' count."""
+    if clip and state.started and state.text == clip:
+        return (gr.skip(),) * (n + 2)
     view = session.start(state, None, clip=clip or "")
     return (*answer(view, stamps), speech.example_of(clip), speech.clip_note(clip))
 
@@ -58,7 +62,7 @@ def wire(p, answer) -> None:
         api_name="speech_example",
     )  # fmt: skip
     p.audio_in.change(
-        lambda s, stamps, clip=None: clip_changed(answer, s, stamps, clip),
+        lambda s, stamps, clip=None: clip_changed(answer, len(outs), s, stamps, clip),
         [p.state, p.stamps, p.audio_in], [*outs, p.speech_examples, p.clip_note],
         api_name="clip", **MODEL_EVENTS,
     )  # fmt: skip

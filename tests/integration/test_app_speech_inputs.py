@@ -68,6 +68,15 @@ def test_the_clip_on_screen_is_decoded_and_another_replaces_it(client):
     assert "quick" in ran[OUTPUT].lower() and "hello" not in ran[OUTPUT].lower()
 
 
+def test_the_same_clip_again_keeps_what_is_decoded(client):
+    """The page can send one clip change twice, the second after a Step: it undoes nothing."""
+    a = _pick(client, HELLO)
+    client.predict(handle_file(a), api_name="/clip")
+    assert client.predict("", handle_file(a), api_name="/step")[PAYLOAD]["info"]["step"] == 1
+    client.predict(handle_file(a), api_name="/clip")
+    assert client.predict("", handle_file(a), api_name="/step")[PAYLOAD]["info"]["step"] == 2
+
+
 def test_a_stale_text_box_does_not_choose_the_clip(client):
     """The text box still holding another clip's path (what the page used to decode)."""
     fox = str(speech.EXAMPLES_DIR / "quick_brown_fox.wav")

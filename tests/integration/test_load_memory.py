@@ -58,7 +58,9 @@ def test_peak_memory_of_loading_is_about_the_weights_once(llama_folder):
     print(f"weights {got['weights'] / 2**20:.0f} MB, peak {got['peak'] / 2**20:.0f} MB, "
           f"{ratio:.2f}x")  # fmt: skip
     assert got["weights"] > 90 * 2**20
-    assert ratio <= 1.2, ratio
+    # ~1.18x here and 1.20x on another machine (what the imports made during the load); a
+    # second copy of the weights would be 2x, of the embedding alone (a quarter) ~1.42x
+    assert ratio <= 1.3, ratio
 
 
 def test_tensors_are_shared_only_when_owned():
