@@ -36,12 +36,11 @@ from . import (
     ui_labs,
     ui_similarity,
     ui_step,
-    ui_why,
     uploads,
 )
 from .decoders import DECODERS
 from .inputs import input_label, note
-from .panels import PANELS, Face, elsewhere, similarity
+from .panels import PANELS, Face, similarity, why_ui
 from .stamps import follow as follow_plan
 from .stamps import panel_stamps as stamp
 from .state import SessionState, checkpoint_of, describe
@@ -73,13 +72,13 @@ class Page:
                 page.layout(self)
             ui_compare.compare_tab(self)
             ui_similarity.similarity_tab(self)
-            ui_why.why_tab(self)
+            why_ui.why_tab(self)
         #: every registered panel on the page, by name (built by the modules that lay them out)
         self.faces: dict[str, Face] = {
             f.name: f
             for f in (
                 header_face(self), *ui_step.faces(self), *ui_labs.faces(self),
-                *elsewhere.faces(self), *ui_compare.faces(self), *ui_similarity.faces(self),
+                *why_ui.faces(self), *ui_compare.faces(self), *ui_similarity.faces(self),
                 *(f for page in panel_pages() for f in page.faces(self)),
             )
         }  # fmt: skip
@@ -271,7 +270,7 @@ def build_app(
         ui_step.wire_whatif(p)
         ui_compare.wire(p)
         ui_similarity.wire(p)
-        ui_why.wire(p)
+        why_ui.wire(p)
         for page in panel_pages():
             page.wire(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(

@@ -1,4 +1,4 @@
-"""The "Why this token" tab's views (:mod:`attnviz.app.why_view`) on the shipped models: what
+"""The "Why this token" tab's views (:mod:`attnviz.app.panels.why`) on the shipped models: what
 they draw is the library's result, refusals are one line, and each panel goes stale when the
 step changes."""
 
@@ -13,7 +13,7 @@ import pytest
 from attnviz import analysis
 from attnviz.app import session
 from attnviz.app import stamps as app_stamps
-from attnviz.app import why_view as wv
+from attnviz.app.panels import why as wv
 
 CLEAN, CORRUPTED = "abcdefabcde", "abcdxfabcde"
 

@@ -11,10 +11,10 @@ lines); and the logic of :mod:`.beam`, :mod:`.compare`, :mod:`.reference`, :mod:
 and :mod:`.whatif`, whose layout and wiring are still in the ``ui_*`` modules (``ui_labs``,
 ``ui_step``, ``ui_compare``, ``ui_similarity``), which build their faces.
 
-Panels registered where they still live, being edited elsewhere (to move): Why this token
-(``app.why_view``, ``app.ui_why``), whose faces :mod:`.elsewhere` builds; the labs and the
-contrast (``app.labs``, ``app.contrast_lab``: the workers preload the first, ``app.why_view``
-imports the second).
+The Why this token tab: :mod:`.why` (its logic) and :mod:`.why_ui` (its layout, wiring and
+faces; the page lays it out last, after Compare and Similarity, so the tab bar keeps its
+order). Registered where they still live: the labs and the contrast (``app.labs``,
+``app.contrast_lab``: the workers preload the first, :mod:`.why` imports the second).
 
 Importing this package imports no panel and no gradio: the stamps (and so the session layer)
 ask it.

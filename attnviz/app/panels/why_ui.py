@@ -1,6 +1,6 @@
 """The "Why this token" tab: direct attribution, the logit lens, patching and information flow
 of the token at the step shown, each computed when its button asks (never on a Step) by
-:mod:`attnviz.app.why_view`, with a JSON download of its result; and its events.
+:mod:`attnviz.app.panels.why`, with a JSON download of its result; and its events.
 
 Named API endpoints ``why_attribution``, ``why_lens``, ``why_grid``, ``why_patch`` and
 ``why_flow`` (``Client(url).predict(versus, "light", api_name="/why_attribution")``). Each
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import why_view as wv
-from .pagetext import STALE, THEME_JS
-from .stamps import panel_stamps as stamp
-from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+from ..pagetext import STALE, THEME_JS
+from ..stamps import Follow
+from ..stamps import panel_stamps as stamp
+from ..ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+from . import why as wv
+from .registry import Face
 
 
 def why_tab(p) -> None:
@@ -231,3 +233,22 @@ def wire(p) -> None:
         opened, [p.state, p.stamps, p.why_versus], [p.why_versus, p.active, p.stamps],
         **HIDDEN, **FAST,
     )  # fmt: skip
+
+
+def _part(p, name: str, rerun: bool = False):
+    """A Why this token panel's part of following, as :func:`follow` gives it."""
+    one = frozenset({name})
+    none = frozenset()
+
+    def part(state, values):
+        plan = Follow(one if rerun else none, none, none if rerun else one, {})
+        return follow(p, state, plan)
+
+    return part
+
+
+def faces(p) -> list[Face]:
+    """The Why this token tab's panels on the page."""
+    why = [Face(name, panels(p)[name], clear=_part(p, name)) for name in wv.PANELS]
+    alt = Face(wv.ALT, [p.why_versus], clear=_part(p, wv.ALT), rerun=_part(p, wv.ALT, rerun=True))
+    return [*why, alt]

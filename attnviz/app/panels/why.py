@@ -33,21 +33,21 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import analysis
-from ..analysis.export import dumps
-from ..analysis.patched_run import patched_run
-from ..analysis.patching import WHATS, TooLong
-from ..analysis.why import label, lens_grid, n_layers
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..render.plots_why import dla_figure, flow_figure, grid_figure, patch_figure
-from . import store
-from .contrast_lab import alternatives
-from .kinds import is_decoder_only, is_encoder_only
-from .speech import NOT_FOR_AUDIO
-from .state import SessionState, checkpoint_of, warning
-from .views import display_token
-from .workers import remote
+from ... import analysis
+from ...analysis.export import dumps
+from ...analysis.patched_run import patched_run
+from ...analysis.patching import WHATS, TooLong
+from ...analysis.why import label, lens_grid, n_layers
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...render.plots_why import dla_figure, flow_figure, grid_figure, patch_figure
+from .. import store
+from ..contrast_lab import alternatives
+from ..kinds import is_decoder_only, is_encoder_only
+from ..speech import NOT_FOR_AUDIO
+from ..state import SessionState, checkpoint_of, warning
+from ..views import display_token
+from ..workers import remote
 
 #: The stamp keys of the tab's panels (see :func:`attnviz.app.stamps.panel_stamps`), and of
 #: its menu of the step's other candidates.
