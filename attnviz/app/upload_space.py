@@ -60,7 +60,7 @@ def check_space(root: Path, incoming: int) -> None:
 
     Raises:
         CheckpointError: one line saying the budget (uploads unpack to at most their size
-            plus what the zip declares, itself capped: :data:`attnviz.app.store.MAX_UPLOAD_BYTES`).
+            plus what the zip declares, itself capped: :data:`attnviz.app.unpack.MAX_UPLOAD_BYTES`).
     """
     if used_bytes(root) + incoming > DISK_BUDGET:
         raise CheckpointError(

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attnviz
-from attnviz.app import labs, session, store, views
+from attnviz.app import labs, session, store, unpack, views
 from attnviz.app import stamps as app_stamps
 from attnviz.app.decoders import DECODERS, DecoderCache
 from attnviz.app.panels import export as export_panel
@@ -311,7 +311,7 @@ def test_zip_path_traversal_is_flattened_never_followed(fresh, tmp_path):
 
 
 def test_zip_bomb_is_refused_before_unpacking(fresh, tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "MAX_UPLOAD_BYTES", 1 << 20)
+    monkeypatch.setattr(unpack, "MAX_UPLOAD_BYTES", 1 << 20)
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("model.safetensors", b"\0" * (4 << 20))  # 4 MB of zeros, a few KB packed
