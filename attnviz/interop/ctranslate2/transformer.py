@@ -41,6 +41,7 @@ from ...core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
 from ...core.positions import half_sinusoids, sinusoidal_positions, split_sinusoidal_positions
 from ..hf.common import Source
 from .variables import (
+    ACTIVATIONS,
     DECODER_LAYER_VARIABLES,
     ENCODER_LAYER_VARIABLES,
     count_layers,
@@ -51,8 +52,6 @@ from .variables import (
     scalar,
 )
 
-#: CTranslate2's activation ids (``common_spec.Activation``) -> ours
-ACTIVATIONS = {0: "relu", 1: "gelu_tanh", 2: "silu", 3: "gelu"}
 #: flags that must hold these values (what attnviz's Transformer computes)
 _NEUTRAL_FLAGS = {
     "decoder/alibi": 0,

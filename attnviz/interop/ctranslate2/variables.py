@@ -13,6 +13,8 @@ from torch import Tensor
 from ...core.errors import InteropError, shorten
 from ..hf.common import Source
 
+#: CTranslate2's activation ids (``common_spec.Activation``) -> ours
+ACTIVATIONS = {0: "relu", 1: "gelu_tanh", 2: "silu", 3: "gelu"}
 #: The fewest variables an encoder / decoder layer has (weights of 2 / 3 attention linears and
 #: 2 feed-forward linears, gamma and beta of 2 / 3 norms; biases and gates come on top), so a
 #: file naming 20,000 layers of one variable each is refused at once.

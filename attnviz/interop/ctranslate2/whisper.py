@@ -30,6 +30,7 @@ from .binary import ModelBin
 from .folder import register_spec
 from .tokenizer_file import load_fast_tokenizer
 from .variables import (
+    ACTIVATIONS,
     DECODER_LAYER_VARIABLES,
     ENCODER_LAYER_VARIABLES,
     count_layers,
@@ -40,8 +41,6 @@ from .variables import (
 )
 from .vocabulary import read_vocabulary
 
-#: CTranslate2's activation ids (``common_spec.Activation``) -> ours
-ACTIVATIONS = {0: "relu", 1: "gelu_tanh", 2: "silu", 3: "gelu"}
 #: flags that must hold these values (None: any value; they only say what CTranslate2 returns)
 _FLAGS = {
     "decoder/alibi": 0,
