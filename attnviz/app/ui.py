@@ -64,7 +64,8 @@ class Page:
         self.kind_notes: dict[str, gr.Markdown] = {}
         self.kind_bodies: dict[str, gr.Column] = {}
         ui_step.top(self)
-        with gr.Tabs(elem_id="tabs") as self.tabs:
+        # every tab in view (wrapped onto a second row), none behind a "more" menu
+        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as self.tabs:
             ui_step.step_tab(self, state)
             ui_labs.mask_tab(self)
             ui_labs.other_tabs(self, state)
