@@ -27,8 +27,11 @@ layer), ``"a{l}_{i}"`` after layer l's self-attention block, ``"c{l}_{i}"`` afte
 cross-attention block, ``"m{l}_{i}"`` layer l's MLP at position i. Every attention edge lists
 the heads carrying it, ranked by their own proximity, normalised over the block's parts at
 head level (each head through each key, the residual, the biases), as the paper's head-level
-graph does: a head's share and the edge's need not agree where heads cancel. Shape
-legend: H heads, Tq query positions, Tk key positions, D width.
+graph does: a head's share and the edge's need not agree where heads cancel. Every attention
+edge names its module (``site``), whose :class:`HeadMaps` hold each head's attention as the run
+recorded it beside its contribution map (that head-level importance at every query x key), so
+an edge opens as the paper shows it: each head's attention map beside its contribution map.
+Shape legend: H heads, Tq query positions, Tk key positions, D width.
 """
 
 from __future__ import annotations
@@ -56,6 +59,23 @@ class Edge:
     weight: float
     kind: str  # "attention", "cross", "residual", "mlp"
     heads: list[tuple[int, float]] = field(default_factory=list)
+    site: tuple[str, int] | None = None  # an attention edge's module: (kind, layer)
+
+
+@dataclass
+class HeadMaps:
+    """One attention module of the run the graph was computed on.
+
+    Attributes:
+        attention: ``[H, Tq, Tk]`` its weights as the run recorded them (float32).
+        contribution: ``[H, Tq, Tk]`` each head's importance through each key into each
+            query's stream after the block (the head-level proximity, normalised per query).
+    """
+
+    kind: str
+    layer: int
+    attention: np.ndarray
+    contribution: np.ndarray
 
 
 @dataclass
@@ -74,6 +94,21 @@ class Flow(Exportable):
     edges: list[Edge]
     route: list[int]
     source_tokens: list[str] | None = None
+    maps: dict[tuple[str, int], HeadMaps] = field(default_factory=dict, repr=False)
+
+    def edge_heads(self, index: int) -> list[tuple[int, float, float]]:
+        """The heads carrying attention edge ``index``, ranked by their contribution:
+        ``(head, contribution, attention weight at the edge's query x key)``.
+
+        Raises:
+            InputError: an edge that is not an attention (or cross-attention) edge.
+        """
+        if not 0 <= index < len(self.edges) or self.edges[index].site is None:
+            raise InputError(f"edge {index} is not an attention edge of this graph")
+        e = self.edges[index]
+        m = self.maps[e.site]
+        q, k = self.nodes[e.target]["position"], self.nodes[e.source]["position"]
+        return [(h, w, float(m.attention[h, q, k])) for h, w in e.heads]
 
     def token_of(self, node: str) -> str:
         """The token (or frame) at the position of ``node``."""
@@ -101,7 +136,8 @@ class Flow(Exportable):
             "tokens": self.tokens, "source_tokens": self.source_tokens,
             "position": self.position, "threshold": self.threshold, "nodes": self.nodes,
             "edges": [{"source": e.source, "target": e.target, "weight": e.weight,
-                       "kind": e.kind, "heads": [list(h) for h in e.heads]} for e in self.edges],
+                       "kind": e.kind, "heads": [list(h) for h in e.heads],
+                       "site": None if e.site is None else list(e.site)} for e in self.edges],
             "route": self.route,
         }  # fmt: skip
 
@@ -111,7 +147,9 @@ class Flow(Exportable):
                 "edge_target": np.array([x.target for x in e], dtype=str),
                 "edge_weight": np.array([x.weight for x in e]),
                 "edge_kind": np.array([x.kind for x in e], dtype=str),
-                "route": np.array(self.route, dtype=np.int64)}  # fmt: skip
+                "route": np.array(self.route, dtype=np.int64),
+                **{f"{name}_{k}_{layer}": getattr(m, name) for (k, layer), m in self.maps.items()
+                   for name in ("attention", "contribution")}}  # fmt: skip
 
     def text(self) -> str:
         lines = [f"information flow to position {self.position} ({self.tokens[self.position]!r}),"
@@ -169,7 +207,7 @@ def flow(ckpt: Checkpoint | str, text, threshold: float = 0.04, step: int | None
     top = f"x{n_layers(ckpt, prep.stack)}_{prep.position}"
     route = _route(graph.edges, top)
     return Flow(prep.tokens, prep.position, threshold, graph.nodes, graph.edges, route,
-                source_tokens)  # fmt: skip
+                source_tokens, graph.maps)  # fmt: skip
 
 
 class _Graph:
@@ -179,6 +217,7 @@ class _Graph:
         self.model, self.trace, self.threshold = model, trace, threshold
         self.nodes: dict[str, dict] = {}
         self.edges: list[Edge] = []
+        self.maps: dict[tuple[str, int], HeadMaps] = {}
 
     def node(self, name: str, layer: int, pos: int, kind: str, stack: str) -> str:
         self.nodes.setdefault(name, {"layer": layer, "position": pos, "kind": kind,
@@ -234,6 +273,9 @@ class _Graph:
         # heads normalised over the head-level parts (each head x key, the residual, biases)
         z_heads = (z - p_keys.sum(0) + p_heads.sum((0, 1))).clamp_min(1e-30)
         p_heads = (p_heads / z_heads).cpu().numpy()
+        recorded = self.trace.weights(kind, i)[0].float().cpu().numpy()  # [H, Tq, Tk], as used
+        self.maps[kind, i] = HeadMaps(kind, i, recorded,
+                                      p_heads.transpose(0, 2, 1).astype(np.float32))  # fmt: skip
         z = z.clamp_min(1e-30)
         res_w = (p_res / z).cpu().numpy()
         key_w = (p_keys / z).cpu().numpy()  # [Tk, Tq]
@@ -244,7 +286,7 @@ class _Graph:
             ranked = sorted(((h, float(p_heads[h, k, q])) for h in range(p_heads.shape[0])),
                             key=lambda hw: -hw[1])  # fmt: skip
             self.edges.append(Edge(keys[k], dst[q], float(key_w[k, q]), label_,
-                                   [hw for hw in ranked if hw[1] > 0]))  # fmt: skip
+                                   [hw for hw in ranked if hw[1] > 0], (kind, i)))  # fmt: skip
         return out
 
     def _mlp(self, i, x, mlp, post, src, dst, stack: str, pre: str) -> Tensor:

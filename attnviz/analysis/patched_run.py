@@ -39,6 +39,8 @@ class PatchedRun(Exportable):
         clean_probs, corrupted_probs: those tokens' probabilities in the two plain runs.
         metric: the cell's normalised metric (0 = corrupted, 1 = clean).
         trace: the patched run's :class:`~attnviz.core.record.Trace` (weights, streams).
+        base: the trace of the run it patched, unpatched (the corrupted run when
+            denoising, the clean one when noising): its attention beside the patched run's.
     """
 
     what: str
@@ -51,6 +53,7 @@ class PatchedRun(Exportable):
     corrupted_probs: list[float]
     metric: float
     trace: object = field(default=None, repr=False)
+    base: object = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
         return {"what": self.what, "direction": self.direction, "cell": self.cell,
@@ -94,6 +97,7 @@ def patched_run(
     c_logits, c_trace = recorded(ckpt, c)
     k_logits, k_trace = recorded(ckpt, bad)
     run, src = (bad, c_trace) if direction == "denoising" else (c, k_trace)
+    base = k_trace if direction == "denoising" else c_trace
     axes, labels, sites = layout(ckpt, c, what)
     cell = [int(i) for i in cell]
     sizes = [len(sites)] + [len(labels[ax]) for ax in axes[1:]]
@@ -118,7 +122,7 @@ def patched_run(
     names = [labels[axes[0]][cell[0]]] + [labels[ax][i] for ax, i in zip(axes[1:], cell[1:],
                                                                           strict=True)]  # fmt: skip
     return PatchedRun(what, direction, names, ids, [label(ckpt, i) for i in ids],
-                      top_p.tolist(), p_of(c_logits), p_of(k_logits), metric, tr)  # fmt: skip
+                      top_p.tolist(), p_of(c_logits), p_of(k_logits), metric, tr, base)  # fmt: skip
 
 
 def _cell_edit(ckpt, run: Prepared, src, what: str, site, rest: list[int]) -> Edit:

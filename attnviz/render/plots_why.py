@@ -7,7 +7,10 @@
 - :func:`patch_figure`: a patching grid with its axes;
 - :func:`flow_figure`: the information-flow route, tokens along x and layers up y (an
   encoder-decoder model: the encoder's source tokens on the left, the decoder's on the right,
-  cross-attention edges between them).
+  cross-attention edges between them); :func:`edge_figure`: one edge's heads, each head's
+  recorded attention map beside its contribution map;
+- :func:`cell_attention_figure`: an opened patching cell's attention (the patched run's
+  recorded weights beside the unpatched run's).
 """
 
 from __future__ import annotations
@@ -43,10 +46,9 @@ def column_of(part) -> str:
     return part.name[len(f"L{part.layer}") :].strip()
 
 
-def dla_figure(res: DirectAttribution) -> go.Figure:
-    """The parts of ``res`` as two heatmaps on one diverging scale: a row of the parts outside
-    the layers (embeddings, positions, final norm, output bias) above layers x (heads, biases,
-    MLP). Every part is one cell (its name in the hover); empty cells are NaN."""
+def dla_cells(res: DirectAttribution) -> tuple[list, np.ndarray, np.ndarray, list[str]]:
+    """The parts as drawn: ``(parts outside the layers, z [layers, columns] (NaN where a
+    layer has no such part), each cell's part name, column names)``."""
     outside = [p for p in res.parts if p.layer is None]
     inside = [p for p in res.parts if p.layer is not None]
     cols = list(dict.fromkeys(column_of(p) for p in inside))
@@ -56,6 +58,15 @@ def dla_figure(res: DirectAttribution) -> go.Figure:
     for p in inside:
         j = cols.index(column_of(p))
         z[p.layer, j], names[p.layer, j] = p.value, p.name
+    return outside, z, names, cols
+
+
+def dla_figure(res: DirectAttribution) -> go.Figure:
+    """The parts of ``res`` as two heatmaps on one diverging scale: a row of the parts outside
+    the layers (embeddings, positions, final norm, output bias) above layers x (heads, biases,
+    MLP). Every part is one cell (its name in the hover); empty cells are NaN."""
+    outside, z, names, cols = dla_cells(res)
+    n_layers = z.shape[0]
     values = res.values()
     span = float(np.abs(values).max()) if values.size else 1.0
     span = span or 1.0
@@ -204,9 +215,10 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
         xs += [x0, x1, None]
         ys += [y0, y1, None]
         heads = ", ".join(f"H{h} {w:.2f}" for h, w in e.heads[:4])
-        m = mids.setdefault(e.kind, ([], [], []))
+        m = mids.setdefault(e.kind, ([], [], [], []))
         m[0].append((x0 + x1) / 2)
         m[1].append((y0 + y1) / 2)
+        m[3].append(i)  # the edge's index: a click on it opens its heads
         m[2].append(f"{e.source} ({token_label(res.token_of(e.source))}) → {e.target}: "
                     f"{e.kind} {e.weight:.3f}" + (f"<br>heads {heads}" if heads else ""))  # fmt: skip
     shown_kinds = set()
@@ -217,11 +229,13 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
             line=dict(color=FLOW_COLOURS.get(kind, "#888"), width=0.8 + 0.9 * w10),
         ))  # fmt: skip
         shown_kinds.add(kind)
-    for kind, (xs, ys, text) in mids.items():
+    for kind, (xs, ys, text, index) in mids.items():
+        click = kind in ("attention", "cross")  # an attention edge opens its heads
         traces.append(go.Scatter(
-            x=xs, y=ys, mode="markers", marker=dict(size=6, opacity=0.01,
+            x=xs, y=ys, mode="markers", marker=dict(size=12 if click else 6, opacity=0.01,
                                                     color=FLOW_COLOURS.get(kind, "#888")),
-            hovertext=text, hoverinfo="text", showlegend=False, name=f"{kind} edges",
+            hovertext=[t + ("<br>click: its heads" if click else "") for t in text],
+            hoverinfo="text", showlegend=False, name=f"{kind} edges", customdata=index,
         ))  # fmt: skip
     top = f"x{n_layers}_{res.position}"
     ends = (n for i in res.route for n in (res.edges[i].source, res.edges[i].target))
@@ -250,5 +264,98 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
             yaxis=dict(tickmode="array", tickvals=ticks, ticktext=texts, zeroline=False,
                        range=[-0.3, n_layers + 0.3]),
             legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
+            hovermode="closest",
         ),
     )  # fmt: skip
+
+
+def edge_name(res: Flow, index: int) -> str:
+    """An edge in words: ``decoder_self 0: position 0 “a” → position 1 “b” (0.60)``."""
+    e = res.edges[index]
+    src, dst = res.nodes[e.source], res.nodes[e.target]
+    where = f"{e.site[0]} {e.site[1]}: " if e.site else ""
+    from_ = "source " if e.kind == "cross" else ""
+    return (f"{where}{from_}position {src['position']} {quoted(res.token_of(e.source))} → "
+            f"position {dst['position']} {quoted(res.token_of(e.target))} ({e.weight:.2f})")  # fmt: skip
+
+
+def _ticks(labels: list[str], most: int = 60) -> dict:
+    """Token ticks, every n-th one past ``most`` (a speech encoder's 1500 frames)."""
+    every = max(1, -(-len(labels) // most))
+    return dict(tickmode="array", tickvals=list(range(0, len(labels), every)),
+                ticktext=[token_label(t) for t in labels[::every]], showgrid=False)  # fmt: skip
+
+
+def pair_figure(
+    rows: list[tuple[str, np.ndarray, str, np.ndarray]],
+    keys: list[str],
+    queries: list[str],
+    title: str,
+    mark: tuple[int, int] | None = None,
+    names: tuple[str, str] = ("attention", "contribution"),
+) -> go.Figure:
+    """Rows of two heatmaps side by side (``(left title, [Tq, Tk], right title, [Tq, Tk])``),
+    keys along x and queries down y; ``mark``: the cell ``(query, key)`` outlined in each.
+    The left maps share a 0..1 scale; the right ones share 0..their largest value."""
+    n = len(rows)
+    fig = make_subplots(rows=n, cols=2, subplot_titles=[t for r in rows for t in (r[0], r[2])],
+                        horizontal_spacing=0.12, vertical_spacing=min(0.12, 0.5 / max(n, 1)))  # fmt: skip
+    hi = max((float(np.nanmax(r[3])) for r in rows if np.size(r[3])), default=1.0) or 1.0
+    hover = "query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”: %{z:.3f}<extra></extra>"
+    cd = np.array([[[token_label(q), token_label(k)] for k in keys] for q in queries], dtype=object)
+    for r, (_, left, _, right) in enumerate(rows, start=1):
+        for c, (z, scale, top, name) in enumerate(
+            ((left, SCALE, 1.0, names[0]), (right, "Magma", hi, names[1])), start=1
+        ):
+            fig.add_trace(go.Heatmap(
+                z=z, colorscale=scale, zmin=0, zmax=top, customdata=cd, hovertemplate=hover,
+                name=name, showscale=r == 1,
+                colorbar=dict(title=name, thickness=12, len=min(1.0, 1.2 / n), y=1,
+                              yanchor="top", x=0.44 if c == 1 else 1.0),
+            ), row=r, col=c)  # fmt: skip
+            if mark is not None:
+                q, k = mark
+                axis = 2 * (r - 1) + c
+                ref = "" if axis == 1 else str(axis)
+                fig.add_shape(type="rect", x0=k - 0.5, x1=k + 0.5, y0=q - 0.5, y1=q + 0.5,
+                              xref=f"x{ref}", yref=f"y{ref}",
+                              line=dict(color="#22d3ee", width=2.5))  # fmt: skip
+    fig.update_xaxes(**_ticks(keys), tickangle=-45)
+    fig.update_yaxes(**_ticks(queries), autorange="reversed")
+    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=70, r=40, t=110, b=70),
+                      height=int(np.clip(140 + n * (90 + 22 * min(len(queries), 24)), 340, 2000)))  # fmt: skip
+    return fig
+
+
+def edge_figure(res: Flow, index: int, top: int = 3) -> go.Figure:
+    """Attention edge ``index`` of ``res``: its ``top`` heads (ranked by contribution), each
+    one's attention map as the run recorded it beside its contribution map (its importance
+    through each key into each query's stream), the edge's cell outlined."""
+    e = res.edges[index]
+    m = res.maps[e.site]
+    heads = res.edge_heads(index)[:top]
+    keys = res.source_tokens if e.kind == "cross" and res.source_tokens else res.tokens
+    q, k = res.nodes[e.target]["position"], res.nodes[e.source]["position"]
+    rows = [(f"H{h} attention (recorded): {a:.3f} at the edge", m.attention[h],
+             f"H{h} contribution: {w:.3f} of the edge", m.contribution[h])
+            for h, w, a in heads]  # fmt: skip
+    return pair_figure(rows, list(keys), list(res.tokens), f"heads carrying {edge_name(res, index)}",
+                       (q, k))  # fmt: skip
+
+
+def cell_attention_figure(
+    patched: np.ndarray,
+    base: np.ndarray,
+    keys: list[str],
+    queries: list[str],
+    site: str,
+    run: str,
+) -> go.Figure:
+    """An opened patching cell's attention at ``site`` (``"decoder_self 0 · H1"``): the patched
+    run's recorded weights ``[Tq, Tk]`` beside those of the ``run`` it patched, unpatched."""
+    rows = [(f"{site}: patched run (recorded)", patched,
+             f"{site}: the {run} run, unpatched", base)]  # fmt: skip
+    fig = pair_figure(rows, keys, queries, f"attention of the patched run, {site}",
+                      names=("patched", "unpatched"))  # fmt: skip
+    fig.update_traces(zmax=1.0, colorscale=SCALE)
+    return fig

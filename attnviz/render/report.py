@@ -102,7 +102,7 @@ svg.av-svg text { font: 11px sans-serif; fill: #1f2937 } .av-stats td.t { white-
 """
 
 
-def _matrix_panel(
+def matrix_panel(
     z: np.ndarray,
     keys: Sequence[str],
     queries: Sequence[str],
@@ -169,7 +169,7 @@ def _stats_spec(rows: Sequence[Mapping], metric: str = "norm_entropy") -> dict:
             v = float(r[metric])
             z[i, h], missing[i, h] = (v, False) if np.isfinite(v) else (0.0, True)
             roles[i][h] = f"role: {r.get('role', '')}"
-        panels.append(_matrix_panel(z, [f"H{h}" for h in range(n_h)], [f"L{i}" for i in range(n_l)],
+        panels.append(matrix_panel(z, [f"H{h}" for h in range(n_h)], [f"L{i}" for i in range(n_l)],
                                     mask=missing if missing.any() else None, title=kind,
                                     hover=[x for row in roles for x in row]))  # fmt: skip
     return {"type": "heat", "name": f"heads-{metric}", "what": STAT_HEADINGS.get(metric, metric)
@@ -177,7 +177,7 @@ def _stats_spec(rows: Sequence[Mapping], metric: str = "norm_entropy") -> dict:
             "panels": panels, "maxCell": 40}  # fmt: skip
 
 
-def _csv_link(name: str, header: Sequence[str], rows: Sequence[Sequence]) -> str:
+def csv_link(name: str, header: Sequence[str], rows: Sequence[Sequence]) -> str:
     """A download link holding a CSV file as a ``data:`` URI (nothing is fetched)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -204,7 +204,7 @@ def _stats_table_html(rows: Sequence[Mapping]) -> str:
             for c in cols) + "</tr>"
         for r in rows
     )  # fmt: skip
-    link = _csv_link("head-statistics", cols, [[r.get(c, "") for c in cols] for r in rows])
+    link = csv_link("head-statistics", cols, [[r.get(c, "") for c in cols] for r in rows])
     return (f'<div class="av-head"><span class="av-export">{link}</span></div>'
             f'<table class="av-stats"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')  # fmt: skip
 
@@ -234,7 +234,7 @@ def _topk_html(ins: Inspection, k: int) -> str:
         )
         cards.append(f'<div class="av-card"><p>{where}</p>{bars}</div>')
         rows += [[step, ins.vocab[i], i, f"{float(probs[i]):.6g}", int(i == chosen)] for i in ids]
-    link = _csv_link("next-tokens", ["step", "token", "id", "probability", "chosen"], rows)
+    link = csv_link("next-tokens", ["step", "token", "id", "probability", "chosen"], rows)
     return (f'<div class="av-head"><span class="av-export">{link}</span></div>'
             f'<div class="av-topk">{"".join(cards)}</div>')  # fmt: skip
 
@@ -326,9 +326,9 @@ def experiment_sections(ckpt: Checkpoint, ins: Inspection) -> list:
     out.append((
         f"Causal mask off (decoder self-attention L{last}, mean of heads): {exp.summary()}",
         {"type": "heat", "name": "causal-mask-off", "title": f"decoder self-attention L{last}",
-         "panels": [_matrix_panel(before, tokens, tokens, mask=mb, title="before"),
-                    _matrix_panel(after, tokens, tokens, mask=ma, title="after"),
-                    _matrix_panel(after - before, tokens, tokens, title="after − before",
+         "panels": [matrix_panel(before, tokens, tokens, mask=mb, title="before"),
+                    matrix_panel(after, tokens, tokens, mask=ma, title="after"),
+                    matrix_panel(after - before, tokens, tokens, title="after − before",
                                   signed=True)]},
     ))  # fmt: skip
     a = attribution.attribute(ckpt, ins.text, len(ins.out_ids) - 1, tokens=ins.out_ids)
@@ -357,7 +357,7 @@ def _attribution_section(a, where: str) -> tuple[str, str]:
     series = {"Integrated Gradients": a.ig_src, "gradient × input": a.gxi_src,
               "attention rollout": a.rollout}  # fmt: skip
     labels = [display_token(t) for t in a.src_tokens]
-    link = _csv_link("attribution", ["position", "token", *series],
+    link = csv_link("attribution", ["position", "token", *series],
                      [[i, t, *(f"{float(v[i]):.6g}" for v in series.values())]
                       for i, t in enumerate(a.src_tokens)])  # fmt: skip
     svg = _bars_svg(series, labels, [plots.METHOD_COLOURS["Integrated Gradients"],
@@ -450,11 +450,16 @@ def _intro(ins: Inspection, unit: str = "pieces") -> str:
     )
 
 
-def inspection_page(ins: Inspection, ckpt: Checkpoint | None = None, unit: str = "pieces") -> str:
+def inspection_page(
+    ins: Inspection, ckpt: Checkpoint | None = None, unit: str = "pieces", extra: Sequence = ()
+) -> str:
     """The whole HTML page for one inspected input (with ``ckpt``, experiment views too),
-    drawn by the app's canvas renderer; ``unit="words"``: attention pooled into words."""
+    drawn by the app's canvas renderer; ``unit="words"``: attention pooled into words;
+    ``extra``: more ``(heading, spec)`` sections after them (the app's Why this token
+    results, :mod:`attnviz.render.report_why`)."""
     title = f"attnviz: {ins.text}" + (" · words" if check_unit(unit) == "words" else "")
-    return page_html(report_sections(ins, ckpt, unit=unit), title, _intro(ins, unit))
+    sections = [*report_sections(ins, ckpt, unit=unit), *extra]
+    return page_html(sections, title, _intro(ins, unit))
 
 
 def plotly_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
@@ -467,9 +472,13 @@ def plotly_page(ins: Inspection, ckpt: Checkpoint | None = None) -> str:
 
 
 def write_html(
-    ins: Inspection, path: str | Path, ckpt: Checkpoint | None = None, unit: str = "pieces"
+    ins: Inspection,
+    path: str | Path,
+    ckpt: Checkpoint | None = None,
+    unit: str = "pieces",
+    extra: Sequence = (),
 ) -> Path:
-    """Write :func:`inspection_page` (pieces or words) to ``path``."""
+    """Write :func:`inspection_page` (pieces or words, ``extra`` sections after) to ``path``."""
     path = Path(path)
-    path.write_text(inspection_page(ins, ckpt, unit), encoding="utf-8")
+    path.write_text(inspection_page(ins, ckpt, unit, extra), encoding="utf-8")
     return path

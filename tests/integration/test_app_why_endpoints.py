@@ -1,6 +1,9 @@
 """The "Why this token" endpoints of the app through gradio_client, on models/induction after
 one Step of ``abcdefabcde`` (the model answers ``f``): each endpoint's figure, table and JSON
-download hold the library's result for the same prediction, and bad input is one line."""
+download hold the library's result for the same prediction, and bad input is one line. An
+opened patching cell shows the attention its patched run recorded (the library's
+:func:`~attnviz.analysis.patched_run.patched_run`); an opened flow edge shows its heads ranked,
+each head's attention map equal to the model's recorded forward beside its contribution map."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 
 import attnviz
 from attnviz import analysis
+from attnviz.analysis.patched_run import patched_run
 
 pytestmark = pytest.mark.integration
 CLEAN, CORRUPTED = "abcdefabcde", "abcdxfabcde"
@@ -32,8 +36,11 @@ def _array(v) -> np.ndarray:
     if isinstance(v, dict):
         import base64
 
+        shape = v.get("shape", [-1])
+        if isinstance(shape, str):  # "12, 12"
+            shape = [int(n) for n in shape.split(",")]
         return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).reshape(
-            v.get("shape", [-1]) if isinstance(v.get("shape"), list) else -1
+            shape
         )
     return np.asarray(v, dtype=float)
 
@@ -74,8 +81,9 @@ def test_why_endpoints_through_gradio_client(models_dir):
         assert z[:, -1] == pytest.approx(lens.prob, abs=1e-6)
 
         # patching the heads (noising): the layer-0 previous-token head kills the answer
-        plot, cell, _, _, msg, path = client.predict(CORRUPTED, "f", "x", "heads", "noising",
-                                                     "light", api_name="/why_patch")  # fmt: skip
+        plot, cell, _, _, _, _, msg, path = client.predict(
+            CORRUPTED, "f", "x", "heads", "noising", "light", api_name="/why_patch"
+        )
         want = analysis.patch(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", direction="noising")
         got = np.asarray(_json(path)["grid"], dtype=float)
         np.testing.assert_allclose(got, want.grid, atol=1e-9)
@@ -83,15 +91,91 @@ def test_why_endpoints_through_gradio_client(models_dir):
         np.testing.assert_allclose(drawn, want.grid, atol=1e-9)
         assert "Most damaging" in msg
         # the most damaging cell is offered first; opened, it is that patched run
-        assert _value(cell) == "0,0"
-        table, said = client.predict(CORRUPTED, "f", "x", "heads", "noising", "0,0",
-                                     api_name="/why_cell")  # fmt: skip
+        prev = int(analysis.induction_scores(ckpt, n=20).prev_token[0].argmax())
+        assert _value(cell) == f"0,{prev}"
+        table, site, cell_plot, said = client.predict(
+            CORRUPTED, "f", "x", "heads", "noising", f"0,{prev}", None, "light",
+            api_name="/why_cell",
+        )  # fmt: skip
         rows = _value(table)["data"]
-        assert rows[0][0] != "f" and "decoder_self 0 · H0" in said
+        assert rows[0][0] != "f" and f"decoder_self 0 · H{prev}" in said
+        # its attention: first the cell's own head (the patched run's, beside the clean run's)
+        run = patched_run(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", [0, prev],
+                          direction="noising")  # fmt: skip
+        assert _value(site) == f"decoder_self 0 {prev}"
+        shown = _heat(cell_plot)
+        np.testing.assert_allclose(shown[0], run.trace.numpy("decoder_self", 0)[0, prev], atol=1e-6)
+        # a later head, whose attention the patch changes: the patched run's recorded weights
+        for h in range(ckpt.config.n_heads):
+            table, site, cell_plot, said = client.predict(
+                CORRUPTED, "f", "x", "heads", "noising", f"0,{prev}", f"decoder_self 1 {h}",
+                "light", api_name="/why_cell",
+            )  # fmt: skip
+            patched, base = _heat(cell_plot)
+            want = run.trace.numpy("decoder_self", 1)[0, h]
+            np.testing.assert_allclose(patched, want, atol=1e-6)
+            np.testing.assert_allclose(base, run.base.numpy("decoder_self", 1)[0, h], atol=1e-6)
+            assert f"decoder_self 1 · H{h}" in said and _value(site) == f"decoder_self 1 {h}"
+        # the patch acts there: the patched run's attention is not the clean run's
+        assert not np.allclose(
+            run.trace.numpy("decoder_self", 1), run.base.numpy("decoder_self", 1)
+        )
         bad = client.predict("abc", "f", "x", "heads", "noising", "light", api_name="/why_patch")
-        assert bad[4].startswith("⚠") and "as many tokens" in bad[4] and "\n" not in bad[4]
+        assert bad[6].startswith("⚠") and "as many tokens" in bad[6] and "\n" not in bad[6]
 
         # information flow at a threshold: the route is the library's
-        plot, msg, path = client.predict(0.04, "light", api_name="/why_flow")
-        assert _json(path)["route"] == analysis.flow(ckpt, prompt, 0.04).route
+        plot, edge, _, _, _, _, msg, path = client.predict(0.04, "light", api_name="/why_flow")
+        flow = analysis.flow(ckpt, prompt, 0.04)
+        assert _json(path)["route"] == flow.route
         assert "remain on the route" in msg
+        # the edge offered first: an attention edge into the predicting position
+        first = _value(edge)
+        e = flow.edges[int(first)]
+        assert e.site is not None and flow.nodes[e.target]["position"] == flow.position
+        # opened: its heads ranked, each with the attention the run recorded beside its
+        # contribution map
+        edge, table, heads_plot, path, said = client.predict(first, "light", api_name="/why_edge")
+        data = _json(path)
+        rows = _value(table)["data"]
+        assert [r[1] for r in rows] == [f"H{h}" for h, _ in e.heads]
+        assert [float(r[2]) for r in rows] == pytest.approx([w for _, w in e.heads], abs=1e-4)
+        recorded = _recorded(ckpt, prompt)
+        q, k = flow.nodes[e.target]["position"], flow.nodes[e.source]["position"]
+        maps = _heat(heads_plot)
+        assert len(maps) == 2 * min(3, len(e.heads))
+        kind, layer = e.site
+        for n, h in enumerate(data["heads"]):
+            want = recorded.numpy(kind, layer)[0, h["head"]]
+            np.testing.assert_allclose(h["attention_map"], want, atol=1e-6)
+            np.testing.assert_allclose(maps[2 * n], want, atol=1e-6)  # drawn: left
+            np.testing.assert_allclose(maps[2 * n + 1], h["contribution_map"], atol=1e-6)
+            assert h["contribution_map"][q][k] == pytest.approx(h["contribution"], abs=1e-6)
+            assert h["attention"] == pytest.approx(float(want[q, k]), abs=1e-6)
+        assert "heads carry it" in said
+        bad = client.predict("999", "light", api_name="/why_edge")
+        assert bad[4].startswith("⚠") and "not an attention edge" in bad[4] and "\n" not in bad[4]
+        client.predict(CLEAN, api_name="/step")  # another step: the graph kept is an earlier one
+        stale = client.predict(first, "light", api_name="/why_edge")
+        assert stale[4].startswith("⚠") and "draw it again" in stale[4]
+
+
+def _heat(plot) -> list[np.ndarray]:
+    """The heatmaps of a plot, in order, as ``[Tq, Tk]`` arrays."""
+    out = []
+    for t in _fig(plot)["data"]:
+        if t.get("type") == "heatmap":
+            z = t["z"]
+            out.append(_array(z) if isinstance(z, dict) else np.asarray(z, dtype=float))
+    return out
+
+
+def _recorded(ckpt, ids):
+    """The attention of the model's own forward on ``ids``, recorded by the library."""
+    import torch
+
+    from attnviz.analysis.why import prepare
+
+    prep = prepare(ckpt, ids, None)
+    with torch.no_grad(), attnviz.record(ckpt.model) as trace:
+        prep.last(prep.tensor(ckpt.device))
+    return trace

@@ -178,3 +178,122 @@ def test_a_patched_cell_opens_as_its_own_run(stepped):
     assert wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", None).message.startswith(
         "⚠"
     )
+
+
+def _recorded(ckpt, text, step=None):
+    """The attention of the model's own forward on what the tab explains, recorded."""
+    import torch
+
+    import attnviz
+    from attnviz.analysis.why import prepare
+
+    prep = prepare(ckpt, text, step)
+    with torch.no_grad(), attnviz.record(ckpt.model) as trace:
+        prep.last(prep.tensor(ckpt.device))
+    return trace
+
+
+def test_a_flow_edge_opens_its_heads_with_the_recorded_attention(stepped):
+    """The edge offered first reaches the predicting position; opened, its heads are ranked by
+    contribution, each drawn as the attention the model recorded beside its contribution map,
+    whose cell at the edge is the head's share of it."""
+    graph = wv.flow_graph(stepped, 0.04)
+    res, ckpt = graph.result, wv.shown(stepped).ckpt
+    assert graph.cells and all(res.edges[int(v)].site for _, v in graph.cells)
+    weights = [res.edges[int(v)].weight for _, v in graph.cells]
+    assert weights == sorted(weights, reverse=True)
+    kept = (app_stamps.panel_stamps(stepped)["why_flow"], res)
+    view = wv.open_edge(stepped, kept, graph.cell)
+    e = res.edges[int(graph.cell)]
+    q, k = res.nodes[e.target]["position"], res.nodes[e.source]["position"]
+    assert q == res.position and k != q
+    assert [r[1] for r in view.rows] == [f"H{h}" for h, _ in e.heads]
+    trace = _recorded(ckpt, stepped.src_ids)
+    heat = [np.asarray(t.z, dtype=float) for t in view.figure.data]
+    assert len(heat) == 2 * min(3, len(e.heads))
+    for n, (h, share) in enumerate(e.heads[:3]):
+        want = trace.numpy(*e.site)[0, h]
+        np.testing.assert_allclose(heat[2 * n], want, atol=1e-6)  # left: as recorded
+        np.testing.assert_allclose(heat[2 * n + 1], res.maps[e.site].contribution[h])
+        assert heat[2 * n + 1][q, k] == pytest.approx(share, abs=1e-6)
+        assert view.rows[n][3] == pytest.approx(float(want[q, k]), abs=1e-4)
+    np.testing.assert_allclose(view.data["heads"][0]["attention_map"], heat[0], atol=1e-7)
+    later = session.step(stepped).state  # the graph kept was drawn for an earlier step
+    assert "draw it again" in wv.open_edge(later, kept, graph.cell).message
+    assert wv.open_edge(stepped, None, graph.cell).message.startswith("⚠")
+
+
+def test_a_cross_attention_edge_opens_over_the_source(models_dir):
+    """models/reverse: a cross-attention edge's heads show the cross-attention the decoder
+    recorded, the source's tokens along the keys."""
+    state = session.step(session.new_state(str(models_dir / "reverse")), "helloworld").state
+    state = session.step(session.step(state).state).state
+    graph = wv.flow_graph(state, 0.0)
+    res = graph.result
+    cross = next(int(v) for _, v in graph.cells if res.edges[int(v)].kind == "cross")
+    kept = (app_stamps.panel_stamps(state)["why_flow"], res)
+    view = wv.open_edge(state, kept, cross)
+    e = res.edges[cross]
+    s = wv.shown(state)
+    trace = _recorded(s.ckpt, s.text, s.step)
+    h = e.heads[0][0]
+    np.testing.assert_allclose(np.asarray(view.figure.data[0].z), trace.numpy(*e.site)[0, h],
+                               atol=1e-6)  # fmt: skip
+    assert e.site[0] == "cross" and view.figure.layout.xaxis.ticktext[:10] == tuple("helloworld")
+
+
+def test_an_opened_cell_shows_its_patched_runs_attention(stepped):
+    """The cell's own head first; any head on request: the patched run's recorded weights
+    beside the unpatched run's, as the library's patched_run records them."""
+    from attnviz.analysis.patched_run import patched_run
+
+    ckpt = wv.shown(stepped).ckpt
+    view = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1")
+    assert view.cell == "decoder_self 0 1" and len(view.cells) == 8
+    run = patched_run(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", [0, 1], direction="noising")
+    later = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1",
+                         "decoder_self 1 2")  # fmt: skip
+    patched, base = (np.asarray(t.z, dtype=float) for t in later.figure.data)
+    np.testing.assert_allclose(patched, run.trace.numpy("decoder_self", 1)[0, 2], atol=1e-6)
+    np.testing.assert_allclose(base, run.base.numpy("decoder_self", 1)[0, 2], atol=1e-6)
+    assert not np.allclose(patched, base)  # a layer-0 head's output moves layer 1's attention
+    np.testing.assert_allclose(later.data["attention"]["patched"], patched, atol=1e-7)
+    resid = wv.open_cell(stepped, CORRUPTED, "f", "x", "resid", "denoising", "1,4")
+    assert resid.cell == "decoder_self 1 0" and resid.figure is not None
+
+
+def test_the_report_holds_the_why_results_of_the_step(stepped):
+    """The Export tab's HTML report: the attribution and the lens of the step shown, and the
+    patching grid and flow graph the tab computed for that same step (not an earlier one's)."""
+    from attnviz.app.panels import export
+    from attnviz.render import report
+
+    ckpt = wv.shown(stepped).ckpt
+    grid = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
+    graph = wv.flow_graph(stepped, 0.04)
+    now = app_stamps.panel_stamps(stepped)
+    kept = {
+        "why_patch": (now["why_patch"], grid.result),
+        "why_flow": (now["why_flow"], graph.result),
+    }
+    view = export.export(stepped, "html", "pieces", kept)
+    page = Path(view.path).read_text(encoding="utf-8")
+    specs = {d.get("name"): d for d in report.report_data(page)}
+    want = analysis.direct_attribution(ckpt, stepped.src_ids)
+    dla = specs["why-attribution"]["panels"]
+    values = np.frombuffer(__import__("base64").b64decode(dla[1]["z"]), np.float32)
+    inside = [p.value for p in want.parts if p.layer is not None]
+    assert sorted(values[values != 0]) == pytest.approx(sorted(v for v in inside if v), abs=1e-5)
+    patch = np.frombuffer(__import__("base64").b64decode(specs["why-patching-heads"]["panels"][0]["z"]),
+                          np.float32).reshape(grid.result.grid.shape)  # fmt: skip
+    np.testing.assert_allclose(patch, grid.result.grid, atol=1e-6)
+    lens = analysis.logit_lens(ckpt, stepped.src_ids)
+    assert "<h2>Logit lens at position" in page and page.count("<tr><td class=t>") >= len(
+        lens.layers
+    )
+    assert "<h2>Information flow to position" in page and 'class="av-svg av-flow"' in page
+    assert page.count("<line x1=") >= len(graph.result.route)
+    # computed for another step: left out
+    old = {k: ("earlier", v[1]) for k, v in kept.items()}
+    page = Path(export.export(stepped, "html", "pieces", old).path).read_text(encoding="utf-8")
+    assert "why-attribution" in page and "Information flow" not in page and "patching" not in page

@@ -29,6 +29,7 @@ from ..state import (
 )
 from ..workers import remote
 from .registry import Face
+from .why import report_sections
 
 
 # -- export -------------------------------------------------------------------------------------
@@ -44,12 +45,17 @@ def inspection(state: SessionState) -> Inspection:
 
 
 @remote(stopped)
-def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
+def export(
+    state: SessionState, what: str, unit: str = "pieces", why: dict | None = None
+) -> LabView:
     """Write the current state as ``"html"`` (offline report), ``"json"`` or ``"npz"``.
 
     Args:
         unit: ``"pieces"`` or ``"words"`` (the page's pieces | words switch): the attention
             in the file pooled into words, the file name ending ``-words``.
+        why: the Why this token tab's kept results (panel key -> ``(stamp, result)``): the
+            report adds the tab's sections for the step shown
+            (:func:`attnviz.app.panels.why.report_sections`).
     Returns:
         ``path`` set to the written file (None on error, with the reason in ``message``).
     """
@@ -66,7 +72,7 @@ def export(state: SessionState, what: str, unit: str = "pieces") -> LabView:
         when = "read" if is_encoder_only(ckpt) else f"step{len(ins.out_ids)}"
         path = folder / f"attnviz-{name}-{when}{words}.{what}"
         if what == "html":
-            report.write_html(ins, path, ckpt, unit)
+            report.write_html(ins, path, ckpt, unit, report_sections(state, why))
         elif what == "json":
             analysis.write_json(ins, path, unit)
         else:
@@ -104,15 +110,17 @@ def wire(p) -> None:
     from ..stamps import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL
 
-    def written(state, stamps, unit, what):
-        view = export(state, what, unit)
+    def written(state, stamps, unit, what, why=None):
+        view = export(state, what, unit, why)
         return view.path, view.message, {**stamps, "export": panel_stamps(state)["export"]}
 
+    # the Why this token tab's kept results join the HTML report (when the tab is on the page)
+    why = [p.why_kept] if hasattr(p, "why_kept") else []
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
-            lambda s, stamps, unit, what=what: written(s, stamps, unit, what),
-            [p.state, p.stamps, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps], js=UNIT_JS,
-            **INTERNAL,
+            lambda s, stamps, unit, *kept, what=what: written(s, stamps, unit, what, *kept),
+            [p.state, p.stamps, *why, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps],
+            js=UNIT_JS, **INTERNAL,
         )  # fmt: skip
     p.export_tab.select(lambda: "export", None, [p.active], **HIDDEN, **FAST)
 

@@ -2,8 +2,11 @@
 of the token at the step shown, each computed when its button asks (never on a Step) by
 :mod:`attnviz.app.panels.why`, with a JSON download of its result; and its events.
 
-Named API endpoints ``why_attribution``, ``why_lens``, ``why_grid``, ``why_patch`` and
-``why_flow`` (``Client(url).predict(versus, "light", api_name="/why_attribution")``). Each
+Named API endpoints ``why_attribution``, ``why_lens``, ``why_grid``, ``why_patch``,
+``why_cell`` (a patching cell opened), ``why_flow`` and ``why_edge`` (a flow edge opened)
+(``Client(url).predict(versus, "light", api_name="/why_attribution")``). The patching grid
+and the flow graph last computed are kept (``p.why_kept``, with the state they explain) for
+opening their edges and for the Export tab's HTML report. Each
 panel is stamped with the state it shows and cleared with the "changed since" note when the
 model, input or step changes (:func:`follow`, called by :meth:`attnviz.app.ui.Page.follow`).
 """
@@ -15,9 +18,31 @@ import gradio as gr
 from ..pagetext import STALE, THEME_JS
 from ..stamps import Follow
 from ..stamps import panel_stamps as stamp
-from ..ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+from ..ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, STALE_OK, dark, shown_plot
 from . import why as wv
 from .registry import Face
+
+# a click on an attention edge of the flow graph (plotly's hovered point, the edge's index in
+# its customdata) hands the index to the hidden pick button's event (EDGE_JS reads it)
+EDGE_ON_LOAD = """
+if (!window.AVFlowHook) {
+  window.AVFlowHook = true;
+  document.addEventListener('click', (ev) => {
+    const gd = ev.target.closest && ev.target.closest('#why-flow-plot .js-plotly-plot');
+    if (!gd) return;
+    const pt = (gd._hoverdata || []).find((p) => p.data && /^(attention|cross) edges$/
+      .test(p.data.name) && p.customdata !== undefined);
+    if (!pt) return;
+    window.AVFlowEdge = String(pt.customdata);
+    const go = document.querySelector('#why-edge-pick-btn');
+    if (go) go.click();
+  }, true);
+}
+"""
+EDGE_JS = (
+    "(...a) => { a[a.length - 2] = window.AVFlowEdge || ''; a[a.length - 1] = "
+    "document.body.classList.contains('dark') ? 'dark' : 'light'; return a; }"
+)
 
 
 def why_tab(p) -> None:
@@ -82,9 +107,20 @@ def why_tab(p) -> None:
             )  # fmt: skip
             p.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
         p.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
-        p.why_cell_table = gr.Dataframe(
-            headers=wv.CELL_HEADERS, interactive=False, visible=False, elem_id="why-cell-table"
-        )
+        with gr.Row():
+            with gr.Column(scale=2, min_width=260):
+                p.why_cell_table = gr.Dataframe(
+                    headers=wv.CELL_HEADERS, interactive=False, visible=False,
+                    elem_id="why-cell-table",
+                )  # fmt: skip
+            with gr.Column(scale=5):
+                p.why_cell_site = gr.Dropdown(
+                    label="attention of the patched run: module and head", choices=[],
+                    value=None, elem_id="why-cell-site",
+                )  # fmt: skip
+                p.why_cell_plot = gr.Plot(
+                    label="patched run's attention", visible=False, elem_id="why-cell-plot"
+                )
         gr.Markdown("### Information flow")
         with gr.Row(equal_height=True):
             p.why_threshold = gr.Slider(
@@ -95,6 +131,21 @@ def why_tab(p) -> None:
             p.why_flow_json = _download("why-flow-json")
         p.why_flow_msg = gr.Markdown(elem_id="why-flow-message")
         p.why_flow_plot = gr.Plot(label="information flow", visible=False, elem_id="why-flow-plot")
+        gr.HTML(elem_id="why-edge-hook", js_on_load=EDGE_ON_LOAD, elem_classes="av-hidden")
+        p.why_edge_pick = gr.Button("edge", elem_id="why-edge-pick-btn", elem_classes="av-hidden")
+        with gr.Row(equal_height=True):
+            p.why_edge = gr.Dropdown(
+                label="open an attention edge (or click one in the graph): the heads carrying "
+                "it", choices=[], value=None, scale=4, elem_id="why-edge",
+                allow_custom_value=STALE_OK,  # an edge of a graph since redrawn: one line
+            )  # fmt: skip
+            p.why_edge_json = _download("why-edge-json")
+        p.why_edge_msg = gr.Markdown(elem_id="why-edge-message")
+        p.why_edge_table = gr.Dataframe(
+            headers=wv.EDGE_HEADERS, interactive=False, visible=False, elem_id="why-edge-table"
+        )
+        p.why_edge_plot = gr.Plot(label="the edge's heads", visible=False, elem_id="why-edge-plot")
+        p.why_kept = gr.State({})  # panel key -> (stamp, result): the grid and graph shown
 
 
 def _download(elem_id: str):
@@ -110,11 +161,22 @@ def panels(p) -> dict[str, list]:
             p.why_patch_plot,
             p.why_cell,
             p.why_cell_table,
+            p.why_cell_site,
+            p.why_cell_plot,
             p.why_cell_msg,
             p.why_patch_msg,
             p.why_patch_json,
         ],
-        "why_flow": [p.why_flow_plot, p.why_flow_msg, p.why_flow_json],
+        "why_flow": [
+            p.why_flow_plot,
+            p.why_edge,
+            p.why_edge_table,
+            p.why_edge_plot,
+            p.why_edge_json,
+            p.why_edge_msg,
+            p.why_flow_msg,
+            p.why_flow_json,
+        ],
     }
 
 
@@ -141,6 +203,8 @@ def follow(p, state, plan) -> dict:
 
 
 def _empty(comp):
+    if isinstance(comp, gr.DownloadButton):
+        return gr.DownloadButton(value=None, visible=False)
     if isinstance(comp, gr.Dataframe):
         return gr.Dataframe(value=None, visible=False)
     if isinstance(comp, gr.Dropdown):
@@ -182,18 +246,27 @@ def _stamped(stamps, state, key):
     return {**stamps, key: stamp(state)[key]}
 
 
-def _handler(view, key: str, name: str, comps: list):
-    """One button's handler: ``view(state, *inputs)`` shown in the panel's components (a
-    table its rows, a plot its figure themed, the message, the JSON download), then the
-    panel stamped with the state it shows."""
+KEPT = ("why_patch", "why_flow")  # the results kept for their cells, edges and the report
 
-    def handle(state, stamps, *args):
+
+def _handler(view, key: str, name: str, comps: list):
+    """One button's handler: ``view(state, *inputs)`` shown in the panel's components (the
+    first table its rows, the first plot its figure themed, the first menu its cells; what
+    opens from them emptied), the message, the JSON download; then the panel stamped with
+    the state it shows (and, for patching and flow, the result kept with that stamp)."""
+
+    def handle(state, stamps, kept, *args):
         *inputs, theme = args
         v = view(state, *inputs)
         *figs, msg, json_btn = comps
-        out = []
+        out, used = [], set()
         for comp in figs:
-            if isinstance(comp, gr.Dataframe):
+            kind = type(comp)
+            first = kind not in used
+            used.add(kind)
+            if not first or isinstance(comp, gr.DownloadButton):
+                out.append(_empty(comp))
+            elif isinstance(comp, gr.Dataframe):
                 out.append(gr.Dataframe(value=v.rows or None, visible=bool(v.rows)))
             elif isinstance(comp, gr.Dropdown):
                 out.append(gr.Dropdown(choices=v.cells, value=v.cell))
@@ -201,7 +274,10 @@ def _handler(view, key: str, name: str, comps: list):
                 out.append("")
             else:
                 out.append(shown_plot(dark([v.figure], theme)[0]))
-        return (*out, v.message, _file(v, name), _stamped(stamps, state, key))
+        now = _stamped(stamps, state, key)
+        if key in KEPT:
+            kept = {**(kept or {}), key: (now[key], v.result) if v.result is not None else None}
+        return (*out, v.message, _file(v, name), now, kept)
 
     return handle
 
@@ -212,18 +288,39 @@ def wire(p) -> None:
     for api_name, key, view, name, triggers, inputs in endpoints(p):
         comps = panels(p)[key]
         gr.on(
-            triggers, _handler(view, key, name, comps), [p.state, p.stamps, *inputs, p.theme],
-            [*comps, p.stamps], js=THEME_JS, api_name=api_name, **MODEL_EVENTS,
+            triggers, _handler(view, key, name, comps),
+            [p.state, p.stamps, p.why_kept, *inputs, p.theme], [*comps, p.stamps, p.why_kept],
+            js=THEME_JS, api_name=api_name, **MODEL_EVENTS,
         )  # fmt: skip
 
-    def open_cell(state, corrupted, answer, wrong, what, direction, cell):
-        v = wv.open_cell(state, corrupted, answer, wrong, what, direction, cell)
-        return gr.Dataframe(value=v.rows or None, visible=bool(v.rows)), v.message
+    def open_cell(state, corrupted, answer, wrong, what, direction, cell, site, theme):
+        v = wv.open_cell(state, corrupted, answer, wrong, what, direction, cell, site)
+        return (gr.Dataframe(value=v.rows or None, visible=bool(v.rows)),
+                gr.Dropdown(choices=v.cells, value=v.cell),
+                shown_plot(dark([v.figure], theme)[0]), v.message)  # fmt: skip
 
-    p.why_cell_btn.click(
-        open_cell, [p.state, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what,
-                    p.why_direction, p.why_cell],
-        [p.why_cell_table, p.why_cell_msg], api_name="why_cell", **MODEL_EVENTS,
+    gr.on(
+        [p.why_cell_btn.click, p.why_cell_site.input], open_cell,
+        [p.state, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction,
+         p.why_cell, p.why_cell_site, p.theme],
+        [p.why_cell_table, p.why_cell_site, p.why_cell_plot, p.why_cell_msg], js=THEME_JS,
+        api_name="why_cell", **MODEL_EVENTS,
+    )  # fmt: skip
+
+    def open_edge(state, kept, edge, theme):
+        v = wv.open_edge(state, (kept or {}).get("why_flow"), edge)
+        return (gr.Dropdown(value=str(edge)) if v.rows else gr.Dropdown(),
+                gr.Dataframe(value=v.rows or None, visible=bool(v.rows)),
+                shown_plot(dark([v.figure], theme)[0]), _file(v, "flow_edge"), v.message)  # fmt: skip
+
+    edge_out = [p.why_edge, p.why_edge_table, p.why_edge_plot, p.why_edge_json, p.why_edge_msg]
+    p.why_edge.input(
+        open_edge, [p.state, p.why_kept, p.why_edge, p.theme], edge_out, js=THEME_JS,
+        api_name="why_edge", **MODEL_EVENTS,
+    )  # fmt: skip
+    p.why_edge_pick.click(
+        open_edge, [p.state, p.why_kept, p.why_edge, p.theme], edge_out, js=EDGE_JS,
+        **INTERNAL,
     )  # fmt: skip
 
     def opened(state, stamps, versus):
