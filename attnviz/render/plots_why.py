@@ -299,7 +299,7 @@ def pair_figure(
     The left maps share a 0..1 scale; the right ones share 0..their largest value."""
     n = len(rows)
     fig = make_subplots(rows=n, cols=2, subplot_titles=[t for r in rows for t in (r[0], r[2])],
-                        horizontal_spacing=0.12, vertical_spacing=min(0.12, 0.5 / max(n, 1)))  # fmt: skip
+                        horizontal_spacing=0.2, vertical_spacing=min(0.12, 0.5 / max(n, 1)))  # fmt: skip
     hi = max((float(np.nanmax(r[3])) for r in rows if np.size(r[3])), default=1.0) or 1.0
     hover = "query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”: %{z:.3f}<extra></extra>"
     cd = np.array([[[token_label(q), token_label(k)] for k in keys] for q in queries], dtype=object)
@@ -311,7 +311,7 @@ def pair_figure(
                 z=z, colorscale=scale, zmin=0, zmax=top, customdata=cd, hovertemplate=hover,
                 name=name, showscale=r == 1,
                 colorbar=dict(title=name, thickness=12, len=min(1.0, 1.2 / n), y=1,
-                              yanchor="top", x=0.44 if c == 1 else 1.0),
+                              yanchor="top", x=0.41 if c == 1 else 1.01),
             ), row=r, col=c)  # fmt: skip
             if mark is not None:
                 q, k = mark
@@ -357,5 +357,7 @@ def cell_attention_figure(
              f"{site}: the {run} run, unpatched", base)]  # fmt: skip
     fig = pair_figure(rows, keys, queries, f"attention of the patched run, {site}",
                       names=("patched", "unpatched"))  # fmt: skip
-    fig.update_traces(zmax=1.0, colorscale=SCALE)
+    fig.update_traces(zmax=1.0, colorscale=SCALE)  # one scale: one colour bar
+    fig.update_traces(showscale=False, selector=dict(name="patched"))
+    fig.update_traces(colorbar_title="weight", selector=dict(name="unpatched"))
     return fig

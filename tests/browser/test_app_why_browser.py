@@ -2,12 +2,16 @@
 models/induction in the model menu, Step once after ``abcdefabcde`` (the model answers ``f``),
 open the tab, type the corrupted ``abcdxfabcde``, the answer and the wrong token, patch each
 head's output (noising), and read the drawn grid's cells back: they are the library's grid,
-and the layer-0 previous-token head is the one that kills the answer. Light and dark; set
-``ATTNVIZ_SHOTS=<folder>`` to keep the screenshots."""
+and the layer-0 previous-token head is the one that kills the answer. The opened cell draws its
+patched run's attention (the weights :func:`~attnviz.analysis.patched_run.patched_run`
+records); then the information-flow graph is drawn and one of its attention edges clicked: the
+heads carrying it open, each head's attention map the model's recorded forward. Light and
+dark; set ``ATTNVIZ_SHOTS=<folder>`` to keep the screenshots."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +30,17 @@ CELLS = """() => { const gd = document.querySelector('#why-patch-plot .js-plotly
   return Array.from(gd._fullData[0].z, (row) => Array.from(row)); }"""
 TICKS = """(axis) => { const l = document.querySelector('#why-patch-plot .js-plotly-plot').layout;
   return Array.from(l[axis].ticktext); }"""
+# the heatmaps of a plot as plotly drew them, in order
+HEATS = """(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot');
+  return gd._fullData.filter((t) => t.type === 'heatmap')
+    .map((t) => Array.from(t.z, (row) => Array.from(row))); }"""
+# page coordinates of edge `i`'s midpoint in the flow graph (its click target)
+EDGE_AT = """(i) => { const gd = document.querySelector('#why-flow-plot .js-plotly-plot');
+  const t = gd._fullData.find((d) => /^(attention|cross) edges$/.test(d.name) &&
+    Array.from(d.customdata).map(Number).includes(i));
+  const n = Array.from(t.customdata).map(Number).indexOf(i);
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+  return [r.left + xa._offset + xa.l2p(t.x[n]), r.top + ya._offset + ya.l2p(t.y[n])]; }"""
 # WCAG contrast of the text in the tab's messages on their effective background
 CONTRAST = """(sel) => {
   const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
@@ -108,6 +123,52 @@ def test_patching_in_the_why_tab_reads_back_the_library_grid(
         shots = Path(SHOTS) if SHOTS else tmp_path
         shots.mkdir(parents=True, exist_ok=True)
         page.locator("#why-cell-table").screenshot(path=str(shots / f"why-cell-{scheme}.png"))
+        # its attention beside it: the patched run's, as the library records it; then a
+        # later head, chosen in the menu, whose attention the patch moves
+        page.wait_for_function(SHOWN, arg="#why-cell-plot .js-plotly-plot")
+        from attnviz.analysis.patched_run import patched_run
+
+        run = patched_run(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", [0, prev],
+                          direction="noising")  # fmt: skip
+        patched, base = (np.asarray(z, dtype=float) for z in page.evaluate(HEATS, "#why-cell-plot"))
+        np.testing.assert_allclose(patched, run.trace.numpy("decoder_self", 0)[0, prev], atol=1e-6)
+        page.locator("#why-cell-site input").click()
+        page.get_by_role("option", name="decoder_self 1 · H2", exact=True).click()
+        page.wait_for_function(
+            "() => document.querySelector('#why-cell-message').innerText.includes('at decoder_self 1 · H2')"
+        )
+        patched, base = (np.asarray(z, dtype=float) for z in page.evaluate(HEATS, "#why-cell-plot"))
+        np.testing.assert_allclose(patched, run.trace.numpy("decoder_self", 1)[0, 2], atol=1e-6)
+        np.testing.assert_allclose(base, run.base.numpy("decoder_self", 1)[0, 2], atol=1e-6)
+        assert not np.allclose(patched, base)
+        page.locator("#why-cell-plot").screenshot(path=str(shots / f"why-cell-plot-{scheme}.png"))
+
+        # information flow: click an attention edge into the predicting position
+        page.locator("#why-flow-btn").click()
+        page.wait_for_function(SHOWN, arg="#why-flow-plot .js-plotly-plot")
+        flow = attnviz.analysis.flow(ckpt, list(ckpt.encode_source(CLEAN).ids), 0.04)
+        edge = next(i for i in flow.route if flow.edges[i].site is not None
+                    and flow.nodes[flow.edges[i].target]["position"] == flow.position
+                    and flow.nodes[flow.edges[i].source]["position"] != flow.position)  # fmt: skip
+        page.locator("#why-flow-plot").scroll_into_view_if_needed()
+        x, y = page.evaluate(EDGE_AT, edge)
+        page.mouse.move(x, y)
+        page.mouse.click(x, y)
+        page.wait_for_function(SHOWN, arg="#why-edge-plot .js-plotly-plot")
+        said = page.locator("#why-edge-message").inner_text()
+        assert "heads carry it" in said, said
+        e = flow.edges[edge]
+        page.locator("#why-edge-table").scroll_into_view_if_needed()
+        table = page.locator("#why-edge-table").inner_text()
+        assert re.findall(r"\bH\d+\b", table) == [f"H{h}" for h, _ in e.heads], table
+        heats = [np.asarray(z, dtype=float) for z in page.evaluate(HEATS, "#why-edge-plot")]
+        trace = _recorded(ckpt, list(ckpt.encode_source(CLEAN).ids))
+        for n, (h, _) in enumerate(e.heads[:3]):
+            np.testing.assert_allclose(heats[2 * n], trace.numpy(*e.site)[0, h], atol=1e-6)
+            np.testing.assert_allclose(heats[2 * n + 1], flow.maps[e.site].contribution[h],
+                                       atol=1e-6)  # fmt: skip
+        page.locator("#why-edge-plot").screenshot(path=str(shots / f"why-edge-{scheme}.png"))
+        page.locator("#why-flow-plot").screenshot(path=str(shots / f"why-flow-{scheme}.png"))
         worst = page.evaluate(CONTRAST, "#why-patch-message p, #why-patch-message strong")
         assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:3]
         folder = Path(SHOTS) if SHOTS else tmp_path
@@ -121,3 +182,15 @@ def test_patching_in_the_why_tab_reads_back_the_library_grid(
         assert errors == [], errors
     finally:
         page.close()
+
+
+def _recorded(ckpt, ids):
+    """The attention of the model's own forward on ``ids``, recorded by the library."""
+    import torch
+
+    from attnviz.analysis.why import prepare
+
+    prep = prepare(ckpt, ids, None)
+    with torch.no_grad(), attnviz.record(ckpt.model) as trace:
+        prep.last(prep.tensor(ckpt.device))
+    return trace
