@@ -18,9 +18,30 @@ from .plots_why import FLOW_COLOURS, dla_cells, node_xy, patch_cells
 from .report import csv_link, matrix_panel
 from .show import display_token
 
+#: the canvas writes at most 12 characters of a label: shorter names (the full one hovers)
+SHORT = {"final norm centering": "norm center", "final norm bias": "norm bias",
+         "output bias": "out bias", "attn norm bias": "attn norm b", "cross norm bias":
+         "cross norm b", "mlp norm bias": "mlp norm b", "encoder_self": "enc", "decoder_self":
+         "dec"}  # fmt: skip
+
 
 def _q(token: str) -> str:
     return f"“{display_token(token)}”"
+
+
+def _short(name: str) -> str:
+    """A part or module name in at most 12 characters: ``decoder_self 1 H2`` -> ``dec L1 H2``."""
+    if name in SHORT:
+        return SHORT[name]
+    words = name.split()
+    if words and words[0] in SHORT and len(words) > 1 and words[1].isdigit():
+        name = " ".join([SHORT[words[0]], f"L{words[1]}", *words[2:]])
+    return name[:12]
+
+
+def _labelled(panel: dict, keys: list[str], queries: list[str]) -> dict:
+    """``panel`` with names (not tokens) on its axes, as they are."""
+    return {**panel, "xl": [_short(k) for k in keys], "yl": [_short(q) for q in queries]}
 
 
 def attribution_section(res: DirectAttribution) -> tuple[str, dict]:
@@ -28,13 +49,14 @@ def attribution_section(res: DirectAttribution) -> tuple[str, dict]:
     (one row) and layers x (heads, biases, MLP); each cell's part name in its hover."""
     outside, z, names, cols = dla_cells(res)
     missing = np.isnan(z)
+    out_names, rows = [p.name for p in outside], [f"L{i}" for i in range(z.shape[0])]
     panels = [
-        matrix_panel(np.array([[p.value for p in outside]]), [p.name for p in outside],
-                     ["outside"], title="outside the layers", signed=True,
-                     hover=[p.name for p in outside]),
-        matrix_panel(np.nan_to_num(z), cols, [f"L{i}" for i in range(z.shape[0])],
-                     mask=missing if missing.any() else None, title="layers × parts",
-                     signed=True, hover=[str(n) for n in names.ravel()]),
+        _labelled(matrix_panel(np.array([[p.value for p in outside]]), out_names, ["outside"],
+                               title="outside the layers", signed=True, hover=out_names),
+                  out_names, ["outside"]),
+        _labelled(matrix_panel(np.nan_to_num(z), cols, rows,
+                               mask=missing if missing.any() else None, title="layers × parts",
+                               signed=True, hover=[str(n) for n in names.ravel()]), cols, rows),
     ]  # fmt: skip
     what = _q(res.token) + (f" and not {_q(res.versus)}" if res.versus else "")
     logit = "logit difference" if res.versus else "logit"
@@ -72,7 +94,12 @@ def patching_section(res: Patching) -> tuple[str, dict]:
     missing = ~np.isfinite(z)
     panel = matrix_panel(np.nan_to_num(z), cols, rows, signed=True,
                          mask=missing if missing.any() else None,
-                         title=f"patching {res.what} ({res.direction})")  # fmt: skip
+                         title=f"patching {res.what} ({res.direction})",
+                         hover=[f"{r} · {c}" for r in rows for c in cols])  # fmt: skip
+    if res.axes[-1] != "position":  # heads along x: names, not tokens
+        panel = _labelled(panel, cols, rows)
+    else:
+        panel["yl"] = [_short(r) for r in rows]
     est = "" if res.grid is not None else " (attribution patching: an estimate)"
     heading = (f"Activation patching of {res.what}, {res.direction}{est}: logit("
                f"{_q(res.answer)}) − logit({_q(res.wrong)}), 0 = corrupted "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +158,76 @@ def test_the_bench_compares_the_canvas_page_with_the_plotly_page():
         assert np.isfinite(r.value) and r.value > 0 and "Plotly page" in r.detail, r
     sizes = [r for r in rows if r.name.startswith("report page size")]
     assert all(r.met for r in sizes), sizes  # measured: 0.19 vs 2.24 MB, 1.56 vs 16.8 MB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_apps_report_holds_the_why_results(tmp_path, models_dir, scheme):
+    """Exported after the Why this token tab patched and drew the routes at step 1 of
+    models/induction: the page draws the direct attribution and the patching grid on canvas
+    (every drawn number the library's), the lens as a table and the route as SVG, offline; its
+    attribution JSON download holds the library's parts."""
+    from attnviz import analysis
+    from attnviz.app import session
+    from attnviz.app import stamps as app_stamps
+    from attnviz.app.panels import export as export_panel
+    from attnviz.app.panels import why as wv
+
+    state = session.step(session.new_state(str(models_dir / "induction")), "abcdefabcde").state
+    grid = wv.patching(state, "abcdxfabcde", "f", "x", "heads", "noising")
+    graph = wv.flow_graph(state, 0.04)
+    now = app_stamps.panel_stamps(state)
+    kept = {
+        "why_patch": (now["why_patch"], grid.result),
+        "why_flow": (now["why_flow"], graph.result),
+    }
+    view = export_panel.export(state, "html", "pieces", kept)
+    assert view.path, view.message
+    path = Path(view.path)
+    errors, requests = [], []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900},
+                                      accept_downloads=True, color_scheme=scheme)  # fmt: skip
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        page.wait_for_function(ALL_DRAWN, timeout=60_000)
+        heads = page.evaluate("() => [...document.querySelectorAll('h2')].map((h) => h.innerText)")
+        assert any(h.startswith("Why “f” (position 11): direct attribution") for h in heads)
+        assert any(h.startswith("Logit lens at position 11") for h in heads)
+        assert any(h.startswith("Activation patching of heads, noising") for h in heads)
+        assert any(h.startswith("Information flow to position 11") for h in heads)
+        why = page.locator(".av-fig[data-kind=heat]").filter(has=page.locator("canvas"))
+        shown = page.evaluate("""() => [...document.querySelectorAll('.av-fig[data-kind=heat]')]
+            .map((f) => (f._shown || []).map((s) => [s.name, Array.from(s.mat.z)]))""")
+        assert why.count() >= 3 and all(c["ink"] > 500 for c in page.evaluate(CANVASES))
+        drawn = {name: z for fig in shown for name, z in fig}
+        np.testing.assert_allclose(np.asarray(drawn["patching heads (noising)"]).reshape(2, 4),
+                                   grid.result.grid, atol=1e-6)  # fmt: skip
+        assert page.locator("svg.av-flow line").count() >= len(graph.result.route)
+        assert page.locator("table.av-lens tbody tr").count() == len(
+            analysis.logit_lens(wv.shown(state).ckpt, state.src_ids).layers
+        )
+        fig = page.locator("h2:has-text('direct attribution') + .av-fig")
+        fig.scroll_into_view_if_needed()
+        with page.expect_download() as js:
+            fig.locator("button", has_text="JSON").click()
+        every = json.loads(Path(js.value.path()).read_text())
+        for section in ("why-attribution", "why-patching", "information-flow", "logit-lens"):
+            assert section in page.content()
+        box = page.evaluate("""() => { const y = (e) => e.getBoundingClientRect().top + scrollY;
+            const h = [...document.querySelectorAll('h2')].find((x) => x.innerText.includes(
+              'direct attribution')), s = document.querySelector('svg.av-flow');
+            return {x: 0, y: y(h) - 10, width: 1280, height: y(s) + s.getBoundingClientRect()
+              .height - y(h) + 20}; }""")
+        page.screenshot(path=str(tmp_path / f"why-report-{scheme}.png"), full_page=True, clip=box)
+        if os.environ.get("ATTNVIZ_SHOTS"):  # kept to be looked at
+            shutil.copy(tmp_path / f"why-report-{scheme}.png", os.environ["ATTNVIZ_SHOTS"])
+        browser.close()
+    assert errors == [] and [u for u in requests if not u.startswith("file://")] == []
+    want = analysis.direct_attribution(wv.shown(state).ckpt, state.src_ids)
+    values = [v for p in every["panels"] for row in p["values"] for v in row]
+    inside = sorted(p.value for p in want.parts)
+    assert sorted(v for v in values if v) == pytest.approx([v for v in inside if v], abs=1e-5)
