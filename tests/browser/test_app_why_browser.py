@@ -62,14 +62,14 @@ OPEN_TAB = """() => { const b = [...document.querySelectorAll('#tabs button')].f
   if (b) b.click(); }"""
 
 
-def _open_tab(page) -> None:
-    tab = page.get_by_role("tab", name="Why this token")
+def _open_tab(page, name: str = "Why this token", ready: str = "#why-patch-btn") -> None:
+    tab = page.get_by_role("tab", name=name)
     if tab.count() and tab.first.is_visible():
         tab.first.click()
     else:  # past the tab bar's width: in its overflow menu
         page.evaluate(OPEN_TAB)
-        page.get_by_role("button", name="Why this token").filter(visible=True).click()
-    page.wait_for_function(SHOWN, arg="#why-patch-btn")
+        page.get_by_role("button", name=name).filter(visible=True).click()
+    page.wait_for_function(SHOWN, arg=ready)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -169,6 +169,7 @@ def test_patching_in_the_why_tab_reads_back_the_library_grid(
                                        atol=1e-6)  # fmt: skip
         page.locator("#why-edge-plot").screenshot(path=str(shots / f"why-edge-{scheme}.png"))
         page.locator("#why-flow-plot").screenshot(path=str(shots / f"why-flow-{scheme}.png"))
+
         worst = page.evaluate(CONTRAST, "#why-patch-message p, #why-patch-message strong")
         assert min(c for _, c in worst) >= 4.5, sorted(worst, key=lambda x: x[1])[:3]
         folder = Path(SHOTS) if SHOTS else tmp_path
@@ -179,6 +180,22 @@ def test_patching_in_the_why_tab_reads_back_the_library_grid(
             .getBoundingClientRect(); return {x: 0, y: a.top + window.scrollY - 60,
             width: 1400, height: b.bottom - a.top + 80}; }""")
         page.screenshot(path=str(folder / f"why-patch-{scheme}.png"), clip=box, full_page=True)
+
+        # the Export tab's HTML report holds the tab's results for this step
+        _open_tab(page, "Export", "#export-html")
+        page.locator("#export-html").click()
+        page.wait_for_function(
+            "() => document.querySelector('#export-message').innerText.includes('Wrote')"
+        )
+        href = page.locator("#export-file a").first.get_attribute("href")
+        report = page.request.get(href if "://" in href else url.rstrip("/") + "/" + href).text()
+        for heading in (
+            "Why “f” (position 11): direct attribution",
+            "Logit lens at position 11",
+            "Activation patching of heads, noising",
+            "Information flow to position 11",
+        ):
+            assert f"<h2>{heading}" in report, heading
         assert errors == [], errors
     finally:
         page.close()

@@ -118,7 +118,8 @@ def wire(p) -> None:
     why = [p.why_kept] if hasattr(p, "why_kept") else []
     for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
         btn.click(
-            lambda s, stamps, unit, *kept, what=what: written(s, stamps, unit, what, *kept),
+            # the unit last: UNIT_JS writes the page's switch into the last input
+            lambda s, stamps, *rest, what=what: written(s, stamps, rest[-1], what, *rest[:-1]),
             [p.state, p.stamps, *why, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps],
             js=UNIT_JS, **INTERNAL,
         )  # fmt: skip
