@@ -297,3 +297,24 @@ def test_the_report_holds_the_why_results_of_the_step(stepped):
     old = {k: ("earlier", v[1]) for k, v in kept.items()}
     page = Path(export.export(stepped, "html", "pieces", old).path).read_text(encoding="utf-8")
     assert "why-attribution" in page and "Information flow" not in page and "patching" not in page
+
+
+def test_a_new_step_empties_the_opened_edge_and_cell(stepped):
+    """The page follows a step: the flow and patching panels are emptied with what opened
+    from them (the edge's heads, the cell's attention, their menus and downloads)."""
+    gr = pytest.importorskip("gradio")
+    from attnviz.app import ui
+    from attnviz.app.pagetext import STALE
+    from attnviz.app.panels import why_ui
+
+    with gr.Blocks():
+        page = ui.Page(session.new_state(None, "cpu"))
+    now = app_stamps.panel_stamps(stepped)
+    plan = app_stamps.follow({k: now[k] for k in wv.PANELS}, session.step(stepped).state, "step")
+    out = why_ui.follow(page, stepped, plan)
+    assert out[page.why_flow_msg] == STALE and out[page.why_patch_msg] == STALE
+    for comp in (page.why_edge_plot, page.why_cell_plot, page.why_edge_table, page.why_edge_json):
+        assert out[comp].visible is False
+    for comp in (page.why_edge, page.why_cell_site):
+        assert out[comp].choices == [] and out[comp].value in (None, [])
+    assert out[page.why_edge_msg] == "" and out[page.why_cell_msg] == ""
