@@ -18,6 +18,7 @@ import torch
 
 import attnviz
 from attnviz.analysis import direct_attribution, flow, logit_lens, patch
+from attnviz.analysis.why import prepare
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CLEAN, CORRUPTED = "The capital of France is", "The capital of Germany is"
@@ -62,6 +63,19 @@ def test_layer_12_head_2_moves_the_country_and_writes_the_answer(gemma):
                  and f.nodes[e.source]["position"] == FRANCE]  # fmt: skip
     best = max(into_last, key=lambda e: e.weight)
     assert best.target == f"a12_{LAST}" and best.heads[0][0] == 2
+    # opened, the edge's first head is L12 H2: its attention map is the one the model used
+    # (a recorded forward), its contribution map peaks at the edge's cell (France -> last)
+    head, share, weight = f.edge_heads(f.edges.index(best))[0]
+    maps = f.maps[best.site]
+    prep = prepare(gemma, CLEAN, None)
+    with torch.no_grad(), attnviz.record(gemma.model) as trace:
+        prep.last(prep.tensor(gemma.device))
+    np.testing.assert_allclose(maps.attention[2], trace.numpy("decoder_self", 12)[0, 2], atol=1e-6)
+    assert (head, weight) == (2, pytest.approx(float(maps.attention[2, LAST, FRANCE])))
+    assert (
+        maps.contribution[2, LAST].argmax() == FRANCE
+        and share == maps.contribution[2, LAST, FRANCE]
+    )
 
 
 def test_an_induction_head_of_a_global_layer_writes_the_repeated_token(gemma):
