@@ -269,14 +269,16 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
     )  # fmt: skip
 
 
-def edge_name(res: Flow, index: int) -> str:
-    """An edge in words: ``decoder_self 0: position 0 “a” → position 1 “b” (0.60)``."""
+def edge_name(res: Flow, index: int, plain: bool = False) -> str:
+    """An edge in words: ``decoder_self 0: position 0 “a” → position 1 “b” (0.60)``; HTML
+    escaped for a figure, ``plain`` text for a menu or markdown (escaped there)."""
     e = res.edges[index]
     src, dst = res.nodes[e.source], res.nodes[e.target]
     where = f"{e.site[0]} {e.site[1]}: " if e.site else ""
     from_ = "source " if e.kind == "cross" else ""
-    return (f"{where}{from_}position {src['position']} {quoted(res.token_of(e.source))} → "
+    name = (f"{where}{from_}position {src['position']} {quoted(res.token_of(e.source))} → "
             f"position {dst['position']} {quoted(res.token_of(e.target))} ({e.weight:.2f})")  # fmt: skip
+    return html.unescape(name) if plain else name
 
 
 def _ticks(labels: list[str], most: int = 60) -> dict:
@@ -299,7 +301,7 @@ def pair_figure(
     The left maps share a 0..1 scale; the right ones share 0..their largest value."""
     n = len(rows)
     fig = make_subplots(rows=n, cols=2, subplot_titles=[t for r in rows for t in (r[0], r[2])],
-                        horizontal_spacing=0.2, vertical_spacing=min(0.12, 0.5 / max(n, 1)))  # fmt: skip
+                        horizontal_spacing=0.2, vertical_spacing=min(0.15, 0.6 / max(n, 1)))  # fmt: skip
     hi = max((float(np.nanmax(r[3])) for r in rows if np.size(r[3])), default=1.0) or 1.0
     hover = "query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”: %{z:.3f}<extra></extra>"
     cd = np.array([[[token_label(q), token_label(k)] for k in keys] for q in queries], dtype=object)
@@ -323,7 +325,7 @@ def pair_figure(
     fig.update_xaxes(**_ticks(keys), tickangle=-45)
     fig.update_yaxes(**_ticks(queries), autorange="reversed")
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=70, r=40, t=110, b=70),
-                      height=int(np.clip(140 + n * (90 + 22 * min(len(queries), 24)), 340, 2000)))  # fmt: skip
+                      height=int(np.clip(140 + n * (130 + 22 * min(len(queries), 24)), 340, 2000)))  # fmt: skip
     return fig
 
 

@@ -507,7 +507,7 @@ def edge_choices(res) -> tuple[list[tuple[str, str]], str | None]:
                 and (e.kind == "cross" or res.nodes[e.source]["position"] != res.position))  # fmt: skip
 
     first = next((i for i in route if far(i)), route[0])
-    return [(edge_name(res, i), str(i)) for i in route], str(first)
+    return [(edge_name(res, i, plain=True), str(i)) for i in route], str(first)
 
 
 EDGE_HEADERS = ["rank", "head", "contribution to the edge", "attention at the edge (recorded)"]
@@ -542,7 +542,8 @@ def open_edge(state: SessionState, kept: tuple | None, edge: str | int | None,
     rows = [[n, f"H{h}", round(w, 4), round(a, 4)] for n, (h, w, a) in enumerate(heads, 1)]
     e = res.edges[index]
     shown_ = ", ".join(f"H{h}" for h, _, _ in heads[:top]) or "none"
-    msg = (f"**{html.escape(edge_name(res, index))}**: {len(heads)} heads carry it, ranked by "
+    name = html.escape(edge_name(res, index, plain=True))
+    msg = (f"**{name}**: {len(heads)} heads carry it, ranked by "
            f"their contribution; shown: {shown_}. Left, each head's attention as the run "
            "recorded it; right, its contribution map (its importance through each key into "
            "each query's stream after the block); the edge's cell is outlined.")  # fmt: skip
