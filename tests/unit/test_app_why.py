@@ -240,6 +240,9 @@ def test_a_cross_attention_edge_opens_over_the_source(models_dir):
     np.testing.assert_allclose(np.asarray(view.figure.data[0].z), trace.numpy(*e.site)[0, h],
                                atol=1e-6)  # fmt: skip
     assert e.site[0] == "cross" and view.figure.layout.xaxis.ticktext[:10] == tuple("helloworld")
+    # menus read plain text, messages escape it once: “<bos>” either way on the page
+    assert any("“<bos>”" in name for name, _ in graph.cells)
+    assert not any("&" in name for name, _ in graph.cells) and "&amp;" not in view.message
 
 
 def test_an_opened_cell_shows_its_patched_runs_attention(stepped):
