@@ -172,10 +172,11 @@ def test_the_apps_report_holds_the_why_results(tmp_path, models_dir, scheme):
     from attnviz.app import stamps as app_stamps
     from attnviz.app.panels import export as export_panel
     from attnviz.app.panels import why as wv
+    from attnviz.app.panels import why_routes as wr
 
     state = session.step(session.new_state(str(models_dir / "induction")), "abcdefabcde").state
     grid = wv.patching(state, "abcdxfabcde", "f", "x", "heads", "noising")
-    graph = wv.flow_graph(state, 0.04)
+    graph = wr.flow_graph(state, 0.04)
     now = app_stamps.panel_stamps(state)
     kept = {
         "why_patch": (now["why_patch"], grid.result),

@@ -14,6 +14,7 @@ from attnviz import analysis
 from attnviz.app import session
 from attnviz.app import stamps as app_stamps
 from attnviz.app.panels import why as wv
+from attnviz.app.panels import why_routes as wr
 
 CLEAN, CORRUPTED = "abcdefabcde", "abcdxfabcde"
 
@@ -94,7 +95,7 @@ def test_patching_defaults_to_the_token_produced_and_the_runner_up(stepped):
 
 
 def test_the_flow_figure_draws_the_route(stepped):
-    view = wv.flow_graph(stepped, 0.04)
+    view = wr.flow_graph(stepped, 0.04)
     want = analysis.flow(wv.shown(stepped).ckpt, stepped.src_ids, 0.04)
     assert view.result.route == want.route
     n_lines = sum(len([x for x in t.x if x is None]) for t in view.figure.data if t.mode == "lines")
@@ -108,7 +109,7 @@ def test_a_post_norm_model_is_attributed_and_routed(models_dir):
     view = wv.attribution(state)
     assert abs(view.result.total - view.result.logit) < 1e-4
     assert "attn norm bias" in set(view.figure.layout.xaxis2.ticktext)
-    flow_view = wv.flow_graph(state)
+    flow_view = wr.flow_graph(state)
     assert flow_view.figure is not None and flow_view.result.route
 
 
@@ -118,7 +119,7 @@ def test_an_encoder_decoder_flow_draws_the_source_and_cross_edges(models_dir):
     state = session.step(session.new_state(str(models_dir / "reverse")), "helloworld").state
     state = session.step(state).state
     state = session.step(state).state
-    view = wv.flow_graph(state, 0.0)
+    view = wr.flow_graph(state, 0.0)
     res = view.result
     assert res.source_tokens == list("helloworld")
     assert view.figure.layout.xaxis.ticktext[:10] == tuple("helloworld")
@@ -127,7 +128,7 @@ def test_an_encoder_decoder_flow_draws_the_source_and_cross_edges(models_dir):
     assert "cross-attention edge reads source position" in view.message
     # at the default threshold the route stops where layer 1's cross-attention output cancels
     # most of the residual: no part is close to the block's output, and the message says so
-    pruned = wv.flow_graph(state)
+    pruned = wr.flow_graph(state)
     assert pruned.result.dead_ends() == ["c1_2"] and "The route stops at c1_2" in pruned.message
     xs = pruned.figure.layout.xaxis
     assert xs.range[1] > max(xs.tickvals)  # every token on the axis, not only the route's
@@ -172,10 +173,10 @@ def test_a_patched_cell_opens_as_its_own_run(stepped):
     grid = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
     assert grid.cell == "0,0" and ("decoder_self 0 · H0", "0,0") in grid.cells
     assert len(grid.cells) == 8
-    view = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", grid.cell)
+    view = wr.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", grid.cell)
     assert view.result.metric == pytest.approx(grid.result.grid[0, 0], abs=1e-5)
     assert [r[0] for r in view.rows][0] != "f" and "decoder_self 0 · H0" in view.message
-    assert wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", None).message.startswith(
+    assert wr.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", None).message.startswith(
         "⚠"
     )
 
@@ -197,13 +198,13 @@ def test_a_flow_edge_opens_its_heads_with_the_recorded_attention(stepped):
     """The edge offered first reaches the predicting position; opened, its heads are ranked by
     contribution, each drawn as the attention the model recorded beside its contribution map,
     whose cell at the edge is the head's share of it."""
-    graph = wv.flow_graph(stepped, 0.04)
+    graph = wr.flow_graph(stepped, 0.04)
     res, ckpt = graph.result, wv.shown(stepped).ckpt
     assert graph.cells and all(res.edges[int(v)].site for _, v in graph.cells)
     weights = [res.edges[int(v)].weight for _, v in graph.cells]
     assert weights == sorted(weights, reverse=True)
     kept = (app_stamps.panel_stamps(stepped)["why_flow"], res)
-    view = wv.open_edge(stepped, kept, graph.cell)
+    view = wr.open_edge(stepped, kept, graph.cell)
     e = res.edges[int(graph.cell)]
     q, k = res.nodes[e.target]["position"], res.nodes[e.source]["position"]
     assert q == res.position and k != q
@@ -219,8 +220,8 @@ def test_a_flow_edge_opens_its_heads_with_the_recorded_attention(stepped):
         assert view.rows[n][3] == pytest.approx(float(want[q, k]), abs=1e-4)
     np.testing.assert_allclose(view.data["heads"][0]["attention_map"], heat[0], atol=1e-7)
     later = session.step(stepped).state  # the graph kept was drawn for an earlier step
-    assert "draw it again" in wv.open_edge(later, kept, graph.cell).message
-    assert wv.open_edge(stepped, None, graph.cell).message.startswith("⚠")
+    assert "draw it again" in wr.open_edge(later, kept, graph.cell).message
+    assert wr.open_edge(stepped, None, graph.cell).message.startswith("⚠")
 
 
 def test_a_cross_attention_edge_opens_over_the_source(models_dir):
@@ -228,11 +229,11 @@ def test_a_cross_attention_edge_opens_over_the_source(models_dir):
     recorded, the source's tokens along the keys."""
     state = session.step(session.new_state(str(models_dir / "reverse")), "helloworld").state
     state = session.step(session.step(state).state).state
-    graph = wv.flow_graph(state, 0.0)
+    graph = wr.flow_graph(state, 0.0)
     res = graph.result
     cross = next(int(v) for _, v in graph.cells if res.edges[int(v)].kind == "cross")
     kept = (app_stamps.panel_stamps(state)["why_flow"], res)
-    view = wv.open_edge(state, kept, cross)
+    view = wr.open_edge(state, kept, cross)
     e = res.edges[cross]
     s = wv.shown(state)
     trace = _recorded(s.ckpt, s.text, s.step)
@@ -251,17 +252,17 @@ def test_an_opened_cell_shows_its_patched_runs_attention(stepped):
     from attnviz.analysis.patched_run import patched_run
 
     ckpt = wv.shown(stepped).ckpt
-    view = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1")
+    view = wr.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1")
     assert view.cell == "decoder_self 0 1" and len(view.cells) == 8
     run = patched_run(ckpt, CLEAN, CORRUPTED, "f", "x", "heads", [0, 1], direction="noising")
-    later = wv.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1",
+    later = wr.open_cell(stepped, CORRUPTED, "f", "x", "heads", "noising", "0,1",
                          "decoder_self 1 2")  # fmt: skip
     patched, base = (np.asarray(t.z, dtype=float) for t in later.figure.data)
     np.testing.assert_allclose(patched, run.trace.numpy("decoder_self", 1)[0, 2], atol=1e-6)
     np.testing.assert_allclose(base, run.base.numpy("decoder_self", 1)[0, 2], atol=1e-6)
     assert not np.allclose(patched, base)  # a layer-0 head's output moves layer 1's attention
     np.testing.assert_allclose(later.data["attention"]["patched"], patched, atol=1e-7)
-    resid = wv.open_cell(stepped, CORRUPTED, "f", "x", "resid", "denoising", "1,4")
+    resid = wr.open_cell(stepped, CORRUPTED, "f", "x", "resid", "denoising", "1,4")
     assert resid.cell == "decoder_self 1 0" and resid.figure is not None
 
 
@@ -273,7 +274,7 @@ def test_the_report_holds_the_why_results_of_the_step(stepped):
 
     ckpt = wv.shown(stepped).ckpt
     grid = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
-    graph = wv.flow_graph(stepped, 0.04)
+    graph = wr.flow_graph(stepped, 0.04)
     now = app_stamps.panel_stamps(stepped)
     kept = {
         "why_patch": (now["why_patch"], grid.result),

@@ -20,6 +20,7 @@ from ..stamps import Follow
 from ..stamps import panel_stamps as stamp
 from ..ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, STALE_OK, dark, shown_plot
 from . import why as wv
+from . import why_routes as wr
 from .registry import Face
 
 # a click on an attention edge of the flow graph (plotly's hovered point, the edge's index in
@@ -110,7 +111,7 @@ def why_tab(p) -> None:
         with gr.Row():
             with gr.Column(scale=2, min_width=260):
                 p.why_cell_table = gr.Dataframe(
-                    headers=wv.CELL_HEADERS, interactive=False, visible=False,
+                    headers=wr.CELL_HEADERS, interactive=False, visible=False,
                     elem_id="why-cell-table",
                 )  # fmt: skip
             with gr.Column(scale=5):
@@ -142,7 +143,7 @@ def why_tab(p) -> None:
             p.why_edge_json = _download("why-edge-json")
         p.why_edge_msg = gr.Markdown(elem_id="why-edge-message")
         p.why_edge_table = gr.Dataframe(
-            headers=wv.EDGE_HEADERS, interactive=False, visible=False, elem_id="why-edge-table"
+            headers=wr.EDGE_HEADERS, interactive=False, visible=False, elem_id="why-edge-table"
         )
         p.why_edge_plot = gr.Plot(label="the edge's heads", visible=False, elem_id="why-edge-plot")
         p.why_kept = gr.State({})  # panel key -> (stamp, result): the grid and graph shown
@@ -237,7 +238,7 @@ def endpoints(p) -> list[tuple]:
         ("why_patch", "why_patch", wv.patching, "patching",
          [p.why_patch_btn.click, p.why_corrupted.submit],
          [p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction]),
-        ("why_flow", "why_flow", wv.flow_graph, "flow",
+        ("why_flow", "why_flow", wr.flow_graph, "flow",
          [p.why_flow_btn.click, p.why_threshold.release], [p.why_threshold]),
     ]  # fmt: skip
 
@@ -294,7 +295,7 @@ def wire(p) -> None:
         )  # fmt: skip
 
     def open_cell(state, corrupted, answer, wrong, what, direction, cell, site, theme):
-        v = wv.open_cell(state, corrupted, answer, wrong, what, direction, cell, site)
+        v = wr.open_cell(state, corrupted, answer, wrong, what, direction, cell, site)
         return (gr.Dataframe(value=v.rows or None, visible=bool(v.rows)),
                 gr.Dropdown(choices=v.cells, value=v.cell),
                 shown_plot(dark([v.figure], theme)[0]), v.message)  # fmt: skip
@@ -308,7 +309,7 @@ def wire(p) -> None:
     )  # fmt: skip
 
     def open_edge(state, kept, edge, theme):
-        v = wv.open_edge(state, (kept or {}).get("why_flow"), edge)
+        v = wr.open_edge(state, (kept or {}).get("why_flow"), edge)
         return (gr.Dropdown(value=str(edge)) if v.rows else gr.Dropdown(),
                 gr.Dataframe(value=v.rows or None, visible=bool(v.rows)),
                 shown_plot(dark([v.figure], theme)[0]), _file(v, "flow_edge"), v.message)  # fmt: skip
