@@ -347,3 +347,16 @@ def zipped(folder: Path, zpath: Path) -> str:
             if f.is_file():
                 z.write(f, f.name)
     return str(zpath)
+
+
+def why_results(state, corrupted: str) -> dict:
+    """The Why tab's patching grid (heads, noising, answer ``f`` against ``x``) and flow graph
+    for ``state``, kept as the page keeps them: panel key -> ``(stamp, result)``."""
+    from attnviz.app import stamps
+    from attnviz.app.panels import why, why_routes
+
+    grid = why.patching(state, corrupted, "f", "x", "heads", "noising")
+    graph = why_routes.flow_graph(state, 0.04)
+    now = stamps.panel_stamps(state)
+    return {"why_patch": (now["why_patch"], grid.result),
+            "why_flow": (now["why_flow"], graph.result)}  # fmt: skip

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CHROMIUM, browser_or_skip  # noqa: E402
+from helpers import CHROMIUM, browser_or_skip, why_results  # noqa: E402
 
 sync_api = browser_or_skip()
 
@@ -169,19 +169,11 @@ def test_the_apps_report_holds_the_why_results(tmp_path, models_dir, scheme):
     attribution JSON download holds the library's parts."""
     from attnviz import analysis
     from attnviz.app import session
-    from attnviz.app import stamps as app_stamps
     from attnviz.app.panels import export as export_panel
     from attnviz.app.panels import why as wv
-    from attnviz.app.panels import why_routes as wr
 
     state = session.step(session.new_state(str(models_dir / "induction")), "abcdefabcde").state
-    grid = wv.patching(state, "abcdxfabcde", "f", "x", "heads", "noising")
-    graph = wr.flow_graph(state, 0.04)
-    now = app_stamps.panel_stamps(state)
-    kept = {
-        "why_patch": (now["why_patch"], grid.result),
-        "why_flow": (now["why_flow"], graph.result),
-    }
+    kept = why_results(state, "abcdxfabcde")
     view = export_panel.export(state, "html", "pieces", kept)
     assert view.path, view.message
     path = Path(view.path)
@@ -206,8 +198,8 @@ def test_the_apps_report_holds_the_why_results(tmp_path, models_dir, scheme):
         assert why.count() >= 3 and all(c["ink"] > 500 for c in page.evaluate(CANVASES))
         drawn = {name: z for fig in shown for name, z in fig}
         np.testing.assert_allclose(np.asarray(drawn["patching heads (noising)"]).reshape(2, 4),
-                                   grid.result.grid, atol=1e-6)  # fmt: skip
-        assert page.locator("svg.av-flow line").count() >= len(graph.result.route)
+                                   kept["why_patch"][1].grid, atol=1e-6)  # fmt: skip
+        assert page.locator("svg.av-flow line").count() >= len(kept["why_flow"][1].route)
         assert page.locator("table.av-lens tbody tr").count() == len(
             analysis.logit_lens(wv.shown(state).ckpt, state.src_ids).layers
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import why_results
 
 from attnviz import analysis
 from attnviz.app import session
@@ -273,13 +274,7 @@ def test_the_report_holds_the_why_results_of_the_step(stepped):
     from attnviz.render import report
 
     ckpt = wv.shown(stepped).ckpt
-    grid = wv.patching(stepped, CORRUPTED, "f", "x", "heads", "noising")
-    graph = wr.flow_graph(stepped, 0.04)
-    now = app_stamps.panel_stamps(stepped)
-    kept = {
-        "why_patch": (now["why_patch"], grid.result),
-        "why_flow": (now["why_flow"], graph.result),
-    }
+    kept = why_results(stepped, CORRUPTED)
     view = export.export(stepped, "html", "pieces", kept)
     page = Path(view.path).read_text(encoding="utf-8")
     specs = {d.get("name"): d for d in report.report_data(page)}
@@ -289,14 +284,14 @@ def test_the_report_holds_the_why_results_of_the_step(stepped):
     inside = [p.value for p in want.parts if p.layer is not None]
     assert sorted(values[values != 0]) == pytest.approx(sorted(v for v in inside if v), abs=1e-5)
     patch = np.frombuffer(__import__("base64").b64decode(specs["why-patching-heads"]["panels"][0]["z"]),
-                          np.float32).reshape(grid.result.grid.shape)  # fmt: skip
-    np.testing.assert_allclose(patch, grid.result.grid, atol=1e-6)
+                          np.float32).reshape(kept["why_patch"][1].grid.shape)  # fmt: skip
+    np.testing.assert_allclose(patch, kept["why_patch"][1].grid, atol=1e-6)
     lens = analysis.logit_lens(ckpt, stepped.src_ids)
     assert "<h2>Logit lens at position" in page and page.count("<tr><td class=t>") >= len(
         lens.layers
     )
     assert "<h2>Information flow to position" in page and 'class="av-svg av-flow"' in page
-    assert page.count("<line x1=") >= len(graph.result.route)
+    assert page.count("<line x1=") >= len(kept["why_flow"][1].route)
     # computed for another step: left out
     old = {k: ("earlier", v[1]) for k, v in kept.items()}
     page = Path(export.export(stepped, "html", "pieces", old).path).read_text(encoding="utf-8")
