@@ -24,7 +24,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
+from ..core.errors import AttnvizError, InputError, shorten
 from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
@@ -319,10 +319,12 @@ def force(state: SessionState, token: int | str, at: int | str | None = None) ->
         try:
             where = s.step if at in (None, "") else int(str(at).strip())
         except ValueError:
-            raise InputError(f"not a step: {at!r}; can force a token at step 1..{last}") from None
+            raise InputError(
+                f"not a step: {shorten(repr(at))}; can force a token at step 1..{last}"
+            ) from None
         if not 1 <= where <= last:
             why = " (the output is complete)" if s.done else ""
-            raise InputError(f"can force a token at step 1..{last}{why}, got {where}")
+            raise InputError(f"can force a token at step 1..{last}{why}, got {shorten(where, 20)}")
         pos = where - 1
         return dataclasses.replace(
             s, tokens=[*s.tokens[:pos], tok], step=where, page_rows=min(s.page_rows, pos),
@@ -340,8 +342,8 @@ def goto(state: SessionState, position: int) -> DecodeView:
         inputs.input_of(ckpt).refuse_decoding()
         try:
             pos = int(float(position or 0))
-        except (TypeError, ValueError):
-            raise InputError(f"not a step: {position!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"not a step: {shorten(repr(position))}") from None
         return dataclasses.replace(s, step=int(np.clip(pos, 0, len(s.tokens))))
 
     return _apply(state, change)

@@ -279,7 +279,12 @@ def check_token_id(value: object, vocab: int, what: str = "token") -> int:
     """
     token = None
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        token = int(value.strip())
+        digits = value.strip()
+        if len(digits) > 19:  # no vocabulary is that large (and int() refuses 4,300 digits)
+            raise InputError(
+                f"{what} {shorten(digits, 20)} is outside the vocabulary 0..{vocab - 1}"
+            )
+        token = int(digits)
     elif not isinstance(value, (bool, str)):
         try:
             token = operator.index(value)  # type: ignore[arg-type]

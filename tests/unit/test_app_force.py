@@ -93,6 +93,21 @@ def test_force_bad_input_is_one_line_and_keeps_the_state(models_dir):
     assert view.state == s and "1..3" in view.message
 
 
+def test_huge_ids_and_long_values_are_one_short_line_and_keep_the_state(models_dir):
+    """A 5,000-digit id or step and 100,000-character values (int() refuses over 4,300
+    digits; float() of them is inf): one line, the value cut, nothing echoed whole."""
+    s = _stepped(models_dir, 2)
+    cases = [("9" * 5000, None), ("x" * 100_000, None), (3, "9" * 5000), (3, "y" * 100_000),
+             (3, 10**30)]  # fmt: skip
+    for token, at in cases:
+        view = session.force(s, token, at)
+        assert view.state == s and view.message.startswith("⚠"), view.message[:80]
+        assert "\n" not in view.message and len(view.message) < 200
+    for position in ("9" * 5000, "inf", "z" * 100_000):
+        view = session.goto(s, position)
+        assert view.state == s and "not a step" in view.message and len(view.message) < 200
+
+
 # -- the Reference box -----------------------------------------------------------------------------
 def _chips(strip: str) -> list[tuple[float, int, bool]]:
     """(prob, rank, marked) of each chip of a reference strip."""
