@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from .errors import CheckpointError
+from .errors import CheckpointError, shorten
 
 _HEADER_KEY = "attnviz"
 # What a pickle looks like from its first bytes: torch.save's zip archive, or a raw pickle
@@ -113,6 +113,8 @@ def read_tensors(path: str | Path) -> tuple[dict[str, Tensor], dict | None]:
     if _HEADER_KEY in header:
         try:
             meta = json.loads(header[_HEADER_KEY])
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{path}: metadata in the header is not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # also a number of over 4,300 digits
+            raise CheckpointError(
+                f"{path}: metadata in the header is not JSON ({shorten(str(exc), 120)})"
+            ) from None
     return tensors, meta

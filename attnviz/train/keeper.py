@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from ..core.errors import CheckpointError
 from ..core.model import Transformer
 from .options import TrainOptions
 
@@ -45,6 +46,13 @@ class Keeper:
         and the validations since it, from a saved run's history."""
         at = max((i for i, m in enumerate(history) if m["step"] == kept_step),
                  default=len(history) - 1)  # fmt: skip
+        if history and not all(
+            isinstance(history[at].get(k), (int, float)) for k in (self.metric, "val_loss")
+        ):
+            raise CheckpointError(
+                f"the saved run's history has no {self.name} and validation loss at step "
+                f"{history[at].get('step')}: it is not a history --resume continues"
+            )
         self.best, self.since = history[at], len(history) - 1 - at
 
     def out_of_patience(self) -> str | None:

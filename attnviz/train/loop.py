@@ -82,8 +82,8 @@ from .feeds import (
 )
 from .induction import measure, repeated_tokens
 from .keeper import Keeper
-from .options import MODEL_FIELDS, TrainOptions, same_source
-from .runstate import Progress, load_train_state, save_train_state
+from .options import MODEL_FIELDS, TrainOptions, check_batch, same_source
+from .runstate import Progress, check_run_info, load_train_state, save_train_state
 from .snapshots import SNAPSHOTS, Snapshots
 
 __all__ = ["MODEL_FIELDS", "TRAIN_STATE", "TrainOptions", "batch_at", "lr_at", "train"]
@@ -214,8 +214,7 @@ def train(
         if out is None or not (out / TRAIN_STATE).is_file():
             raise InputError(f"--resume: no {TRAIN_STATE} in {out}; start without --resume")
         state = read_tensors(out / TRAIN_STATE)
-        if not state[1] or "step" not in state[1]:
-            raise CheckpointError(f"{out / TRAIN_STATE}: not an attnviz training state")
+        check_run_info(state[1], out / TRAIN_STATE)
     elif out is not None and (out / TRAIN_STATE).is_file():
         raise InputError(
             f"{out} already holds a training run; add --resume or choose another --out"
@@ -228,6 +227,7 @@ def train(
         opts = dataclasses.replace(opts, **keep)
     what = opts.source()
     same_source(opts, saved)  # before reading a corpus for nothing
+    check_batch(opts, saved)  # before a batch is read: the probe batch is one
     init = None
     if opts.init is not None and state is None:
         init, opts = init_checkpoint(opts)

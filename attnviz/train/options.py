@@ -5,11 +5,13 @@ global defaults. :mod:`attnviz.train.loop` runs them."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.config import ModelConfig
-from ..core.errors import InputError
+from ..core.errors import InputError, shorten
+from ..core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
 from ..core.model_kind import ARCHS, Kind
 from .feeds import PRESETS, Feed
 
@@ -173,15 +175,86 @@ class TrainOptions:
                 fill[f.name] = next((d[f.name] for d in layers if f.name in d), None)
         out = dataclasses.replace(self, **fill)
         for name in ("steps", "batch_size", "eval_every", "eval_size", "snapshot_every", "warmup"):
-            if getattr(out, name) is None or getattr(out, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be at least 1")
-        if out.lr is None or out.lr <= 0:
-            raise InputError("--lr must be positive")
+            v = getattr(out, name)
+            if not _is_int(v) or v < 1 or v > MAX_COUNT:
+                raise InputError(
+                    f"--{name.replace('_', '-')} must be at least 1 (a whole number up to "
+                    f"{MAX_COUNT:,}), got {shorten(repr(v), 40)}"
+                )
+        for name, (low, high, top) in _RANGES.items():
+            v = getattr(out, name)
+            if v is None and name != "lr":
+                continue
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            inside = (
+                number
+                and (low < v if name == "lr" else low <= v)
+                and (v < high if name in ("label_smoothing", "dropout") else v <= high)
+            )
+            if not inside:
+                raise InputError(
+                    f"--{name.replace('_', '-')} must be {top}, got {shorten(repr(v), 40)}"
+                )
+        if out.seed is not None and not _is_int(out.seed):
+            raise InputError(f"--seed must be a whole number, got {shorten(repr(out.seed), 40)}")
         if out.keep not in KEEP:
             raise InputError(f"--keep must be one of {', '.join(KEEP)}, got {out.keep!r}")
         if out.patience is not None and out.patience < 1:
             raise InputError("--patience must be at least 1")
         return out
+
+
+#: The largest count of steps, examples or a batch size a run takes.
+MAX_COUNT = 10**9
+#: The range of each number option: (lowest, highest, what the message says it must be).
+_RANGES = {
+    "lr": (0.0, 10.0, "positive, at most 10"),
+    "weight_decay": (0.0, 10.0, "a number in [0, 10]"),
+    "label_smoothing": (0.0, 1.0, "a number in [0, 1)"),
+    "dropout": (0.0, 1.0, "a number in [0, 1)"),
+    "clip": (0.0, 1e6, "a number in [0, 1e6] (0: no clipping)"),
+}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_batch(opts: TrainOptions, saved: dict | None = None) -> None:
+    """Refuse a batch whose activations alone (kept for the backward pass) could not fit in
+    the memory this process may use, before anything is built or read. The estimate is a
+    floor, so no batch that would fit is refused: per example, each layer keeps at least 4
+    numbers per position and model width and its heads' ``[T, T]`` scores, at the model's
+    ``max_len`` positions (a real run keeps several times that). A size
+    not given yet is the saved run's (``saved``), else :class:`~attnviz.ModelConfig`'s
+    default.
+
+    Raises:
+        InputError: one line with the batch size that fits.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+
+    def size(name: str):
+        for v in (getattr(opts, name), (saved or {}).get(name), defaults.get(name)):
+            if v is not None:
+                return v
+        return None
+
+    batch = size("batch_size")
+    d, heads, t = size("d_model"), size("n_heads"), size("max_len")
+    layers = (size("n_encoder_layers"), size("n_decoder_layers"))
+    if not all(_is_int(v) and v > 0 for v in (batch, d, heads, t)):
+        return  # checked where the options are resolved, or by the model's config
+    n = sum(v for v in layers if _is_int(v) and v > 0)
+    per_example = BYTES_PER_NUMBER * max(n, 1) * t * (4 * d + heads * t)
+    budget = int(available_memory() * MEMORY_FRACTION)
+    if batch * per_example > budget:
+        fits = max(1, budget // per_example)
+        raise InputError(
+            f"--batch-size {batch:,} would hold at least {batch * per_example / 2**30:,.1f} GB of "
+            f"activations at {t} positions, more than the {budget / 2**30:.1f} GB this "
+            f"process may use: at most {fits:,} fit"
+        )
 
 
 def same_source(opts: TrainOptions, saved: dict | None) -> None:

@@ -4,13 +4,14 @@ its progress line (a tqdm bar on a terminal, a plain line now and then in a log)
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, shorten
 from ..core.files import write_tensors
 from ..core.model import Transformer
 from ..core.weights import unique_state_dict
@@ -65,6 +66,47 @@ def load_train_state(
             torch.cuda.set_rng_state(tensors["rng.cuda"].to(torch.uint8), model_device(model))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path} does not match this model and optimiser ({exc})") from None
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_run_info(info: object, path: Path) -> dict:
+    """A training state's metadata as ``--resume`` reads it, each value checked: its
+    options (a table), step and kept step (counts), elapsed seconds (a finite number >= 0) and
+    history (validations: tables with a step and finite numbers). The values of the options
+    are checked where they are resolved (:meth:`~attnviz.train.options.TrainOptions.resolved`).
+
+    Raises:
+        CheckpointError: one line naming the first value that is not what a run writes.
+    """
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: {what}; it is not a training state --resume continues")
+
+    if not isinstance(info, dict) or "step" not in info:
+        raise bad("not an attnviz training state")
+    if not isinstance(info.get("options"), dict):
+        raise bad("it holds no options")
+    for key in ("step", "kept_step"):
+        if key in info and not _count(info[key]):
+            raise bad(f"its {key.replace('_', ' ')} is {shorten(repr(info[key]), 40)}, not a count")
+    if not _finite(info.get("elapsed")) or info["elapsed"] < 0:
+        raise bad(f"its elapsed time is {shorten(repr(info.get('elapsed')), 40)}")
+    history = info.get("history")
+    ok = isinstance(history, list) and all(
+        isinstance(m, dict) and _count(m.get("step"))
+        and all(_finite(v) for k, v in m.items() if k != "step" and not isinstance(v, str))
+        for m in history
+    )  # fmt: skip
+    if not ok:
+        raise bad("its history is not a list of validations (a step and finite numbers each)")
+    return info
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
