@@ -126,6 +126,20 @@ def test_min_new_tokens_takes_precedence_over_min_length():
     assert generation_rules({"min_length": 4}, cfg)[0].min_new_tokens == 3
 
 
+def test_settings_that_ban_every_token_are_refused():
+    """suppress_tokens and single-token bad_words_ids covering the vocabulary: one line at
+    load, not a decode that produces the banned id 0; one id left free decodes."""
+    from attnviz.core.errors import InteropError
+    from attnviz.interop.hf import generation_rules
+
+    cfg = attnviz.ModelConfig(src_vocab_size=9, tgt_vocab_size=9)
+    for gen in ({"suppress_tokens": list(range(9))},
+                {"suppress_tokens": list(range(5)), "bad_words_ids": [[i] for i in range(5, 9)]}):  # fmt: skip
+        with pytest.raises(InteropError, match="ban every one of the 9 tokens"):
+            generation_rules(gen, cfg)
+    assert len(generation_rules({"suppress_tokens": list(range(8))}, cfg)[0].banned) == 8
+
+
 # -- text: a Marian folder with its own tokenizer and no length setting --------------------------
 TEXTS = ["the cat sat on the mat", "a bird sang", "we walked to the park today"]
 

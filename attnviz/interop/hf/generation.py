@@ -107,10 +107,17 @@ def generation_rules(
         min_new = 0
     elif min_new is None:
         min_new = max(min_length - 1, 0)
+    banned = single + tuple(gen.get("suppress_tokens") or ())
+    if len(set(banned)) >= cfg.tgt_vocab_size:  # decoding would produce a banned id 0
+        place = f"{where}: " if where is not None else ""
+        raise InteropError(
+            f"{place}generation settings suppress_tokens and bad_words_ids ban every one of the "
+            f"{cfg.tgt_vocab_size:,} tokens: nothing could be decoded"
+        )
     rules = LogitRules(
         forced_bos_id=gen.get("forced_bos_token_id"),
         forced_eos_id=forced_eos,
-        banned=single + tuple(gen.get("suppress_tokens") or ()),
+        banned=banned,
         begin_banned=tuple(gen.get("begin_suppress_tokens") or ()),
         min_new_tokens=min_new,
         eos_id=cfg.eos_id,
