@@ -42,9 +42,14 @@ def _show(value: Any) -> str:
     return shorten(repr(value))
 
 
-def _real(value: Any) -> bool:
-    """A finite int or float (not a bool, not a string)."""
+def is_real(value: Any) -> bool:
+    """A finite int or float (not a bool, not a string): a number read from a file or an option."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_int(value: Any) -> bool:
+    """An int (not a bool, not a float, not a string)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -250,7 +255,7 @@ class ModelConfig(ModelKind):
 
         def integer(name: str, low: int, high: int | None = None) -> None:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not is_int(value):
                 raise ConfigError(f"{name} must be an integer, got {_show(value)}")
             if value < low:
                 what = "a positive integer" if low == 1 else f"at least {low}"
@@ -272,7 +277,7 @@ class ModelConfig(ModelKind):
         if (
             not isinstance(ends, tuple)
             or len(ends) > 64
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ends)
+            or not all(is_int(i) and i >= 0 for i in ends)
         ):
             raise ConfigError(f"end_ids must be a list of at most 64 ids, got {_show(ends)}")
         if self.d_head is not None:
@@ -308,13 +313,13 @@ class ModelConfig(ModelKind):
                 f"encoder_positions must be null or one of {POSITIONS}, got {_show(enc)}"
             )
         dropout, eps = self.dropout, self.layer_norm_eps
-        if not _real(dropout) or not 0.0 <= dropout < 1.0:
+        if not is_real(dropout) or not 0.0 <= dropout < 1.0:
             raise ConfigError(f"dropout must be a number in [0, 1), got {_show(dropout)}")
-        if not _real(eps) or not 0.0 < eps < 1.0:
+        if not is_real(eps) or not 0.0 < eps < 1.0:
             raise ConfigError(f"layer_norm_eps must be a number in (0, 1), got {_show(eps)}")
         for name in ("rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
             value = getattr(self, name)
-            if not _real(value) or not value > 0:
+            if not is_real(value) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number, got {_show(value)}")
         if (
             self.rope_scaling == "llama3"
@@ -378,9 +383,9 @@ class ModelConfig(ModelKind):
             raise ConfigError("layer_types names sliding layers but sliding_window is not set")
         for name in ("rope_local_theta", "query_pre_attn_scalar"):
             value = getattr(self, name)
-            if value is not None and (not _real(value) or not value > 0):
+            if value is not None and (not is_real(value) or not value > 0):
                 raise ConfigError(f"{name} must be a positive number or null, got {_show(value)}")
-        if not _real(self.norm_offset) or abs(self.norm_offset) > 16:
+        if not is_real(self.norm_offset) or abs(self.norm_offset) > 16:
             raise ConfigError(f"norm_offset must be a number, got {_show(self.norm_offset)}")
         used = [name for name, on in (
             ("sliding_window", window is not None), ("layer_types", types is not None),

@@ -5,11 +5,10 @@ global defaults. :mod:`attnviz.train.loop` runs them."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.config import ModelConfig
+from ..core.config import ModelConfig, is_int, is_real
 from ..core.errors import InputError, shorten
 from ..core.memory import BYTES_PER_NUMBER, MEMORY_FRACTION, available_memory
 from ..core.model_kind import ARCHS, Kind
@@ -176,26 +175,20 @@ class TrainOptions:
         out = dataclasses.replace(self, **fill)
         for name in ("steps", "batch_size", "eval_every", "eval_size", "snapshot_every", "warmup"):
             v = getattr(out, name)
-            if not _is_int(v) or v < 1 or v > MAX_COUNT:
+            if not is_int(v) or v < 1 or v > MAX_COUNT:
                 raise InputError(
                     f"--{name.replace('_', '-')} must be at least 1 (a whole number up to "
                     f"{MAX_COUNT:,}), got {shorten(repr(v), 40)}"
                 )
-        for name, (low, high, top) in _RANGES.items():
+        for name, (fits, says) in _RANGES.items():
             v = getattr(out, name)
-            if v is None and name != "lr":
+            if v is None and name != "lr":  # unset: the optimiser's or model's own; lr: none
                 continue
-            number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            inside = (
-                number
-                and (low < v if name == "lr" else low <= v)
-                and (v < high if name in ("label_smoothing", "dropout") else v <= high)
-            )
-            if not inside:
+            if not is_real(v) or not fits(v):
                 raise InputError(
-                    f"--{name.replace('_', '-')} must be {top}, got {shorten(repr(v), 40)}"
+                    f"--{name.replace('_', '-')} must be {says}, got {shorten(repr(v), 40)}"
                 )
-        if out.seed is not None and not _is_int(out.seed):
+        if out.seed is not None and not is_int(out.seed):
             raise InputError(f"--seed must be a whole number, got {shorten(repr(out.seed), 40)}")
         if out.keep not in KEEP:
             raise InputError(f"--keep must be one of {', '.join(KEEP)}, got {out.keep!r}")
@@ -206,18 +199,14 @@ class TrainOptions:
 
 #: The largest count of steps, examples or a batch size a run takes.
 MAX_COUNT = 10**9
-#: The range of each number option: (lowest, highest, what the message says it must be).
+#: What each number option must be: (a test of its value, what the message says).
 _RANGES = {
-    "lr": (0.0, 10.0, "positive, at most 10"),
-    "weight_decay": (0.0, 10.0, "a number in [0, 10]"),
-    "label_smoothing": (0.0, 1.0, "a number in [0, 1)"),
-    "dropout": (0.0, 1.0, "a number in [0, 1)"),
-    "clip": (0.0, 1e6, "a number in [0, 1e6] (0: no clipping)"),
+    "lr": (lambda v: 0 < v <= 10, "positive, at most 10"),
+    "weight_decay": (lambda v: 0 <= v <= 10, "a number in [0, 10]"),
+    "label_smoothing": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "clip": (lambda v: 0 <= v <= 1e6, "a number in [0, 1e6] (0: no clipping)"),
 }
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def check_batch(opts: TrainOptions, saved: dict | None = None) -> None:
@@ -243,9 +232,9 @@ def check_batch(opts: TrainOptions, saved: dict | None = None) -> None:
     batch = size("batch_size")
     d, heads, t = size("d_model"), size("n_heads"), size("max_len")
     layers = (size("n_encoder_layers"), size("n_decoder_layers"))
-    if not all(_is_int(v) and v > 0 for v in (batch, d, heads, t)):
+    if not all(is_int(v) and v > 0 for v in (batch, d, heads, t)):
         return  # checked where the options are resolved, or by the model's config
-    n = sum(v for v in layers if _is_int(v) and v > 0)
+    n = sum(v for v in layers if is_int(v) and v > 0)
     per_example = BYTES_PER_NUMBER * max(n, 1) * t * (4 * d + heads * t)
     budget = int(available_memory() * MEMORY_FRACTION)
     if batch * per_example > budget:

@@ -4,13 +4,13 @@ its progress line (a tqdm bar on a terminal, a plain line now and then in a log)
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from ..core.config import is_int, is_real
 from ..core.errors import CheckpointError, shorten
 from ..core.files import write_tensors
 from ..core.model import Transformer
@@ -69,11 +69,7 @@ def load_train_state(
 
 
 def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return is_int(v) and v >= 0
 
 
 def check_run_info(info: object, path: Path) -> dict:
@@ -96,12 +92,12 @@ def check_run_info(info: object, path: Path) -> dict:
     for key in ("step", "kept_step"):
         if key in info and not _count(info[key]):
             raise bad(f"its {key.replace('_', ' ')} is {shorten(repr(info[key]), 40)}, not a count")
-    if not _finite(info.get("elapsed")) or info["elapsed"] < 0:
+    if not is_real(info.get("elapsed")) or info["elapsed"] < 0:
         raise bad(f"its elapsed time is {shorten(repr(info.get('elapsed')), 40)}")
     history = info.get("history")
     ok = isinstance(history, list) and all(
         isinstance(m, dict) and _count(m.get("step"))
-        and all(_finite(v) for k, v in m.items() if k != "step" and not isinstance(v, str))
+        and all(is_real(v) for k, v in m.items() if k != "step" and not isinstance(v, str))
         for m in history
     )  # fmt: skip
     if not ok:
