@@ -352,7 +352,7 @@ def zipped(folder: Path, zpath: Path) -> str:
 def why_results(state, corrupted: str) -> dict:
     """The Why tab's patching grid (heads, noising, answer ``f`` against ``x``) and flow graph
     for ``state``, kept as the page keeps them: panel key -> ``(stamp, result)``."""
-    from attnviz.app import stamps
+    from attnviz.app import state as stamps
     from attnviz.app.panels import why, why_routes
 
     grid = why.patching(state, corrupted, "f", "x", "heads", "noising")

@@ -29,19 +29,21 @@ from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
-from . import inputs, readview, speech, stamps, store, uploads, views
+from . import inputs, readview, speech, store, uploads, views
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
 from .panels import beam as beamview
 from .panels.beam import BeamView, beam_node, beam_view  # the beam panel's actions
 from .state import (
     SessionState,
-    checkpoint_of,
-    layer_count,
     layer_number,
     loaded,
     new_state,
+    panel_stamps,
     warning,
+)
+from .state import (
+    checkpoint_of as checkpoint_of,  # asked of the session by tests and notebooks
 )
 from .stepfigures import step_figures as figures  # a page action too
 from .workers import ON_START, remote
@@ -450,17 +452,6 @@ def upload_model(state: SessionState, paths: list[str], text: str | None = None)
     return view
 
 
-def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
-    """``["cross L0 H0", ...]``: every head of ``kind`` (default: the model view's kind)."""
-    ckpt = checkpoint_of(state)
-    kind = kind or state.model_kind
-    return [
-        f"{kind} L{i} H{h}"
-        for i in range(layer_count(ckpt, kind))
-        for h in range(ckpt.config.n_heads)
-    ]
-
-
 def beam(state: SessionState, beam_size: int | str = 4, text: str | None = None) -> str:
     """HTML comparing the greedy output with beam search's best hypothesis, for ``text``
     (default: the state's input), and the search tree (see :func:`beam_view`)."""
@@ -502,7 +493,7 @@ def continue_beam(
         view = _show(s, op, decoded=decoded)
     except AttnvizError as exc:  # a message starting with ⚠ may be a mere warning
         return _refused(state, exc, op), None
-    return view, dataclasses.replace(panel, stamp=stamps.panel_stamps(view.state)["beam"])
+    return view, dataclasses.replace(panel, stamp=panel_stamps(view.state)["beam"])
 
 
 def _raise(exc: Exception):

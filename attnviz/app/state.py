@@ -1,4 +1,5 @@
-"""Per-user state of the app and the small questions asked of it (no gradio, no tensors).
+"""Per-user state of the app, the small questions asked of it, and what each of the page's
+panels computed from it depends on (its stamp); no gradio, no tensors.
 
 A :class:`SessionState` is small and deep-copyable (paths, ids, the step shown, view choices),
 never a model or a tensor: the model comes from the process-wide cache in
@@ -7,9 +8,11 @@ never a model or a tensor: the model comes from the process-wide cache in
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
@@ -18,6 +21,7 @@ from ..data.tasks import TASKS
 from ..train.snapshots import SNAPSHOTS
 from . import store
 from .kinds import layers_text
+from .panels import BY_NAME, PANELS
 
 
 def warning(exc: Exception) -> str:
@@ -167,6 +171,17 @@ def layer_count(ckpt: Checkpoint, kind: str) -> int:
     return cfg.n_decoder_layers if cfg.has_decoder else 0
 
 
+def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
+    """``["cross L0 H0", ...]``: every head of ``kind`` (default: the model view's kind)."""
+    ckpt = checkpoint_of(state)
+    kind = kind or state.model_kind
+    return [
+        f"{kind} L{i} H{h}"
+        for i in range(layer_count(ckpt, kind))
+        for h in range(ckpt.config.n_heads)
+    ]
+
+
 def head_choices(ckpt: Checkpoint) -> list[str]:
     return [*HEAD_CHOICES, *(f"H{h}" for h in range(ckpt.config.n_heads))]
 
@@ -196,3 +211,71 @@ def describe(state: SessionState) -> str:
            f"{', '.join(map(str, windows))}), the rest global" if windows else "")
         + (f"  \nstored as {html.escape(str(stored))}, dequantized to float32" if stored else "")
     )  # fmt: skip
+
+
+# -- what each panel depends on: rerun, renew or clear when another state is current --------
+def panel_stamps(state: SessionState) -> dict[str, Any]:
+    """What each of the page's other panels depends on, by panel (every panel of
+    :data:`attnviz.app.panels.PANELS`, by its stamp): a panel computed for a stamp other than
+    the current one shows an earlier state (the page clears or reruns it)."""
+    return {panel.name: tuple(getattr(state, f) for f in panel.stamp) for panel in PANELS}
+
+
+def stale_panels(stamps: dict[str, Any], state: SessionState) -> set[str]:
+    """The panels whose stamp (the state they were computed for, by panel, as
+    :func:`panel_stamps` gives it) is not the current state's: they show an earlier state."""
+    now = panel_stamps(state)
+    return {k for k, v in stamps.items() if v != now.get(k)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Follow:
+    """How the page's other panels follow an event (see :func:`follow`).
+
+    Attributes:
+        rerun: panels computed again now, for the current state (the mask lab when it is
+            the tab shown: a person watching it sees it follow every step; the Attribution
+            tab's alternatives menu when that tab is shown; the Reference box when only the
+            output shown moved, same input and checkpoint file).
+        renew: panels that follow the checkpoint (``"model"``: the header, the playback
+            range and the health report) and are renewed from the current state.
+        clear: every other stale panel: emptied and marked as computed for an earlier state
+            (computing labs the person is not looking at would make every Step wait).
+        stamps: the stamps after following: the current ones for ``rerun`` and ``renew``,
+            none for ``clear``ed panels, unchanged for the rest.
+    """
+
+    rerun: frozenset[str]
+    renew: frozenset[str]
+    clear: frozenset[str]
+    stamps: dict[str, Any]
+
+    def __bool__(self) -> bool:
+        return bool(self.rerun or self.renew or self.clear)
+
+
+def follow(
+    stamps: dict[str, Any], state: SessionState, active: str, opened: frozenset[str] = frozenset()
+) -> Follow:
+    """What each panel computed for another state does now that ``state`` is current.
+
+    Args:
+        stamps: what the panels show (:func:`panel_stamps` of the states they were computed
+            for, by panel); panels never computed have no stamp and nothing to follow.
+        active: the tab shown (``"step"``, ``"mask"``, ``"align"``, ...).
+        opened: collapsible panels open on their tab (``"whatif"``: the step view's what-if
+            panel follows each step while it is open and its tab shown).
+
+    Each panel's rule is its registration's (:meth:`attnviz.app.panels.registry.Panel.reruns`).
+    """
+    stale = stale_panels(stamps, state)
+    now = panel_stamps(state)
+    rerun = {
+        k for k in stale
+        if k in BY_NAME and not BY_NAME[k].renew
+        and BY_NAME[k].reruns(stamps[k], now[k], active, opened)
+    }  # fmt: skip
+    renew = {k for k in stale if k in BY_NAME and BY_NAME[k].renew}
+    keep = {k: v for k, v in stamps.items() if k not in stale}
+    keep.update({k: now[k] for k in rerun | renew})
+    return Follow(frozenset(rerun), frozenset(renew), frozenset(stale - rerun - renew), keep)

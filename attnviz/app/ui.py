@@ -41,9 +41,9 @@ from . import (
 from .decoders import DECODERS
 from .inputs import input_label, note
 from .panels import PANELS, Face, similarity, why_ui
-from .stamps import follow as follow_plan
-from .stamps import panel_stamps as stamp
 from .state import SessionState, checkpoint_of, describe
+from .state import follow as follow_plan
+from .state import panel_stamps as stamp
 from .ui_common import FAST, HIDDEN
 from .views import input_placeholder
 
@@ -176,7 +176,7 @@ class Page:
         """After a decoding event: every panel computed for another state is cleared, rerun
         (a lab whose tab is shown) or renewed (what follows the checkpoint file), by its
         registration (:data:`attnviz.app.panels.PANELS`; the rules:
-        :func:`attnviz.app.stamps.follow`). ``args``: the values of :meth:`follow_inputs`."""
+        :func:`attnviz.app.state.follow`). ``args``: the values of :meth:`follow_inputs`."""
         values = dict(zip(self.follow_inputs(), args, strict=True))
         state, stamps, active = values[self.state], values[self.stamps], values[self.active]
         opened = frozenset(

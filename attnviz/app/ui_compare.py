@@ -12,8 +12,8 @@ from . import store
 from .pagetext import COMPARE_ON_LOAD, PICK_JS, STALE, THEME_JS
 from .panels import Face
 from .panels import compare as compare_lab
-from .stamps import panel_stamps as stamp
 from .state import layer_count
+from .state import panel_stamps as stamp
 from .ui_common import HIDDEN, INTERNAL, STALE_OK, dark
 
 

@@ -9,12 +9,12 @@ import gradio as gr
 
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
-from . import labs, session
+from . import labs
 from .kinds import is_decoder_only, is_encoder_only
 from .pagetext import MASK_INTRO, STALE, THEME_JS
 from .panels import Face
-from .stamps import panel_stamps as stamp
-from .state import SessionState, head_choices, layer_count
+from .state import SessionState, head_choices, head_sites, layer_count
+from .state import panel_stamps as stamp
 from .ui_common import (
     FAST,
     HIDDEN,
@@ -200,7 +200,7 @@ def faces(p) -> list[Face]:
             },
             controls=lambda s, ckpt: {
                 p.ablate_sites: gr.CheckboxGroup(
-                    choices=[x for k in KINDS for x in session.head_sites(s, k)], value=[]
+                    choices=[x for k in KINDS for x in head_sites(s, k)], value=[]
                 )
             },
             control_outputs=[p.ablate_sites],

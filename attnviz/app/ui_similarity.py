@@ -14,7 +14,7 @@ import gradio as gr
 from .pagetext import STALE, THEME_JS
 from .panels import Face
 from .panels import similarity as sv
-from .stamps import panel_stamps as stamp
+from .state import panel_stamps as stamp
 from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
 
 

@@ -35,9 +35,8 @@ from .pagetext import (
 )
 from .panels import Face, reference
 from .panels import whatif as whatif_view
-from .stamps import panel_stamps as stamp
-from .stamps import stale_panels
-from .state import SessionState
+from .state import SessionState, stale_panels
+from .state import panel_stamps as stamp
 from .ui_common import (
     FAST,
     HIDDEN,

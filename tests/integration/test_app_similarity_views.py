@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnviz.app import session, store
-from attnviz.app import stamps as app_stamps
+from attnviz.app import state as app_stamps
 from attnviz.app.panels import similarity as similarity_view
 from attnviz.render.plots_similarity import pair_heatmap, token_bars
 

@@ -21,7 +21,7 @@ import torch
 
 import attnviz
 from attnviz.app import session, store, views
-from attnviz.app import stamps as app_stamps
+from attnviz.app import state as app_stamps
 from attnviz.app.decoders import DECODERS
 from attnviz.app.panels import beam as beamview
 from attnviz.decode.beam import beam_predict

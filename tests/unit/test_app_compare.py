@@ -14,7 +14,7 @@ import torch
 import attnviz
 from attnviz.analysis import compare as analysis_compare
 from attnviz.app import session, store
-from attnviz.app import stamps as app_stamps
+from attnviz.app import state as app_stamps
 from attnviz.app.panels import compare as compare_lab
 from attnviz.core.model import KINDS
 from attnviz.render import plots

@@ -26,7 +26,7 @@ from attnviz.app.panels import beam as beamview
 from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import playback as playback_panel
 from attnviz.app.panels import whatif as whatif_view
-from attnviz.app.state import describe
+from attnviz.app.state import describe, head_sites
 
 
 def _page():
@@ -94,9 +94,7 @@ def test_hidden_places_and_labs_say_why_in_one_sentence(stepped):
 
 
 def test_ablation_lists_and_ranks_decoder_self_heads_only(stepped):
-    sites = [
-        s for k in ("encoder_self", "decoder_self", "cross") for s in session.head_sites(stepped, k)
-    ]
+    sites = [s for k in ("encoder_self", "decoder_self", "cross") for s in head_sites(stepped, k)]
     assert sites == [f"decoder_self L{ly} H{h}" for ly in (0, 1) for h in range(4)]
     view = labs.ablation(stepped, ["decoder_self L1 H0", "decoder_self L1 H1",
                                    "decoder_self L1 H2", "decoder_self L1 H3"])  # fmt: skip

@@ -111,7 +111,7 @@ def test_health_of_a_model_without_a_task_checks_the_current_input(reverse_path,
     one = health_panel.health(state)
     assert "on 1 given input," in one.message and "1 given inputs" not in one.message
     # checked on the input, the report goes when another input is started, not with a step
-    from attnviz.app import stamps as app_stamps
+    from attnviz.app import state as app_stamps
 
     assert one.on_input
     shown = {"health": app_stamps.panel_stamps(state)["health"]}

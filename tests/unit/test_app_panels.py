@@ -9,9 +9,10 @@ import dataclasses
 import pytest
 
 import attnviz
-from attnviz.app import inputs, session, stamps
+from attnviz.app import inputs, session
 from attnviz.app.pagetext import STALE
 from attnviz.app.panels import BY_NAME, PANELS
+from attnviz.app.state import panel_stamps
 from attnviz.core.errors import InputError
 
 
@@ -37,7 +38,7 @@ def test_every_registered_panel_has_one_face_and_one_stamp(page):
     names = [p.name for p in PANELS]
     assert len(names) == len(set(names)) == len(BY_NAME)
     assert set(page.faces) == set(names)  # the page checks it too, as it is built
-    assert set(stamps.panel_stamps(session.new_state())) == set(names)
+    assert set(panel_stamps(session.new_state())) == set(names)
     outs = {id(c) for c in page.lab_outputs()}
     assert all(id(c) in outs for f in page.faces.values() for c in f.outputs)
     controls = {id(c) for c in page.control_outputs()}
@@ -51,7 +52,7 @@ def test_every_registered_panel_has_one_face_and_one_stamp(page):
 def test_follow_loops_over_the_registry(page, models_dir):
     s = session.start(session.new_state(str(models_dir / "reverse")), "helloworld").state
     s = session.step(s).state
-    shown = {k: stamps.panel_stamps(s)[k] for k in ("attr", "export", "beam", "ablate")}
+    shown = {k: panel_stamps(s)[k] for k in ("attr", "export", "beam", "ablate")}
     nxt = session.step(s).state  # the step moved: attr and export are stale, the input is not
     out = _follow(page, nxt, shown, "step")
     assert out[page.attr_msg] == STALE and out[page.exp_msg] == STALE  # export: app/panels

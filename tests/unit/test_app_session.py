@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import attnviz
 from attnviz.app import labs, session, store, unpack, views
-from attnviz.app import stamps as app_stamps
+from attnviz.app import state as app_stamps
 from attnviz.app.decoders import DECODERS, DecoderCache
 from attnviz.app.panels import export as export_panel
 from attnviz.app.panels import health as health_panel
@@ -756,7 +756,7 @@ def test_top_ids_are_the_stable_full_sorts(values, k):
 def test_a_health_report_on_the_input_says_it_went_stale_when_the_file_changed(models_dir):
     """The checkpoint file changed under a report checked on the current input: the report
     is replaced by the "changed since" note the other labs show, not emptied silently."""
-    from attnviz.app import stamps as app_stamps
+    from attnviz.app import state as app_stamps
     from attnviz.app.pagetext import STALE
 
     page, state = _page(), _stepped(models_dir, 1)

@@ -13,7 +13,7 @@ from helpers import why_results
 
 from attnviz import analysis
 from attnviz.app import session
-from attnviz.app import stamps as app_stamps
+from attnviz.app import state as app_stamps
 from attnviz.app.panels import why as wv
 from attnviz.app.panels import why_routes as wr
 

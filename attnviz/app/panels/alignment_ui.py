@@ -13,7 +13,7 @@ import gradio as gr
 
 from ...analysis import LENSES
 from ..pagetext import ALIGN_INTRO, STALE, THEME_JS
-from ..stamps import panel_stamps as stamp
+from ..state import panel_stamps as stamp
 from ..ui_common import INTERNAL, STALE_OK, dark, kind_note
 from . import alignment
 from .registry import Face

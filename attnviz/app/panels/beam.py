@@ -37,8 +37,7 @@ from ...render.plots import KIND_TITLES
 from .. import store
 from ..inputs import refuse
 from ..kinds import is_decoder_only, scored_rows
-from ..stamps import panel_stamps
-from ..state import SessionState, checkpoint_of, head_label, head_weights, warning
+from ..state import SessionState, checkpoint_of, head_label, head_weights, panel_stamps, warning
 from ..views import display_token, view_of
 from ..workers import remote
 
@@ -87,7 +86,7 @@ class BeamPanel:
 
     Attributes:
         text: the input searched; beam_size: ``num_beams``.
-        stamp: :func:`attnviz.app.stamps.panel_stamps` ``["beam"]`` of the state it was
+        stamp: :func:`attnviz.app.state.panel_stamps` ``["beam"]`` of the state it was
             computed for (another stamp: the tree is stale).
         tree: every extension kept at each step (:class:`~attnviz.decode.beam.BeamTree`).
         labels: a display label per node (``labels[i]`` for ``tree.nodes[i]``).

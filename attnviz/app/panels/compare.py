@@ -38,7 +38,7 @@ from ..state import SessionState, checkpoint_of, layer_count, warning
 from ..views import display_token
 from ..workers import remote
 
-#: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
+#: The stamp key of this tab's result (see :func:`attnviz.app.state.panel_stamps`).
 PANEL = "compare"
 INTRO = (
     "Compare the model above (**A**) with another checkpoint (**B**) on the current input: "

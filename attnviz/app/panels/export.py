@@ -107,7 +107,7 @@ def layout(p) -> None:
 def wire(p) -> None:
     """Each button writes its file of the state shown, stamped so that it follows the step;
     the tab, when selected, is the one shown (``p.active``)."""
-    from ..stamps import panel_stamps
+    from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL
 
     def written(state, stamps, unit, what, why=None):

@@ -109,7 +109,7 @@ def layout(p) -> None:
 def wire(p) -> None:
     """The button runs the check (stamped when it was run on the current input, so that it
     follows it); the tab, when selected, is the one shown (``p.active``)."""
-    from ..stamps import panel_stamps
+    from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL, dark
 
     def checked(state, stamps, extra, theme):

@@ -6,7 +6,7 @@ strip of tokens coloured by probability, with the first position where the model
 leaves the reference marked (where greedy decoding, fed the reference so far, first differs
 from it). Its cross-attention is one heatmap at the layer and head the step view shows.
 The first position where the reference leaves the output the step view shows (forced tokens
-included) is marked too; that mark follows the step view (:func:`attnviz.app.stamps.follow`).
+included) is marked too; that mark follows the step view (:func:`attnviz.app.state.follow`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A :class:`Panel` is the facts the page needs to keep a panel in step with the se
 (its name, its tab, its stamp, whether it reruns when its tab is in view); a :class:`Face` is
 the panel on the page (its components, how it is cleared, rerun and renewed when the model
 changes), built by the module that lays it out. :meth:`attnviz.app.ui.Page.follow`,
-``lab_outputs``, ``control_outputs`` and :func:`attnviz.app.stamps.panel_stamps` loop over
+``lab_outputs``, ``control_outputs`` and :func:`attnviz.app.state.panel_stamps` loop over
 them; none of them names a panel.
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the state's type only: this module stays a leaf
-    from ..state import SessionState
+#: The session state (:class:`attnviz.app.state.SessionState`, which asks this registry for the
+#: panels' stamps: named here by its role, so this module stays a leaf).
+SessionState = Any
 
 #: A stamp: what a panel's result depends on, as the :class:`SessionState` fields it reads
 #: (data, not code: the stamps are read on every Step).

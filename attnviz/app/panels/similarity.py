@@ -35,7 +35,7 @@ from ..state import SessionState, checkpoint_of, warning
 from ..views import display_token
 from ..workers import remote
 
-#: The stamp key of this tab's result (see :func:`attnviz.app.stamps.panel_stamps`).
+#: The stamp key of this tab's result (see :func:`attnviz.app.state.panel_stamps`).
 PANEL = "similarity"
 MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged sentence embedder's menu name
 IG_STEPS = 50  # Gauss-Legendre points of the Integrated Gradients path

@@ -50,12 +50,11 @@ from .. import store
 from ..contrast_lab import alternatives
 from ..kinds import is_decoder_only, is_encoder_only
 from ..speech import NOT_FOR_AUDIO
-from ..stamps import panel_stamps
-from ..state import SessionState, checkpoint_of, warning
+from ..state import SessionState, checkpoint_of, panel_stamps, warning
 from ..views import display_token
 from ..workers import remote
 
-#: The stamp keys of the tab's panels (see :func:`attnviz.app.stamps.panel_stamps`), and of
+#: The stamp keys of the tab's panels (see :func:`attnviz.app.state.panel_stamps`), and of
 #: its menu of the step's other candidates.
 PANELS = ("why_dla", "why_lens", "why_patch", "why_flow")
 ALT = "why_alt"

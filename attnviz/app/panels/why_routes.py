@@ -23,8 +23,7 @@ from ...checkpoint import Checkpoint
 from ...core.errors import AttnvizError, InputError
 from ...render.plots_why import cell_attention_figure, edge_figure, edge_name, flow_figure
 from ..kinds import is_encoder_only
-from ..stamps import panel_stamps
-from ..state import SessionState, warning
+from ..state import SessionState, panel_stamps, warning
 from ..views import display_token
 from ..workers import remote
 from .why import WhyView, patch_inputs, shown, stopped_view, token_md

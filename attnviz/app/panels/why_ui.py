@@ -16,8 +16,8 @@ from __future__ import annotations
 import gradio as gr
 
 from ..pagetext import STALE, THEME_JS
-from ..stamps import Follow
-from ..stamps import panel_stamps as stamp
+from ..state import Follow
+from ..state import panel_stamps as stamp
 from ..ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, STALE_OK, dark, shown_plot
 from . import why as wv
 from . import why_routes as wr
@@ -187,7 +187,7 @@ def outputs(p) -> list:
 
 
 def follow(p, state, plan) -> dict:
-    """The tab's part of following an event (``plan``: :func:`attnviz.app.stamps.follow`):
+    """The tab's part of following an event (``plan``: :func:`attnviz.app.state.follow`):
     panels computed for another state emptied with the "changed since" note; the menu of
     candidates refilled for the step shown when the tab is shown, else emptied."""
     out: dict = {}
