@@ -43,7 +43,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
-from ..core.errors import InputError
+from ..core.errors import InputError, count
 from ..core.masks import causal_mask
 from ..core.record import Edit, record
 from ..core.sites import head_name
@@ -376,12 +376,6 @@ def _removable_heads(effects: list[HeadEffect], n: int) -> Finding:
 def _verb(n: int, verb: str) -> str:
     """A present-tense verb agreeing with ``n`` things: "1 head looks", "2 heads look"."""
     return verb + "s" if n == 1 else verb
-
-
-def count(n: int, word: str, many: str | None = None) -> str:
-    """``n`` and ``word`` for one, ``many`` (default ``word + "s"``) otherwise:
-    ``"1 given input"``, ``"16 given inputs"`` (messages never say "1 inputs")."""
-    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def _accuracy_size(ckpt: Checkpoint, n: int) -> int:

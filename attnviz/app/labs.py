@@ -13,9 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import analysis
-from ..analysis.health import count
 from ..analysis.stats import changes_nothing
-from ..core.errors import AttnvizError, InputError
+from ..core.errors import AttnvizError, InputError, count
 from ..core.sites import parse_head
 from ..render import plots
 from ..render.plots import KIND_TITLES

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..analysis.health import count
 from ..analysis.words import piece_text, word_index, word_labels
 from ..checkpoint import Checkpoint
 from ..core.devices import as_numpy
+from ..core.errors import count
 from ..core.model import KINDS
 from ..core.record import Trace
 from ..data.tasks import TASKS, get_task

@@ -49,6 +49,12 @@ def shorten(name: object, limit: int = NAME_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def count(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` for one, ``many`` (default ``word + "s"``) otherwise:
+    ``"1 given input"``, ``"16 given inputs"`` (messages never say "1 inputs")."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def one_line(exc: BaseException, limit: int = 2000) -> str:
     """The message of ``exc`` as one line of at most ``limit`` characters (plus "…").
 

@@ -1,8 +1,10 @@
 """Loading without waste: a Hugging Face folder's weights exist about once at the peak.
 
-The folder's safetensors are mapped, not copied; the model's parameters take the tensors the
-loader made instead of copies; the NaN/inf check makes no float64 copy. Measured in a fresh
-process (its VmHWM over what the imports hold), on a Llama folder of ~100 MB.
+The folder's safetensors are read into tensors of their own, not mapped; the model's
+parameters take the tensors the loader made instead of copies; a tensor the conversion copies
+(q/k/v joined) is let go as its copy is made; the NaN/inf check makes no float64 copy.
+Measured in a fresh process (its VmHWM over what the imports hold), on a Llama folder of
+~280 MB (#36 asks for <= 1.2x on 300 MB).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ print(json.dumps({"peak": status("VmHWM") - base, "weights": total}))
 
 @pytest.fixture(scope="module")
 def llama_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llama-100mb")
+    folder = tmp_path_factory.mktemp("llama-280mb")
     cfg = transformers.LlamaConfig(
-        vocab_size=16000, hidden_size=512, intermediate_size=1408, num_hidden_layers=6,
+        vocab_size=16000, hidden_size=512, intermediate_size=1408, num_hidden_layers=18,
         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256,
         tie_word_embeddings=False,
     )  # fmt: skip
@@ -57,10 +59,10 @@ def test_peak_memory_of_loading_is_about_the_weights_once(llama_folder):
     ratio = got["peak"] / got["weights"]
     print(f"weights {got['weights'] / 2**20:.0f} MB, peak {got['peak'] / 2**20:.0f} MB, "
           f"{ratio:.2f}x")  # fmt: skip
-    assert got["weights"] > 90 * 2**20
-    # ~1.18x here and 1.20x on another machine (what the imports made during the load); a
-    # second copy of the weights would be 2x, of the embedding alone (a quarter) ~1.42x
-    assert ratio <= 1.3, ratio
+    assert got["weights"] > 250 * 2**20
+    # 1.03x measured (1.22x while the joined q/k/v kept the three they were joined from: the
+    # attention's weights twice); a second copy of the embedding alone would be ~1.12x more
+    assert ratio <= 1.2, ratio
 
 
 def test_tensors_are_shared_only_when_owned():

@@ -148,7 +148,7 @@ def test_health_wording_agrees_with_itself(reverse_ckpt):
 
 
 def test_counts_read_as_words():
-    from attnviz.analysis.health import count
+    from attnviz.core.errors import count
 
     assert count(1, "step") == "1 step" and count(2, "step") == "2 steps"
     assert count(0, "input") == "0 inputs" and count(1, "query", "queries") == "1 query"

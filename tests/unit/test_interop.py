@@ -252,3 +252,22 @@ def test_nan_weights_are_refused(tutorial_state):
     bad[key][0, 0] = float("nan")
     with pytest.raises(attnviz.InteropError, match=r"NaN or inf in encoder\.layers\.0\.ff"):
         from_torch_state_dict(bad, n_heads=2)
+
+
+def test_an_owned_source_lets_go_of_what_it_gives_and_a_shared_one_keeps_it():
+    """A load's own tensors leave the dict as they are taken (a copied one is freed at once);
+    a caller's dict is left as it was; a table two sides name is the same tensor both times."""
+    from attnviz.interop.hf.common import Source
+
+    given = {"a": torch.ones(3), "b": torch.zeros(2)}
+    kept = Source(given, "here")
+    assert kept.take("a") is given["a"] and given["a"].device.type == "cpu"
+    owned = Source(dict(given), "here", owned=True)
+    a = owned.take("a")
+    assert a is given["a"] and owned.tensors["a"].device.type == "meta"
+    assert owned.take("a") is a and owned.has("a") and owned.leftovers() == ["b"]
+    copied = torch.cat([owned.take("b"), torch.ones(1)])  # "b" is held by nothing else now
+    del given["b"]
+    with pytest.raises(attnviz.InteropError, match="read twice and was copied"):
+        owned.take("b")
+    assert copied.shape == (3,)

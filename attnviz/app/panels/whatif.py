@@ -21,7 +21,7 @@ import numpy as np
 from ...analysis.whatif import WhatIf, what_if
 from ...checkpoint import Checkpoint
 from ...core.devices import as_numpy
-from ...core.errors import AttnvizError, InputError
+from ...core.errors import AttnvizError, InputError, count
 from ...core.sites import parse_head_index
 from ..decoders import DECODERS
 from ..inputs import refuse
@@ -206,11 +206,7 @@ def compare_html(ckpt: Checkpoint, w: WhatIf, forced: Sequence[int] = ()) -> str
             ("after", "what-if", b, a),
         )
     )
-    where = (
-        f"{len(changed)} of {n} position{'s' if n != 1 else ''} changed"
-        if changed
-        else "no token changed"
-    )
+    where = f"{len(changed)} of {count(n, 'position')} changed" if changed else "no token changed"
     if fed:
         steps = ", ".join(str(p + 1) for p in sorted(fed))
         where += (

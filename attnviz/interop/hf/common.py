@@ -5,6 +5,7 @@ and the token tables (the families' other weights go through :mod:`.mapping`).""
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +140,17 @@ def activation(name: Any, where: Path) -> str:
 
 # -- weights ----------------------------------------------------------------------------------
 class Source:
-    """The folder's tensors, taken one by one so that leftovers can be named."""
+    """The folder's tensors, taken one by one so that leftovers can be named.
 
-    def __init__(self, tensors: dict[str, Tensor], where: Path):
+    ``owned``: the tensors were read for this load alone, so a taken tensor leaves the dict
+    (a meta-device stand-in of its shape stays, for :meth:`has` and the leftovers): one the
+    rules copy (q/k/v joined, a transposed Conv1D) is freed as soon as its copy is made, and
+    the weights exist about once at the peak instead of the copied ones twice.
+    """
+
+    def __init__(self, tensors: dict[str, Tensor], where: Path, owned: bool = False):
         self.tensors, self.where, self.used = tensors, where, set()
+        self.owned, self._given = owned, {}
 
     def has(self, key: str) -> bool:
         return key in self.tensors
@@ -151,7 +159,18 @@ class Source:
         if key not in self.tensors:
             raise InteropError(f"{self.where}: the weights lack {key}")
         self.used.add(key)
-        return self.tensors[key]
+        if not self.owned:
+            return self.tensors[key]
+        given = self._given.get(key)
+        if given is not None:  # taken before (a table two sides name): the same tensor
+            t = given()
+            if t is None:
+                raise InteropError(f"{self.where}: {key} is read twice and was copied")
+            return t
+        t = self.tensors[key]
+        self.tensors[key] = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        self._given[key] = weakref.ref(t)
+        return t
 
     def first(self, *keys: str) -> tuple[str, Tensor] | None:
         for key in keys:

@@ -95,12 +95,15 @@ _COMPUTED_POSITIONS = ("sinusoidal_split", "fairseq")
 
 
 def convert(
-    hf: dict, tensors: dict[str, Tensor], where: Path, ids: dict[str, int]
+    hf: dict, tensors: dict[str, Tensor], where: Path, ids: dict[str, int], owned: bool = False
 ) -> tuple[ModelConfig, dict[str, Tensor]]:
     """A folder's config and tensors -> our :class:`ModelConfig` and state dict (tied
-    tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them)."""
+    tensors once, as :func:`attnviz.core.weights.unique_state_dict` names them).
+
+    ``owned``: ``tensors`` were read for this load alone; each taken tensor leaves the dict
+    (see :class:`~attnviz.interop.hf.common.Source`), so the caller's dict keeps stand-ins."""
     family: Family = REGISTRY[hf["model_type"]]
-    src = Source(tensors, where)
+    src = Source(tensors, where, owned)
     if family.has_cross:
         emb = embeddings(src, family.embed_prefix, family.lm_keys, audio=family.audio)
     else:
@@ -162,7 +165,7 @@ def _build(
     folder: Path, hf: dict, ids: dict, device, tensors: dict[str, Tensor] | None = None
 ) -> Transformer:
     tensors = read_hf_weights(folder) if tensors is None else tensors
-    cfg, ours = convert(hf, tensors, folder, ids)
+    cfg, ours = convert(hf, tensors, folder, ids, owned=True)  # read for this load alone
     table = take_encoder_table(ours)  # a fixed table the folder holds (Whisper's encoder)
     if table is not None:
         table = check_encoder_table(table, cfg, folder)

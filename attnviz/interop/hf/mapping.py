@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ...core.config import ModelConfig
-from ...core.errors import InteropError, shorten
+from ...core.errors import InteropError, count, shorten
 from .common import TOKEN_TABLES, Source
 
 
@@ -221,7 +221,7 @@ def stacked(
         listed = ", ".join(f"{shorten(key)} {s}" for key, s in zip(keys, shapes, strict=True))
         raise InteropError(
             f"{src.where}: the query/key/value {'weights' if dims == 2 else 'biases'} must "
-            f"share one shape of {dims} dimension{'s' if dims > 1 else ''}; the file has {listed}"
+            f"share one shape of {count(dims, 'dimension')}; the file has {listed}"
         )
     return torch.cat(tensors)
 
