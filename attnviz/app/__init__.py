@@ -17,7 +17,7 @@ A Step click goes ui -> session -> views -> the page, one way:
   each follows), one module per panel named for it: ``beam``, ``whatif``, ``reference``
   (the step view's), ``compare``, ``similarity``, ``health``, ``playback``, ``export``,
   ``alignment`` (with ``alignment_ui``), ``why`` (with ``why_ui``: the Why this token tab);
-  :mod:`~attnviz.app.labs`: the mask lab, head ablation and attribution.
+  :mod:`~attnviz.app.panels.labs`: the mask lab, head ablation and attribution.
 - :mod:`~attnviz.app.speech`: a speech model's clip as the input and the speech part of the
   payload.
 - :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;

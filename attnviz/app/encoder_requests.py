@@ -8,7 +8,7 @@ from ..analysis.words import word_index
 from ..checkpoint import Checkpoint
 from ..core.errors import AttnvizError, InputError
 from ..core.record import Trace
-from . import encview, lensview, readview
+from . import encoder_blocks, lenses, reading
 from .decoders import DECODERS
 from .kinds import is_encoder_only
 from .state import SessionState, checkpoint_of, layer_number, warning
@@ -27,10 +27,10 @@ def encoder_view(state: SessionState, want: str) -> dict:
 
     Args:
         want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
-            :func:`attnviz.app.encview.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
-            downsampled thumbnails, :func:`attnviz.app.encview.encoder_thumbs`), either after a
+            :func:`attnviz.app.encoder_blocks.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
+            downsampled thumbnails, :func:`attnviz.app.encoder_blocks.encoder_thumbs`), either after a
             lens name (``"<epoch> norms 1 H2"``, ``"<epoch> rollout thumbs"``: that lens,
-            :mod:`attnviz.app.lensview`); ``epoch`` is the
+            :mod:`attnviz.app.lenses`); ``epoch`` is the
             page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
     Returns:
         ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
@@ -44,9 +44,9 @@ def encoder_view(state: SessionState, want: str) -> dict:
         ckpt = checkpoint_of(state)
         name, _, rest = what.partition(" ")
         if name in ("norms", "rollout"):  # a long input's encoder through another lens
-            return {"enc": lensview.encoder_lens(state, ckpt, name, rest)}
+            return {"enc": lenses.encoder_lens(state, ckpt, name, rest)}
         if is_encoder_only(ckpt):  # a long sentence: its one pass holds every layer
-            return {"enc": _encoder_part(state, ckpt, readview.read(state, ckpt).trace, what)}
+            return {"enc": _encoder_part(state, ckpt, reading.read(state, ckpt).trace, what)}
         with DECODERS.hold(state, ckpt, state.version) as stepper:
             return {"enc": _encoder_part(state, ckpt, stepper.encoder_trace, what)}
     except AttnvizError as exc:
@@ -59,6 +59,6 @@ def _encoder_part(state: SessionState, ckpt: Checkpoint, encoder: Trace, what: s
         words = None
         if what == "thumbs words" and ckpt.src_tokenizer is not None:  # not audio
             words = word_index(state.src_pieces, ckpt.src_tokenizer.kind)
-        return encview.encoder_thumbs(state, encoder, words)
+        return encoder_blocks.encoder_thumbs(state, encoder, words)
     layer, _, head = what.partition(" ")
-    return encview.encoder_block(state, encoder, layer_number(layer), head)
+    return encoder_blocks.encoder_block(state, encoder, layer_number(layer), head)

@@ -29,7 +29,7 @@ from ..core.model import KINDS
 from ..data.tokenizer import check_token_id
 from ..decode.greedy import GreedyStepper
 from ..train.evaluate import expected_output
-from . import inputs, readview, speech, store, uploads, views
+from . import inputs, reading, speech, store, uploads, views
 from .decoders import DECODERS
 from .encoder_requests import encoder_view as encoder_view  # a page action too
 from .panels import beam as beamview
@@ -148,7 +148,7 @@ def _show(
     part) read here, so that the views stay pure."""
     ckpt, message = op.ckpt, message or op.notice
     if not inputs.input_of(ckpt).decodes:  # reads the sentence at once: nothing to decode
-        return readview.render(state, ckpt, message, view=DecodeView)
+        return reading.render(state, ckpt, message, view=DecodeView)
     if decoded is None and state.started:
         with DECODERS.hold(state, ckpt, op.version) as stepper:
             decoded = _decoded(state, stepper)

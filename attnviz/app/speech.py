@@ -4,7 +4,7 @@ speech part of the page payload (no gradio).
 For an audio input the state's source is the encoder's frames: ``src_ids`` are the frame
 indices ``0..1499`` and ``src_pieces`` their times (``"1.24s"``, 20 ms apart), so every key
 axis of the step view (cross-attention rows ``[H, 1500]``, the encoder's 1500 x 1500 self-
-attention through the long-input path of :mod:`attnviz.app.encview`) is labelled in seconds.
+attention through the long-input path of :mod:`attnviz.app.encoder_blocks`) is labelled in seconds.
 The clip itself is copied once, as 16 kHz samples, into a private folder of this process
 (``state.audio``): the stepper is rebuilt from that copy, never from the uploaded file, which
 gradio may delete.

@@ -21,7 +21,7 @@ from . import figures
 from .decoders import DECODERS
 from .inputs import note
 from .kinds import is_encoder_only
-from .readview import read
+from .reading import read
 from .state import SessionState, checkpoint_of, head_label, head_weights, layer_count
 from .views import src_labels, view_of
 from .workers import remote

@@ -9,10 +9,9 @@ import gradio as gr
 
 from ..core.errors import AttnvizError
 from ..core.model import KINDS
-from . import labs
 from .kinds import is_decoder_only, is_encoder_only
 from .pagetext import MASK_INTRO, STALE, THEME_JS
-from .panels import Face
+from .panels import Face, labs
 from .state import SessionState, head_choices, head_sites, layer_count
 from .state import panel_stamps as stamp
 from .ui_common import (

@@ -16,7 +16,7 @@ import time
 
 import gradio as gr
 
-from . import labs, lensview, session, store, ui_speech
+from . import lenses, session, store, ui_speech
 from .inputs import note
 from .pagetext import (
     BEAM_NODE_JS,
@@ -33,7 +33,7 @@ from .pagetext import (
     WHATIF_ON_LOAD,
     upload_help,
 )
-from .panels import Face, reference
+from .panels import Face, labs, reference
 from .panels import whatif as whatif_view
 from .state import SessionState, stale_panels
 from .state import panel_stamps as stamp
@@ -322,7 +322,7 @@ def wire_decoding(p) -> None:
     gr.on([p.step_btn.click, p.run_btn.click, p.input_text.submit, p.model_pick.input],
           lambda: "", None, [p.input_note], **HIDDEN, **FAST)  # fmt: skip
     for name, btn in p.lens_btns.items():  # only when the page shows a lens other than weights
-        btn.click(lambda s, name=name: lensview.payload(s, name), [p.state], [p.viz], **INTERNAL)
+        btn.click(lambda s, name=name: lenses.payload(s, name), [p.state], [p.viz], **INTERNAL)
     p.enc_btn.click(
         session.encoder_view, [p.state, p.enc_value], [p.viz], js=ENC_JS, **HIDDEN, **FAST
     )  # fmt: skip

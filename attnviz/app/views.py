@@ -32,7 +32,7 @@ from ..data.tasks import TASKS, get_task
 from ..decode.greedy import StepResult
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
-from .encview import encoder_block, encoder_inline
+from .encoder_blocks import encoder_block, encoder_inline
 from .inputs import note
 from .kinds import prompt_part
 from .state import (
@@ -69,7 +69,7 @@ Rows = dict[tuple[str, int], list[tuple[torch.Tensor, torch.Tensor]]]
 @dataclasses.dataclass(frozen=True, eq=False)
 class Payload(Mapping[str, Any]):
     """What the page's renderer (``assets/viz.js``) draws from: built once per event, by
-    :func:`render` (an encoder-only model's: :func:`attnviz.app.readview.render`), and sent
+    :func:`render` (an encoder-only model's: :func:`attnviz.app.reading.render`), and sent
     as the JSON :meth:`to_page` gives; read like that JSON (``payload["tokens"]``).
 
     Attributes:

@@ -233,7 +233,7 @@ class Pool:
     def __init__(self, limits: Limits):
         self.limits = limits
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["attnviz.app.session", "attnviz.app.labs"])
+        self._ctx.set_forkserver_preload(["attnviz.app.session", "attnviz.app.panels.labs"])
         self._workers = LRU(limits.workers)  # (model path, device) -> its worker
         self._guard = threading.Lock()
         self._closed = threading.Event()

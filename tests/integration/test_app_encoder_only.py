@@ -11,11 +11,12 @@ import pytest
 from helpers import tiny_bert
 
 from attnviz.analysis import fill_mask
-from attnviz.app import labs, lensview, session
+from attnviz.app import lenses, session
 from attnviz.app.inputs import ENCODER_LABS, ENCODER_NOT_YET, ENCODER_NOTES, input_label, note
 from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import export as export_panel
 from attnviz.app.panels import health as health_panel
+from attnviz.app.panels import labs
 from attnviz.app.state import checkpoint_of, describe
 
 TEXT = "the [MASK] sat on the [MASK]"
@@ -106,7 +107,7 @@ def test_every_lab_runs_on_the_sentence_read(bert, models_dir):
     for what in ("json", "npz", "html"):
         out = export_panel.export(state, what)
         assert out.path and out.path.endswith(f"-read.{what}"), out.message  # no steps
-    lens = lensview.payload(state, "rollout")["lens"]
+    lens = lenses.payload(state, "rollout")["lens"]
     assert "error" not in lens and len(lens["kinds"]["encoder_self"]) == 2
     roll = f32(lens["kinds"]["encoder_self"][1]["w"]).reshape(len(fill.ids), len(fill.ids))
     np.testing.assert_allclose(roll.sum(-1), 1.0, atol=1e-5)

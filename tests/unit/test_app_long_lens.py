@@ -12,7 +12,7 @@ import torch
 
 from attnviz.analysis import lens
 from attnviz.analysis.words import downsample, pool_words, word_index
-from attnviz.app import lensview, session, views
+from attnviz.app import lenses, session, views
 from attnviz.bench.app import long_text, opus_shaped_checkpoint
 from attnviz.core.record import record
 
@@ -57,7 +57,7 @@ def _ask(state, what):
 def test_the_long_lens_payload_carries_the_decoder_kinds_only(stepped):
     model, trace = _recorded(stepped)
     for name in ("norms", "rollout"):
-        p = lensview.payload(stepped, name)["lens"]
+        p = lenses.payload(stepped, name)["lens"]
         assert "error" not in p and p["long"] and set(p["kinds"]) == {"decoder_self", "cross"}
         for kind, layers in p["kinds"].items():
             for layer, e in enumerate(layers):
@@ -115,5 +115,5 @@ def test_bad_lens_requests_come_back_as_messages(stepped):
 
 def test_short_inputs_keep_the_whole_lens_payload(long_model):
     state = session.step(session.new_state(long_model), "hello world").state
-    p = lensview.payload(state, "norms")["lens"]
+    p = lenses.payload(state, "norms")["lens"]
     assert "long" not in p and set(p["kinds"]) == {"encoder_self", "decoder_self", "cross"}

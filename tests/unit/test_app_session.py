@@ -17,11 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attnviz
-from attnviz.app import labs, session, store, unpack, views
+from attnviz.app import session, store, unpack, views
 from attnviz.app import state as app_stamps
 from attnviz.app.decoders import DECODERS, DecoderCache
 from attnviz.app.panels import export as export_panel
 from attnviz.app.panels import health as health_panel
+from attnviz.app.panels import labs
 from attnviz.app.panels import playback as playback_panel
 
 EOS = 2  # the built-in models' end id (ckpt.config.eos_id); test_special_ids covers others
@@ -563,24 +564,24 @@ def _lens_arrays(p: dict, kind: str) -> list[np.ndarray]:
 
 
 def test_lens_payload_covers_the_decode_and_matches_the_recorded_weights(done):
-    from attnviz.app import lensview
+    from attnviz.app import lenses
 
     n = len(done.tokens)
     with DECODERS.hold(done, session.checkpoint_of(done), done.version) as stepper:
         trace = stepper.trace(upto=n)
-    rollout = lensview.payload(done, "rollout")["lens"]
+    rollout = lenses.payload(done, "rollout")["lens"]
     assert rollout["n"] == n and rollout["epoch"] == f"{done.sid}:{done.epoch}"
     for kind, shape in (("encoder_self", (10, 10)), ("decoder_self", (n, n)), ("cross", (n, 10))):
         for layer, m in enumerate(_lens_arrays({"lens": rollout}, kind)):
             assert m.shape == (1, *shape)
             np.testing.assert_allclose(m.sum(-1), 1, atol=1e-5)  # rollout rows sum to 1
             assert layer < 2
-    norms = lensview.payload(done, "norms")
+    norms = lenses.payload(done, "norms")
     for layer, m in enumerate(_lens_arrays(norms, "cross")):
         w = trace.numpy("cross", layer)[0]  # [H, n, Ts]: what the stepper recorded
         assert m.shape == w.shape and np.all((m > 0) == (w > 0))
-    assert lensview.payload(done, "weights")["lens"]["kinds"] == {}  # the page has those
-    bad = lensview.payload(done, "gradients")["lens"]
+    assert lenses.payload(done, "weights")["lens"]["kinds"] == {}  # the page has those
+    bad = lenses.payload(done, "gradients")["lens"]
     assert bad["name"] == "weights" and "lens must be one of" in bad["error"]
 
 

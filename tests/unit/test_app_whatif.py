@@ -11,8 +11,9 @@ import torch
 from helpers import reverse_fixture, stepped_state  # noqa: F401 (fixture: ckpt)
 
 from attnviz.analysis import attribute, what_if
-from attnviz.app import labs, session
+from attnviz.app import session
 from attnviz.app import state as app_stamps
+from attnviz.app.panels import labs
 from attnviz.app.panels import whatif as whatif_view
 
 TEXT = "helloworld"

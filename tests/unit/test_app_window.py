@@ -60,7 +60,7 @@ def test_window_cells_are_marked_apart_on_local_layers_only(windowed):
 def test_the_mask_lab_switches_a_layers_window_off(windowed):
     """``window_off=["L0"]``: layer 0 attends past its window in the "after" run (the causal
     mask kept), the next-token bars change, and the page names what was switched off."""
-    from attnviz.app import labs
+    from attnviz.app.panels import labs
 
     prompt = " ".join("abcdefgh")
     state = session.step(

@@ -9,15 +9,17 @@ is one module here plus one line in :data:`PANELS`); the Alignment tab (:mod:`.a
 logic, and :mod:`.alignment_ui`, its layout, wiring and faces: one module would pass ~500
 lines); and the logic of :mod:`.beam`, :mod:`.compare`, :mod:`.reference`, :mod:`.similarity`
 and :mod:`.whatif`, whose layout and wiring are still in the ``ui_*`` modules (``ui_labs``,
-``ui_step``, ``ui_compare``, ``ui_similarity``), which build their faces.
+``ui_step``, ``ui_compare``, ``ui_similarity``), which build their faces. The labs: :mod:`.labs`
+(mask lab, head ablation, attribution; the workers preload it), :mod:`.contrast` (why this
+token and not that one) and :mod:`.lab_result` (what every lab returns, the check each starts
+with), laid out by ``ui_labs``.
 
 The Why this token tab: :mod:`.why` (its logic) and :mod:`.why_ui` (its layout, wiring and
 faces; the page lays it out last, after Compare and Similarity, so the tab bar keeps its
-order). Registered where they still live: the labs and the contrast (``app.labs``,
-``app.contrast_lab``: the workers preload the first, :mod:`.why` imports the second).
+order).
 
-Importing this package imports no panel and no gradio: the stamps (and so the session layer)
-ask it.
+Importing this package imports no panel and no gradio: the stamps (and so the session state)
+ask it. Every panel module is named for its panel, a bare noun.
 """
 
 from __future__ import annotations

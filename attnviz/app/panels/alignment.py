@@ -37,9 +37,9 @@ from ...data.tasks import TASKS, get_task
 from ...data.tokenizer import Encoding
 from .. import figures, store
 from ..inputs import refuse
-from ..labs import started_checkpoint
 from ..state import SessionState, checkpoint_of, warning
 from ..workers import remote
+from .labs import started_checkpoint
 
 GRID_SENTENCES = 40  # a built-in task's test sentences scored in the grid
 MAX_UPLOAD_LINES = 2000

@@ -20,14 +20,14 @@ from ...render import report
 from .. import store
 from ..decoders import DECODERS
 from ..kinds import is_encoder_only
-from ..lab_view import stopped
-from ..labs import LabView, error_view, started_checkpoint
 from ..pagetext import STALE, UNIT_JS
 from ..state import (
     SessionState,
     checkpoint_of,
 )
 from ..workers import remote
+from .lab_result import stopped
+from .labs import LabView, error_view, started_checkpoint
 from .registry import Face
 from .why import report_sections
 

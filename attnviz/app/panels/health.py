@@ -16,8 +16,6 @@ from ...core.errors import AttnvizError, InputError
 from ...render import plots
 from ...train.evaluate import dev_pairs
 from .. import store
-from ..lab_view import stopped
-from ..labs import LabView, error_view
 from ..lru import LRU
 from ..pagetext import STALE, THEME_JS
 from ..state import (
@@ -25,6 +23,8 @@ from ..state import (
     checkpoint_of,
 )
 from ..workers import remote
+from .lab_result import stopped
+from .labs import LabView, error_view
 from .registry import Face
 
 LEVELS = {"ok": "✓", "info": "ℹ", "warning": "⚠", "error": "✗"}

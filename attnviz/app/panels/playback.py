@@ -20,8 +20,6 @@ from ...core.masks import causal_mask
 from ...render import plots
 from ...train.induction import best_of
 from ...train.snapshots import Snapshots
-from ..lab_view import stopped
-from ..labs import LabView, error_view
 from ..lru import LRU
 from ..pagetext import THEME_JS
 from ..state import (
@@ -35,6 +33,8 @@ from ..state import (
 )
 from ..views import pieces_text
 from ..workers import remote
+from .lab_result import stopped
+from .labs import LabView, error_view
 from .registry import Face
 
 _SNAPS = LRU(16)  # snapshots by (model, version)

@@ -47,12 +47,12 @@ from ...render.plots_why import (
 )
 from ...render.report_why import why_sections
 from .. import store
-from ..contrast_lab import alternatives
 from ..kinds import is_decoder_only, is_encoder_only
 from ..speech import NOT_FOR_AUDIO
 from ..state import SessionState, checkpoint_of, panel_stamps, warning
 from ..views import display_token
 from ..workers import remote
+from .contrast import alternatives
 
 #: The stamp keys of the tab's panels (see :func:`attnviz.app.state.panel_stamps`), and of
 #: its menu of the step's other candidates.

@@ -1,7 +1,7 @@
 """What every lab panel returns (:class:`LabView`) and the check each one starts with.
 
-Shared by :mod:`attnviz.app.labs`, :mod:`attnviz.app.contrast_lab` and the panels that build
-on them; :mod:`attnviz.app.labs` re-exports all three names.
+Shared by :mod:`attnviz.app.panels.labs`, :mod:`attnviz.app.panels.contrast` and the panels that build
+on them; :mod:`attnviz.app.panels.labs` re-exports all three names.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from ..checkpoint import Checkpoint
-from ..core.errors import InputError
-from . import figures
-from .inputs import refuse
-from .speech import NOT_FOR_AUDIO
-from .state import SessionState, checkpoint_of, warning
+from ...checkpoint import Checkpoint
+from ...core.errors import InputError
+from .. import figures
+from ..inputs import refuse
+from ..speech import NOT_FOR_AUDIO
+from ..state import SessionState, checkpoint_of, warning
 
 
 @dataclass

@@ -6,13 +6,13 @@ tokens (the same tokens the stepper chose, now fed in at once, with the values t
 needs) and sends every kind and layer of that lens; the page keeps it for this decode and
 redraws Back/scrub from it, asking again only when a Step goes past what it holds.
 
-A long input (its encoder not sent whole, :func:`attnviz.app.encview.encoder_inline`) gets
+A long input (its encoder not sent whole, :func:`attnviz.app.encoder_blocks.encoder_inline`) gets
 the decoder's kinds only in that payload; the page asks for the encoder layer and head it
 shows (:func:`encoder_lens_block`; rollout: the layer's one matrix) and the model view gets
 max-pooled thumbnails (:func:`encoder_lens_thumbs`), through
 :func:`attnviz.app.encoder_requests.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
 recorded pass, never an approximation: an encoder-only model's is the read pass its heatmaps
-show (:func:`attnviz.app.readview.read`).
+show (:func:`attnviz.app.reading.read`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..core.errors import AttnvizError, InputError
 from ..core.model import KINDS
 from ..core.record import Trace, record
 from ..render.arrays import b64_f32
-from . import encview, readview
+from . import encoder_blocks, reading
 from .inputs import refuse
 from .kinds import is_encoder_only
 from .state import SessionState, checkpoint_of, layer_number, warning
@@ -42,7 +42,7 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
     and per kind a list per layer of ``{"h", "tq", "tk", "w"}`` (base64 float32
     ``[h, tq, tk]``; rollout has ``h`` = 1). ``"weights"`` carries no matrices (the page
     has them); an error comes back as ``"error"`` with the page left on weights. A long input
-    (:func:`attnviz.app.encview.encoder_inline` false) gets no ``encoder_self`` here: the page
+    (:func:`attnviz.app.encoder_blocks.encoder_inline` false) gets no ``encoder_self`` here: the page
     asks for the layer and head it shows (:func:`encoder_lens_block`)."""
     epoch = f"{state.sid}:{state.epoch}"
     base = {"name": name, "epoch": epoch, "n": len(state.tokens), "kinds": {}}
@@ -56,13 +56,13 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
         cfg, model = ckpt.config, ckpt.model
         n = len(state.tokens)
         src = torch.tensor([state.src_ids], device=ckpt.device)
-        long = not encview.encoder_inline(ckpt, len(state.src_ids))
+        long = not encoder_blocks.encoder_inline(ckpt, len(state.src_ids))
         kinds = KINDS if n else ("encoder_self",)
         if long:
             kinds = tuple(k for k in kinds if k != "encoder_self")
             base["long"] = True
         if is_encoder_only(ckpt):  # the read pass the heatmaps show (values recorded)
-            trace = readview.read(state, ckpt).trace
+            trace = reading.read(state, ckpt).trace
         else:
             with torch.no_grad(), record(model, capture=("weights", "mask", "values")) as trace:
                 if n:
@@ -90,7 +90,7 @@ def _encoder_pass(state: SessionState) -> tuple[Any, Trace]:
     encoder-only model's: its read pass, token types and all)."""
     ckpt = checkpoint_of(state)
     if is_encoder_only(ckpt):
-        return ckpt, readview.read(state, ckpt).trace
+        return ckpt, reading.read(state, ckpt).trace
     src = torch.tensor([state.src_ids], device=ckpt.device)
     with torch.no_grad(), record(ckpt.model, capture=("weights", "mask", "values")) as trace:
         ckpt.model.encode(src)
@@ -109,7 +109,7 @@ def encoder_lens_block(state: SessionState, name: str, layer: int, head: str) ->
         name: ``"norms"`` or ``"rollout"``; layer: 0-based; head: ``"H<h>"``, ``"mean"`` or
             ``"all heads"`` (rollout has one matrix per layer: any head gets it).
     Returns:
-        :func:`attnviz.app.encview.encoder_block`'s dict plus ``"lens"``: ``w`` base64 float32
+        :func:`attnviz.app.encoder_blocks.encoder_block`'s dict plus ``"lens"``: ``w`` base64 float32
         ``[h, Ts, Ts]`` of :func:`attnviz.analysis.lens` on a recorded encoder pass.
     """
     _check(name)
@@ -121,21 +121,21 @@ def encoder_lens_block(state: SessionState, name: str, layer: int, head: str) ->
     if name == "rollout":
         head = "mean"  # heads averaged: one matrix
     m = trace.numpy("encoder_self", layer, "mask")[0, 0]
-    return {**encview.block_of(state, w, m, layer, head), "lens": name}
+    return {**encoder_blocks.block_of(state, w, m, layer, head), "lens": name}
 
 
 def encoder_lens_thumbs(
-    state: SessionState, name: str, words: Any = None, size: int = encview.THUMB
+    state: SessionState, name: str, words: Any = None, size: int = encoder_blocks.THUMB
 ) -> dict[str, Any]:
     """Every encoder layer (and head; rollout: one per layer) through lens ``name``, max-pooled
-    to at most ``size x size`` for the model view: :func:`attnviz.app.encview.thumbs_of` of
+    to at most ``size x size`` for the model view: :func:`attnviz.app.encoder_blocks.thumbs_of` of
     :func:`attnviz.analysis.lens` stacked ``[L, H', Ts, Ts]``, plus ``"lens"``."""
     _check(name)
     ckpt, trace = _encoder_pass(state)
     layers = trace.layers("encoder_self")
     w = np.stack([lens(ckpt.model, trace, "encoder_self", i, name)[0] for i in layers])
     m = trace.numpy("encoder_self", layers[0], "mask")[0, 0].astype(bool)
-    return {**encview.thumbs_of(state, w, m, words, size), "lens": name}
+    return {**encoder_blocks.thumbs_of(state, w, m, words, size), "lens": name}
 
 
 def encoder_lens(state: SessionState, ckpt: Checkpoint, name: str, what: str) -> dict:

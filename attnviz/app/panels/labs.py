@@ -12,24 +12,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import analysis
-from ..analysis.stats import changes_nothing
-from ..core.errors import AttnvizError, InputError, count
-from ..core.sites import parse_head
-from ..render import plots
-from ..render.plots import KIND_TITLES
-from . import figures, store
-from .contrast_lab import ContrastView, alternatives, contrast  # noqa: F401
-from .kinds import is_decoder_only, is_encoder_only
-from .lab_view import LabView, error_view, started_checkpoint, stopped
-from .state import (
+from ... import analysis
+from ...analysis.stats import changes_nothing
+from ...core.errors import AttnvizError, InputError, count
+from ...core.sites import parse_head
+from ...render import plots
+from ...render.plots import KIND_TITLES
+from .. import figures, store
+from ..kinds import is_decoder_only, is_encoder_only
+from ..state import (
     SessionState,
     head_label,
     head_weights,
     layer_index,
     layer_number,
 )
-from .workers import remote
+from ..workers import remote
+from .contrast import ContrastView, alternatives, contrast  # noqa: F401
+from .lab_result import LabView, error_view, started_checkpoint, stopped
 
 #: One sentence per mask-lab toggle, for someone learning.
 EXPLAIN = {
@@ -180,7 +180,7 @@ def mask_lab(
 
 def block_labels(state: SessionState) -> list[str]:
     """The current input's source tokens as the mask lab's ``"position: token"`` choices."""
-    from .views import display_token  # views imports nothing of the labs
+    from ..views import display_token  # views imports nothing of the labs
 
     return [f"{i}: {display_token(t)}" for i, t in enumerate(state.src_pieces)]
 

@@ -21,7 +21,7 @@ from ..checkpoint import Checkpoint
 from ..core.model import KINDS
 from ..render.arrays import b64_f32, mask_bits
 from ..render.plots import KIND_TITLES
-from .encview import encoder_block, encoder_inline
+from .encoder_blocks import encoder_block, encoder_inline
 from .inputs import ENCODER_NOTES
 from .lru import LRU
 from .state import SessionState, layer_count

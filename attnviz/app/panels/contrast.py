@@ -2,7 +2,7 @@
 against an alternative token, beside the next step's cross-attention after feeding each.
 
 A thin layer over :func:`attnviz.analysis.attribute` (``versus=``) and
-:func:`attnviz.render.plots_contrast.contrast_figure`; :mod:`attnviz.app.labs` re-exports
+:func:`attnviz.render.plots_contrast.contrast_figure`; :mod:`attnviz.app.panels.labs` re-exports
 :func:`alternatives`, :func:`contrast` and :class:`ContrastView`.
 """
 
@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import analysis
-from ..checkpoint import Checkpoint
-from ..core.errors import AttnvizError, InputError
-from ..core.sites import parse_head_index
-from ..data.tokenizer import check_token_id
-from .kinds import is_decoder_only
-from .lab_view import LabView, error_view, started_checkpoint
-from .state import SessionState, checkpoint_of, head_label, head_weights, layer_index
-from .workers import remote
+from ... import analysis
+from ...checkpoint import Checkpoint
+from ...core.errors import AttnvizError, InputError
+from ...core.sites import parse_head_index
+from ...data.tokenizer import check_token_id
+from ..kinds import is_decoder_only
+from ..state import SessionState, checkpoint_of, head_label, head_weights, layer_index
+from ..workers import remote
+from .lab_result import LabView, error_view, started_checkpoint
 
 
 @dataclass
@@ -48,7 +48,7 @@ def _p(p: float) -> str:
 
 def _shown_step(state: SessionState, ckpt: Checkpoint):
     """The :class:`~attnviz.decode.greedy.StepResult` of the step shown (the session's decoder)."""
-    from .decoders import DECODERS  # the labs otherwise never touch the session's decoder
+    from ..decoders import DECODERS  # the labs otherwise never touch the session's decoder
 
     with DECODERS.hold(state, ckpt, state.version) as stepper:
         return stepper.steps[state.step - 1]
@@ -79,7 +79,7 @@ def alternatives(state: SessionState, k: int = 10) -> tuple[list[tuple[str, str]
     probs = np.asarray(shown.probs, dtype=float)
     order = [int(i) for i in np.argsort(-probs, kind="stable") if int(i) != shown.token]
     tok = ckpt.tgt_tokenizer
-    from .views import display_token
+    from ..views import display_token
 
     choices = [
         (f"“{display_token(tok.token(i))}” (p = {_p(probs[i])}, id {i})", str(i)) for i in order[:k]
@@ -92,7 +92,7 @@ def _next_rows(
 ) -> dict[int, np.ndarray | None]:
     """The cross-attention row (``[Ts]``; ``head``: ``"mean"`` or ``"H<h>"``) of the step after
     feeding each of ``tokens`` at the step shown, recorded on a private decoder."""
-    from .decoders import new_stepper
+    from ..decoders import new_stepper
 
     stepper = new_stepper(state, ckpt)
     stepper.sync(state.tokens[: state.step - 1])
@@ -156,8 +156,8 @@ def contrast(
     except AttnvizError as exc:
         view = error_view(exc)
         return ContrastView(view.figures, view.message)
-    from ..render.plots_contrast import contrast_figure
-    from .views import display_token
+    from ...render.plots_contrast import contrast_figure
+    from ..views import display_token
 
     names = (display_token(a.token), display_token(a.versus or ""))
     after = f"step {state.step + 1}, layer {layer_i}, {head_label(head)}"
