@@ -16,8 +16,8 @@ A Step click goes ui -> session -> views -> the page, one way:
 - :mod:`~attnviz.app.panels`: the page's panels, registered (one table, ``PANELS``, of what
   each follows), one module per panel named for it: ``beam``, ``whatif``, ``reference``
   (the step view's), ``compare``, ``similarity``, ``health``, ``playback``, ``export``,
-  ``alignment`` (with ``alignment_ui``), ``why`` (with ``why_ui``: the Why this token tab);
-  :mod:`~attnviz.app.panels.labs`: the mask lab, head ablation and attribution.
+  ``alignment``, ``why``, ``labs`` (the mask lab, head ablation and attribution), each tab
+  laid out and wired by its ``*_ui`` module (or the panel's own, where it fits in one).
 - :mod:`~attnviz.app.speech`: a speech model's clip as the input and the speech part of the
   payload.
 - :mod:`~attnviz.app.store`: checkpoints loaded once per process and shared; upload checks;
@@ -25,10 +25,9 @@ A Step click goes ui -> session -> views -> the page, one way:
   :mod:`~attnviz.app.uploads`); :mod:`~attnviz.app.workers`: chosen models run in worker
   processes with their own memory limit.
 - :mod:`~attnviz.app.ui`: the Gradio page assembled (:func:`~attnviz.app.ui.build_app`), laid
-  out and wired by one module per tab or panel group: :mod:`~attnviz.app.ui_step` (the top
-  and the Step-through tab), :mod:`~attnviz.app.ui_labs`, :mod:`~attnviz.app.ui_compare`,
-  :mod:`~attnviz.app.ui_similarity` and the panel modules that lay
-  out their own tab (:func:`~attnviz.app.ui.panel_pages`), with :mod:`~attnviz.app.ui_common`
+  out and wired by one module per tab: :mod:`~attnviz.app.ui_step` (the top and the
+  Step-through tab) and the panel modules that lay out the other tabs, in the registry's
+  order (:func:`~attnviz.app.ui.panel_pages`), with :mod:`~attnviz.app.ui_common`
   (what they share); gradio is imported only there. ``assets/viz.js`` draws the heatmaps in the
   page.
 - :mod:`~attnviz.app.server`: ``attnviz app`` (:func:`attnviz.app.server.main`) and the

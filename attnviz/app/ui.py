@@ -2,15 +2,16 @@
 
 ``attnviz app`` serves it (:func:`attnviz.app.server.main`). The page is built by
 :func:`build_app`: a :class:`Page` whose parts are laid out and wired by one module each
-(the ``ui_*`` modules, the only ones besides this that import gradio):
+(these, ``ui_speech`` and the ``*_ui`` panel modules are the only ones that import gradio):
 
 - :mod:`~attnviz.app.ui_step`: the top (model, input, decoding buttons, beam panel) and the
   Step-through tab (heatmaps, what-if box, reference box); the named API endpoints ``start``,
   ``step``, ``run``, ``back``, ``reset``, ``force``, ``beam``, ``beam_node``,
   ``beam_continue`` and ``whatif`` (``Client(url).predict("helloworld", api_name="/step")``);
-- :mod:`~attnviz.app.ui_labs`: mask lab, head ablation, attribution;
-- the modules of :mod:`attnviz.app.panels` that lay their own tab out (health, playback, export,
-  the Alignment tab: :func:`panel_pages`); :mod:`~attnviz.app.ui_compare`: Compare;
+- every other tab, one module of :mod:`attnviz.app.panels` each, laid out in registry order
+  (:func:`panel_pages`): the labs (``labs_ui``: mask lab, head ablation, attribution),
+  health, playback, export, Alignment (``alignment_ui``), Compare (``compare_ui``),
+  Similarity (``similarity_ui``) and Why this token (``why_ui``);
 - :mod:`~attnviz.app.ui_common`: the event options and small helpers they share.
 
 Here: what every decoding event returns, the choices that depend on the model, and how the
@@ -26,21 +27,10 @@ import importlib
 import gradio as gr
 
 from ..core.errors import AttnvizError
-from . import (
-    filekinds,
-    llms,
-    session,
-    speech,
-    store,
-    ui_compare,
-    ui_labs,
-    ui_similarity,
-    ui_step,
-    uploads,
-)
+from . import filekinds, llms, session, speech, store, ui_step, uploads
 from .decoders import DECODERS
 from .inputs import input_label, note
-from .panels import PANELS, Face, similarity, why_ui
+from .panels import PANELS, Face, similarity
 from .state import SessionState, checkpoint_of, describe
 from .state import follow as follow_plan
 from .state import panel_stamps as stamp
@@ -67,19 +57,13 @@ class Page:
         # every tab in view (wrapped onto a second row), none behind a "more" menu
         with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as self.tabs:
             ui_step.step_tab(self, state)
-            ui_labs.mask_tab(self)
-            ui_labs.other_tabs(self, state)
-            for page in panel_pages():  # one module of app/panels each, after the labs
+            for page in panel_pages():  # one module of app/panels each, in registry order
                 page.layout(self)
-            ui_compare.compare_tab(self)
-            ui_similarity.similarity_tab(self)
-            why_ui.why_tab(self)
         #: every registered panel on the page, by name (built by the modules that lay them out)
         self.faces: dict[str, Face] = {
             f.name: f
             for f in (
-                header_face(self), *ui_step.faces(self), *ui_labs.faces(self),
-                *why_ui.faces(self), *ui_compare.faces(self), *ui_similarity.faces(self),
+                header_face(self), *ui_step.faces(self),
                 *(f for page in panel_pages() for f in page.faces(self)),
             )
         }  # fmt: skip
@@ -222,6 +206,15 @@ def panel_pages() -> list:
     return [importlib.import_module(f"{__package__}.panels.{name}") for name in names]
 
 
+def track_tabs(p: Page) -> None:
+    """The selected tab, kept in ``p.active``: a Step reruns the panel shown, clears the rest
+    (the Similarity and Why tabs say it in their own select events)."""
+    tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
+            p.attr_tab: "attr", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
+    for tab, name in tabs.items():
+        tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
+
+
 def renewed_stamps(state: SessionState) -> dict:
     """The stamps of the panels that follow the checkpoint file (the header, the playback
     range), as the page's first load shows them."""
@@ -265,15 +258,12 @@ def build_app(
         cap = filekinds.size_label(filekinds.upload_bytes(max_upload))
         p = Page(session.new_state(model, device), session_ttl_s, cap)
         # in this order: a tab's select events run in the order they were wired, the tab
-        # tracked (``p.active``, by ui_labs) before the what-if, Alignment and Compare draw
+        # tracked (``p.active``) before the what-if, Alignment and Compare draw
         ui_step.wire(p)
-        ui_labs.wire(p)
-        ui_step.wire_whatif(p)
-        ui_compare.wire(p)
-        ui_similarity.wire(p)
-        why_ui.wire(p)
+        track_tabs(p)
         for page in panel_pages():
             page.wire(p)
+        ui_step.wire_whatif(p)
         demo.load(p.controls, [p.state], p.control_outputs(), **HIDDEN).then(
             lambda s: ui_step.answer(session.render(dataclasses.replace(s, page_rows=-1))),
             [p.state], p.decode_outputs(), **HIDDEN, **FAST,

@@ -46,7 +46,7 @@ EDGE_JS = (
 )
 
 
-def why_tab(p) -> None:
+def layout(p) -> None:
     """The tab's layout: one section per analysis, each with its button, message, figure (the
     lens: a table too) and JSON download."""
     with gr.Tab("Why this token", elem_id="tab-why") as p.why_tab:

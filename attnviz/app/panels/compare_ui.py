@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..core.errors import AttnvizError
-from ..core.model import KINDS
-from . import store
-from .pagetext import COMPARE_ON_LOAD, PICK_JS, STALE, THEME_JS
-from .panels import Face
-from .panels import compare as compare_lab
-from .state import layer_count
-from .state import panel_stamps as stamp
-from .ui_common import HIDDEN, INTERNAL, STALE_OK, dark
+from ...core.errors import AttnvizError
+from ...core.model import KINDS
+from .. import store
+from ..pagetext import COMPARE_ON_LOAD, PICK_JS, STALE, THEME_JS
+from ..state import layer_count
+from ..state import panel_stamps as stamp
+from ..ui_common import HIDDEN, INTERNAL, STALE_OK, dark
+from . import Face
+from . import compare as compare_lab
 
 
-def compare_tab(p) -> None:
+def layout(p) -> None:
     """The Compare tab: model B (menu or upload), the head grid, one head drawn A | B."""
     with gr.Tab("Compare", elem_id="tab-compare") as p.compare_tab:
         gr.Markdown(compare_lab.INTRO, elem_classes="explain")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .pagetext import STALE, THEME_JS
-from .panels import Face
-from .panels import similarity as sv
-from .state import panel_stamps as stamp
-from .ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+from ..pagetext import STALE, THEME_JS
+from ..state import panel_stamps as stamp
+from ..ui_common import FAST, HIDDEN, MODEL_EVENTS, dark, shown_plot
+from . import Face
+from . import similarity as sv
 
 
-def similarity_tab(p) -> None:
+def layout(p) -> None:
     """The tab's layout: the three sentences, Compare and the JSON download, the results."""
     with gr.Tab("Similarity", elem_id="tab-similarity") as p.sim_tab:
         gr.Markdown(sv.INTRO, elem_classes="explain")

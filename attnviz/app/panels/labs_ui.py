@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..core.errors import AttnvizError
-from ..core.model import KINDS
-from .kinds import is_decoder_only, is_encoder_only
-from .pagetext import MASK_INTRO, STALE, THEME_JS
-from .panels import Face, labs
-from .state import SessionState, head_choices, head_sites, layer_count
-from .state import panel_stamps as stamp
-from .ui_common import (
+from ...core.errors import AttnvizError
+from ...core.model import KINDS
+from ..kinds import is_decoder_only, is_encoder_only
+from ..pagetext import MASK_INTRO, STALE, THEME_JS
+from ..state import SessionState, head_choices, head_sites, layer_count
+from ..state import panel_stamps as stamp
+from ..ui_common import (
     FAST,
     HIDDEN,
     INTERNAL,
@@ -24,7 +23,14 @@ from .ui_common import (
     decoder_menus,
     kind_note,
 )
-from .views import display_token
+from ..views import display_token
+from . import Face, labs
+
+
+def layout(p) -> None:
+    """The labs' tabs, after the Step-through tab: mask lab, head ablation, attribution."""
+    mask_tab(p)
+    other_tabs(p, p.state.value)
 
 
 def mask_tab(p) -> None:
@@ -250,8 +256,7 @@ def attribution_controls(p, ckpt) -> dict:
 
 
 def wire(p) -> None:
-    """The labs' events (each computes its panel when asked, never on a Step) and the
-    selected tab."""
+    """The labs' events (each computes its panel when asked, never on a Step)."""
     lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head, p.window_off]
     mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
 
@@ -265,7 +270,6 @@ def wire(p) -> None:
          p.mask_layer.input, p.mask_head.input, p.window_off.input, p.mask_tab.select],
         mask, [p.state, p.stamps, *lab_in, p.theme], mask_out, js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    _track_tab(p)
 
     def lab(fn, key: str, n: int):
         def run(s, stamps, *args):
@@ -294,15 +298,6 @@ def wire(p) -> None:
         **MODEL_EVENTS,
     )  # fmt: skip
     p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
-
-
-def _track_tab(p) -> None:
-    """The selected tab, kept in ``p.active``: a Step reruns the lab shown, clears the rest."""
-    tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
-            p.attr_tab: "attr",
-            p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
-    for tab, name in tabs.items():
-        tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 
 
 def _alt_menu(state: SessionState, stamps: dict) -> tuple:
