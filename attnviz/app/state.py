@@ -16,7 +16,7 @@ from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..core.errors import InputError
-from ..core.sites import parse_layer
+from ..core.sites import head_name, parse_layer
 from ..data.tasks import TASKS
 from ..train.snapshots import SNAPSHOTS
 from . import store
@@ -176,7 +176,7 @@ def head_sites(state: SessionState, kind: str | None = None) -> list[str]:
     ckpt = checkpoint_of(state)
     kind = kind or state.model_kind
     return [
-        f"{kind} L{i} H{h}"
+        head_name(kind, i, h)
         for i in range(layer_count(ckpt, kind))
         for h in range(ckpt.config.n_heads)
     ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from types import SimpleNamespace
 
 import gradio as gr
 
@@ -42,8 +43,9 @@ CACHE_CLEANUP = (3600, 3600)  # every hour, delete gradio's temp files older tha
 
 
 class Page:
-    """Every component of the page (laid out by the ``ui_*`` modules, as its attributes) and
-    how session results map onto them."""
+    """The page: its own components as attributes (the state, the header, the input, the
+    decoding buttons and the Step-through tab, laid out by ``ui_step`` and ``ui_speech``),
+    each panel module's in :meth:`part`, and how session results map onto them."""
 
     def __init__(self, state: SessionState, ttl_s: float = SESSION_TTL_S, upload_cap: str = ""):
         self.upload_cap = upload_cap  # the largest upload, in words ("2 GB")
@@ -53,6 +55,8 @@ class Page:
         # where a part does not apply to the model's kind: a sentence, and the part hidden
         self.kind_notes: dict[str, gr.Markdown] = {}
         self.kind_bodies: dict[str, gr.Column] = {}
+        #: each panel module's components, by its part name (``"compare"``: see :meth:`part`)
+        self.parts: dict[str, SimpleNamespace] = {}
         ui_step.top(self)
         # every tab in view (wrapped onto a second row), none behind a "more" menu
         with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as self.tabs:
@@ -69,6 +73,12 @@ class Page:
         }  # fmt: skip
         missing = {panel.name for panel in PANELS} ^ set(self.faces)
         assert not missing, f"panels registered without a face, or faces of no panel: {missing}"
+
+    def part(self, name: str) -> SimpleNamespace:
+        """The components one panel module lays out (``"labs"``, ``"health"``, ``"compare"``,
+        ...), as the attributes it gives them: its own to read and wire; another reads
+        one by name (the header's health report, the tabs tracked)."""
+        return self.parts.setdefault(name, SimpleNamespace())
 
     # -- what events return --------------------------------------------------------------------
     def decode_outputs(self) -> list:
@@ -99,7 +109,7 @@ class Page:
         }
         if audio and "mask" in hidden:  # said at once: no list of 1500 frames to block first
             hidden["mask"] = gr.Markdown(value=speech.NOT_FOR_AUDIO, visible=True)
-        bodies = {place: {"whatif": self.wi_box, "mask": self.blocked}.get(place)
+        bodies = {place: {"whatif": self.wi_box, "mask": self.part("labs").blocked}.get(place)
                   or self.kind_bodies.get(place) for place in self.kind_notes}  # fmt: skip
         decodes = not note(ckpt, "decode")  # an encoder-only model reads, nothing more
         examples = store.examples_of(ckpt)
@@ -129,7 +139,7 @@ class Page:
     def control_outputs(self) -> list:
         """What :meth:`controls` sets: the page's own parts, then each panel's."""
         own = [self.model_info, self.model_pick, self.examples, self.input_text, self.speech_row,
-               self.wi_box, self.blocked, *self.kind_notes.values(), *self.kind_bodies.values(),
+               self.wi_box, self.part("labs").blocked, *self.kind_notes.values(), *self.kind_bodies.values(),
                *self.decoding_parts(), self.run_btn]  # fmt: skip
         return _unique([*own, *(c for f in self.faces.values() for c in f.control_outputs)])
 
@@ -189,9 +199,17 @@ def header_face(p: Page) -> Face:
             info = describe(state)
         except AttnvizError:
             info = "⚠ no model loaded: pick one or upload a checkpoint"
-        return {p.model_info: info, p.health_html: "", p.health_plot: None}
+        return {
+            p.model_info: info,
+            p.part("health").health_html: "",
+            p.part("health").health_plot: None,
+        }
 
-    return Face("model", [p.model_info, p.health_html, p.health_plot], rerun=renewed)
+    return Face(
+        "model",
+        [p.model_info, p.part("health").health_html, p.part("health").health_plot],
+        rerun=renewed,
+    )
 
 
 def _unique(components: list) -> list:
@@ -209,8 +227,8 @@ def panel_pages() -> list:
 def track_tabs(p: Page) -> None:
     """The selected tab, kept in ``p.active``: a Step reruns the panel shown, clears the rest
     (the Similarity and Why tabs say it in their own select events)."""
-    tabs = {p.step_tab: "step", p.mask_tab: "mask", p.ablation_tab: "ablation",
-            p.attr_tab: "attr", p.align_tab: "align", p.compare_tab: "compare"}  # fmt: skip
+    tabs = {p.step_tab: "step", p.part("labs").mask_tab: "mask", p.part("labs").ablation_tab: "ablation",
+            p.part("labs").attr_tab: "attr", p.part("align").align_tab: "align", p.part("compare").compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 

@@ -171,13 +171,16 @@ def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
         )
         assert on_rev[md].visible is False
     assert on_bert[page.input_text].label.startswith("Sentence (or a pair")
-    assert on_bert[page.attr_btn].value == "Attribute the filler at the first mask"
-    assert on_rev[page.attr_btn].value == "Attribute the newest token"
-    assert on_bert[page.attr_src].label.startswith("the sentence")
-    assert on_rev[page.attr_src].label == "source"
-    assert on_rev[page.attr_tgt].label == "previous tokens"
+    assert on_bert[page.part("labs").attr_btn].value == "Attribute the filler at the first mask"
+    assert on_rev[page.part("labs").attr_btn].value == "Attribute the newest token"
+    assert on_bert[page.part("labs").attr_src].label.startswith("the sentence")
+    assert on_rev[page.part("labs").attr_src].label == "source"
+    assert on_rev[page.part("labs").attr_tgt].label == "previous tokens"
     assert on_rev[page.input_text].label == "Input"
     # the mask lab and the contrast are hidden whole, their sentence shown in their place
-    assert on_bert[page.mask_body].visible is False and on_rev[page.mask_body].visible is True
+    assert (
+        on_bert[page.part("labs").mask_body].visible is False
+        and on_rev[page.part("labs").mask_body].visible is True
+    )
     body = page.kind_bodies["contrast"]
     assert on_bert[body].visible is False and on_rev[body].visible is True

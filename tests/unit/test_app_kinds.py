@@ -167,21 +167,25 @@ def test_switching_kinds_renews_every_hidden_part(stepped, models_dir):
         assert on_rev[note].visible is False and on_rev[note].value == "", place
         assert back[note].value == want and back[note].visible is bool(want), place
     hidden = [b for k, b in page.kind_bodies.items() if k in NOTES or k in NOT_YET]
-    bodies = [page.wi_box, page.blocked, *hidden]
+    bodies = [page.wi_box, page.part("labs").blocked, *hidden]
     assert all(on_dec[b].visible is False and on_rev[b].visible is True for b in bodies)
     assert all(back[b].visible is False for b in bodies)
     assert on_dec[page.input_text].label == "Prompt" and on_rev[page.input_text].label == "Input"
     assert on_rev[page.reference] == "dlrowolleh" and back[page.reference] == PROMPT
-    assert [c[0] for c in on_dec[page.mask_kind].choices] == ["auto", "decoder_self"]
-    assert [c[0] for c in on_dec[page.compare_kind].choices] == ["decoder_self"]
-    assert on_dec[page.compare_kind].value == "decoder_self"
+    assert [c[0] for c in on_dec[page.part("labs").mask_kind].choices] == ["auto", "decoder_self"]
+    assert [c[0] for c in on_dec[page.part("compare").compare_kind].choices] == ["decoder_self"]
+    assert on_dec[page.part("compare").compare_kind].value == "decoder_self"
     assert (
-        on_rev[page.compare_kind].value == "cross" and len(on_rev[page.compare_kind].choices) == 3
+        on_rev[page.part("compare").compare_kind].value == "cross"
+        and len(on_rev[page.part("compare").compare_kind].choices) == 3
     )
-    assert "causal mask off" in on_dec[page.mask_intro] and "source" not in on_dec[page.mask_intro]
-    assert "hide source tokens" in on_rev[page.mask_intro]
-    assert "self-attention on the prompt" in on_dec[page.attr_layer].label
-    assert "cross-attention" in on_rev[page.attr_layer].label
+    assert (
+        "causal mask off" in on_dec[page.part("labs").mask_intro]
+        and "source" not in on_dec[page.part("labs").mask_intro]
+    )
+    assert "hide source tokens" in on_rev[page.part("labs").mask_intro]
+    assert "self-attention on the prompt" in on_dec[page.part("labs").attr_layer].label
+    assert "cross-attention" in on_rev[page.part("labs").attr_layer].label
 
 
 def test_the_beam_legend_names_the_attention_a_node_draws(stepped, models_dir):

@@ -29,7 +29,7 @@ def page():
 
 def _follow(page, state, stamps_shown, active):
     given = {page.state: state, page.stamps: stamps_shown, page.active: active,
-             page.wi_open: False, page.wi_heads: [], page.blocked: [], page.theme: "light",
+             page.wi_open: False, page.wi_heads: [], page.part("labs").blocked: [], page.theme: "light",
              page.reference: ""}  # fmt: skip
     return page.follow(*(given.get(c) for c in page.follow_inputs()))
 
@@ -55,10 +55,12 @@ def test_follow_loops_over_the_registry(page, models_dir):
     shown = {k: panel_stamps(s)[k] for k in ("attr", "export", "beam", "ablate")}
     nxt = session.step(s).state  # the step moved: attr and export are stale, the input is not
     out = _follow(page, nxt, shown, "step")
-    assert out[page.attr_msg] == STALE and out[page.exp_msg] == STALE  # export: app/panels
+    assert (
+        out[page.part("labs").attr_msg] == STALE and out[page.part("export").exp_msg] == STALE
+    )  # export: app/panels
     assert out[page.stamps] == {k: shown[k] for k in ("beam", "ablate")}
     new = session.start(nxt, "abc").state
-    assert _follow(page, new, shown, "step")[page.ablate_msg] == STALE
+    assert _follow(page, new, shown, "step")[page.part("labs").ablate_msg] == STALE
 
 
 def test_a_panel_module_is_laid_out_from_its_registration():

@@ -599,7 +599,7 @@ def _page():
 def _follow(page, state, stamps, active, ref=""):
     """``page.follow`` as the follow button calls it: the values of ``page.follow_inputs()``."""
     given = {page.state: state, page.stamps: stamps, page.active: active, page.reference: ref,
-             page.wi_open: False, page.wi_heads: [], page.blocked: [], page.theme: "light"}  # fmt: skip
+             page.wi_open: False, page.wi_heads: [], page.part("labs").blocked: [], page.theme: "light"}  # fmt: skip
     return page.follow(*(given.get(c) for c in page.follow_inputs()))
 
 
@@ -631,14 +631,14 @@ def test_stepping_on_the_attribution_tab_renews_its_alternatives(models_dir):
     view = session.step(s)
     assert view.state == nxt and app_stamps.stale_panels(stamps, nxt) == {"attr_alt"}
     out = _follow(page, nxt, stamps, "attr")
-    menu = out[page.attr_alt]
+    menu = out[page.part("labs").attr_alt]
     want, default = labs.alternatives(nxt)
     assert [tuple(c) for c in menu.choices] == [tuple(c) for c in want]
     assert want != labs.alternatives(s)[0] and menu.value == default
     assert nxt.tokens[2] not in [int(v) for _, v in menu.choices]  # the chosen one is no choice
     assert out[page.stamps] == {"attr_alt": app_stamps.panel_stamps(nxt)["attr_alt"]}
     away = _follow(page, nxt, stamps, "step")
-    assert away[page.attr_alt].choices == [] and away[page.stamps] == {}
+    assert away[page.part("labs").attr_alt].choices == [] and away[page.stamps] == {}
 
 
 def test_the_reference_follows_the_output_shown_rules(models_dir, done):
@@ -764,6 +764,8 @@ def test_a_health_report_on_the_input_says_it_went_stale_when_the_file_changed(m
     now = app_stamps.panel_stamps(state)
     old = {"health": (state.model, "older", state.epoch), "model": (state.model, "older")}
     out = _follow(page, state, old, "step")
-    assert out[page.health_html] == STALE and out[page.stamps] == {"model": now["model"]}
+    assert out[page.part("health").health_html] == STALE and out[page.stamps] == {
+        "model": now["model"]
+    }
     out = _follow(page, state, {"model": old["model"]}, "step")  # no report on the input
-    assert out[page.health_html] == ""
+    assert out[page.part("health").health_html] == ""

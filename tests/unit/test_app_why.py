@@ -311,9 +311,16 @@ def test_a_new_step_empties_the_opened_edge_and_cell(stepped):
     now = app_stamps.panel_stamps(stepped)
     plan = app_stamps.follow({k: now[k] for k in wv.PANELS}, session.step(stepped).state, "step")
     out = why_ui.follow(page, stepped, plan)
-    assert out[page.why_flow_msg] == STALE and out[page.why_patch_msg] == STALE
-    for comp in (page.why_edge_plot, page.why_cell_plot, page.why_edge_table, page.why_edge_json):
+    assert (
+        out[page.part("why").why_flow_msg] == STALE and out[page.part("why").why_patch_msg] == STALE
+    )
+    for comp in (
+        page.part("why").why_edge_plot,
+        page.part("why").why_cell_plot,
+        page.part("why").why_edge_table,
+        page.part("why").why_edge_json,
+    ):
         assert out[comp].visible is False
-    for comp in (page.why_edge, page.why_cell_site):
+    for comp in (page.part("why").why_edge, page.part("why").why_cell_site):
         assert out[comp].choices == [] and out[comp].value in (None, [])
-    assert out[page.why_edge_msg] == "" and out[page.why_cell_msg] == ""
+    assert out[page.part("why").why_edge_msg] == "" and out[page.part("why").why_cell_msg] == ""

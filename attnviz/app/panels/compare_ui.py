@@ -19,61 +19,65 @@ from . import compare as compare_lab
 
 def layout(p) -> None:
     """The Compare tab: model B (menu or upload), the head grid, one head drawn A | B."""
-    with gr.Tab("Compare", elem_id="tab-compare") as p.compare_tab:
+    my = p.part("compare")  # this module's components
+    with gr.Tab("Compare", elem_id="tab-compare") as my.compare_tab:
         gr.Markdown(compare_lab.INTRO, elem_classes="explain")
         with gr.Row(equal_height=True):
-            p.compare_model = gr.Dropdown(
+            my.compare_model = gr.Dropdown(
                 choices=store.menu(), value=None, label="model B", elem_id="compare-model",
                 scale=2,
             )  # fmt: skip
-            p.compare_upload = gr.File(
+            my.compare_upload = gr.File(
                 label="…or upload model B", file_count="multiple", elem_id="compare-upload",
                 scale=1, height=110,
             )  # fmt: skip
-            p.compare_files = gr.State([])  # the box's files: a new upload replaces them
-            p.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=0)
-        p.compare_msg = gr.Markdown(elem_id="compare-message")
+            my.compare_files = gr.State([])  # the box's files: a new upload replaces them
+            my.compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=0)
+        my.compare_msg = gr.Markdown(elem_id="compare-message")
         # a grid cell clicked: the page puts "kind layer head" here and presses the button
-        p.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
-        p.compare_pick_btn = gr.Button("pick", elem_id="compare-pick-btn", elem_classes="av-hidden")
-        p.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
+        my.compare_grid = gr.HTML(elem_id="compare-grid", js_on_load=COMPARE_ON_LOAD)
+        my.compare_pick_btn = gr.Button(
+            "pick", elem_id="compare-pick-btn", elem_classes="av-hidden"
+        )
+        my.compare_pick = gr.Textbox("", elem_id="compare-pick", elem_classes="av-hidden")
         with gr.Row():
-            p.compare_kind = gr.Radio(
+            my.compare_kind = gr.Radio(
                 list(KINDS), value="cross", label="head drawn (or click a cell above)",
                 elem_id="compare-kind",
             )  # fmt: skip
-            p.compare_layer = gr.Dropdown(
+            my.compare_layer = gr.Dropdown(
                 ["L0"], value="L0", label="layer", allow_custom_value=STALE_OK
             )
-            p.compare_head = gr.Dropdown(
+            my.compare_head = gr.Dropdown(
                 ["H0"], value="H0", label="head", elem_id="compare-head-menu"
             )
-        p.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
-        p.compare_tokens = gr.HTML(elem_id="compare-tokens")
+        my.compare_head_plot = gr.Plot(label="A | B | A − B", elem_id="compare-head")
+        my.compare_tokens = gr.HTML(elem_id="compare-tokens")
 
 
 def faces(p) -> list[Face]:
     """The tab's result, cleared when the input or model changes; its kinds menu, the loaded
     model's (a decoder-only model compares its self-attention)."""
+    my = p.part("compare")  # this module's components
 
     def kinds(state, ckpt) -> dict:
         have = [k for k in KINDS if layer_count(ckpt, k)]
         return {
-            p.compare_kind: gr.Radio(choices=have, value="cross" if "cross" in have else have[0])
+            my.compare_kind: gr.Radio(choices=have, value="cross" if "cross" in have else have[0])
         }
 
     return [
         Face(
             "compare",
-            [p.compare_grid, p.compare_head_plot, p.compare_tokens, p.compare_msg],
+            [my.compare_grid, my.compare_head_plot, my.compare_tokens, my.compare_msg],
             clear=lambda s, v: {
-                p.compare_grid: "",
-                p.compare_head_plot: None,
-                p.compare_tokens: "",
-                p.compare_msg: STALE,
+                my.compare_grid: "",
+                my.compare_head_plot: None,
+                my.compare_tokens: "",
+                my.compare_msg: STALE,
             },
             controls=kinds,
-            control_outputs=[p.compare_kind],
+            control_outputs=[my.compare_kind],
         )
     ]
 
@@ -81,8 +85,9 @@ def faces(p) -> list[Face]:
 def wire(p) -> None:
     """The Compare tab: computed when model B (menu or upload), the head (menus or a click on
     the grid) or the button asks, never on a Step."""
-    outs = [p.compare_grid, p.compare_head_plot, p.compare_tokens, p.compare_msg, p.stamps,
-            p.compare_layer, p.compare_head]  # fmt: skip
+    my = p.part("compare")  # this module's components
+    outs = [my.compare_grid, my.compare_head_plot, my.compare_tokens, my.compare_msg, p.stamps,
+            my.compare_layer, my.compare_head]  # fmt: skip
 
     def run(state, stamps, model_b, kind, layer, head, theme):
         kind = compare_lab.kind_of(state, kind)  # a decoder-only model: decoder_self alone
@@ -96,10 +101,10 @@ def wire(p) -> None:
         return (view.grid_html, head_fig, view.tokens_html, view.message, stamps, *menus)
 
     gr.on(
-        [p.compare_model.input, p.compare_btn.click, p.compare_kind.input,
-         p.compare_layer.input, p.compare_head.input],
-        run, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
-              p.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
+        [my.compare_model.input, my.compare_btn.click, my.compare_kind.input,
+         my.compare_layer.input, my.compare_head.input],
+        run, [p.state, p.stamps, my.compare_model, my.compare_kind, my.compare_layer,
+              my.compare_head, p.theme], outs, js=THEME_JS, **INTERNAL,
     )  # fmt: skip
 
     def pick(state, stamps, model_b, value, theme):
@@ -109,9 +114,9 @@ def wire(p) -> None:
             return (*[gr.skip()] * 3, f"⚠ {exc}", *[gr.skip()] * 4)
         return (*run(state, stamps, model_b, kind, layer, head, theme), kind)
 
-    p.compare_pick_btn.click(
-        pick, [p.state, p.stamps, p.compare_model, p.compare_pick, p.theme],
-        [*outs, p.compare_kind], js=PICK_JS, **INTERNAL,
+    my.compare_pick_btn.click(
+        pick, [p.state, p.stamps, my.compare_model, my.compare_pick, p.theme],
+        [*outs, my.compare_kind], js=PICK_JS, **INTERNAL,
     )  # fmt: skip
 
     def upload(state, stamps, files, held, model_b, kind, layer, head, theme):
@@ -126,10 +131,10 @@ def wire(p) -> None:
         menu = gr.Dropdown(choices=compare_lab.model_choices(state), value=name)
         return (*run(state, stamps, name, kind, layer, head, theme), menu, box, new)
 
-    p.compare_upload.upload(
-        upload, [p.state, p.stamps, p.compare_upload, p.compare_files, p.compare_model,
-                 p.compare_kind, p.compare_layer, p.compare_head, p.theme],
-        [*outs, p.compare_model, p.compare_upload, p.compare_files], js=THEME_JS, **INTERNAL,
+    my.compare_upload.upload(
+        upload, [p.state, p.stamps, my.compare_upload, my.compare_files, my.compare_model,
+                 my.compare_kind, my.compare_layer, my.compare_head, p.theme],
+        [*outs, my.compare_model, my.compare_upload, my.compare_files], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
 
     def cleared(state, stamps, model_b, kind, layer, head, theme):
@@ -138,11 +143,11 @@ def wire(p) -> None:
             return (*[gr.skip()] * 3, "", *[gr.skip()] * 3, [])
         return (*run(state, stamps, model_b, kind, layer, head, theme), [])
 
-    p.compare_upload.clear(
-        cleared, [p.state, p.stamps, p.compare_model, p.compare_kind, p.compare_layer,
-                  p.compare_head, p.theme], [*outs, p.compare_files], js=THEME_JS, **INTERNAL,
+    my.compare_upload.clear(
+        cleared, [p.state, p.stamps, my.compare_model, my.compare_kind, my.compare_layer,
+                  my.compare_head, p.theme], [*outs, my.compare_files], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.compare_tab.select(
+    my.compare_tab.select(
         lambda s, b: gr.Dropdown(choices=compare_lab.model_choices(s), value=b),
-        [p.state, p.compare_model], [p.compare_model], **HIDDEN,
+        [p.state, my.compare_model], [my.compare_model], **HIDDEN,
     )  # fmt: skip

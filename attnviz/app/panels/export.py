@@ -86,27 +86,29 @@ def export(
 # -- on the page --------------------------------------------------------------------------------
 def layout(p) -> None:
     """The Export tab: one button per format, the download."""
+    my = p.part("export")  # this module's components
     import gradio as gr
 
-    with gr.Tab("Export", elem_id="tab-export") as p.export_tab:
+    with gr.Tab("Export", elem_id="tab-export") as my.export_tab:
         gr.Markdown(
             "Every heatmap has a PNG button; every lab figure a camera button. "
             "Files of the state shown (their attention follows the step view's "
             "**show: pieces | words** switch):"
         )
         with gr.Row():
-            p.exp_html = gr.Button("HTML report", elem_id="export-html")
-            p.exp_json = gr.Button("JSON trace", elem_id="export-json")
-            p.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
+            my.exp_html = gr.Button("HTML report", elem_id="export-html")
+            my.exp_json = gr.Button("JSON trace", elem_id="export-json")
+            my.exp_npz = gr.Button("NPZ trace", elem_id="export-npz")
         # the step view's pieces | words switch, read by UNIT_JS when a button is pressed
-        p.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
-        p.exp_msg = gr.Markdown(elem_id="export-message")
-        p.exp_file = gr.File(label="download", elem_id="export-file")
+        my.exp_unit = gr.Textbox("pieces", elem_id="export-unit", elem_classes="av-hidden")
+        my.exp_msg = gr.Markdown(elem_id="export-message")
+        my.exp_file = gr.File(label="download", elem_id="export-file")
 
 
 def wire(p) -> None:
     """Each button writes its file of the state shown, stamped so that it follows the step;
     the tab, when selected, is the one shown (``p.active``)."""
+    my = p.part("export")  # this module's components
     from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL
 
@@ -115,23 +117,25 @@ def wire(p) -> None:
         return view.path, view.message, {**stamps, "export": panel_stamps(state)["export"]}
 
     # the Why this token tab's kept results join the HTML report (when the tab is on the page)
-    why = [p.why_kept] if hasattr(p, "why_kept") else []
-    for btn, what in ((p.exp_html, "html"), (p.exp_json, "json"), (p.exp_npz, "npz")):
+    kept = getattr(p.part("why"), "why_kept", None)
+    why = [kept] if kept is not None else []
+    for btn, what in ((my.exp_html, "html"), (my.exp_json, "json"), (my.exp_npz, "npz")):
         btn.click(
             # the unit last: UNIT_JS writes the page's switch into the last input
             lambda s, stamps, *rest, what=what: written(s, stamps, rest[-1], what, *rest[:-1]),
-            [p.state, p.stamps, *why, p.exp_unit], [p.exp_file, p.exp_msg, p.stamps],
+            [p.state, p.stamps, *why, my.exp_unit], [my.exp_file, my.exp_msg, p.stamps],
             js=UNIT_JS, **INTERNAL,
         )  # fmt: skip
-    p.export_tab.select(lambda: "export", None, [p.active], **HIDDEN, **FAST)
+    my.export_tab.select(lambda: "export", None, [p.active], **HIDDEN, **FAST)
 
 
 def faces(p) -> list[Face]:
     """The file and its line, emptied when the step shown changes."""
+    my = p.part("export")  # this module's components
     return [
         Face(
             "export",
-            [p.exp_file, p.exp_msg],
-            clear=lambda s, v: {p.exp_file: None, p.exp_msg: STALE},
+            [my.exp_file, my.exp_msg],
+            clear=lambda s, v: {my.exp_file: None, my.exp_msg: STALE},
         )
     ]

@@ -94,21 +94,23 @@ def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
 def layout(p) -> None:
     """The Checkpoint health tab: more inputs for a model without a task, the button, the
     report and the head roles."""
+    my = p.part("health")  # this module's components
     import gradio as gr
 
-    with gr.Tab("Checkpoint health", elem_id="tab-health") as p.health_tab:
-        p.health_extra = gr.Textbox(
+    with gr.Tab("Checkpoint health", elem_id="tab-health") as my.health_tab:
+        my.health_extra = gr.Textbox(
             label="for a model without a task: the current input is checked, and these "
             "inputs too (one per line)", lines=2, elem_id="health-inputs",
         )  # fmt: skip
-        p.health_btn = gr.Button("Run the health check", elem_id="health-btn")
-        p.health_html = gr.HTML(elem_id="health-report")
-        p.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
+        my.health_btn = gr.Button("Run the health check", elem_id="health-btn")
+        my.health_html = gr.HTML(elem_id="health-report")
+        my.health_plot = gr.Plot(label="head roles", elem_id="health-heads")
 
 
 def wire(p) -> None:
     """The button runs the check (stamped when it was run on the current input, so that it
     follows it); the tab, when selected, is the one shown (``p.active``)."""
+    my = p.part("health")  # this module's components
     from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL, dark
 
@@ -120,19 +122,20 @@ def wire(p) -> None:
             stamps["health"] = panel_stamps(state)["health"]
         return view.message, fig, stamps
 
-    p.health_btn.click(
-        checked, [p.state, p.stamps, p.health_extra, p.theme],
-        [p.health_html, p.health_plot, p.stamps], js=THEME_JS, **INTERNAL,
+    my.health_btn.click(
+        checked, [p.state, p.stamps, my.health_extra, p.theme],
+        [my.health_html, my.health_plot, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.health_tab.select(lambda: "health", None, [p.active], **HIDDEN, **FAST)
+    my.health_tab.select(lambda: "health", None, [p.active], **HIDDEN, **FAST)
 
 
 def faces(p) -> list[Face]:
     """The report, said to be for an earlier input when the one it was checked on changes."""
+    my = p.part("health")  # this module's components
     return [
         Face(
             "health",
-            [p.health_html, p.health_plot],
-            clear=lambda s, v: {p.health_html: STALE, p.health_plot: None},
+            [my.health_html, my.health_plot],
+            clear=lambda s, v: {my.health_html: STALE, my.health_plot: None},
         )
     ]

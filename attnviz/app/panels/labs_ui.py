@@ -34,71 +34,73 @@ def layout(p) -> None:
 
 
 def mask_tab(p) -> None:
-    with gr.Tab("Mask lab", elem_id="tab-mask") as p.mask_tab:
+    my = p.part("labs")  # this module's components
+    with gr.Tab("Mask lab", elem_id="tab-mask") as my.mask_tab:
         kind_note(p, "mask")  # no source tokens to block (or, encoder-only, no lab): why
-        with gr.Column() as p.mask_body:  # hidden for an encoder-only model
-            p.mask_intro = gr.Markdown(  # a decoder-only model's: no source tokens to hide
+        with gr.Column() as my.mask_body:  # hidden for an encoder-only model
+            my.mask_intro = gr.Markdown(  # a decoder-only model's: no source tokens to hide
                 MASK_INTRO["encoder-decoder"], elem_id="mask-intro", elem_classes="explain"
             )
             with gr.Row():
-                p.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
-                p.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
-                p.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
-                p.window_off = gr.CheckboxGroup(  # Gemma 3, Mistral: shown where layers have one
+                my.causal = gr.Checkbox(label="causal mask off", elem_id="causal-toggle")
+                my.padding = gr.Checkbox(label="padding mask off", elem_id="padding-toggle")
+                my.blocked = gr.CheckboxGroup(label="block source tokens", elem_id="block-tokens")
+                my.window_off = gr.CheckboxGroup(  # Gemma 3, Mistral: shown where layers have one
                     label="sliding window off on layers", elem_id="window-off", visible=False
                 )
             with gr.Row():
-                p.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
-                p.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
-                p.mask_head = gr.Dropdown(
+                my.mask_kind = gr.Radio(["auto", *KINDS], value="auto", label="show")
+                my.mask_layer = gr.Dropdown(label="layer", allow_custom_value=STALE_OK)
+                my.mask_head = gr.Dropdown(
                     ["mean"], value="mean", label="head", allow_custom_value=STALE_OK
                 )
-            p.mask_msg = gr.Markdown(elem_id="mask-message")
-            p.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
-            p.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
+            my.mask_msg = gr.Markdown(elem_id="mask-message")
+            my.mask_plot = gr.Plot(label="before / after / difference", elem_id="heatmap-mask")
+            my.mask_probs = gr.Plot(label="next token before vs after", elem_id="mask-next")
 
 
 def other_tabs(p, state: SessionState) -> None:
     """Head ablation and attribution."""
+    my = p.part("labs")  # this module's components
     layers, heads = decoder_menus(state)
-    with gr.Tab("Head ablation", elem_id="tab-ablation") as p.ablation_tab:
-        p.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
+    with gr.Tab("Head ablation", elem_id="tab-ablation") as my.ablation_tab:
+        my.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
         with gr.Row():
-            p.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
-            p.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
-        p.ablate_msg = gr.Markdown(elem_id="ablate-message")
-        p.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
-        p.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
+            my.ablate_btn = gr.Button("Rerun with these heads off", elem_id="ablate-btn")
+            my.rank_btn = gr.Button("Rank heads by effect", elem_id="rank-btn")
+        my.ablate_msg = gr.Markdown(elem_id="ablate-message")
+        my.ablate_plot = gr.Plot(label="probability change", elem_id="ablation-plot")
+        my.rank_table = gr.Dataframe(  # shown once heads are ranked (empty, no table)
             headers=["head", "changed outputs", "max |Δp|", "mean |Δp|"], interactive=False,
             elem_id="rank-table", visible=False,
         )  # fmt: skip
-    with gr.Tab("Attribution", elem_id="tab-attribution") as p.attr_tab:
+    with gr.Tab("Attribution", elem_id="tab-attribution") as my.attr_tab:
         with gr.Row():
-            p.attr_layer = gr.Dropdown(
+            my.attr_layer = gr.Dropdown(
                 layers, value=(layers or [None])[-1], label="layer of the attention compared",
                 allow_custom_value=STALE_OK,
             )  # fmt: skip
-            p.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
-        p.attr_msg = gr.Markdown(elem_id="attr-message")
-        p.attr_src = gr.Plot(label="source", elem_id="attribution-src")
-        p.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
+            my.attr_btn = gr.Button("Attribute the newest token", elem_id="attr-btn")
+        my.attr_msg = gr.Markdown(elem_id="attr-message")
+        my.attr_src = gr.Plot(label="source", elem_id="attribution-src")
+        my.attr_tgt = gr.Plot(label="previous tokens", elem_id="attribution-tgt")
         kind_note(p, "contrast")  # an encoder-only model has no next token to contrast
         with gr.Column() as p.kind_bodies["contrast"]:
             gr.Markdown("### Why this token and not that one")
             with gr.Row():
-                p.attr_alt = gr.Dropdown(
+                my.attr_alt = gr.Dropdown(
                     label="…and not this candidate (default: the runner-up; for a forced "
                     "token, the model's own choice)", elem_id="attr-alt", allow_custom_value=True,
                     scale=3,
                 )  # fmt: skip
-                p.attr_head = gr.Dropdown(
+                my.attr_head = gr.Dropdown(
                     ["mean", *heads], value="mean", label="head of the attention rows", scale=1
                 )
-                p.attr_vs_btn = gr.Button(
+                my.attr_vs_btn = gr.Button(
                     "Why this token and not that one", elem_id="attr-vs-btn", scale=1
                 )
-            p.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
-            p.attr_vs_plot = gr.Plot(
+            my.attr_vs_msg = gr.Markdown(elem_id="attr-vs-message")
+            my.attr_vs_plot = gr.Plot(
                 label="contrastive attribution and next-step attention",
                 elem_id="attribution-contrast",
             )
@@ -108,16 +110,17 @@ def mask_panels(
     p, state, causal, padding, blocked, kind, layer, head, window=None, theme="light"
 ) -> dict:
     """The mask lab's panels computed for ``state`` with these switches."""
+    my = p.part("labs")  # this module's components
     v = labs.mask_lab(
         state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head,
         window or [],
     )  # fmt: skip
     figs = dark((v.figures + [None, None])[:2], theme)
     return {
-        p.mask_plot: figs[0],
-        p.mask_probs: figs[1],
-        p.mask_msg: v.message,
-        p.blocked: block_choices(state, blocked),
+        my.mask_plot: figs[0],
+        my.mask_probs: figs[1],
+        my.mask_msg: v.message,
+        my.blocked: block_choices(state, blocked),
     }
 
 
@@ -153,82 +156,84 @@ ATTR_LABELS = {
 def faces(p) -> list[Face]:
     """The labs' panels on the page (:class:`~attnviz.app.panels.Face`): what each clears,
     reruns and sets for the loaded model."""
-    mask_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head,
-               p.window_off, p.theme]  # fmt: skip
+    my = p.part("labs")  # this module's components
+    mask_in = [my.causal, my.padding, my.blocked, my.mask_kind, my.mask_layer, my.mask_head,
+               my.window_off, p.theme]  # fmt: skip
     return [
         Face(
             "mask",
-            [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked],
+            [my.mask_plot, my.mask_probs, my.mask_msg, my.blocked],
             clear=lambda s, v: {
-                p.mask_plot: None,
-                p.mask_probs: None,
-                p.mask_msg: STALE,
-                p.blocked: block_choices(s, v[p.blocked]),
+                my.mask_plot: None,
+                my.mask_probs: None,
+                my.mask_msg: STALE,
+                my.blocked: block_choices(s, v[my.blocked]),
             },
             rerun=lambda s, v: mask_panels(p, s, *(v[c] for c in mask_in[:-1]), theme=v[p.theme]),
             inputs=mask_in,
             controls=lambda s, ckpt: mask_controls(p, ckpt),
             control_outputs=[
-                p.mask_layer,
-                p.window_off,
-                p.mask_kind,
-                p.mask_intro,
-                p.mask_head,
-                p.mask_body,
+                my.mask_layer,
+                my.window_off,
+                my.mask_kind,
+                my.mask_intro,
+                my.mask_head,
+                my.mask_body,
             ],
         ),
         Face(
             "attr",
-            [p.attr_src, p.attr_tgt, p.attr_msg],
-            clear=lambda s, v: {p.attr_src: None, p.attr_tgt: None, p.attr_msg: STALE},
+            [my.attr_src, my.attr_tgt, my.attr_msg],
+            clear=lambda s, v: {my.attr_src: None, my.attr_tgt: None, my.attr_msg: STALE},
             controls=lambda s, ckpt: attribution_controls(p, ckpt),
-            control_outputs=[p.attr_layer, p.attr_head, p.attr_btn, p.attr_src, p.attr_tgt],
+            control_outputs=[my.attr_layer, my.attr_head, my.attr_btn, my.attr_src, my.attr_tgt],
         ),
         Face(
             "attr_vs",
-            [p.attr_vs_plot, p.attr_vs_msg],
-            clear=lambda s, v: {p.attr_vs_plot: None, p.attr_vs_msg: STALE},
+            [my.attr_vs_plot, my.attr_vs_msg],
+            clear=lambda s, v: {my.attr_vs_plot: None, my.attr_vs_msg: STALE},
         ),
         Face(
             "attr_alt",
-            [p.attr_alt],
-            clear=lambda s, v: {p.attr_alt: gr.Dropdown(choices=[], value=None)},
-            rerun=lambda s, v: {p.attr_alt: alt_choices(s)},  # the shown step's candidates
+            [my.attr_alt],
+            clear=lambda s, v: {my.attr_alt: gr.Dropdown(choices=[], value=None)},
+            rerun=lambda s, v: {my.attr_alt: alt_choices(s)},  # the shown step's candidates
         ),
         Face(
             "ablate",
-            [p.ablate_plot, p.ablate_msg, p.rank_table],
+            [my.ablate_plot, my.ablate_msg, my.rank_table],
             clear=lambda s, v: {
-                p.ablate_plot: None,
-                p.ablate_msg: STALE,
-                p.rank_table: gr.Dataframe(value=None, visible=False),
+                my.ablate_plot: None,
+                my.ablate_msg: STALE,
+                my.rank_table: gr.Dataframe(value=None, visible=False),
             },
             controls=lambda s, ckpt: {
-                p.ablate_sites: gr.CheckboxGroup(
+                my.ablate_sites: gr.CheckboxGroup(
                     choices=[x for k in KINDS for x in head_sites(s, k)], value=[]
                 )
             },
-            control_outputs=[p.ablate_sites],
+            control_outputs=[my.ablate_sites],
         ),
     ]
 
 
 def mask_controls(p, ckpt) -> dict:
     """The mask lab's menus for ``ckpt``: its decoder layers, heads, kinds, local layers."""
+    my = p.part("labs")  # this module's components
     cfg = ckpt.config
     dec = [f"L{i}" for i in range(cfg.n_decoder_layers)]
     local = [f"L{i}" for i in range(cfg.n_decoder_layers) if cfg.layer_window(i)]
     heads = [h for h in head_choices(ckpt) if h != "all heads"]
     one = is_decoder_only(ckpt)
     return {  # no mask lab for encoder-only yet, nor for a speech model
-        p.mask_body: gr.Column(visible=not is_encoder_only(ckpt) and not ckpt.is_audio),
-        p.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
-        p.window_off: gr.CheckboxGroup(choices=local, value=[], visible=bool(local)),
-        p.mask_kind: gr.Radio(  # the kinds this model has
+        my.mask_body: gr.Column(visible=not is_encoder_only(ckpt) and not ckpt.is_audio),
+        my.mask_layer: gr.Dropdown(choices=["last", *dec], value="last"),
+        my.window_off: gr.CheckboxGroup(choices=local, value=[], visible=bool(local)),
+        my.mask_kind: gr.Radio(  # the kinds this model has
             choices=["auto", *(k for k in KINDS if layer_count(ckpt, k))], value="auto"
         ),
-        p.mask_intro: MASK_INTRO["decoder-only" if one else "encoder-decoder"],
-        p.mask_head: gr.Dropdown(choices=heads, value="mean"),
+        my.mask_intro: MASK_INTRO["decoder-only" if one else "encoder-decoder"],
+        my.mask_head: gr.Dropdown(choices=heads, value="mean"),
     }
 
 
@@ -236,6 +241,7 @@ def attribution_controls(p, ckpt) -> dict:
     """The Attribution tab for ``ckpt``: an encoder-only model's button and figures explain the
     filler at its first mask token over the sentence (its encoder's layers), not the newest
     decoded token."""
+    my = p.part("labs")  # this module's components
     reads = is_encoder_only(ckpt)
     one = is_decoder_only(ckpt)
     cfg = ckpt.config
@@ -245,20 +251,29 @@ def attribution_controls(p, ckpt) -> dict:
     words = ATTR_LABELS["read" if reads else "decode"]
     heads = [h for h in head_choices(ckpt) if h != "all heads"]
     return {
-        p.attr_layer: gr.Dropdown(
+        my.attr_layer: gr.Dropdown(
             choices=layers, value=(layers or [None])[-1], label=f"layer of the {rows} compared"
         ),
-        p.attr_head: gr.Dropdown(choices=heads, value="mean"),
-        p.attr_btn: gr.Button(words[0]),
-        p.attr_src: gr.Plot(label=words[1]),
-        p.attr_tgt: gr.Plot(label=words[2]),
+        my.attr_head: gr.Dropdown(choices=heads, value="mean"),
+        my.attr_btn: gr.Button(words[0]),
+        my.attr_src: gr.Plot(label=words[1]),
+        my.attr_tgt: gr.Plot(label=words[2]),
     }
 
 
 def wire(p) -> None:
     """The labs' events (each computes its panel when asked, never on a Step)."""
-    lab_in = [p.causal, p.padding, p.blocked, p.mask_kind, p.mask_layer, p.mask_head, p.window_off]
-    mask_out = [p.mask_plot, p.mask_probs, p.mask_msg, p.blocked, p.stamps]
+    my = p.part("labs")  # this module's components
+    lab_in = [
+        my.causal,
+        my.padding,
+        my.blocked,
+        my.mask_kind,
+        my.mask_layer,
+        my.mask_head,
+        my.window_off,
+    ]
+    mask_out = [my.mask_plot, my.mask_probs, my.mask_msg, my.blocked, p.stamps]
 
     def mask(s, stamps, *args):
         *args, theme = args
@@ -266,8 +281,8 @@ def wire(p) -> None:
         return (*out.values(), {**stamps, "mask": stamp(s)["mask"]})
 
     gr.on(
-        [p.causal.input, p.padding.input, p.blocked.input, p.mask_kind.input,
-         p.mask_layer.input, p.mask_head.input, p.window_off.input, p.mask_tab.select],
+        [my.causal.input, my.padding.input, my.blocked.input, my.mask_kind.input,
+         my.mask_layer.input, my.mask_head.input, my.window_off.input, my.mask_tab.select],
         mask, [p.state, p.stamps, *lab_in, p.theme], mask_out, js=THEME_JS, **INTERNAL,
     )  # fmt: skip
 
@@ -280,24 +295,24 @@ def wire(p) -> None:
 
         return run
 
-    p.ablate_btn.click(
-        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, p.ablate_sites, p.theme],
-        [p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    my.ablate_btn.click(
+        lab(labs.ablation, "ablate", 1), [p.state, p.stamps, my.ablate_sites, p.theme],
+        [my.ablate_plot, my.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.rank_btn.click(
+    my.rank_btn.click(
         _rank, [p.state, p.stamps, p.theme],
-        [p.rank_table, p.ablate_plot, p.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
+        [my.rank_table, my.ablate_plot, my.ablate_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.attr_btn.click(
-        lab(labs.attribution, "attr", 2), [p.state, p.stamps, p.attr_layer, p.theme],
-        [p.attr_src, p.attr_tgt, p.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
+    my.attr_btn.click(
+        lab(labs.attribution, "attr", 2), [p.state, p.stamps, my.attr_layer, p.theme],
+        [my.attr_src, my.attr_tgt, my.attr_msg, p.stamps], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.attr_vs_btn.click(
-        _contrast, [p.state, p.stamps, p.attr_alt, p.attr_layer, p.attr_head, p.theme],
-        [p.attr_vs_plot, p.attr_vs_msg, p.stamps, p.attr_alt], js=THEME_JS, api_name="contrast",
+    my.attr_vs_btn.click(
+        _contrast, [p.state, p.stamps, my.attr_alt, my.attr_layer, my.attr_head, p.theme],
+        [my.attr_vs_plot, my.attr_vs_msg, p.stamps, my.attr_alt], js=THEME_JS, api_name="contrast",
         **MODEL_EVENTS,
     )  # fmt: skip
-    p.attr_tab.select(_alt_menu, [p.state, p.stamps], [p.attr_alt, p.stamps], **HIDDEN, **FAST)
+    my.attr_tab.select(_alt_menu, [p.state, p.stamps], [my.attr_alt, p.stamps], **HIDDEN, **FAST)
 
 
 def _alt_menu(state: SessionState, stamps: dict) -> tuple:

@@ -114,22 +114,23 @@ def playback(
 # -- on the page --------------------------------------------------------------------------------
 def layout(p) -> None:
     """The Training playback tab: the snapshot slider, layer, head, Play, the figures."""
+    my = p.part("playback")  # this module's components
     import gradio as gr
 
     from ..ui_common import STALE_OK
 
-    with gr.Tab("Training playback", elem_id="tab-playback") as p.play_tab:
+    with gr.Tab("Training playback", elem_id="tab-playback") as my.play_tab:
         with gr.Row():
-            p.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
-            p.play_layer = gr.Dropdown(label="layer", scale=1, allow_custom_value=STALE_OK)
-            p.play_head = gr.Dropdown(
+            my.play_slider = gr.Slider(0, 1, value=0, step=1, label="snapshot", scale=3)
+            my.play_layer = gr.Dropdown(label="layer", scale=1, allow_custom_value=STALE_OK)
+            my.play_head = gr.Dropdown(
                 ["mean"], value="mean", label="head", scale=1, allow_custom_value=STALE_OK
             )
-            p.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
-        p.play_timer = gr.Timer(0.6, active=False)
-        p.play_msg = gr.Markdown(elem_id="play-message")
-        p.play_plot = gr.Plot(label="attention on the probe", elem_id="playback-plot")
-        p.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
+            my.play_btn = gr.Button("Play ▶", elem_id="play-btn", scale=1)
+        my.play_timer = gr.Timer(0.6, active=False)
+        my.play_msg = gr.Markdown(elem_id="play-message")
+        my.play_plot = gr.Plot(label="attention on the probe", elem_id="playback-plot")
+        my.play_curves = gr.Plot(  # a run that measured induction heads (the repeat task)
             label="induction heads forming", elem_id="playback-curves", visible=False
         )
 
@@ -137,57 +138,60 @@ def layout(p) -> None:
 def wire(p) -> None:
     """A snapshot drawn when the slider, layer or head changes or the tab shows; Play steps
     the slider on a timer until the last snapshot; the tab tracked in ``p.active``."""
+    my = p.part("playback")  # this module's components
     import gradio as gr
 
     from ..ui_common import FAST, HIDDEN, INTERNAL
 
-    play_in = [p.state, p.play_slider, p.play_layer, p.play_head, p.theme]
+    play_in = [p.state, my.play_slider, my.play_layer, my.play_head, p.theme]
     gr.on(
-        [p.play_slider.input, p.play_layer.input, p.play_head.input, p.play_tab.select],
-        _shown, play_in, [p.play_plot, p.play_curves, p.play_msg], js=THEME_JS, **INTERNAL,
+        [my.play_slider.input, my.play_layer.input, my.play_head.input, my.play_tab.select],
+        _shown, play_in, [my.play_plot, my.play_curves, my.play_msg], js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.play_btn.click(_toggle, [p.play_btn], [p.play_btn, p.play_timer], **HIDDEN, **FAST)
-    p.play_timer.tick(
+    my.play_btn.click(_toggle, [my.play_btn], [my.play_btn, my.play_timer], **HIDDEN, **FAST)
+    my.play_timer.tick(
         _tick, play_in,
-        [p.play_slider, p.play_plot, p.play_curves, p.play_msg, p.play_btn, p.play_timer],
+        [my.play_slider, my.play_plot, my.play_curves, my.play_msg, my.play_btn, my.play_timer],
         js=THEME_JS, **INTERNAL,
     )  # fmt: skip
-    p.play_tab.select(lambda: "play", None, [p.active], **HIDDEN, **FAST)
+    my.play_tab.select(lambda: "play", None, [p.active], **HIDDEN, **FAST)
 
 
 def faces(p) -> list[Face]:
     """The menus for the loaded model; the snapshots' range renewed with the checkpoint file."""
+    my = p.part("playback")  # this module's components
 
     def renewed(state: SessionState, values: dict) -> dict:
         try:
             ckpt = checkpoint_of(state)
         except AttnvizError:
             return {}
-        return {p.play_slider: controls(p, state, ckpt)[p.play_slider]}
+        return {my.play_slider: controls(p, state, ckpt)[my.play_slider]}
 
     return [
         Face(
             "playback",
-            [p.play_slider],
+            [my.play_slider],
             rerun=renewed,
             controls=lambda s, ckpt: controls(p, s, ckpt),
-            control_outputs=[p.play_slider, p.play_layer, p.play_head, p.play_btn],
+            control_outputs=[my.play_slider, my.play_layer, my.play_head, my.play_btn],
         )
     ]
 
 
 def controls(p, state: SessionState, ckpt) -> dict:
     """The tab's menus for ``ckpt``: the snapshots' range, the decoder layers and heads."""
+    my = p.part("playback")  # this module's components
     import gradio as gr
 
     steps = playback_steps(state)
     dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
     heads = [h for h in head_choices(ckpt) if h != "all heads"]
     return {
-        p.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
-        p.play_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
-        p.play_head: gr.Dropdown(choices=heads, value="mean"),
-        p.play_btn: gr.Button(interactive=bool(steps)),
+        my.play_slider: gr.Slider(maximum=max(len(steps) - 1, 1), value=0),
+        my.play_layer: gr.Dropdown(choices=dec, value=dec[-1] if dec else None),
+        my.play_head: gr.Dropdown(choices=heads, value="mean"),
+        my.play_btn: gr.Button(interactive=bool(steps)),
     }
 
 

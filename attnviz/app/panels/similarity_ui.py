@@ -20,43 +20,46 @@ from . import similarity as sv
 
 def layout(p) -> None:
     """The tab's layout: the three sentences, Compare and the JSON download, the results."""
-    with gr.Tab("Similarity", elem_id="tab-similarity") as p.sim_tab:
+    my = p.part("similarity")  # this module's components
+    with gr.Tab("Similarity", elem_id="tab-similarity") as my.sim_tab:
         gr.Markdown(sv.INTRO, elem_classes="explain")
-        p.sim_note = gr.Markdown(visible=False, elem_id="similarity-note", elem_classes="explain")
-        with gr.Column() as p.sim_body:
+        my.sim_note = gr.Markdown(visible=False, elem_id="similarity-note", elem_classes="explain")
+        with gr.Column() as my.sim_body:
             with gr.Row(equal_height=True):
-                p.sim_a = gr.Textbox(
+                my.sim_a = gr.Textbox(
                     label="sentence A", placeholder="empty: the input box above", lines=2,
                     elem_id="similarity-a",
                 )  # fmt: skip
-                p.sim_b = gr.Textbox(label="sentence B", lines=2, elem_id="similarity-b")
-                p.sim_c = gr.Textbox(
+                my.sim_b = gr.Textbox(label="sentence B", lines=2, elem_id="similarity-b")
+                my.sim_c = gr.Textbox(
                     label="sentence C (optional: is B or C closer to A?)", lines=2,
                     elem_id="similarity-c",
                 )  # fmt: skip
             with gr.Row():
-                p.sim_btn = gr.Button(
+                my.sim_btn = gr.Button(
                     "Compare", variant="primary", elem_id="similarity-btn", scale=0
                 )
-                p.sim_json = gr.DownloadButton(
+                my.sim_json = gr.DownloadButton(
                     "Download JSON", visible=False, elem_id="similarity-json", scale=0, size="sm"
                 )
-            p.sim_msg = gr.Markdown(elem_id="similarity-message")
+            my.sim_msg = gr.Markdown(elem_id="similarity-message")
             with gr.Row():
                 with gr.Column(scale=3):
-                    p.sim_pairs = gr.Plot(
+                    my.sim_pairs = gr.Plot(
                         label="token pairs: A (rows) × B (columns)", elem_id="similarity-pairs",
                         visible=False,
                     )  # fmt: skip
                 with gr.Column(scale=1, min_width=220):
-                    p.sim_top = gr.Markdown(elem_id="similarity-top")
-            p.sim_shares = gr.Plot(
+                    my.sim_top = gr.Markdown(elem_id="similarity-top")
+            my.sim_shares = gr.Plot(
                 label="each token's share", elem_id="similarity-shares", visible=False
             )
-            p.sim_ig = gr.Plot(label="Integrated Gradients", elem_id="similarity-ig", visible=False)
-            p.sim_ig_msg = gr.Markdown(elem_id="similarity-ig-message")
-            p.sim_rank = gr.Markdown(elem_id="similarity-rank")
-            p.sim_rank_plot = gr.Plot(
+            my.sim_ig = gr.Plot(
+                label="Integrated Gradients", elem_id="similarity-ig", visible=False
+            )
+            my.sim_ig_msg = gr.Markdown(elem_id="similarity-ig-message")
+            my.sim_rank = gr.Markdown(elem_id="similarity-rank")
+            my.sim_rank_plot = gr.Plot(
                 label="the closer sentence's pairs", elem_id="similarity-rank-pairs",
                 visible=False,
             )  # fmt: skip
@@ -64,19 +67,23 @@ def layout(p) -> None:
 
 def outputs(p) -> list:
     """The tab's result components (the panels :meth:`Page.follow` clears)."""
-    return [p.sim_msg, p.sim_pairs, p.sim_top, p.sim_shares, p.sim_ig, p.sim_ig_msg,
-            p.sim_rank, p.sim_rank_plot, p.sim_json, p.sim_note, p.sim_body]  # fmt: skip
+    my = p.part("similarity")  # this module's components
+    return [my.sim_msg, my.sim_pairs, my.sim_top, my.sim_shares, my.sim_ig, my.sim_ig_msg,
+            my.sim_rank, my.sim_rank_plot, my.sim_json, my.sim_note, my.sim_body]  # fmt: skip
 
 
 def cleared(p, state) -> dict:
     """The tab emptied after the model changed: the "changed since" note for a sentence
     embedder, the one line saying what the tab is for otherwise (its body hidden)."""
+    my = p.part("similarity")  # this module's components
     why = sv.note(state)
-    empty = {c: shown_plot(None) for c in (p.sim_pairs, p.sim_shares, p.sim_ig, p.sim_rank_plot)}
+    empty = {
+        c: shown_plot(None) for c in (my.sim_pairs, my.sim_shares, my.sim_ig, my.sim_rank_plot)
+    }
     return {
-        **empty, p.sim_top: "", p.sim_ig_msg: "", p.sim_rank: "",
-        p.sim_msg: "" if why else STALE, p.sim_json: gr.DownloadButton(value=None, visible=False),
-        p.sim_note: gr.Markdown(value=why, visible=bool(why)), p.sim_body: gr.Column(visible=not why),
+        **empty, my.sim_top: "", my.sim_ig_msg: "", my.sim_rank: "",
+        my.sim_msg: "" if why else STALE, my.sim_json: gr.DownloadButton(value=None, visible=False),
+        my.sim_note: gr.Markdown(value=why, visible=bool(why)), my.sim_body: gr.Column(visible=not why),
     }  # fmt: skip
 
 
@@ -89,6 +96,7 @@ def wire(p) -> None:
     """Compare (named ``similarity``), the tab's select (A filled from the input box when
     empty, the note for a model that embeds nothing, the tab tracked in ``p.active``) and the
     note or body following the model (on the header's change)."""
+    my = p.part("similarity")  # this module's components
     outs = outputs(p)
 
     def run(state, stamps, a, b, c, text, theme):
@@ -105,8 +113,8 @@ def wire(p) -> None:
         )  # fmt: skip
 
     gr.on(
-        [p.sim_btn.click, p.sim_b.submit, p.sim_c.submit],
-        run, [p.state, p.stamps, p.sim_a, p.sim_b, p.sim_c, p.input_text, p.theme],
+        [my.sim_btn.click, my.sim_b.submit, my.sim_c.submit],
+        run, [p.state, p.stamps, my.sim_a, my.sim_b, my.sim_c, p.input_text, p.theme],
         [*outs, p.stamps], js=THEME_JS, api_name="similarity", **MODEL_EVENTS,
     )  # fmt: skip
 
@@ -123,8 +131,8 @@ def wire(p) -> None:
 
     # the header is renewed after every model change (menu, upload, page load): the tab's body
     # or its one line follows, also where no result was stamped for the follow to clear
-    p.model_info.change(shown, [p.state], [p.sim_note, p.sim_body], **HIDDEN, **FAST)
-    p.sim_tab.select(
-        opened, [p.state, p.stamps, p.sim_a, p.input_text],
-        [p.sim_a, p.sim_note, p.sim_body, p.active, p.stamps], **HIDDEN, **FAST,
+    p.model_info.change(shown, [p.state], [my.sim_note, my.sim_body], **HIDDEN, **FAST)
+    my.sim_tab.select(
+        opened, [p.state, p.stamps, my.sim_a, p.input_text],
+        [my.sim_a, my.sim_note, my.sim_body, p.active, p.stamps], **HIDDEN, **FAST,
     )  # fmt: skip

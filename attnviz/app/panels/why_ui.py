@@ -5,7 +5,7 @@ of the token at the step shown, each computed when its button asks (never on a S
 Named API endpoints ``why_attribution``, ``why_lens``, ``why_grid``, ``why_patch``,
 ``why_cell`` (a patching cell opened), ``why_flow`` and ``why_edge`` (a flow edge opened)
 (``Client(url).predict(versus, "light", api_name="/why_attribution")``). The patching grid
-and the flow graph last computed are kept (``p.why_kept``, with the state they explain) for
+and the flow graph last computed are kept (``my.why_kept``, with the state they explain) for
 opening their edges and for the Export tab's HTML report. Each
 panel is stamped with the state it shows and cleared with the "changed since" note when the
 model, input or step changes (:func:`follow`, called by :meth:`attnviz.app.ui.Page.follow`).
@@ -49,104 +49,105 @@ EDGE_JS = (
 def layout(p) -> None:
     """The tab's layout: one section per analysis, each with its button, message, figure (the
     lens: a table too) and JSON download."""
-    with gr.Tab("Why this token", elem_id="tab-why") as p.why_tab:
+    my = p.part("why")  # this module's components
+    with gr.Tab("Why this token", elem_id="tab-why") as my.why_tab:
         gr.Markdown(wv.INTRO, elem_classes="explain")
         gr.Markdown("### Direct attribution")
         with gr.Row(equal_height=True):
-            p.why_versus = gr.Dropdown(
+            my.why_versus = gr.Dropdown(
                 label="…and not this token (optional: a candidate of the step, or type a token "
                 "or #id)", choices=[], value=None, allow_custom_value=True, scale=4,
                 elem_id="why-versus",
             )  # fmt: skip
-            p.why_dla_btn = gr.Button(
+            my.why_dla_btn = gr.Button(
                 "Attribute", variant="primary", scale=0, elem_id="why-dla-btn"
             )
-            p.why_dla_json = _download("why-dla-json")
-        p.why_dla_msg = gr.Markdown(elem_id="why-dla-message")
-        p.why_dla_plot = gr.Plot(label="direct attribution", visible=False, elem_id="why-dla-plot")
+            my.why_dla_json = _download("why-dla-json")
+        my.why_dla_msg = gr.Markdown(elem_id="why-dla-message")
+        my.why_dla_plot = gr.Plot(label="direct attribution", visible=False, elem_id="why-dla-plot")
         gr.Markdown("### Logit lens")
         with gr.Row():
-            p.why_lens_btn = gr.Button("Lens at this position", scale=0, elem_id="why-lens-btn")
-            p.why_grid_btn = gr.Button("Whole grid", scale=0, elem_id="why-grid-btn")
-            p.why_lens_json = _download("why-lens-json")
-        p.why_lens_msg = gr.Markdown(elem_id="why-lens-message")
-        p.why_lens_table = gr.Dataframe(
+            my.why_lens_btn = gr.Button("Lens at this position", scale=0, elem_id="why-lens-btn")
+            my.why_grid_btn = gr.Button("Whole grid", scale=0, elem_id="why-grid-btn")
+            my.why_lens_json = _download("why-lens-json")
+        my.why_lens_msg = gr.Markdown(elem_id="why-lens-message")
+        my.why_lens_table = gr.Dataframe(
             headers=wv.LENS_HEADERS, interactive=False, visible=False, wrap=True,
             elem_id="why-lens-table",
         )  # fmt: skip
-        p.why_grid_plot = gr.Plot(label="logit lens grid", visible=False, elem_id="why-grid-plot")
+        my.why_grid_plot = gr.Plot(label="logit lens grid", visible=False, elem_id="why-grid-plot")
         gr.Markdown("### Activation patching")
         with gr.Row(equal_height=True):
-            p.why_corrupted = gr.Textbox(
+            my.why_corrupted = gr.Textbox(
                 label="corrupted input (as many tokens as the input)", scale=3,
                 elem_id="why-corrupted",
             )  # fmt: skip
-            p.why_answer = gr.Textbox(
+            my.why_answer = gr.Textbox(
                 label="answer", placeholder="default: the token produced", scale=1,
                 elem_id="why-answer",
             )  # fmt: skip
-            p.why_wrong = gr.Textbox(
+            my.why_wrong = gr.Textbox(
                 label="wrong token", placeholder="default: the runner-up", scale=1,
                 elem_id="why-wrong",
             )  # fmt: skip
         with gr.Row(equal_height=True):
-            p.why_what = gr.Radio(
+            my.why_what = gr.Radio(
                 list(wv.WHATS), value="resid", label="patch", scale=3, elem_id="why-what"
             )
-            p.why_direction = gr.Radio(
+            my.why_direction = gr.Radio(
                 ["denoising", "noising"], value="denoising", label="direction", scale=2,
                 elem_id="why-direction",
             )  # fmt: skip
-            p.why_patch_btn = gr.Button("Run patching", scale=0, elem_id="why-patch-btn")
-            p.why_patch_json = _download("why-patch-json")
-        p.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
-        p.why_patch_plot = gr.Plot(label="patching grid", visible=False, elem_id="why-patch-plot")
+            my.why_patch_btn = gr.Button("Run patching", scale=0, elem_id="why-patch-btn")
+            my.why_patch_json = _download("why-patch-json")
+        my.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
+        my.why_patch_plot = gr.Plot(label="patching grid", visible=False, elem_id="why-patch-plot")
         with gr.Row(equal_height=True):
-            p.why_cell = gr.Dropdown(
+            my.why_cell = gr.Dropdown(
                 label="open one cell: its patched run's next tokens", choices=[], value=None,
                 scale=4, elem_id="why-cell",
             )  # fmt: skip
-            p.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
-        p.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
+            my.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
+        my.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
         with gr.Row():
             with gr.Column(scale=2, min_width=260):
-                p.why_cell_table = gr.Dataframe(
+                my.why_cell_table = gr.Dataframe(
                     headers=wr.CELL_HEADERS, interactive=False, visible=False,
                     elem_id="why-cell-table",
                 )  # fmt: skip
             with gr.Column(scale=5):
-                p.why_cell_site = gr.Dropdown(
+                my.why_cell_site = gr.Dropdown(
                     label="attention of the patched run: module and head", choices=[],
                     value=None, elem_id="why-cell-site",
                 )  # fmt: skip
-                p.why_cell_plot = gr.Plot(
+                my.why_cell_plot = gr.Plot(
                     label="patched run's attention", visible=False, elem_id="why-cell-plot"
                 )
         gr.Markdown("### Information flow")
         with gr.Row(equal_height=True):
-            p.why_threshold = gr.Slider(
+            my.why_threshold = gr.Slider(
                 0.01, 0.5, value=0.04, step=0.01, label="threshold: edges below are pruned",
                 scale=3, elem_id="why-threshold",
             )  # fmt: skip
-            p.why_flow_btn = gr.Button("Draw the routes", scale=0, elem_id="why-flow-btn")
-            p.why_flow_json = _download("why-flow-json")
-        p.why_flow_msg = gr.Markdown(elem_id="why-flow-message")
-        p.why_flow_plot = gr.Plot(label="information flow", visible=False, elem_id="why-flow-plot")
+            my.why_flow_btn = gr.Button("Draw the routes", scale=0, elem_id="why-flow-btn")
+            my.why_flow_json = _download("why-flow-json")
+        my.why_flow_msg = gr.Markdown(elem_id="why-flow-message")
+        my.why_flow_plot = gr.Plot(label="information flow", visible=False, elem_id="why-flow-plot")
         gr.HTML(elem_id="why-edge-hook", js_on_load=EDGE_ON_LOAD, elem_classes="av-hidden")
-        p.why_edge_pick = gr.Button("edge", elem_id="why-edge-pick-btn", elem_classes="av-hidden")
+        my.why_edge_pick = gr.Button("edge", elem_id="why-edge-pick-btn", elem_classes="av-hidden")
         with gr.Row(equal_height=True):
-            p.why_edge = gr.Dropdown(
+            my.why_edge = gr.Dropdown(
                 label="open an attention edge (or click one in the graph): the heads carrying "
                 "it", choices=[], value=None, scale=4, elem_id="why-edge",
                 allow_custom_value=STALE_OK,  # an edge of a graph since redrawn: one line
             )  # fmt: skip
-            p.why_edge_json = _download("why-edge-json")
-        p.why_edge_msg = gr.Markdown(elem_id="why-edge-message")
-        p.why_edge_table = gr.Dataframe(
+            my.why_edge_json = _download("why-edge-json")
+        my.why_edge_msg = gr.Markdown(elem_id="why-edge-message")
+        my.why_edge_table = gr.Dataframe(
             headers=wr.EDGE_HEADERS, interactive=False, visible=False, elem_id="why-edge-table"
         )
-        p.why_edge_plot = gr.Plot(label="the edge's heads", visible=False, elem_id="why-edge-plot")
-        p.why_kept = gr.State({})  # panel key -> (stamp, result): the grid and graph shown
+        my.why_edge_plot = gr.Plot(label="the edge's heads", visible=False, elem_id="why-edge-plot")
+        my.why_kept = gr.State({})  # panel key -> (stamp, result): the grid and graph shown
 
 
 def _download(elem_id: str):
@@ -155,41 +156,44 @@ def _download(elem_id: str):
 
 def panels(p) -> dict[str, list]:
     """Each panel's result components, by stamp key: figure(s), message, JSON download."""
+    my = p.part("why")  # this module's components
     return {
-        "why_dla": [p.why_dla_plot, p.why_dla_msg, p.why_dla_json],
-        "why_lens": [p.why_lens_table, p.why_grid_plot, p.why_lens_msg, p.why_lens_json],
+        "why_dla": [my.why_dla_plot, my.why_dla_msg, my.why_dla_json],
+        "why_lens": [my.why_lens_table, my.why_grid_plot, my.why_lens_msg, my.why_lens_json],
         "why_patch": [
-            p.why_patch_plot,
-            p.why_cell,
-            p.why_cell_table,
-            p.why_cell_site,
-            p.why_cell_plot,
-            p.why_cell_msg,
-            p.why_patch_msg,
-            p.why_patch_json,
+            my.why_patch_plot,
+            my.why_cell,
+            my.why_cell_table,
+            my.why_cell_site,
+            my.why_cell_plot,
+            my.why_cell_msg,
+            my.why_patch_msg,
+            my.why_patch_json,
         ],
         "why_flow": [
-            p.why_flow_plot,
-            p.why_edge,
-            p.why_edge_table,
-            p.why_edge_plot,
-            p.why_edge_json,
-            p.why_edge_msg,
-            p.why_flow_msg,
-            p.why_flow_json,
+            my.why_flow_plot,
+            my.why_edge,
+            my.why_edge_table,
+            my.why_edge_plot,
+            my.why_edge_json,
+            my.why_edge_msg,
+            my.why_flow_msg,
+            my.why_flow_json,
         ],
     }
 
 
 def outputs(p) -> list:
     """The tab's components that follow the state (the panels :meth:`Page.follow` clears)."""
-    return [c for cs in panels(p).values() for c in cs] + [p.why_versus]
+    my = p.part("why")  # this module's components
+    return [c for cs in panels(p).values() for c in cs] + [my.why_versus]
 
 
 def follow(p, state, plan) -> dict:
     """The tab's part of following an event (``plan``: :func:`attnviz.app.state.follow`):
     panels computed for another state emptied with the "changed since" note; the menu of
     candidates refilled for the step shown when the tab is shown, else emptied."""
+    my = p.part("why")  # this module's components
     out: dict = {}
     for key, comps in panels(p).items():
         if key in plan.clear:
@@ -197,9 +201,9 @@ def follow(p, state, plan) -> dict:
             out.update({c: _empty(c) for c in figs})
             out.update({msg: STALE, json_btn: gr.DownloadButton(value=None, visible=False)})
     if wv.ALT in plan.rerun:
-        out[p.why_versus] = _menu(state)
+        out[my.why_versus] = _menu(state)
     elif wv.ALT in plan.clear:
-        out[p.why_versus] = gr.Dropdown(choices=[], value=None)
+        out[my.why_versus] = gr.Dropdown(choices=[], value=None)
     return out
 
 
@@ -230,16 +234,17 @@ def _file(view: wv.WhyView, name: str):
 def endpoints(p) -> list[tuple]:
     """The tab's buttons, one row each: ``(api name, panel key, view, JSON name, triggers,
     inputs after the state)``."""
+    my = p.part("why")  # this module's components
     return [
         ("why_attribution", "why_dla", wv.attribution, "attribution",
-         [p.why_dla_btn.click, p.why_versus.input], [p.why_versus]),
-        ("why_lens", "why_lens", wv.lens, "logit_lens", [p.why_lens_btn.click], []),
-        ("why_grid", "why_lens", wv.grid, "lens_grid", [p.why_grid_btn.click], []),
+         [my.why_dla_btn.click, my.why_versus.input], [my.why_versus]),
+        ("why_lens", "why_lens", wv.lens, "logit_lens", [my.why_lens_btn.click], []),
+        ("why_grid", "why_lens", wv.grid, "lens_grid", [my.why_grid_btn.click], []),
         ("why_patch", "why_patch", wv.patching, "patching",
-         [p.why_patch_btn.click, p.why_corrupted.submit],
-         [p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction]),
+         [my.why_patch_btn.click, my.why_corrupted.submit],
+         [my.why_corrupted, my.why_answer, my.why_wrong, my.why_what, my.why_direction]),
         ("why_flow", "why_flow", wr.flow_graph, "flow",
-         [p.why_flow_btn.click, p.why_threshold.release], [p.why_threshold]),
+         [my.why_flow_btn.click, my.why_threshold.release], [my.why_threshold]),
     ]  # fmt: skip
 
 
@@ -286,11 +291,12 @@ def _handler(view, key: str, name: str, comps: list):
 def wire(p) -> None:
     """The tab's buttons (each one named API endpoint, :func:`endpoints`) and its select (the
     candidates menu filled for the step shown, the tab tracked in ``p.active``)."""
+    my = p.part("why")  # this module's components
     for api_name, key, view, name, triggers, inputs in endpoints(p):
         comps = panels(p)[key]
         gr.on(
             triggers, _handler(view, key, name, comps),
-            [p.state, p.stamps, p.why_kept, *inputs, p.theme], [*comps, p.stamps, p.why_kept],
+            [p.state, p.stamps, my.why_kept, *inputs, p.theme], [*comps, p.stamps, my.why_kept],
             js=THEME_JS, api_name=api_name, **MODEL_EVENTS,
         )  # fmt: skip
 
@@ -301,10 +307,10 @@ def wire(p) -> None:
                 shown_plot(dark([v.figure], theme)[0]), v.message)  # fmt: skip
 
     gr.on(
-        [p.why_cell_btn.click, p.why_cell_site.input], open_cell,
-        [p.state, p.why_corrupted, p.why_answer, p.why_wrong, p.why_what, p.why_direction,
-         p.why_cell, p.why_cell_site, p.theme],
-        [p.why_cell_table, p.why_cell_site, p.why_cell_plot, p.why_cell_msg], js=THEME_JS,
+        [my.why_cell_btn.click, my.why_cell_site.input], open_cell,
+        [p.state, my.why_corrupted, my.why_answer, my.why_wrong, my.why_what, my.why_direction,
+         my.why_cell, my.why_cell_site, p.theme],
+        [my.why_cell_table, my.why_cell_site, my.why_cell_plot, my.why_cell_msg], js=THEME_JS,
         api_name="why_cell", **MODEL_EVENTS,
     )  # fmt: skip
 
@@ -314,21 +320,21 @@ def wire(p) -> None:
                 gr.Dataframe(value=v.rows or None, visible=bool(v.rows)),
                 shown_plot(dark([v.figure], theme)[0]), _file(v, "flow_edge"), v.message)  # fmt: skip
 
-    edge_out = [p.why_edge, p.why_edge_table, p.why_edge_plot, p.why_edge_json, p.why_edge_msg]
-    p.why_edge.input(
-        open_edge, [p.state, p.why_kept, p.why_edge, p.theme], edge_out, js=THEME_JS,
+    edge_out = [my.why_edge, my.why_edge_table, my.why_edge_plot, my.why_edge_json, my.why_edge_msg]
+    my.why_edge.input(
+        open_edge, [p.state, my.why_kept, my.why_edge, p.theme], edge_out, js=THEME_JS,
         api_name="why_edge", **MODEL_EVENTS,
     )  # fmt: skip
-    p.why_edge_pick.click(
-        open_edge, [p.state, p.why_kept, p.why_edge, p.theme], edge_out, js=EDGE_JS,
+    my.why_edge_pick.click(
+        open_edge, [p.state, my.why_kept, my.why_edge, p.theme], edge_out, js=EDGE_JS,
         **INTERNAL,
     )  # fmt: skip
 
     def opened(state, stamps, versus):
         return _menu(state, versus), "why", _stamped(stamps, state, wv.ALT)
 
-    p.why_tab.select(
-        opened, [p.state, p.stamps, p.why_versus], [p.why_versus, p.active, p.stamps],
+    my.why_tab.select(
+        opened, [p.state, p.stamps, my.why_versus], [my.why_versus, p.active, p.stamps],
         **HIDDEN, **FAST,
     )  # fmt: skip
 
@@ -347,6 +353,7 @@ def _part(p, name: str, rerun: bool = False):
 
 def faces(p) -> list[Face]:
     """The Why this token tab's panels on the page."""
+    my = p.part("why")  # this module's components
     why = [Face(name, panels(p)[name], clear=_part(p, name)) for name in wv.PANELS]
-    alt = Face(wv.ALT, [p.why_versus], clear=_part(p, wv.ALT), rerun=_part(p, wv.ALT, rerun=True))
+    alt = Face(wv.ALT, [my.why_versus], clear=_part(p, wv.ALT), rerun=_part(p, wv.ALT, rerun=True))
     return [*why, alt]
