@@ -22,6 +22,7 @@ import hashlib
 import io
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +155,8 @@ def store_clip(source) -> tuple[str, float]:
         samples = load_audio(source)
     digest = hashlib.sha256(samples.tobytes()).hexdigest()[:24]
     kept = store.private_dir("speech") / f"{digest}.npy"
-    if not kept.is_file():
-        tmp = kept.with_suffix(".tmp.npy")
+    if not kept.is_file():  # a writer's own temporary name: sessions give the same clip at once
+        tmp = kept.with_name(f"{digest}.{uuid.uuid4().hex}.tmp.npy")
         np.save(tmp, samples)
         tmp.replace(kept)
     return str(kept), len(samples) / SAMPLING_RATE

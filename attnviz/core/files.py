@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from pathlib import Path
 
 import torch
@@ -27,7 +28,8 @@ _PICKLE_PROTOCOLS = (b"\x02", b"\x03", b"\x04", b"\x05")
 # -- files ----------------------------------------------------------------------------------
 def replace_atomically(path: Path, write) -> None:
     """Write via ``write(tmp_path)``, flush to disk, then rename over ``path`` in one step."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    # this writer's own name (process and thread): two writers of one file never share it
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
     try:
         write(tmp)
         os.chmod(tmp, 0o644)  # the writer may create it private; a checkpoint is a plain file

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +74,25 @@ def test_a_clip_is_kept_once_by_content(tmp_path):
     b, _ = speech.store_clip(clip.copy())
     assert a == b and seconds == 0.25
     assert np.array_equal(np.load(a), clip)
+
+
+def test_one_clip_given_by_many_sessions_at_once_is_kept_once(monkeypatch):
+    """Sixteen sessions storing the same new clip together: each gets the one kept file (a
+    shared temporary name made all but the first fail, "No such file or directory")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    clip = np.cos(np.arange(48000) / 7).astype(np.float32)  # new: not kept before
+    real_save = np.save
+
+    def slow_save(path, arr):  # the writers overlap, as under load
+        time.sleep(0.01)
+        real_save(path, arr)
+
+    monkeypatch.setattr(speech.np, "save", slow_save)
+    with ThreadPoolExecutor(16) as pool:
+        kept = list(pool.map(lambda _: speech.store_clip(clip)[0], range(16)))
+    assert len(set(kept)) == 1 and np.array_equal(np.load(kept[0]), clip)
+    assert not list(Path(kept[0]).parent.glob("*.tmp.npy"))  # no temporary file left
 
 
 def test_examples_are_offered():
