@@ -21,7 +21,7 @@ from .registry import Face
 
 def layout(p) -> None:
     """The Alignment tab: heads scored against gold links, and faithfulness at this step."""
-    my = p.part("align")  # this module's components
+    my = p.part("align")
     with gr.Tab("Alignment", elem_id="tab-align") as my.align_tab:
         kind_note(p, "align")
         with gr.Column() as p.kind_bodies["align"]:
@@ -66,14 +66,14 @@ def layout(p) -> None:
 
 def align_inputs(p) -> list:
     """The controls an alignment view is computed from, in :func:`alignment.view`'s order."""
-    my = p.part("align")  # this module's components
+    my = p.part("align")
     return [my.align_lens, my.align_setting, my.align_layer, my.align_head,
             my.align_gold, my.align_sources, my.align_gold_file]  # fmt: skip
 
 
 def wire(p) -> None:
     """The Alignment tab: computed when it opens or a control changes, never on a Step."""
-    my = p.part("align")  # this module's components
+    my = p.part("align")
     outs = [my.align_grid, my.align_plot, my.align_overlay, my.align_msg, p.stamps]
 
     def run(state, stamps, *args):
@@ -114,7 +114,7 @@ def _file_only(view) -> tuple:
 
 def _menus(p, ckpt) -> dict:
     """The layer and head menus for ``ckpt``: its decoder layers and heads, "best" first."""
-    my = p.part("align")  # this module's components
+    my = p.part("align")
     dec = [f"L{i}" for i in range(ckpt.config.n_decoder_layers)]
     heads = [f"H{h}" for h in range(ckpt.config.n_heads)]
     return {
@@ -126,7 +126,7 @@ def _menus(p, ckpt) -> dict:
 def faces(p) -> list[Face]:
     """The AER grid and the faithfulness curves, said to be for an earlier state when it moves
     on; the layer and head menus renewed for each model."""
-    my = p.part("align")  # this module's components
+    my = p.part("align")
     return [
         Face(
             "align",

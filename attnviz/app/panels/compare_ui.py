@@ -19,7 +19,7 @@ from . import compare as compare_lab
 
 def layout(p) -> None:
     """The Compare tab: model B (menu or upload), the head grid, one head drawn A | B."""
-    my = p.part("compare")  # this module's components
+    my = p.part("compare")
     with gr.Tab("Compare", elem_id="tab-compare") as my.compare_tab:
         gr.Markdown(compare_lab.INTRO, elem_classes="explain")
         with gr.Row(equal_height=True):
@@ -58,7 +58,7 @@ def layout(p) -> None:
 def faces(p) -> list[Face]:
     """The tab's result, cleared when the input or model changes; its kinds menu, the loaded
     model's (a decoder-only model compares its self-attention)."""
-    my = p.part("compare")  # this module's components
+    my = p.part("compare")
 
     def kinds(state, ckpt) -> dict:
         have = [k for k in KINDS if layer_count(ckpt, k)]
@@ -85,7 +85,7 @@ def faces(p) -> list[Face]:
 def wire(p) -> None:
     """The Compare tab: computed when model B (menu or upload), the head (menus or a click on
     the grid) or the button asks, never on a Step."""
-    my = p.part("compare")  # this module's components
+    my = p.part("compare")
     outs = [my.compare_grid, my.compare_head_plot, my.compare_tokens, my.compare_msg, p.stamps,
             my.compare_layer, my.compare_head]  # fmt: skip
 

@@ -86,7 +86,7 @@ def export(
 # -- on the page --------------------------------------------------------------------------------
 def layout(p) -> None:
     """The Export tab: one button per format, the download."""
-    my = p.part("export")  # this module's components
+    my = p.part("export")
     import gradio as gr
 
     with gr.Tab("Export", elem_id="tab-export") as my.export_tab:
@@ -108,7 +108,7 @@ def layout(p) -> None:
 def wire(p) -> None:
     """Each button writes its file of the state shown, stamped so that it follows the step;
     the tab, when selected, is the one shown (``p.active``)."""
-    my = p.part("export")  # this module's components
+    my = p.part("export")
     from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL
 
@@ -131,7 +131,7 @@ def wire(p) -> None:
 
 def faces(p) -> list[Face]:
     """The file and its line, emptied when the step shown changes."""
-    my = p.part("export")  # this module's components
+    my = p.part("export")
     return [
         Face(
             "export",

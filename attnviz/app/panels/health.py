@@ -94,7 +94,7 @@ def health_inputs(state: SessionState, extra: str = "") -> tuple[str, ...]:
 def layout(p) -> None:
     """The Checkpoint health tab: more inputs for a model without a task, the button, the
     report and the head roles."""
-    my = p.part("health")  # this module's components
+    my = p.part("health")
     import gradio as gr
 
     with gr.Tab("Checkpoint health", elem_id="tab-health") as my.health_tab:
@@ -110,7 +110,7 @@ def layout(p) -> None:
 def wire(p) -> None:
     """The button runs the check (stamped when it was run on the current input, so that it
     follows it); the tab, when selected, is the one shown (``p.active``)."""
-    my = p.part("health")  # this module's components
+    my = p.part("health")
     from ..state import panel_stamps
     from ..ui_common import FAST, HIDDEN, INTERNAL, dark
 
@@ -131,7 +131,7 @@ def wire(p) -> None:
 
 def faces(p) -> list[Face]:
     """The report, said to be for an earlier input when the one it was checked on changes."""
-    my = p.part("health")  # this module's components
+    my = p.part("health")
     return [
         Face(
             "health",

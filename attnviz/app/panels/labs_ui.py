@@ -34,7 +34,7 @@ def layout(p) -> None:
 
 
 def mask_tab(p) -> None:
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     with gr.Tab("Mask lab", elem_id="tab-mask") as my.mask_tab:
         kind_note(p, "mask")  # no source tokens to block (or, encoder-only, no lab): why
         with gr.Column() as my.mask_body:  # hidden for an encoder-only model
@@ -61,7 +61,7 @@ def mask_tab(p) -> None:
 
 def other_tabs(p, state: SessionState) -> None:
     """Head ablation and attribution."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     layers, heads = decoder_menus(state)
     with gr.Tab("Head ablation", elem_id="tab-ablation") as my.ablation_tab:
         my.ablate_sites = gr.CheckboxGroup(label="heads to switch off", elem_id="ablate-heads")
@@ -110,7 +110,7 @@ def mask_panels(
     p, state, causal, padding, blocked, kind, layer, head, window=None, theme="light"
 ) -> dict:
     """The mask lab's panels computed for ``state`` with these switches."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     v = labs.mask_lab(
         state, causal, padding, blocked or [], kind, None if layer == "last" else layer, head,
         window or [],
@@ -156,7 +156,7 @@ ATTR_LABELS = {
 def faces(p) -> list[Face]:
     """The labs' panels on the page (:class:`~attnviz.app.panels.Face`): what each clears,
     reruns and sets for the loaded model."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     mask_in = [my.causal, my.padding, my.blocked, my.mask_kind, my.mask_layer, my.mask_head,
                my.window_off, p.theme]  # fmt: skip
     return [
@@ -219,7 +219,7 @@ def faces(p) -> list[Face]:
 
 def mask_controls(p, ckpt) -> dict:
     """The mask lab's menus for ``ckpt``: its decoder layers, heads, kinds, local layers."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     cfg = ckpt.config
     dec = [f"L{i}" for i in range(cfg.n_decoder_layers)]
     local = [f"L{i}" for i in range(cfg.n_decoder_layers) if cfg.layer_window(i)]
@@ -241,7 +241,7 @@ def attribution_controls(p, ckpt) -> dict:
     """The Attribution tab for ``ckpt``: an encoder-only model's button and figures explain the
     filler at its first mask token over the sentence (its encoder's layers), not the newest
     decoded token."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     reads = is_encoder_only(ckpt)
     one = is_decoder_only(ckpt)
     cfg = ckpt.config
@@ -263,7 +263,7 @@ def attribution_controls(p, ckpt) -> dict:
 
 def wire(p) -> None:
     """The labs' events (each computes its panel when asked, never on a Step)."""
-    my = p.part("labs")  # this module's components
+    my = p.part("labs")
     lab_in = [
         my.causal,
         my.padding,

@@ -114,7 +114,7 @@ def playback(
 # -- on the page --------------------------------------------------------------------------------
 def layout(p) -> None:
     """The Training playback tab: the snapshot slider, layer, head, Play, the figures."""
-    my = p.part("playback")  # this module's components
+    my = p.part("playback")
     import gradio as gr
 
     from ..ui_common import STALE_OK
@@ -138,7 +138,7 @@ def layout(p) -> None:
 def wire(p) -> None:
     """A snapshot drawn when the slider, layer or head changes or the tab shows; Play steps
     the slider on a timer until the last snapshot; the tab tracked in ``p.active``."""
-    my = p.part("playback")  # this module's components
+    my = p.part("playback")
     import gradio as gr
 
     from ..ui_common import FAST, HIDDEN, INTERNAL
@@ -159,7 +159,7 @@ def wire(p) -> None:
 
 def faces(p) -> list[Face]:
     """The menus for the loaded model; the snapshots' range renewed with the checkpoint file."""
-    my = p.part("playback")  # this module's components
+    my = p.part("playback")
 
     def renewed(state: SessionState, values: dict) -> dict:
         try:
@@ -181,7 +181,7 @@ def faces(p) -> list[Face]:
 
 def controls(p, state: SessionState, ckpt) -> dict:
     """The tab's menus for ``ckpt``: the snapshots' range, the decoder layers and heads."""
-    my = p.part("playback")  # this module's components
+    my = p.part("playback")
     import gradio as gr
 
     steps = playback_steps(state)

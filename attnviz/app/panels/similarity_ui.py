@@ -20,7 +20,7 @@ from . import similarity as sv
 
 def layout(p) -> None:
     """The tab's layout: the three sentences, Compare and the JSON download, the results."""
-    my = p.part("similarity")  # this module's components
+    my = p.part("similarity")
     with gr.Tab("Similarity", elem_id="tab-similarity") as my.sim_tab:
         gr.Markdown(sv.INTRO, elem_classes="explain")
         my.sim_note = gr.Markdown(visible=False, elem_id="similarity-note", elem_classes="explain")
@@ -67,7 +67,7 @@ def layout(p) -> None:
 
 def outputs(p) -> list:
     """The tab's result components (the panels :meth:`Page.follow` clears)."""
-    my = p.part("similarity")  # this module's components
+    my = p.part("similarity")
     return [my.sim_msg, my.sim_pairs, my.sim_top, my.sim_shares, my.sim_ig, my.sim_ig_msg,
             my.sim_rank, my.sim_rank_plot, my.sim_json, my.sim_note, my.sim_body]  # fmt: skip
 
@@ -75,7 +75,7 @@ def outputs(p) -> list:
 def cleared(p, state) -> dict:
     """The tab emptied after the model changed: the "changed since" note for a sentence
     embedder, the one line saying what the tab is for otherwise (its body hidden)."""
-    my = p.part("similarity")  # this module's components
+    my = p.part("similarity")
     why = sv.note(state)
     empty = {
         c: shown_plot(None) for c in (my.sim_pairs, my.sim_shares, my.sim_ig, my.sim_rank_plot)
@@ -96,7 +96,7 @@ def wire(p) -> None:
     """Compare (named ``similarity``), the tab's select (A filled from the input box when
     empty, the note for a model that embeds nothing, the tab tracked in ``p.active``) and the
     note or body following the model (on the header's change)."""
-    my = p.part("similarity")  # this module's components
+    my = p.part("similarity")
     outs = outputs(p)
 
     def run(state, stamps, a, b, c, text, theme):

@@ -49,7 +49,7 @@ EDGE_JS = (
 def layout(p) -> None:
     """The tab's layout: one section per analysis, each with its button, message, figure (the
     lens: a table too) and JSON download."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     with gr.Tab("Why this token", elem_id="tab-why") as my.why_tab:
         gr.Markdown(wv.INTRO, elem_classes="explain")
         gr.Markdown("### Direct attribution")
@@ -156,7 +156,7 @@ def _download(elem_id: str):
 
 def panels(p) -> dict[str, list]:
     """Each panel's result components, by stamp key: figure(s), message, JSON download."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     return {
         "why_dla": [my.why_dla_plot, my.why_dla_msg, my.why_dla_json],
         "why_lens": [my.why_lens_table, my.why_grid_plot, my.why_lens_msg, my.why_lens_json],
@@ -185,7 +185,7 @@ def panels(p) -> dict[str, list]:
 
 def outputs(p) -> list:
     """The tab's components that follow the state (the panels :meth:`Page.follow` clears)."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     return [c for cs in panels(p).values() for c in cs] + [my.why_versus]
 
 
@@ -193,7 +193,7 @@ def follow(p, state, plan) -> dict:
     """The tab's part of following an event (``plan``: :func:`attnviz.app.state.follow`):
     panels computed for another state emptied with the "changed since" note; the menu of
     candidates refilled for the step shown when the tab is shown, else emptied."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     out: dict = {}
     for key, comps in panels(p).items():
         if key in plan.clear:
@@ -234,7 +234,7 @@ def _file(view: wv.WhyView, name: str):
 def endpoints(p) -> list[tuple]:
     """The tab's buttons, one row each: ``(api name, panel key, view, JSON name, triggers,
     inputs after the state)``."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     return [
         ("why_attribution", "why_dla", wv.attribution, "attribution",
          [my.why_dla_btn.click, my.why_versus.input], [my.why_versus]),
@@ -291,7 +291,7 @@ def _handler(view, key: str, name: str, comps: list):
 def wire(p) -> None:
     """The tab's buttons (each one named API endpoint, :func:`endpoints`) and its select (the
     candidates menu filled for the step shown, the tab tracked in ``p.active``)."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     for api_name, key, view, name, triggers, inputs in endpoints(p):
         comps = panels(p)[key]
         gr.on(
@@ -353,7 +353,7 @@ def _part(p, name: str, rerun: bool = False):
 
 def faces(p) -> list[Face]:
     """The Why this token tab's panels on the page."""
-    my = p.part("why")  # this module's components
+    my = p.part("why")
     why = [Face(name, panels(p)[name], clear=_part(p, name)) for name in wv.PANELS]
     alt = Face(wv.ALT, [my.why_versus], clear=_part(p, wv.ALT), rerun=_part(p, wv.ALT, rerun=True))
     return [*why, alt]
