@@ -350,13 +350,15 @@ def zipped(folder: Path, zpath: Path) -> str:
 
 
 def why_results(state, corrupted: str) -> dict:
-    """The Why tab's patching grid (heads, noising, answer ``f`` against ``x``) and flow graph
-    for ``state``, kept as the page keeps them: panel key -> ``(stamp, result)``."""
+    """The Why tab's patching grid (heads, noising, answer ``f`` against ``x``), flow graph
+    and lens grid for ``state``, kept as the page keeps them: panel key -> ``(stamp, result)``."""
     from attnviz.app import state as stamps
     from attnviz.app.panels import why, why_routes
 
     grid = why.patching(state, corrupted, "f", "x", "heads", "noising")
     graph = why_routes.flow_graph(state, 0.04)
+    lens = why.grid(state)  # the lens panel's whole grid
     now = stamps.panel_stamps(state)
     return {"why_patch": (now["why_patch"], grid.result),
-            "why_flow": (now["why_flow"], graph.result)}  # fmt: skip
+            "why_flow": (now["why_flow"], graph.result),
+            "why_lens": (now["why_lens"], lens.result)}  # fmt: skip

@@ -1,5 +1,6 @@
 """The report's "Why this token" sections: the direct attribution, the logit lens and (when
-they were computed) a patching grid and the information-flow route of one step, as
+they were computed) the lens at every layer and position, a patching grid and the
+information-flow route of one step, as
 :func:`attnviz.render.report.page_html` sections (canvas heatmaps, HTML tables, inline SVG),
 each with its CSV or JSON download. Pure functions of the library's results.
 """
@@ -13,7 +14,7 @@ import numpy as np
 from ..analysis.dla import DirectAttribution
 from ..analysis.flow import Flow
 from ..analysis.patching import Patching
-from ..analysis.why import LogitLens
+from ..analysis.why import LensGrid, LogitLens
 from .plots_why import FLOW_COLOURS, dla_cells, node_xy, patch_cells
 from .report import csv_link, matrix_panel
 from .show import display_token
@@ -88,6 +89,44 @@ def lens_section(res: LogitLens) -> tuple[str, str]:
     return heading, f'<div class="av-head"><span class="av-export">{link}</span></div>{table}'
 
 
+def grid_sections(res: LensGrid, label) -> list[tuple[str, dict | str]]:
+    """The logit lens at every layer x position as two heatmaps: the top token's probability
+    and the probability of each position's next token (``label(id)``: a token id's text);
+    every cell's top token and next token in its hover, and all of them in a CSV (the
+    heatmaps' own CSV holds their numbers)."""
+    n_layers, t = res.top_probs.shape
+    tops = [[label(int(i)) for i in row] for row in res.top_ids.tolist()]
+    nexts = [label(int(i)) for i in res.targets]
+    hover = [f"layer {res.layers[r]} · {display_token(res.tokens[c])}: top "
+             f"{display_token(tops[r][c])} {res.top_probs[r, c]:.3f}, next "
+             f"{display_token(nexts[c])} {res.prob[r, c]:.3f} (rank {int(res.rank[r, c]) + 1})"
+             for r in range(n_layers) for c in range(t)]  # fmt: skip
+    rows = [f"L{x}" if x.isdigit() else x for x in res.layers]
+    panels = [matrix_panel(res.top_probs, res.tokens, rows, title="top token's probability",
+                           hover=hover),
+              matrix_panel(res.prob, res.tokens, rows, title="next token's probability",
+                           hover=hover)]  # fmt: skip
+    for panel in panels:
+        panel["yl"] = rows  # layer names, not tokens
+    csv_rows = [[res.layers[r], c, res.tokens[c], tops[r][c], f"{res.top_probs[r, c]:.6g}",
+                 nexts[c], f"{res.prob[r, c]:.6g}", int(res.rank[r, c]) + 1]
+                for r in range(n_layers) for c in range(t)]  # fmt: skip
+    link = csv_link("logit-lens-grid", ["layer", "position", "token", "top token",
+                                        "top probability", "next token", "next probability",
+                                        "next rank"], csv_rows)  # fmt: skip
+    heading = (
+        f"Logit lens at every layer and position ({t} positions, {n_layers} streams): "
+        "what each layer's stream would predict there"
+    )
+    heat = {"type": "heat", "name": "why-lens-grid", "what": "probability",
+            "title": "logit lens: layers × positions", "panels": panels}  # fmt: skip
+    note = (
+        f'<div class="av-head"><span class="av-export">{link}</span></div><p>Each cell\'s '
+        "top token, its probability, and the next token's probability and rank.</p>"
+    )
+    return [(heading, heat), ("Logit lens at every layer and position: the tokens", note)]
+
+
 def patching_section(res: Patching) -> tuple[str, dict]:
     """A patching grid as a signed heatmap (0 = the corrupted run, 1 = the clean one)."""
     z, rows, cols = patch_cells(res)
@@ -159,14 +198,19 @@ def why_sections(
     patching: Patching | None = None,
     flow: Flow | None = None,
     n_layers: int = 0,
+    grid: LensGrid | None = None,
+    label=str,
 ) -> list:
     """The Why this token sections of one step, each result that is given (``n_layers``:
-    the layers of the stack that predicts, for the flow graph's rows)."""
+    the layers of the stack that predicts, for the flow graph's rows; ``label(id)``: a token
+    id's text, for the lens grid's top tokens)."""
     out: list = []
     if attribution is not None:
         out.append(attribution_section(attribution))
     if lens is not None:
         out.append(lens_section(lens))
+    if grid is not None:
+        out += grid_sections(grid, label)
     if patching is not None:
         out.append(patching_section(patching))
     if flow is not None:

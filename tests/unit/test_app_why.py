@@ -290,12 +290,22 @@ def test_the_report_holds_the_why_results_of_the_step(stepped):
     assert "<h2>Logit lens at position" in page and page.count("<tr><td class=t>") >= len(
         lens.layers
     )
+    grid = kept["why_lens"][1]  # the whole lens grid the tab showed: both heatmaps, as computed
+    want_grid = analysis.why.lens_grid(ckpt, stepped.src_ids)
+    np.testing.assert_allclose(grid.top_probs, want_grid.top_probs, atol=1e-6)
+    heat = specs["why-lens-grid"]["panels"]
+    for panel, values in zip(heat, (grid.top_probs, grid.prob), strict=True):
+        z = np.frombuffer(__import__("base64").b64decode(panel["z"]), np.float32)
+        np.testing.assert_allclose(z.reshape(values.shape), values, atol=1e-7)
+        assert panel["yl"][0] == "embed" and len(panel["hover"]) == values.size
+    assert "attnviz-logit-lens-grid.csv" in page
     assert "<h2>Information flow to position" in page and 'class="av-svg av-flow"' in page
     assert page.count("<line x1=") >= len(kept["why_flow"][1].route)
     # computed for another step: left out
     old = {k: ("earlier", v[1]) for k, v in kept.items()}
     page = Path(export.export(stepped, "html", "pieces", old).path).read_text(encoding="utf-8")
     assert "why-attribution" in page and "Information flow" not in page and "patching" not in page
+    assert "why-lens-grid" not in page
 
 
 def test_a_new_step_empties_the_opened_edge_and_cell(stepped):

@@ -37,7 +37,7 @@ import plotly.graph_objects as go
 from ... import analysis
 from ...analysis.export import dumps
 from ...analysis.patching import WHATS, TooLong
-from ...analysis.why import label, lens_grid, n_layers
+from ...analysis.why import LensGrid, label, lens_grid, n_layers
 from ...checkpoint import Checkpoint
 from ...core.errors import AttnvizError, InputError
 from ...render.plots_why import (
@@ -353,10 +353,11 @@ def write_json(data: dict[str, Any] | None, name: str) -> str | None:
 # -- the HTML report ---------------------------------------------------------------------------
 def report_sections(state: SessionState, kept: dict | None = None) -> list:
     """The tab's sections of the Export tab's HTML report, for the step shown: the direct
-    attribution of the token produced and the logit lens (computed now), then the patching
-    grid and the flow graph where the tab computed them for this same state (``kept``: panel
-    key -> ``(stamp, result)`` as the page keeps them). Empty where the tab explains nothing
-    (no step taken, a speech model); an analysis the model refuses is left out."""
+    attribution of the token produced and the logit lens (computed now), then the lens grid,
+    the patching grid and the flow graph where the tab computed them for this same state
+    (``kept``: panel key -> ``(stamp, result)`` as the page keeps them). Empty where the tab
+    explains nothing (no step taken, a speech model); an analysis the model refuses is left
+    out."""
     try:
         s = shown(state)
     except AttnvizError:
@@ -373,4 +374,7 @@ def report_sections(state: SessionState, kept: dict | None = None) -> list:
     with suppress(AttnvizError):
         lens_ = analysis.logit_lens(s.ckpt, s.text, s.step)
     layers = n_layers(s.ckpt, "encoder" if is_encoder_only(s.ckpt) else "decoder")
-    return why_sections(dla, lens_, still("why_patch"), still("why_flow"), layers)
+    grid_ = still("why_lens")  # the lens panel's last result: the whole grid, when it was
+    grid_ = grid_ if isinstance(grid_, LensGrid) else None
+    return why_sections(dla, lens_, still("why_patch"), still("why_flow"), layers, grid_,
+                        lambda i: label(s.ckpt, i))  # fmt: skip

@@ -252,7 +252,8 @@ def _stamped(stamps, state, key):
     return {**stamps, key: stamp(state)[key]}
 
 
-KEPT = ("why_patch", "why_flow")  # the results kept for their cells, edges and the report
+#: the results kept: patching and flow for their cells and edges, the three for the report
+KEPT = ("why_lens", "why_patch", "why_flow")
 
 
 def _handler(view, key: str, name: str, comps: list):
