@@ -179,26 +179,44 @@ def patch_figure(res: Patching) -> go.Figure:
 
 
 # -- information flow --------------------------------------------------------------------------
+#: The width, in token steps, a long source is drawn in: a speech encoder's 1500 frames are
+#: squeezed to it, so the decoder's few tokens keep their room beside them.
+SOURCE_WIDTH = 60
+
+
+def _source_scale(res: Flow) -> float:
+    n = len(res.source_tokens or ())
+    return min(1.0, SOURCE_WIDTH / n) if n else 1.0
+
+
 def node_xy(name: str, res: Flow) -> tuple[float, float]:
     """Where a flow node is drawn: x its position (an encoder-decoder model's decoder positions
-    after the source's and a gap); y its layer, plus :data:`NODE_RISE` for the stream after a
+    after the source's and a gap; a source of more than :data:`SOURCE_WIDTH` positions
+    squeezed to that width); y its layer, plus :data:`NODE_RISE` for the stream after a
     layer's self-attention (``a``), cross-attention (``c``) and its MLP (``m``)."""
     info = res.nodes[name]
     letter = name.lstrip("e")[0]
     x = float(info["position"])
-    if res.source_tokens is not None and info["stack"] != "encoder":
-        x += len(res.source_tokens) + 1
+    if res.source_tokens is not None:
+        k = _source_scale(res)
+        x = x * k if info["stack"] == "encoder" else x + len(res.source_tokens) * k + 1
     return x, info["layer"] + NODE_RISE[letter]
 
 
-def _flow_ticks(res: Flow, n_layers: int) -> tuple[list[float], list[str]]:
-    """Position ticks: the source's tokens, then the decoder's (or the one stack's)."""
+def flow_ticks(res: Flow) -> tuple[list[float], list[str]]:
+    """Position ticks where :func:`node_xy` draws them: the source's tokens (a squeezed
+    source every n-th one, so that its labels stay readable), then the decoder's (or the
+    one stack's)."""
     toks = [token_label(t) for t in res.tokens]
     if res.source_tokens is None:
-        return list(range(len(toks))), toks
+        return [float(i) for i in range(len(toks))], toks
     src = [token_label(t) for t in res.source_tokens]
-    off = len(src) + 1
-    return list(range(len(src))) + [off + i for i in range(len(toks))], src + toks
+    k = _source_scale(res)
+    shown = range(0, len(src), max(1, round(1 / k)))
+    off = len(src) * k + 1
+    return [i * k for i in shown] + [off + i for i in range(len(toks))], [
+        src[i] for i in shown
+    ] + toks
 
 
 def flow_figure(res: Flow, n_layers: int) -> go.Figure:
@@ -249,7 +267,7 @@ def flow_figure(res: Flow, n_layers: int) -> go.Figure:
     ))  # fmt: skip
     ticks = [0.0] + [v for i in range(n_layers) for v in (i + 0.33, i + 1.0)]
     texts = ["embeddings"] + [t for i in range(n_layers) for t in (f"L{i} attn", f"after L{i}")]
-    xvals, xtext = _flow_ticks(res, n_layers)
+    xvals, xtext = flow_ticks(res)
     where = f"({token_label(res.tokens[res.position])})"
     return go.Figure(
         traces,

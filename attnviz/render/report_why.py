@@ -15,7 +15,7 @@ from ..analysis.dla import DirectAttribution
 from ..analysis.flow import Flow
 from ..analysis.patching import Patching
 from ..analysis.why import LensGrid, LogitLens
-from .plots_why import FLOW_COLOURS, dla_cells, node_xy, patch_cells
+from .plots_why import FLOW_COLOURS, dla_cells, flow_ticks, node_xy, patch_cells
 from .report import csv_link, matrix_panel
 from .show import display_token
 
@@ -151,8 +151,8 @@ def flow_section(res: Flow, n_layers: int) -> tuple[str, str]:
     """The route of an information-flow graph as inline SVG (tokens along x, layers up y,
     each edge as wide as its importance, its heads in its tooltip), with its edges as CSV."""
     step, rise, left, top, bottom = 44, 110, 80, 20, 90
-    ticks = list(res.tokens) if res.source_tokens is None else [*res.source_tokens, "", *res.tokens]
-    w, h = left + step * len(ticks) + 20, top + rise * n_layers + bottom
+    xs, ticks = flow_ticks(res)  # where node_xy draws the positions (a long source squeezed)
+    w, h = int(left + step * (max(xs) + 1) + 20), top + rise * n_layers + bottom
 
     def xy(node: str) -> tuple[float, float]:
         x, y = node_xy(node, res)
@@ -177,7 +177,7 @@ def flow_section(res: Flow, n_layers: int) -> tuple[str, str]:
                      f"{html.escape(tip)}</title></line>")  # fmt: skip
         rows.append([e.source, e.target, e.kind, f"{e.weight:.6g}",
                      " ".join(f"H{hd}:{wt:.4g}" for hd, wt in e.heads)])  # fmt: skip
-    for j, t in enumerate(ticks):
+    for j, t in zip(xs, ticks, strict=True):
         x, y = left + step * j + step / 2, top + rise * n_layers + 12
         parts.append(f'<text x="{x:.0f}" y="{y}" transform="rotate(50 {x:.0f} {y})">'
                      f"{html.escape(display_token(t)[:10])}</text>")  # fmt: skip

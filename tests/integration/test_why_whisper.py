@@ -38,3 +38,31 @@ def test_flow_reads_the_frames_as_leaves(whisper):
     cross = [e for e in f.edges if e.kind == "cross"]
     assert cross and all(f.nodes[e.source]["stack"] == "encoder" for e in cross)
     assert not any(n.startswith("ea") for n in f.nodes)  # the encoder's own graph is not built
+
+
+def test_the_why_tab_explains_a_step_of_a_clip(whisper):
+    """The app's Why tab on a speech session: attribution, lens and flow of the step shown
+    are the library's on the same clip; patching, which needs a typed corruption, says so."""
+    from attnviz.app import session, speech
+    from attnviz.app.panels import why as wv
+    from attnviz.app.panels import why_routes as wr
+
+    view = session.step(session.new_state(str(whisper.path)), clip=str(CLIP))
+    for _ in range(STEP):
+        view = session.step(view.state)
+    state = view.state
+    attr = wv.attribution(state, None)
+    want = direct_attribution(whisper, str(CLIP), step=STEP)
+    assert attr.result.token == want.token == "▁jump"
+    assert [p.value for p in attr.result.parts] == pytest.approx(
+        [p.value for p in want.parts], abs=1e-4
+    )
+    lens = wv.lens(state)
+    assert lens.result.target == "▁jump" and "top token from layer" in lens.message
+    graph = wr.flow_graph(state, 0.0)
+    assert len(graph.result.source_tokens) == 1500 and graph.result.source_tokens[50] == "1.00s"
+    ticks = graph.figure.layout.xaxis.ticktext  # the frames every 0.5 s, not 1500 labels
+    assert len(ticks) <= 60 + len(graph.result.tokens) and ticks[1] == "0.50s"
+    refused = wv.patching(state, "anything", None, None, "heads", "noising")
+    assert refused.figure is None and "the input of a speech model is a clip" in refused.message
+    assert speech.samples_of(state).shape[0] > 0

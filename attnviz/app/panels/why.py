@@ -48,7 +48,7 @@ from ...render.plots_why import (
 from ...render.report_why import why_sections
 from .. import store
 from ..kinds import is_decoder_only, is_encoder_only
-from ..speech import NOT_FOR_AUDIO
+from ..speech import samples_of
 from ..state import SessionState, checkpoint_of, panel_stamps, warning
 from ..views import display_token
 from ..workers import remote
@@ -65,6 +65,12 @@ INTRO = (
     "the model's own output head; **patching** runs a corrupted input and puts one clean "
     "activation back at a time; **information flow** draws the routes that carry the "
     "prediction. Tokens are typed as text, or `#17` for the id 17."
+)
+#: Patching runs a corrupted input beside the clean one; a clip has no typed corruption.
+NO_AUDIO_PATCHING = (
+    "Patching needs a corrupted input of as many tokens as the clean one; the input of a "
+    "speech model is a clip, so this part does not apply (attribution, the lens and the "
+    "information flow do: the leaves of the flow are the encoder frames, by time)"
 )
 #: the longest a patching grid may take in the app before attribution patching stands in
 BUDGET_S = 60.0
@@ -121,14 +127,12 @@ def shown(state: SessionState) -> Shown:
     """What the analyses explain for ``state``: the step shown's prediction.
 
     Raises:
-        InputError: nothing started, no step taken, a speech model, an encoder-decoder model
-            whose earlier tokens were forced (the library replays the greedy prefix).
+        InputError: nothing started, no step taken, an encoder-decoder model whose earlier
+            tokens were forced (the library replays the greedy prefix).
     """
     if not state.started:
         raise InputError("type an input and press Step or Run (Read, for a sentence model) first")
     ckpt = checkpoint_of(state)
-    if ckpt.is_audio:
-        raise InputError(NOT_FOR_AUDIO)
     if is_encoder_only(ckpt):  # one pass: the filler at the first mask token
         return Shown(ckpt, state.text, None, None, [])
     if state.step < 1:
@@ -142,7 +146,8 @@ def shown(state: SessionState) -> Shown:
             "a token before the step shown was forced: this tab explains an encoder-decoder "
             "model's greedy output only (step back to the forced token, or Reset)"
         )
-    return Shown(ckpt, state.text, state.step - 1, token, prefix)
+    source = samples_of(state) if ckpt.is_audio else state.text  # a clip: its kept samples
+    return Shown(ckpt, source, state.step - 1, token, prefix)
 
 
 def token_arg(value: str | int | None) -> int | str | None:
@@ -320,6 +325,8 @@ def patch_inputs(state: SessionState, corrupted, answer, wrong, what: str):
     ids or text, answer, wrong)``; a decoder-only model's corrupted prompt gets the tokens
     shown before the step, as the clean one has them."""
     s = shown(state)
+    if s.ckpt.is_audio:
+        raise InputError(NO_AUDIO_PATCHING)
     if what not in WHATS:
         raise InputError(f"what must be one of {', '.join(WHATS)}, got {what!r}")
     text = (corrupted or "").strip()
@@ -356,8 +363,7 @@ def report_sections(state: SessionState, kept: dict | None = None) -> list:
     attribution of the token produced and the logit lens (computed now), then the lens grid,
     the patching grid and the flow graph where the tab computed them for this same state
     (``kept``: panel key -> ``(stamp, result)`` as the page keeps them). Empty where the tab
-    explains nothing (no step taken, a speech model); an analysis the model refuses is left
-    out."""
+    explains nothing (no step taken); an analysis the model refuses is left out."""
     try:
         s = shown(state)
     except AttnvizError:
