@@ -100,7 +100,18 @@ ENCODER_NOTES = {
 ENCODER_NOT_YET = "Not yet for encoder-only models: this lab runs models that decode."
 #: The labs an encoder-only model runs, on its one pass over the sentence (the output read being
 #: its top filler at each mask token, or its prediction of each token of a sentence without one).
-ENCODER_LABS = ("ablation", "attribution", "health", "export", "compare", "lens")
+ENCODER_LABS = ("ablation", "attribution", "health", "export", "compare", "lens", "patch")
+
+#: One sentence for each place a speech model hides, by place (the labs that take no clip say
+#: :data:`attnviz.app.speech.NOT_FOR_AUDIO` where they run).
+AUDIO_NOTES = {
+    "patch": (
+        "Patching needs a corrupted input of as many tokens as the clean one; the input of a "
+        "speech model is a clip, so this part does not apply (attribution, the lens and the "
+        "information flow above and below do: the leaves of the flow are the encoder frames, "
+        "by time)."
+    ),
+}
 
 
 def input_label(ckpt: Checkpoint | None) -> str:
@@ -120,10 +131,13 @@ def _special(ckpt: Checkpoint, which: str) -> str:
 def note(ckpt: Checkpoint | None, place: str) -> str:
     """The sentence shown where ``place`` (a place of :data:`NOTES` or a lab of
     :data:`NOT_YET`; for an encoder-only model, of :data:`ENCODER_NOTES`, a lab of
-    :data:`ENCODER_LABS` running and any other place saying :data:`ENCODER_NOT_YET`) is
-    hidden for this model, or ``""`` where it is shown."""
+    :data:`ENCODER_LABS` running and any other place saying :data:`ENCODER_NOT_YET`; for a
+    speech model, of :data:`AUDIO_NOTES`) is hidden for this model, or ``""`` where it is
+    shown."""
     if ckpt is not None and ckpt.config.encoder_only:
         return "" if place in ENCODER_LABS else ENCODER_NOTES.get(place, ENCODER_NOT_YET)
+    if ckpt is not None and ckpt.is_audio:
+        return AUDIO_NOTES.get(place, "")
     if ckpt is None or not ckpt.config.decoder_only:
         return ""
     return NOTES.get(place) or NOT_YET.get(place, "")

@@ -165,11 +165,10 @@ def test_the_page_hides_what_decodes_and_reads_with_read(bert, models_dir):
     for part in page.decoding_parts():
         assert on_bert[part].visible is False and on_rev[part].visible is True
     assert on_bert[page.run_btn].value == "Read ▶" and on_rev[page.run_btn].value == "Run ▶▶"
-    for place, md in page.kind_notes.items():
-        assert on_bert[md].visible is True and on_bert[md].value == note(
-            checkpoint_of(state), place
-        )
-        assert on_rev[md].visible is False
+    for place, md in page.kind_notes.items():  # each hidden part says why (patching runs)
+        said = note(checkpoint_of(state), place)
+        assert on_bert[md].visible is bool(said) and on_bert[md].value == said
+        assert bool(said) is (place != "patch") and on_rev[md].visible is False
     assert on_bert[page.input_text].label.startswith("Sentence (or a pair")
     assert on_bert[page.part("labs").attr_btn].value == "Attribute the filler at the first mask"
     assert on_rev[page.part("labs").attr_btn].value == "Attribute the newest token"

@@ -66,3 +66,11 @@ def test_the_why_tab_explains_a_step_of_a_clip(whisper):
     refused = wv.patching(state, "anything", None, None, "heads", "noising")
     assert refused.figure is None and "the input of a speech model is a clip" in refused.message
     assert speech.samples_of(state).shape[0] > 0
+    gr = pytest.importorskip("gradio")
+    from attnviz.app import ui
+
+    with gr.Blocks():
+        page = ui.Page(session.new_state(None, "cpu"))
+    shown = page.controls(state)  # the patching part hidden, its one sentence in its place
+    assert shown[page.kind_notes["patch"]].visible is True
+    assert shown[page.kind_bodies["patch"]].visible is False

@@ -47,6 +47,7 @@ from ...render.plots_why import (
 )
 from ...render.report_why import why_sections
 from .. import store
+from ..inputs import refuse
 from ..kinds import is_decoder_only, is_encoder_only
 from ..speech import samples_of
 from ..state import SessionState, checkpoint_of, panel_stamps, warning
@@ -65,12 +66,6 @@ INTRO = (
     "the model's own output head; **patching** runs a corrupted input and puts one clean "
     "activation back at a time; **information flow** draws the routes that carry the "
     "prediction. Tokens are typed as text, or `#17` for the id 17."
-)
-#: Patching runs a corrupted input beside the clean one; a clip has no typed corruption.
-NO_AUDIO_PATCHING = (
-    "Patching needs a corrupted input of as many tokens as the clean one; the input of a "
-    "speech model is a clip, so this part does not apply (attribution, the lens and the "
-    "information flow do: the leaves of the flow are the encoder frames, by time)"
 )
 #: the longest a patching grid may take in the app before attribution patching stands in
 BUDGET_S = 60.0
@@ -325,8 +320,7 @@ def patch_inputs(state: SessionState, corrupted, answer, wrong, what: str):
     ids or text, answer, wrong)``; a decoder-only model's corrupted prompt gets the tokens
     shown before the step, as the clean one has them."""
     s = shown(state)
-    if s.ckpt.is_audio:
-        raise InputError(NO_AUDIO_PATCHING)
+    refuse(s.ckpt, "patch")  # a speech model: a clip has no corruption to type
     if what not in WHATS:
         raise InputError(f"what must be one of {', '.join(WHATS)}, got {what!r}")
     text = (corrupted or "").strip()

@@ -18,7 +18,7 @@ import gradio as gr
 from ..pagetext import STALE, THEME_JS
 from ..state import Follow
 from ..state import panel_stamps as stamp
-from ..ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, STALE_OK, dark, shown_plot
+from ..ui_common import FAST, HIDDEN, INTERNAL, MODEL_EVENTS, STALE_OK, dark, kind_note, shown_plot
 from . import why as wv
 from . import why_routes as wr
 from .registry import Face
@@ -77,52 +77,56 @@ def layout(p) -> None:
         )  # fmt: skip
         my.why_grid_plot = gr.Plot(label="logit lens grid", visible=False, elem_id="why-grid-plot")
         gr.Markdown("### Activation patching")
-        with gr.Row(equal_height=True):
-            my.why_corrupted = gr.Textbox(
-                label="corrupted input (as many tokens as the input)", scale=3,
-                elem_id="why-corrupted",
-            )  # fmt: skip
-            my.why_answer = gr.Textbox(
-                label="answer", placeholder="default: the token produced", scale=1,
-                elem_id="why-answer",
-            )  # fmt: skip
-            my.why_wrong = gr.Textbox(
-                label="wrong token", placeholder="default: the runner-up", scale=1,
-                elem_id="why-wrong",
-            )  # fmt: skip
-        with gr.Row(equal_height=True):
-            my.why_what = gr.Radio(
-                list(wv.WHATS), value="resid", label="patch", scale=3, elem_id="why-what"
-            )
-            my.why_direction = gr.Radio(
-                ["denoising", "noising"], value="denoising", label="direction", scale=2,
-                elem_id="why-direction",
-            )  # fmt: skip
-            my.why_patch_btn = gr.Button("Run patching", scale=0, elem_id="why-patch-btn")
-            my.why_patch_json = _download("why-patch-json")
-        my.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
-        my.why_patch_plot = gr.Plot(label="patching grid", visible=False, elem_id="why-patch-plot")
-        with gr.Row(equal_height=True):
-            my.why_cell = gr.Dropdown(
-                label="open one cell: its patched run's next tokens", choices=[], value=None,
-                scale=4, elem_id="why-cell",
-            )  # fmt: skip
-            my.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
-        my.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
-        with gr.Row():
-            with gr.Column(scale=2, min_width=260):
-                my.why_cell_table = gr.Dataframe(
-                    headers=wr.CELL_HEADERS, interactive=False, visible=False,
-                    elem_id="why-cell-table",
+        kind_note(p, "patch")  # a speech model: a clip has no corruption to type
+        with gr.Column() as p.kind_bodies["patch"]:
+            with gr.Row(equal_height=True):
+                my.why_corrupted = gr.Textbox(
+                    label="corrupted input (as many tokens as the input)", scale=3,
+                    elem_id="why-corrupted",
                 )  # fmt: skip
-            with gr.Column(scale=5):
-                my.why_cell_site = gr.Dropdown(
-                    label="attention of the patched run: module and head", choices=[],
-                    value=None, elem_id="why-cell-site",
+                my.why_answer = gr.Textbox(
+                    label="answer", placeholder="default: the token produced", scale=1,
+                    elem_id="why-answer",
                 )  # fmt: skip
-                my.why_cell_plot = gr.Plot(
-                    label="patched run's attention", visible=False, elem_id="why-cell-plot"
+                my.why_wrong = gr.Textbox(
+                    label="wrong token", placeholder="default: the runner-up", scale=1,
+                    elem_id="why-wrong",
+                )  # fmt: skip
+            with gr.Row(equal_height=True):
+                my.why_what = gr.Radio(
+                    list(wv.WHATS), value="resid", label="patch", scale=3, elem_id="why-what"
                 )
+                my.why_direction = gr.Radio(
+                    ["denoising", "noising"], value="denoising", label="direction", scale=2,
+                    elem_id="why-direction",
+                )  # fmt: skip
+                my.why_patch_btn = gr.Button("Run patching", scale=0, elem_id="why-patch-btn")
+                my.why_patch_json = _download("why-patch-json")
+            my.why_patch_msg = gr.Markdown(elem_id="why-patch-message")
+            my.why_patch_plot = gr.Plot(
+                label="patching grid", visible=False, elem_id="why-patch-plot"
+            )
+            with gr.Row(equal_height=True):
+                my.why_cell = gr.Dropdown(
+                    label="open one cell: its patched run's next tokens", choices=[], value=None,
+                    scale=4, elem_id="why-cell",
+                )  # fmt: skip
+                my.why_cell_btn = gr.Button("Open the cell", scale=0, elem_id="why-cell-btn")
+            my.why_cell_msg = gr.Markdown(elem_id="why-cell-message")
+            with gr.Row():
+                with gr.Column(scale=2, min_width=260):
+                    my.why_cell_table = gr.Dataframe(
+                        headers=wr.CELL_HEADERS, interactive=False, visible=False,
+                        elem_id="why-cell-table",
+                    )  # fmt: skip
+                with gr.Column(scale=5):
+                    my.why_cell_site = gr.Dropdown(
+                        label="attention of the patched run: module and head", choices=[],
+                        value=None, elem_id="why-cell-site",
+                    )  # fmt: skip
+                    my.why_cell_plot = gr.Plot(
+                        label="patched run's attention", visible=False, elem_id="why-cell-plot"
+                    )
         gr.Markdown("### Information flow")
         with gr.Row(equal_height=True):
             my.why_threshold = gr.Slider(
