@@ -27,11 +27,12 @@ def encoder_view(state: SessionState, want: str) -> dict:
 
     Args:
         want: ``"<epoch> <layer> <head>"`` (head ``"H2"``, ``"mean"``, ``"all heads"``: see
-            :func:`attnviz.app.encoder_blocks.encoder_block`) or ``"<epoch> thumbs"`` (the model view's
-            downsampled thumbnails, :func:`attnviz.app.encoder_blocks.encoder_thumbs`), either after a
-            lens name (``"<epoch> norms 1 H2"``, ``"<epoch> rollout thumbs"``: that lens,
-            :mod:`attnviz.app.lenses`); ``epoch`` is the
-            page's (``"sid:epoch"``): a request for an earlier decode gets nothing.
+            :func:`attnviz.app.encoder_blocks.encoder_block`) or ``"<epoch> thumbs"`` (the
+            model view's downsampled thumbnails,
+            :func:`attnviz.app.encoder_blocks.encoder_thumbs`), either after a lens name
+            (``"<epoch> norms 1 H2"``, ``"<epoch> rollout thumbs"``: that lens,
+            :mod:`attnviz.app.lenses`); ``epoch`` is the page's (``"sid:epoch"``): a request
+            for an earlier decode gets nothing.
     Returns:
         ``{"enc": block}``, or ``{"enc": {"epoch", "error"}}`` for a request the page cannot
         be answered (another decode, a bad layer or head).

@@ -6,13 +6,13 @@ tokens (the same tokens the stepper chose, now fed in at once, with the values t
 needs) and sends every kind and layer of that lens; the page keeps it for this decode and
 redraws Back/scrub from it, asking again only when a Step goes past what it holds.
 
-A long input (its encoder not sent whole, :func:`attnviz.app.encoder_blocks.encoder_inline`) gets
-the decoder's kinds only in that payload; the page asks for the encoder layer and head it
-shows (:func:`encoder_lens_block`; rollout: the layer's one matrix) and the model view gets
-max-pooled thumbnails (:func:`encoder_lens_thumbs`), through
-:func:`attnviz.app.encoder_requests.encoder_view`. Every matrix is :func:`attnviz.analysis.lens` of a
-recorded pass, never an approximation: an encoder-only model's is the read pass its heatmaps
-show (:func:`attnviz.app.reading.read`).
+A long input (its encoder not sent whole,
+:func:`attnviz.app.encoder_blocks.encoder_inline`) gets the decoder's kinds only in that
+payload; the page asks for the encoder layer and head it shows (:func:`encoder_lens_block`;
+rollout: the layer's one matrix) and the model view gets max-pooled thumbnails
+(:func:`encoder_lens_thumbs`), through :func:`attnviz.app.encoder_requests.encoder_view`.
+Every matrix is :func:`attnviz.analysis.lens` of a recorded pass, never an approximation: an
+encoder-only model's is the read pass its heatmaps show (:func:`attnviz.app.reading.read`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def payload(state: SessionState, name: str) -> dict[str, Any]:
     and per kind a list per layer of ``{"h", "tq", "tk", "w"}`` (base64 float32
     ``[h, tq, tk]``; rollout has ``h`` = 1). ``"weights"`` carries no matrices (the page
     has them); an error comes back as ``"error"`` with the page left on weights. A long input
-    (:func:`attnviz.app.encoder_blocks.encoder_inline` false) gets no ``encoder_self`` here: the page
-    asks for the layer and head it shows (:func:`encoder_lens_block`)."""
+    (:func:`attnviz.app.encoder_blocks.encoder_inline` false) gets no ``encoder_self`` here:
+    the page asks for the layer and head it shows (:func:`encoder_lens_block`)."""
     epoch = f"{state.sid}:{state.epoch}"
     base = {"name": name, "epoch": epoch, "n": len(state.tokens), "kinds": {}}
     try:
@@ -109,8 +109,9 @@ def encoder_lens_block(state: SessionState, name: str, layer: int, head: str) ->
         name: ``"norms"`` or ``"rollout"``; layer: 0-based; head: ``"H<h>"``, ``"mean"`` or
             ``"all heads"`` (rollout has one matrix per layer: any head gets it).
     Returns:
-        :func:`attnviz.app.encoder_blocks.encoder_block`'s dict plus ``"lens"``: ``w`` base64 float32
-        ``[h, Ts, Ts]`` of :func:`attnviz.analysis.lens` on a recorded encoder pass.
+        :func:`attnviz.app.encoder_blocks.encoder_block`'s dict plus ``"lens"``: ``w``
+        base64 float32 ``[h, Ts, Ts]`` of :func:`attnviz.analysis.lens` on a recorded encoder
+        pass.
     """
     _check(name)
     ckpt, trace = _encoder_pass(state)

@@ -139,8 +139,8 @@ class Page:
     def control_outputs(self) -> list:
         """What :meth:`controls` sets: the page's own parts, then each panel's."""
         own = [self.model_info, self.model_pick, self.examples, self.input_text, self.speech_row,
-               self.wi_box, self.part("labs").blocked, *self.kind_notes.values(), *self.kind_bodies.values(),
-               *self.decoding_parts(), self.run_btn]  # fmt: skip
+               self.wi_box, self.part("labs").blocked, *self.kind_notes.values(),
+               *self.kind_bodies.values(), *self.decoding_parts(), self.run_btn]  # fmt: skip
         return _unique([*own, *(c for f in self.faces.values() for c in f.control_outputs)])
 
     def decoding_parts(self) -> list:
@@ -194,22 +194,16 @@ def header_face(p: Page) -> Face:
     """The header (the model's name, task and device), renewed when the checkpoint file
     changes; a health report then goes (one checked on this input says it went stale)."""
 
+    health = p.part("health")
+
     def renewed(state: SessionState, values: dict) -> dict:
         try:
             info = describe(state)
         except AttnvizError:
             info = "⚠ no model loaded: pick one or upload a checkpoint"
-        return {
-            p.model_info: info,
-            p.part("health").health_html: "",
-            p.part("health").health_plot: None,
-        }
+        return {p.model_info: info, health.health_html: "", health.health_plot: None}
 
-    return Face(
-        "model",
-        [p.model_info, p.part("health").health_html, p.part("health").health_plot],
-        rerun=renewed,
-    )
+    return Face("model", [p.model_info, health.health_html, health.health_plot], rerun=renewed)
 
 
 def _unique(components: list) -> list:
@@ -227,8 +221,10 @@ def panel_pages() -> list:
 def track_tabs(p: Page) -> None:
     """The selected tab, kept in ``p.active``: a Step reruns the panel shown, clears the rest
     (the Similarity and Why tabs say it in their own select events)."""
-    tabs = {p.step_tab: "step", p.part("labs").mask_tab: "mask", p.part("labs").ablation_tab: "ablation",
-            p.part("labs").attr_tab: "attr", p.part("align").align_tab: "align", p.part("compare").compare_tab: "compare"}  # fmt: skip
+    labs = p.part("labs")
+    tabs = {p.step_tab: "step", labs.mask_tab: "mask", labs.ablation_tab: "ablation",
+            labs.attr_tab: "attr", p.part("align").align_tab: "align",
+            p.part("compare").compare_tab: "compare"}  # fmt: skip
     for tab, name in tabs.items():
         tab.select(lambda name=name: name, None, [p.active], **HIDDEN, **FAST)
 

@@ -106,8 +106,6 @@ def grid_sections(res: LensGrid, label) -> list[tuple[str, dict | str]]:
                            hover=hover),
               matrix_panel(res.prob, res.tokens, rows, title="next token's probability",
                            hover=hover)]  # fmt: skip
-    for panel in panels:
-        panel["yl"] = rows  # layer names, not tokens
     csv_rows = [[res.layers[r], c, res.tokens[c], tops[r][c], f"{res.top_probs[r, c]:.6g}",
                  nexts[c], f"{res.prob[r, c]:.6g}", int(res.rank[r, c]) + 1]
                 for r in range(n_layers) for c in range(t)]  # fmt: skip

@@ -1,7 +1,7 @@
 """What every lab panel returns (:class:`LabView`) and the check each one starts with.
 
-Shared by :mod:`attnviz.app.panels.labs`, :mod:`attnviz.app.panels.contrast` and the panels that build
-on them; :mod:`attnviz.app.panels.labs` re-exports all three names.
+Shared by :mod:`attnviz.app.panels.labs`, :mod:`attnviz.app.panels.contrast` and the panels
+that build on them; :mod:`attnviz.app.panels.labs` re-exports all three names.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ def cleared(p, state) -> dict:
     return {
         **empty, my.sim_top: "", my.sim_ig_msg: "", my.sim_rank: "",
         my.sim_msg: "" if why else STALE, my.sim_json: gr.DownloadButton(value=None, visible=False),
-        my.sim_note: gr.Markdown(value=why, visible=bool(why)), my.sim_body: gr.Column(visible=not why),
+        my.sim_note: gr.Markdown(value=why, visible=bool(why)),
+        my.sim_body: gr.Column(visible=not why),
     }  # fmt: skip
 
 
